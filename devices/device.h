@@ -1,0 +1,60 @@
+// The device interface: everything the host knows about a device is this struct of function
+// pointers plus a context. Implementations fill it with designated initialisers; the registry
+// (registry.c) turns a spec such as "cpu" or "cpu:2" into an open device.
+#ifndef HETRAIN_DEVICE_H
+#define HETRAIN_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "model.h"
+
+// One shard of a training step: the samples a device must process, already contiguous.
+typedef struct shard_job {
+    const float *x;       // (n, C, H, W)
+    const uint8_t *y;     // (n) labels
+    const uint32_t *ids;  // (n) global sample ids: key the dropout masks
+    int n;
+    uint64_t seed;
+    uint32_t epoch;
+} shard_job;
+
+// What a device hands back for a shard.
+typedef struct shard_result {
+    float *grad_sum;  // (n_params) overwritten with the sum of the per-sample gradients
+    float *loss;      // (n) per-sample cross-entropy
+    int32_t *pred;    // (n) predicted class
+} shard_result;
+
+typedef struct device_ops {
+    const char *type; // "cpu", "opencl"
+    // Copies the flat parameter buffer (model->n_params floats) to the device.
+    int (*set_weights)(void *ctx, const float *params, ht_error *e);
+    // Forward + backward of a shard with dropout on, in micro-batches that fit the device.
+    int (*train_shard)(void *ctx, const shard_job *job, shard_result *res, ht_error *e);
+    // Inference (dropout off): probs (n, n_classes).
+    int (*infer)(void *ctx, const float *x, int n, float *probs, ht_error *e);
+    void (*close)(void *ctx);
+} device_ops;
+
+typedef struct device {
+    const device_ops *ops;
+    void *ctx;
+    char spec[64];    // how the user selects it: "cpu", "cpu:2"
+    char name[160];   // human description for logs
+    double weight;    // capacity weight: share of each batch
+    int micro;        // samples per micro-batch
+    int threads;      // host threads it uses
+} device;
+
+// Opens the devices named by a comma list of specs (see registry.c for the grammar), for model
+// m and batches of up to max_batch samples. On success *devs is an array of *n open devices.
+int device_open_list(device **devs, int *n, const char *specs, const model *m, int max_batch,
+                     ht_error *e);
+void device_close_list(device *devs, int n);
+
+// Implementations.
+int cpu_device_open(device *d, const model *m, int threads, int max_batch, ht_error *e);
+
+#endif

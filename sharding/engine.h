@@ -1,0 +1,66 @@
+// The step engine: scatter a batch over the devices by the shard plan, run every shard on its
+// own thread, reduce the gradient sums in fixed device order, update on the host, and
+// broadcast the new weights.
+#ifndef HETRAIN_ENGINE_H
+#define HETRAIN_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "data.h"
+#include "device.h"
+#include "model.h"
+#include "optim.h"
+#include "plan.h"
+
+typedef struct engine_slot engine_slot;
+
+typedef struct step_stats {
+    double wall_s;   // the whole step
+    double host_s;   // host reduce + update, plus the slowest broadcast
+    double wait_s;   // summed time devices waited for the slowest
+    double busy_s[64]; // per device: broadcast + gather + compute
+    int share[64];   // per device: samples
+} step_stats;
+
+typedef struct engine {
+    const model *m;
+    device *devs;
+    int n_devs;
+    int max_batch;
+    uint64_t seed;
+    float *params;   // master weights (n_params)
+    float *grad;     // reduced mean gradient (n_params)
+    optim opt;
+    shard_plan plan; // for plan.len positions; remade when the batch size changes
+    engine_slot *slots;
+    // Worker threads (one per device when there are several).
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    unsigned long gen;
+    int pending;
+    int stop;
+    // The task being dispatched (read by the workers).
+    int task_kind;
+    const dataset *task_ds;
+    const uint32_t *task_idx; // training: the sample of each batch position
+    int task_start;           // inference: the sample of position 0
+    uint32_t task_epoch;
+} engine;
+
+// Takes the devices (not owned) and the initial parameters (copied).
+int engine_init(engine *g, const model *m, device *devs, int n_devs, const float *params,
+                const train_setup *s, int max_batch, uint64_t seed, ht_error *e);
+void engine_free(engine *g);
+
+// One training step on samples idx[0..B) of ds (global sample ids = the indices). Writes each
+// position's loss and prediction (batch order) when loss/pred are not NULL.
+int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, uint32_t epoch,
+                      float *loss, int32_t *pred, step_stats *st, ht_error *e);
+
+// Class probabilities for samples [start, start+n) of ds into probs (n, n_classes).
+int engine_infer(engine *g, const dataset *ds, int start, int n, float *probs, ht_error *e);
+
+#endif

@@ -1,0 +1,77 @@
+// Elementwise layers (relu, inverted dropout) and the softmax cross-entropy head.
+#include "layers.h"
+
+#include <math.h>
+
+#include "rng.h"
+
+// Below this many elements a parallel region costs more than the loop it would split.
+#define ACT_PARALLEL_MIN 32768
+
+void relu_forward(float *out, const float *in, size_t n, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+}
+
+void relu_backward(float *din, const float *dout, const float *out, size_t n, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+// Forward and backward apply the same mask and scale; the mask is a pure function of
+// (key, sample id, element), never of the batch position.
+static void dropout_apply(float *out, const float *in, int B, size_t N, float rate,
+                          uint64_t key, const uint32_t *ids, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    const float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
+    const size_t total = (size_t)B * N;
+#pragma omp parallel for collapse(2) num_threads(nthreads) schedule(static) \
+    if (total >= ACT_PARALLEL_MIN)
+    for (int i = 0; i < B; i++) {
+        for (size_t e = 0; e < N; e++) {
+            const size_t k = (size_t)i * N + e;
+            out[k] = ht_rng_uniform(key, ids[i], (uint32_t)e) >= rate ? in[k] * scale : 0.0f;
+        }
+    }
+}
+
+void dropout_forward(float *out, const float *in, int B, size_t N, float rate, uint64_t key,
+                     const uint32_t *ids, int nthreads) {
+    dropout_apply(out, in, B, N, rate, key, ids, nthreads);
+}
+
+void dropout_backward(float *din, const float *dout, int B, size_t N, float rate, uint64_t key,
+                      const uint32_t *ids, int nthreads) {
+    dropout_apply(din, dout, B, N, rate, key, ids, nthreads);
+}
+
+void softmax_xent_forward(float *probs, float *loss, const float *logits, const uint8_t *labels,
+                          int B, int NC) {
+    for (int i = 0; i < B; i++) {
+        const float *x = logits + (size_t)i * NC;
+        float *p = probs + (size_t)i * NC;
+        float m = x[0];
+        for (int c = 1; c < NC; c++) m = x[c] > m ? x[c] : m;
+        double sum = 0.0;
+        for (int c = 0; c < NC; c++) {
+            p[c] = expf(x[c] - m);
+            sum += p[c];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int c = 0; c < NC; c++) p[c] *= inv;
+        // -log softmax = log(sum exp(x - m)) - (x[label] - m); never exp of a large number.
+        if (labels && loss) loss[i] = (float)(log(sum) - ((double)x[labels[i]] - m));
+    }
+}
+
+void softmax_xent_backward(float *dlogits, const float *probs, const uint8_t *labels, int B,
+                           int NC) {
+    for (int i = 0; i < B; i++) {
+        const float *p = probs + (size_t)i * NC;
+        float *d = dlogits + (size_t)i * NC;
+        for (int c = 0; c < NC; c++) d[c] = p[c];
+        d[labels[i]] -= 1.0f;
+    }
+}

@@ -1,0 +1,30 @@
+// Shared small things: the error record every library call fills, and helpers for it.
+#ifndef HETRAIN_COMMON_H
+#define HETRAIN_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HT_VERSION "0.1.0"
+
+// A library call returns 0 on success and -1 on failure; on failure it has written one line
+// into err->msg (no trailing newline) naming the file/line/sample and what was wrong.
+typedef struct ht_error {
+    char msg[512];
+} ht_error;
+
+// Formats into e->msg (if e is not NULL) and returns -1, so callers can `return ht_fail(...)`.
+int ht_fail(ht_error *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Like ht_fail but prefixes what is already in e->msg: ht_wrap(e, "loading %s", path) gives
+// "loading x: <old message>".
+int ht_wrap(ht_error *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Checked allocation helpers: return NULL and fill err when the size overflows or malloc fails.
+void *ht_malloc(size_t n, size_t size, ht_error *e);
+void *ht_calloc(size_t n, size_t size, ht_error *e);
+
+// Monotonic wall clock in seconds.
+double ht_now(void);
+
+#endif

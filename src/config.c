@@ -1,0 +1,462 @@
+// Model config files: a darknet-like INI description of a sequential network, read with inih.
+//
+//   # comment                 ; and # start comments, at line start or after whitespace
+//   [net]                     first section, once
+//   name = mynet              default: the file's base name without extension
+//   input = 1x28x28           CxHxW, required
+//   classes = 10              2..256, default 10
+//   optimizer = sgd           sgd|adam; the setup keys below default to the
+//   lr = 0.05                 cnn2d_3layer_fullconnected_3layer preset's setup
+//   momentum = 0.9            (SGD lr 0.05, momentum 0.9, Nesterov, decay 1e-6, batch
+//   nesterov = 1              1000, 10 epochs, val_split 0.2; Adam betas .9/.999, eps 1e-8)
+//   decay = 1e-6   beta1 = 0.9   beta2 = 0.999   eps = 1e-8
+//   batch = 1000   epochs = 10   val_split = 0.2
+//   [conv]     filters (required), size (required), stride = 1, pad = 0 | same,
+//              activation = linear | relu (relu appends a [relu] layer),
+//              init = glorot_uniform, init_arg, bias_init = zeros, bias_arg
+//   [dense]    units (required), activation, init = lecun_uniform, init_arg, bias_init, bias_arg
+//   [maxpool]  size (required), stride = size
+//   [dropout]  rate (required, 0 <= rate < 1)
+//   [relu]
+//   [softmax]  softmax + cross-entropy; must be last, over `classes` features
+//
+// Every layer section also takes `name` (default "conv1", "fc2", ...). Inits are zeros,
+// constant (value = arg), lecun_uniform, glorot_uniform, truncated_normal (stddev = arg).
+// Aliases: [network], [convolutional], [connected]. Errors are one line: "path:LINE: ...".
+//
+// inih reports neither empty nor repeated sections, so the reader below follows every
+// well-formed section line with a synthetic "__section_line = N" line, which the handler
+// takes as the start of a section. The reader also normalises each line (comments and
+// leading blanks removed, so inih's multi-line continuation never triggers) and reports
+// syntax errors with the real line number.
+#include <ini.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+#define SECTION_KEY "__section_line"
+
+typedef enum sec_kind {
+    SEC_NONE = -1,
+    SEC_NET,
+    SEC_CONV,
+    SEC_MAXPOOL,
+    SEC_DENSE,
+    SEC_DROPOUT,
+    SEC_RELU,
+    SEC_SOFTMAX,
+} sec_kind;
+
+static const struct {
+    const char *name;
+    sec_kind kind;
+} sec_names[] = {
+    {"net", SEC_NET},         {"network", SEC_NET},       {"conv", SEC_CONV},
+    {"convolutional", SEC_CONV}, {"maxpool", SEC_MAXPOOL}, {"dense", SEC_DENSE},
+    {"connected", SEC_DENSE}, {"dropout", SEC_DROPOUT},   {"relu", SEC_RELU},
+    {"softmax", SEC_SOFTMAX},
+};
+
+static const char *const *const sec_keys[] = {
+    [SEC_NET] = (const char *const[]){"name", "input", "classes", "optimizer", "lr", "momentum",
+                                      "nesterov", "decay", "beta1", "beta2", "eps", "batch",
+                                      "epochs", "val_split", NULL},
+    [SEC_CONV] = (const char *const[]){"name", "filters", "size", "stride", "pad", "activation",
+                                       "init", "init_arg", "bias_init", "bias_arg", NULL},
+    [SEC_MAXPOOL] = (const char *const[]){"name", "size", "stride", NULL},
+    [SEC_DENSE] = (const char *const[]){"name", "units", "activation", "init", "init_arg",
+                                        "bias_init", "bias_arg", NULL},
+    [SEC_DROPOUT] = (const char *const[]){"name", "rate", NULL},
+    [SEC_RELU] = (const char *const[]){"name", NULL},
+    [SEC_SOFTMAX] = (const char *const[]){"name", NULL},
+};
+
+static const char *const init_names[] = {
+    [INIT_ZEROS] = "zeros",
+    [INIT_CONSTANT] = "constant",
+    [INIT_LECUN_UNIFORM] = "lecun_uniform",
+    [INIT_GLOROT_UNIFORM] = "glorot_uniform",
+    [INIT_TRUNCATED_NORMAL] = "truncated_normal",
+    NULL,
+};
+
+typedef struct cfg_ctx {
+    // reader
+    FILE *f;
+    const char *path;
+    int line;         // real line number of the line last read
+    int pending;      // nonzero: next read returns the synthetic line for this section line
+    char *buf;
+    size_t cap;
+    // parse state
+    model *m;
+    ht_error *err;
+    int failed;
+    int have_net, net_done, in_c, in_h, in_w, classes, input_set;
+    char net_name[64];
+    // the open section
+    sec_kind kind;
+    char sec_name[64]; // as written, for messages
+    int sec_line, last_line;
+    unsigned seen;     // keys given, by index into sec_keys[kind]
+    layer_spec spec;
+    char layer_name[64];
+    int relu_after, rate_set;
+} cfg_ctx;
+
+static int cfg_fail(cfg_ctx *c, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int cfg_fail(cfg_ctx *c, int line, const char *fmt, ...) {
+    if (c->failed) return -1;
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->failed = 1;
+    return ht_fail(c->err, "%s:%d: %s", c->path, line, msg);
+}
+
+// ---- reader --------------------------------------------------------------------------------
+
+static char *cfg_read(char *str, int num, void *stream) {
+    cfg_ctx *c = stream;
+    if (c->failed) return NULL;
+    if (c->pending) {
+        snprintf(str, (size_t)num, "%s = %d\n", SECTION_KEY, c->pending);
+        c->pending = 0;
+        return str;
+    }
+    if (getline(&c->buf, &c->cap, c->f) < 0) return NULL;
+    char *s = c->buf;
+    c->line++;
+    if (c->line == 1 && !strncmp(s, "\xEF\xBB\xBF", 3)) s += 3;
+    for (char *p = s; *p; p++) // a comment starts at ; or # at line start or after a blank
+        if ((*p == ';' || *p == '#') && (p == s || p[-1] == ' ' || p[-1] == '\t')) {
+            *p = 0;
+            break;
+        }
+    while (*s == ' ' || *s == '\t') s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = 0;
+    if (n + 3 > (size_t)num) {
+        cfg_fail(c, c->line, "line too long (at most %d characters)", num - 3);
+        return NULL;
+    }
+    if (s[0] == '[') {
+        char *close = strchr(s, ']');
+        if (!close || close[1]) {
+            cfg_fail(c, c->line, "expected \"[section]\", found \"%.60s\"", s);
+            return NULL;
+        }
+        c->pending = c->line;
+    } else if (s[0] && !strpbrk(s, "=:")) {
+        cfg_fail(c, c->line, "expected \"key = value\" or \"[section]\", found \"%.60s\"", s);
+        return NULL;
+    } else if (!strncmp(s, SECTION_KEY, strlen(SECTION_KEY))) {
+        cfg_fail(c, c->line, "\"%s\" is reserved", SECTION_KEY);
+        return NULL;
+    }
+    snprintf(str, (size_t)num, "%s\n", s);
+    return str;
+}
+
+// ---- values --------------------------------------------------------------------------------
+
+static int parse_int(cfg_ctx *c, const char *key, const char *v, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi)
+        return cfg_fail(c, c->line, "[%s] %s: expected an integer %d..%d, found \"%.40s\"",
+                        c->sec_name, key, lo, hi, v);
+    *out = (int)x;
+    return 0;
+}
+
+// lo_open/hi_open: whether the bound itself is excluded.
+static int parse_float(cfg_ctx *c, const char *key, const char *v, double lo, int lo_open,
+                       double hi, int hi_open, float *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || !isfinite(x) || (lo_open ? x <= lo : x < lo) ||
+        (hi_open ? x >= hi : x > hi))
+        return cfg_fail(c, c->line, "[%s] %s: expected a number in %c%g, %g%c, found \"%.40s\"",
+                        c->sec_name, key, lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']', v);
+    *out = (float)x;
+    return 0;
+}
+
+// Index of v in the NULL-terminated names, or an error listing them.
+static int parse_choice(cfg_ctx *c, const char *key, const char *v, const char *const *names,
+                        int *out) {
+    char list[160] = "";
+    size_t len = 0;
+    for (int i = 0; names[i]; i++) {
+        if (!strcmp(v, names[i])) {
+            *out = i;
+            return 0;
+        }
+        if (len < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? "|" : "", names[i]);
+    }
+    return cfg_fail(c, c->line, "[%s] %s: expected %s, found \"%.40s\"", c->sec_name, key, list,
+                    v);
+}
+
+static int parse_input(cfg_ctx *c, const char *v) {
+    int d[3];
+    const char *p = v;
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        int sep_ok = i < 2 ? (*end == 'x' || *end == 'X') : *end == 0;
+        if (end == p || errno || x < 1 || x > 65536 || !sep_ok)
+            return cfg_fail(c, c->line,
+                            "[%s] input: expected CxHxW with each 1..65536, found \"%.40s\"",
+                            c->sec_name, v);
+        d[i] = (int)x;
+        p = end + 1;
+    }
+    c->in_c = d[0], c->in_h = d[1], c->in_w = d[2], c->input_set = 1;
+    return 0;
+}
+
+// ---- sections ------------------------------------------------------------------------------
+
+static int net_key(cfg_ctx *c, const char *key, const char *v) {
+    train_setup *s = &c->m->setup;
+    int i;
+    if (!strcmp(key, "name")) {
+        if (!*v || strlen(v) >= sizeof c->net_name)
+            return cfg_fail(c, c->line, "[%s] name: expected 1..%zu characters", c->sec_name,
+                            sizeof c->net_name - 1);
+        strcpy(c->net_name, v);
+        return 0;
+    }
+    if (!strcmp(key, "input")) return parse_input(c, v);
+    if (!strcmp(key, "classes")) return parse_int(c, key, v, 2, 256, &c->classes);
+    if (!strcmp(key, "optimizer")) {
+        static const char *const names[] = {[OPTIM_SGD] = "sgd", [OPTIM_ADAM] = "adam", NULL};
+        if (parse_choice(c, key, v, names, &i)) return -1;
+        s->optim = (optim_kind)i;
+        return 0;
+    }
+    if (!strcmp(key, "nesterov")) {
+        static const char *const names[] = {"0", "1", "false", "true", "no", "yes", NULL};
+        if (parse_choice(c, key, v, names, &i)) return -1;
+        s->nesterov = i % 2;
+        return 0;
+    }
+    if (!strcmp(key, "lr")) return parse_float(c, key, v, 0, 1, 100, 0, &s->lr);
+    if (!strcmp(key, "momentum")) return parse_float(c, key, v, 0, 0, 1, 1, &s->momentum);
+    if (!strcmp(key, "decay")) return parse_float(c, key, v, 0, 0, 1, 0, &s->decay);
+    if (!strcmp(key, "beta1")) return parse_float(c, key, v, 0, 0, 1, 1, &s->beta1);
+    if (!strcmp(key, "beta2")) return parse_float(c, key, v, 0, 0, 1, 1, &s->beta2);
+    if (!strcmp(key, "eps")) return parse_float(c, key, v, 0, 1, 1, 0, &s->eps);
+    if (!strcmp(key, "batch")) return parse_int(c, key, v, 1, 1 << 24, &s->batch);
+    if (!strcmp(key, "epochs")) return parse_int(c, key, v, 1, 1000000, &s->epochs);
+    if (!strcmp(key, "val_split")) return parse_float(c, key, v, 0, 0, 1, 1, &s->val_split);
+    return cfg_fail(c, c->line, "[%s] %s: not handled", c->sec_name, key); // table out of sync
+}
+
+static int layer_key(cfg_ctx *c, const char *key, const char *v) {
+    layer_spec *s = &c->spec;
+    int i;
+    if (!strcmp(key, "name")) {
+        if (!*v || strlen(v) > 31)
+            return cfg_fail(c, c->line, "[%s] name: expected 1..31 characters, found \"%.40s\"",
+                            c->sec_name, v);
+        strcpy(c->layer_name, v);
+        s->name = c->layer_name;
+        return 0;
+    }
+    if (!strcmp(key, "filters")) return parse_int(c, key, v, 1, 65536, &s->filters);
+    if (!strcmp(key, "units")) return parse_int(c, key, v, 1, 65536, &s->units);
+    if (!strcmp(key, "size")) return parse_int(c, key, v, 1, 64, &s->k);
+    if (!strcmp(key, "stride")) return parse_int(c, key, v, 1, 64, &s->stride);
+    if (!strcmp(key, "pad")) {
+        if (!strcmp(v, "same")) {
+            s->pad = -1;
+            return 0;
+        }
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (!*v || *end || x < 0 || x > 64)
+            return cfg_fail(c, c->line, "[%s] pad: expected an integer 0..64 or \"same\", found "
+                            "\"%.40s\"", c->sec_name, v);
+        s->pad = (int)x;
+        return 0;
+    }
+    if (!strcmp(key, "activation")) {
+        static const char *const names[] = {"linear", "relu", NULL};
+        if (parse_choice(c, key, v, names, &i)) return -1;
+        c->relu_after = i == 1;
+        return 0;
+    }
+    if (!strcmp(key, "init") || !strcmp(key, "bias_init")) {
+        if (parse_choice(c, key, v, init_names, &i)) return -1;
+        *(key[0] == 'i' ? &s->w_init : &s->b_init) = (init_kind)i;
+        return 0;
+    }
+    if (!strcmp(key, "init_arg")) return parse_float(c, key, v, -1e6, 0, 1e6, 0, &s->w_arg);
+    if (!strcmp(key, "bias_arg")) return parse_float(c, key, v, -1e6, 0, 1e6, 0, &s->b_arg);
+    if (!strcmp(key, "rate")) {
+        c->rate_set = 1;
+        return parse_float(c, key, v, 0, 0, 1, 1, &s->rate);
+    }
+    return cfg_fail(c, c->line, "[%s] %s: not handled", c->sec_name, key);
+}
+
+// Applies the section that just ended: [net] starts the model, a layer section adds its layer.
+static int close_section(cfg_ctx *c) {
+    ht_error *err = c->err;
+    model *m = c->m;
+    if (c->kind == SEC_NONE) return 0;
+    if (c->kind == SEC_NET) {
+        if (!c->input_set)
+            return cfg_fail(c, c->sec_line, "[%s] input missing: give it as CxHxW, e.g. "
+                            "input = 1x28x28", c->sec_name);
+        train_setup setup = m->setup;
+        if (model_begin(m, c->net_name, c->in_c, c->in_h, c->in_w, c->classes, err)) {
+            c->failed = 1;
+            return ht_wrap(err, "%s:%d", c->path, c->sec_line);
+        }
+        m->setup = setup;
+        c->net_done = 1;
+        return 0;
+    }
+    static const char *const required[] = {
+        [SEC_CONV] = "filters and size", [SEC_DENSE] = "units", [SEC_MAXPOOL] = "size",
+        [SEC_DROPOUT] = "rate",
+    };
+    layer_spec *s = &c->spec;
+    int missing = (c->kind == SEC_CONV && (!s->filters || !s->k)) ||
+                  (c->kind == SEC_DENSE && !s->units) || (c->kind == SEC_MAXPOOL && !s->k) ||
+                  (c->kind == SEC_DROPOUT && !c->rate_set);
+    if (missing)
+        return cfg_fail(c, c->sec_line, "[%s] needs %s", c->sec_name, required[c->kind]);
+    layer_spec relu = {.kind = LAYER_RELU};
+    if (model_add(m, s, err) || (c->relu_after && model_add(m, &relu, err))) {
+        c->failed = 1;
+        return ht_wrap(err, "%s:%d", c->path, c->sec_line);
+    }
+    c->last_line = c->sec_line;
+    return 0;
+}
+
+static int open_section(cfg_ctx *c, const char *section, int line) {
+    static const layer_kind layer_of[] = {
+        [SEC_CONV] = LAYER_CONV2D, [SEC_MAXPOOL] = LAYER_MAXPOOL, [SEC_DENSE] = LAYER_DENSE,
+        [SEC_DROPOUT] = LAYER_DROPOUT, [SEC_RELU] = LAYER_RELU, [SEC_SOFTMAX] = LAYER_SOFTMAX_XENT,
+    };
+    if (close_section(c)) return -1;
+    while (*section == ' ' || *section == '\t') section++;
+    size_t n = strlen(section);
+    while (n && (section[n - 1] == ' ' || section[n - 1] == '\t')) n--;
+    snprintf(c->sec_name, sizeof c->sec_name, "%.*s", (int)n, section);
+    c->sec_line = line;
+    c->kind = SEC_NONE;
+    for (size_t i = 0; i < sizeof sec_names / sizeof sec_names[0]; i++)
+        if (!strcmp(c->sec_name, sec_names[i].name)) c->kind = sec_names[i].kind;
+    if (c->kind == SEC_NONE)
+        return cfg_fail(c, line, "unknown section [%s]; expected [net], [conv], [maxpool], "
+                        "[dense], [dropout], [relu] or [softmax]", c->sec_name);
+    if (c->kind == SEC_NET && c->have_net)
+        return cfg_fail(c, line, "second [%s] section", c->sec_name);
+    if (c->kind != SEC_NET && !c->have_net)
+        return cfg_fail(c, line, "[%s] before [net]: the file must start with [net]",
+                        c->sec_name);
+    c->seen = 0;
+    c->relu_after = c->rate_set = 0;
+    c->layer_name[0] = 0;
+    if (c->kind == SEC_NET) {
+        c->have_net = 1;
+        c->classes = 10;
+        // Begin with a placeholder input just to get the default setup for keys to override.
+        if (model_begin(c->m, c->net_name, 1, 1, 1, 10, c->err)) {
+            c->failed = 1;
+            return ht_wrap(c->err, "%s:%d", c->path, line);
+        }
+        return 0;
+    }
+    c->spec = (layer_spec){.kind = layer_of[c->kind]};
+    c->spec.w_init = c->kind == SEC_DENSE ? INIT_LECUN_UNIFORM : INIT_GLOROT_UNIFORM;
+    c->spec.b_init = INIT_ZEROS;
+    return 0;
+}
+
+// Returns 0 (inih: error) once anything failed; the message itself is in c->err.
+static int cfg_handler(void *user, const char *section, const char *key, const char *value) {
+    cfg_ctx *c = user;
+    if (c->failed) return 0;
+    if (!strcmp(key, SECTION_KEY)) {
+        open_section(c, section, atoi(value));
+        return !c->failed;
+    }
+    if (c->kind == SEC_NONE) {
+        cfg_fail(c, c->line, "key \"%.40s\" outside any section", key);
+        return 0;
+    }
+    const char *const *keys = sec_keys[c->kind];
+    int k = 0;
+    while (keys[k] && strcmp(keys[k], key)) k++;
+    if (!keys[k]) {
+        char list[200] = "";
+        size_t len = 0;
+        for (int i = 0; keys[i] && len < sizeof list; i++)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", keys[i]);
+        cfg_fail(c, c->line, "[%s] unknown key \"%.40s\"; expected one of: %s", c->sec_name, key,
+                 list);
+        return 0;
+    }
+    if (c->seen & (1u << k)) {
+        cfg_fail(c, c->line, "[%s] %s given twice", c->sec_name, key);
+        return 0;
+    }
+    c->seen |= 1u << k;
+    if (c->kind == SEC_NET) net_key(c, key, value);
+    else layer_key(c, key, value);
+    return !c->failed;
+}
+
+int model_init_config(model *m, const char *path, ht_error *err) {
+    memset(m, 0, sizeof *m);
+    cfg_ctx c = {.path = path, .m = m, .err = err, .kind = SEC_NONE};
+    c.f = fopen(path, "r");
+    if (!c.f) return ht_fail(err, "%s: cannot open model config: %s", path, strerror(errno));
+
+    // Default model name: the file's base name without its extension.
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    const char *dot = strrchr(base, '.');
+    int len = (int)(dot && dot != base ? (size_t)(dot - base) : strlen(base));
+    snprintf(c.net_name, sizeof c.net_name, "%.*s", len, base);
+    if (!c.net_name[0]) snprintf(c.net_name, sizeof c.net_name, "model");
+
+    int rc = ini_parse_stream(cfg_read, &c, cfg_handler, &c);
+    if (!c.failed && ferror(c.f)) cfg_fail(&c, c.line, "read error: %s", strerror(errno));
+    fclose(c.f);
+    free(c.buf);
+    if (!c.failed) close_section(&c);
+    if (!c.failed && !c.have_net)
+        cfg_fail(&c, c.line > 0 ? c.line : 1, "no [net] section: the file must start with [net]");
+    if (!c.failed && rc != 0) // the reader checks what inih would reject; this is a backstop
+        cfg_fail(&c, c.line, "cannot parse the file (inih error %d)", rc);
+    if (!c.failed && model_finish(m, err)) {
+        c.failed = 1;
+        ht_wrap(err, "%s:%d", path, c.last_line ? c.last_line : c.sec_line);
+    }
+    if (c.failed) {
+        model_free(m);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,317 @@
+// hetrain's command line: train, predict, summary. Parses flags, prints errors, sets the exit
+// status; the work itself is in the library.
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "model.h"
+#include "train.h"
+
+#define EXIT_USAGE 2
+#define EXIT_INTERRUPTED 130
+
+static const char *usage_main =
+    "usage: hetrain COMMAND [OPTIONS]\n"
+    "\n"
+    "Trains convolutional networks data-parallel across the devices of this machine.\n"
+    "\n"
+    "commands:\n"
+    "  train      train a network (default: cnn2d_3layer_fullconnected_3layer on Fashion-MNIST)\n"
+    "  predict    write predictions for a test set from saved weights\n"
+    "  summary    print a network's layers, output shapes and parameter counts\n"
+    "  version    print the version\n"
+    "\n"
+    "Run 'hetrain COMMAND --help' for a command's options.\n";
+
+static const char *usage_train =
+    "usage: hetrain train [OPTIONS]\n"
+    "\n"
+    "Trains a network and writes <out>/<name>.metrics.csv (Keras CSVLogger columns, then\n"
+    "time_s and samples_per_s), <name>.predictions.csv (ImageId,Label for the test set) and\n"
+    "<name>.log. With no options: the 3-layer reference network on Fashion-MNIST with its\n"
+    "reference setup (SGD lr 0.05, Nesterov momentum 0.9, decay 1e-6, batch 1000, 10 epochs,\n"
+    "validation split 0.2).\n"
+    "\n"
+    "options:\n"
+    "  --model NAME|FILE.cfg  preset (cnn2d_3layer_fullconnected_3layer alias cnn3,\n"
+    "                         cnn2d_2layer_full_connected_2layer alias cnn2) or a config file\n"
+    "  --data DIR             IDX folder with train-/t10k- images and labels (.gz or raw)\n"
+    "                         [" TRAIN_DEFAULT_DATA "]\n"
+    "  --train FILE.csv       Kaggle CSV (label,pixel0..pixel783) to train on instead of --data\n"
+    "  --test FILE.csv        Kaggle CSV test set (labels optional) to evaluate and predict\n"
+    "  --epochs N             epochs [the model's setup]\n"
+    "  --batch N              samples per step [the model's setup]\n"
+    "  --lr X                 learning rate [the model's setup]\n"
+    "  --val-split F          fraction held out for validation, 0 <= F < 1 [the model's setup]\n"
+    "  --seed N               seed for initialisation, split, shuffles and dropout [1]\n"
+    "  --limit N              train on the first N samples only (before the split)\n"
+    "  --devices SPEC         comma list of devices: cpu, cpu:THREADS; add @W for a capacity\n"
+    "                         weight [cpu]\n"
+    "  --out DIR              folder for the run's files [results]\n"
+    "  --name NAME            run name [<model>-<date>-<time>]; a taken name gets -2, -3, ...\n"
+    "  --save FILE            write the final weights as safetensors (PyTorch names/layouts)\n"
+    "  --load FILE            start from weights in a safetensors file\n"
+    "  --progress             always show the progress bar (default: only on a terminal)\n"
+    "  --no-progress          never show it\n"
+    "  --quiet                no per-epoch lines on stdout (the log still has them)\n"
+    "  --help                 this text\n"
+    "\n"
+    "Ctrl-C stops after the current step; the metrics rows written so far are kept and\n"
+    "--save still writes the weights.\n";
+
+static const char *usage_predict =
+    "usage: hetrain predict --load FILE.safetensors --out FILE.csv [OPTIONS]\n"
+    "\n"
+    "Writes ImageId,Label predictions for a test set; prints the accuracy when it has labels.\n"
+    "\n"
+    "options:\n"
+    "  --model NAME|FILE.cfg  the network the weights belong to\n"
+    "                         [cnn2d_3layer_fullconnected_3layer]\n"
+    "  --load FILE            weights (safetensors), required\n"
+    "  --out FILE             predictions CSV to write, required; never overwritten\n"
+    "  --data DIR             IDX folder whose t10k- files are the test set\n"
+    "                         [" TRAIN_DEFAULT_DATA "]\n"
+    "  --test FILE.csv        Kaggle CSV test set instead (labels optional)\n"
+    "  --limit N              first N test samples only\n"
+    "  --devices SPEC         as for train [cpu]\n"
+    "  --help                 this text\n";
+
+static const char *usage_summary =
+    "usage: hetrain summary [--model NAME|FILE.cfg]\n"
+    "\n"
+    "Prints each layer's output shape and parameter count, and the total.\n";
+
+static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "hetrain %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see 'hetrain %s --help')\n", cmd);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "hetrain: %s: expected an integer %ld..%ld, found \"%s\"\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *flag, const char *s, double lo, double hi, int hi_open,
+                       double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi || (hi_open && v >= hi)) {
+        fprintf(stderr, "hetrain: %s: expected a number %g..%g%s, found \"%s\"\n", flag, lo, hi,
+                hi_open ? " (exclusive)" : "", s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void on_sigint(int sig) {
+    (void)sig;
+    train_interrupted = 1;
+    signal(SIGINT, SIG_DFL); // a second Ctrl-C kills at once
+}
+
+static char *join_args(int argc, char **argv) {
+    size_t n = 1;
+    for (int i = 0; i < argc; i++) n += strlen(argv[i]) + 3;
+    char *s = malloc(n), *p = s;
+    for (int i = 0; i < argc; i++) {
+        int quote = strpbrk(argv[i], " \t'\"") != NULL;
+        p += sprintf(p, i ? (quote ? " '%s'" : " %s") : (quote ? "'%s'" : "%s"), argv[i]);
+    }
+    *p = 0;
+    return s;
+}
+
+enum {
+    OPT_MODEL = 1000, OPT_DATA, OPT_TRAIN, OPT_TEST, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_VAL,
+    OPT_SEED, OPT_LIMIT, OPT_DEVICES, OPT_OUT, OPT_NAME, OPT_SAVE, OPT_LOAD, OPT_PROGRESS,
+    OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP
+};
+
+static int cmd_train(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, OPT_MODEL},     {"data", required_argument, 0, OPT_DATA},
+        {"train", required_argument, 0, OPT_TRAIN},     {"test", required_argument, 0, OPT_TEST},
+        {"epochs", required_argument, 0, OPT_EPOCHS},   {"batch", required_argument, 0, OPT_BATCH},
+        {"lr", required_argument, 0, OPT_LR},           {"val-split", required_argument, 0, OPT_VAL},
+        {"seed", required_argument, 0, OPT_SEED},       {"limit", required_argument, 0, OPT_LIMIT},
+        {"devices", required_argument, 0, OPT_DEVICES}, {"out", required_argument, 0, OPT_OUT},
+        {"name", required_argument, 0, OPT_NAME},       {"save", required_argument, 0, OPT_SAVE},
+        {"load", required_argument, 0, OPT_LOAD},       {"progress", no_argument, 0, OPT_PROGRESS},
+        {"no-progress", no_argument, 0, OPT_NO_PROGRESS}, {"quiet", no_argument, 0, OPT_QUIET},
+        {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
+    train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1};
+    long v;
+    double f;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_MODEL: o.model = optarg; break;
+        case OPT_DATA: o.data_dir = optarg; break;
+        case OPT_TRAIN: o.train_csv = optarg; break;
+        case OPT_TEST: o.test_csv = optarg; break;
+        case OPT_EPOCHS:
+            if (parse_int("--epochs", optarg, 1, 100000, &v) < 0) return EXIT_USAGE;
+            o.epochs = (int)v;
+            break;
+        case OPT_BATCH:
+            if (parse_int("--batch", optarg, 1, 1000000, &v) < 0) return EXIT_USAGE;
+            o.batch = (int)v;
+            break;
+        case OPT_LR:
+            if (parse_float("--lr", optarg, 0, 100, 0, &f) < 0) return EXIT_USAGE;
+            o.lr = (float)f;
+            break;
+        case OPT_VAL:
+            if (parse_float("--val-split", optarg, 0, 1, 1, &f) < 0) return EXIT_USAGE;
+            o.val_split = (float)f;
+            break;
+        case OPT_SEED:
+            if (parse_int("--seed", optarg, 0, LONG_MAX, &v) < 0) return EXIT_USAGE;
+            o.seed = (uint64_t)v;
+            break;
+        case OPT_LIMIT:
+            if (parse_int("--limit", optarg, 1, INT_MAX, &v) < 0) return EXIT_USAGE;
+            o.limit = (int)v;
+            break;
+        case OPT_DEVICES: o.devices = optarg; break;
+        case OPT_OUT: o.out_dir = optarg; break;
+        case OPT_NAME:
+            if (!*optarg || strchr(optarg, '/'))
+                return usage_error("train", "--name: expected a file name without '/', found \"%s\"", optarg);
+            o.run_name = optarg;
+            break;
+        case OPT_SAVE: o.save = optarg; break;
+        case OPT_LOAD: o.load = optarg; break;
+        case OPT_PROGRESS: o.progress = 1; break;
+        case OPT_NO_PROGRESS: o.progress = 0; break;
+        case OPT_QUIET: o.quiet = 1; break;
+        case OPT_HELP: fputs(usage_train, stdout); return 0;
+        case ':': return usage_error("train", "%s needs a value", argv[optind - 1]);
+        default: return usage_error("train", "unknown option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_error("train", "unexpected argument \"%s\"", argv[optind]);
+    if (o.train_csv && o.data_dir)
+        return usage_error("train", "--train and --data both name training data; give one");
+    char *cmdline = join_args(argc + 1, argv - 1);
+    o.command_line = cmdline;
+    signal(SIGINT, on_sigint);
+    ht_error e;
+    int rc = train_run(&o, &e);
+    free(cmdline);
+    if (rc < 0) {
+        fprintf(stderr, "hetrain: %s\n", e.msg);
+        return train_interrupted ? EXIT_INTERRUPTED : 1;
+    }
+    return 0;
+}
+
+static int cmd_predict(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, OPT_MODEL}, {"load", required_argument, 0, OPT_LOAD},
+        {"out", required_argument, 0, OPT_OUT},     {"data", required_argument, 0, OPT_DATA},
+        {"test", required_argument, 0, OPT_TEST},   {"limit", required_argument, 0, OPT_LIMIT},
+        {"devices", required_argument, 0, OPT_DEVICES}, {"help", no_argument, 0, OPT_HELP},
+        {0, 0, 0, 0}};
+    predict_opts o = {0};
+    long v;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_MODEL: o.model = optarg; break;
+        case OPT_LOAD: o.load = optarg; break;
+        case OPT_OUT: o.out = optarg; break;
+        case OPT_DATA: o.data_dir = optarg; break;
+        case OPT_TEST: o.test_csv = optarg; break;
+        case OPT_LIMIT:
+            if (parse_int("--limit", optarg, 1, INT_MAX, &v) < 0) return EXIT_USAGE;
+            o.limit = (int)v;
+            break;
+        case OPT_DEVICES: o.devices = optarg; break;
+        case OPT_HELP: fputs(usage_predict, stdout); return 0;
+        case ':': return usage_error("predict", "%s needs a value", argv[optind - 1]);
+        default: return usage_error("predict", "unknown option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_error("predict", "unexpected argument \"%s\"", argv[optind]);
+    if (!o.load) return usage_error("predict", "--load FILE.safetensors is required");
+    if (!o.out) return usage_error("predict", "--out FILE.csv is required");
+    ht_error e;
+    if (predict_run(&o, &e) < 0) {
+        fprintf(stderr, "hetrain: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_summary(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, OPT_MODEL}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+    const char *name = TRAIN_DEFAULT_MODEL;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_MODEL: name = optarg; break;
+        case OPT_HELP: fputs(usage_summary, stdout); return 0;
+        case ':': return usage_error("summary", "%s needs a value", argv[optind - 1]);
+        default: return usage_error("summary", "unknown option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_error("summary", "unexpected argument \"%s\"", argv[optind]);
+    model m;
+    ht_error e;
+    if (model_init(&m, name, &e) < 0) {
+        fprintf(stderr, "hetrain: %s\n", e.msg);
+        return 1;
+    }
+    model_print_summary(&m, stdout);
+    model_free(&m);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage_main, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(usage_main, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("hetrain %s\n", HT_VERSION);
+        return 0;
+    }
+    // Each command parses its own options from argv[1..].
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "predict")) return cmd_predict(argc - 1, argv + 1);
+    if (!strcmp(cmd, "summary")) return cmd_summary(argc - 1, argv + 1);
+    fprintf(stderr, "hetrain: unknown command \"%s\"\n\n%s", cmd, usage_main);
+    return EXIT_USAGE;
+}

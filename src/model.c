@@ -1,0 +1,426 @@
+// Sequential models: building layer by layer with shape checks, the two reference presets,
+// parameter initialisers and the summary table. The config-file front end is in config.c.
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers.h"
+#include "rng.h"
+
+#define MODEL_MAX_LAYERS 1024
+#define MODEL_MAX_DIM 65536   // channels, height, width, filters, units
+#define MODEL_MAX_K 64        // kernel/window size, stride, padding
+#define MODEL_MAX_CLASSES 256 // labels are uint8_t
+#define MODEL_MAX_ELEMS ((int64_t)1 << 31) // per-sample activations, and total parameters
+
+static const char *const kind_names[] = {
+    [LAYER_CONV2D] = "conv",   [LAYER_MAXPOOL] = "maxpool", [LAYER_DENSE] = "dense",
+    [LAYER_RELU] = "relu",     [LAYER_DROPOUT] = "dropout", [LAYER_SOFTMAX_XENT] = "softmax",
+};
+// Automatic names are prefix + a per-kind counter ("conv1", "fc2"); softmax is alone.
+static const char *const auto_prefix[] = {
+    [LAYER_CONV2D] = "conv",   [LAYER_MAXPOOL] = "pool",    [LAYER_DENSE] = "fc",
+    [LAYER_RELU] = "relu",     [LAYER_DROPOUT] = "drop",    [LAYER_SOFTMAX_XENT] = "softmax",
+};
+
+// ---- presets -------------------------------------------------------------------------------
+
+// Keras's defaults for the 3-layer net (glorot conv, lecun dense as the original set, zero bias).
+#define CONV3(f, p)                                                                            \
+    {.kind = LAYER_CONV2D, .filters = f, .k = 3, .stride = 1, .pad = p,                       \
+     .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_ZEROS}
+#define DENSE3(u) {.kind = LAYER_DENSE, .units = u, .w_init = INIT_LECUN_UNIFORM, .b_init = INIT_ZEROS}
+// The TensorFlow 2-layer net: every weight N(0, 0.1) truncated at 2 stddev, every bias 0.1.
+#define CONV2(f)                                                                               \
+    {.kind = LAYER_CONV2D, .filters = f, .k = 5, .stride = 1, .pad = -1,                      \
+     .w_init = INIT_TRUNCATED_NORMAL, .w_arg = 0.1f, .b_init = INIT_CONSTANT, .b_arg = 0.1f}
+#define DENSE2(u)                                                                              \
+    {.kind = LAYER_DENSE, .units = u, .w_init = INIT_TRUNCATED_NORMAL, .w_arg = 0.1f,         \
+     .b_init = INIT_CONSTANT, .b_arg = 0.1f}
+#define RELU {.kind = LAYER_RELU}
+#define POOL2 {.kind = LAYER_MAXPOOL, .k = 2}
+#define DROPOUT(r) {.kind = LAYER_DROPOUT, .rate = r}
+#define SOFTMAX {.kind = LAYER_SOFTMAX_XENT}
+
+static const layer_spec cnn3_layers[] = {
+    CONV3(32, 1), RELU, CONV3(48, 1), RELU, POOL2, CONV3(32, 1), RELU, POOL2,
+    DENSE3(128),  RELU, DROPOUT(0.25f), DENSE3(128), RELU, DROPOUT(0.25f), DENSE3(10), SOFTMAX,
+};
+static const layer_spec cnn2_layers[] = {
+    CONV2(32), RELU, POOL2, CONV2(64), RELU, POOL2, DENSE2(1024), RELU, DROPOUT(0.5f),
+    DENSE2(10), SOFTMAX,
+};
+
+// Also the defaults of a config file's [net] section. Adam's betas are set here too so that
+// `optimizer = adam` alone gets the usual ones.
+static const train_setup cnn3_setup = {
+    .optim = OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .nesterov = 1, .decay = 1e-6f,
+    .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .batch = 1000, .epochs = 10, .val_split = 0.2f,
+};
+// DESIGN.md gives no epoch count for this net; 10 matches the other one.
+static const train_setup cnn2_setup = {
+    .optim = OPTIM_ADAM, .lr = 5e-4f, .momentum = 0, .nesterov = 0, .decay = 0,
+    .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .batch = 50, .epochs = 10, .val_split = 0.2f,
+};
+
+typedef struct preset {
+    const char *name, *alias;
+    const layer_spec *layers;
+    int n_layers;
+    const train_setup *setup;
+} preset;
+
+static const preset presets[] = {
+    {"cnn2d_3layer_fullconnected_3layer", "cnn3", cnn3_layers,
+     (int)(sizeof cnn3_layers / sizeof cnn3_layers[0]), &cnn3_setup},
+    {"cnn2d_2layer_full_connected_2layer", "cnn2", cnn2_layers,
+     (int)(sizeof cnn2_layers / sizeof cnn2_layers[0]), &cnn2_setup},
+};
+#define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
+
+// Full names only; each also answers to its short alias ("cnn3", "cnn2"), which
+// model_init_preset accepts and its error message lists.
+const char *const model_preset_names[] = {
+    "cnn2d_3layer_fullconnected_3layer",
+    "cnn2d_2layer_full_connected_2layer",
+    NULL,
+};
+
+static int fail_unknown_preset(ht_error *err, const char *name) {
+    char list[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < N_PRESETS && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s (%s)", i ? ", " : "",
+                                presets[i].name, presets[i].alias);
+    return ht_fail(err, "unknown model \"%.64s\": expected a preset (%s) or a .cfg file",
+                   name ? name : "(null)", list);
+}
+
+int model_init_preset(model *m, const char *name, ht_error *err) {
+    memset(m, 0, sizeof *m);
+    const preset *p = NULL;
+    for (int i = 0; name && i < N_PRESETS; i++)
+        if (!strcmp(name, presets[i].name) || !strcmp(name, presets[i].alias)) p = &presets[i];
+    if (!p) return fail_unknown_preset(err, name);
+    if (model_begin(m, p->name, 1, 28, 28, 10, err)) goto fail;
+    m->setup = *p->setup;
+    for (int i = 0; i < p->n_layers; i++)
+        if (model_add(m, &p->layers[i], err)) goto fail;
+    if (model_finish(m, err)) goto fail;
+    return 0;
+fail:
+    ht_wrap(err, "preset %s", p->name);
+    model_free(m);
+    return -1;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+int model_init(model *m, const char *name_or_path, ht_error *err) {
+    memset(m, 0, sizeof *m);
+    if (!name_or_path) return fail_unknown_preset(err, NULL);
+    if (ends_with(name_or_path, ".cfg") || ends_with(name_or_path, ".ini") ||
+        strchr(name_or_path, '/'))
+        return model_init_config(m, name_or_path, err);
+    return model_init_preset(m, name_or_path, err);
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    free(m->layers);
+    memset(m, 0, sizeof *m);
+}
+
+// ---- building ------------------------------------------------------------------------------
+
+int model_begin(model *m, const char *name, int c, int h, int w, int n_classes, ht_error *err) {
+    memset(m, 0, sizeof *m);
+    if (!name || !*name || strlen(name) >= sizeof m->name)
+        return ht_fail(err, "model name must be 1..%zu characters", sizeof m->name - 1);
+    if (c < 1 || h < 1 || w < 1 || c > MODEL_MAX_DIM || h > MODEL_MAX_DIM || w > MODEL_MAX_DIM ||
+        (int64_t)c * h * w >= MODEL_MAX_ELEMS)
+        return ht_fail(err, "input %dx%dx%d: each of CxHxW must be 1..%d and C*H*W < 2^31", c, h,
+                       w, MODEL_MAX_DIM);
+    if (n_classes < 2 || n_classes > MODEL_MAX_CLASSES)
+        return ht_fail(err, "classes %d: expected 2..%d", n_classes, MODEL_MAX_CLASSES);
+    strcpy(m->name, name);
+    m->in_c = c;
+    m->in_h = h;
+    m->in_w = w;
+    m->n_classes = n_classes;
+    m->setup = cnn3_setup;
+    return 0;
+}
+
+static int valid_name(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 31) return 0;
+    for (; *s; s++) // safetensors keys and JSON: keep to a plain identifier
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_' || *s == '-'))
+            return 0;
+    return 1;
+}
+
+static int check_init(init_kind kind, float arg, const char *what, int idx, const char *kname,
+                      ht_error *err) {
+    if ((unsigned)kind > INIT_TRUNCATED_NORMAL)
+        return ht_fail(err, "layer %d (%s): unknown %s init %d", idx, kname, what, (int)kind);
+    if (!isfinite(arg))
+        return ht_fail(err, "layer %d (%s): %s init argument is not finite", idx, kname, what);
+    if (kind == INIT_TRUNCATED_NORMAL && !(arg > 0))
+        return ht_fail(err, "layer %d (%s): %s truncated_normal needs a stddev > 0, got %g", idx,
+                       kname, what, (double)arg);
+    return 0;
+}
+
+int model_add(model *m, const layer_spec *s, ht_error *err) {
+    int idx = m->n_layers;
+    if (m->in_c < 1) return ht_fail(err, "model_add before model_begin");
+    if ((unsigned)s->kind > LAYER_SOFTMAX_XENT)
+        return ht_fail(err, "layer %d: unknown kind %d", idx, (int)s->kind);
+    const char *kname = kind_names[s->kind];
+    if (idx >= MODEL_MAX_LAYERS)
+        return ht_fail(err, "layer %d (%s): more than %d layers", idx, kname, MODEL_MAX_LAYERS);
+    if (idx > 0 && m->layers[idx - 1].kind == LAYER_SOFTMAX_XENT)
+        return ht_fail(err, "layer %d (%s): nothing may follow softmax, which must be last", idx,
+                       kname);
+
+    layer L = {.kind = s->kind, .w_off = LAYER_NO_PARAM, .b_off = LAYER_NO_PARAM};
+    if (idx == 0) {
+        L.c = m->in_c, L.h = m->in_h, L.w = m->in_w;
+    } else {
+        const layer *P = &m->layers[idx - 1];
+        L.c = P->oc, L.h = P->oh, L.w = P->ow;
+    }
+
+    if (s->name) {
+        if (!valid_name(s->name))
+            return ht_fail(err, "layer %d (%s): name \"%.40s\" must be 1..31 of [A-Za-z0-9_-]",
+                           idx, kname, s->name);
+        strcpy(L.name, s->name);
+    } else if (s->kind == LAYER_SOFTMAX_XENT) {
+        strcpy(L.name, auto_prefix[s->kind]);
+    } else {
+        int count = 1;
+        for (int i = 0; i < idx; i++) count += m->layers[i].kind == s->kind;
+        snprintf(L.name, sizeof L.name, "%s%d", auto_prefix[s->kind], count);
+    }
+    for (int i = 0; i < idx; i++)
+        if (!strcmp(m->layers[i].name, L.name))
+            return ht_fail(err, "layer %d (%s): name \"%s\" is already used by layer %d", idx,
+                           kname, L.name, i);
+
+    switch (s->kind) {
+    case LAYER_CONV2D: {
+        if (s->filters < 1 || s->filters > MODEL_MAX_DIM)
+            return ht_fail(err, "layer %d (conv): filters %d: expected 1..%d", idx, s->filters,
+                           MODEL_MAX_DIM);
+        if (s->k < 1 || s->k > MODEL_MAX_K)
+            return ht_fail(err, "layer %d (conv): kernel size %d: expected 1..%d", idx, s->k,
+                           MODEL_MAX_K);
+        int stride = s->stride ? s->stride : 1;
+        if (stride < 1 || stride > MODEL_MAX_K)
+            return ht_fail(err, "layer %d (conv): stride %d: expected 1..%d", idx, stride,
+                           MODEL_MAX_K);
+        int pad = s->pad;
+        if (pad < 0) {
+            if (s->k % 2 == 0)
+                return ht_fail(err, "layer %d (conv): \"same\" padding needs an odd kernel, got %d",
+                               idx, s->k);
+            if (stride != 1)
+                return ht_fail(err, "layer %d (conv): \"same\" padding needs stride 1, got %d",
+                               idx, stride);
+            pad = (s->k - 1) / 2;
+        }
+        if (pad > MODEL_MAX_K)
+            return ht_fail(err, "layer %d (conv): pad %d: expected 0..%d", idx, pad, MODEL_MAX_K);
+        if (L.h + 2 * pad < s->k || L.w + 2 * pad < s->k)
+            return ht_fail(err, "layer %d (conv): kernel %d does not fit input %dx%d (pad %d)",
+                           idx, s->k, L.h, L.w, pad);
+        L.k = s->k, L.stride = stride, L.pad = pad;
+        L.oc = s->filters;
+        L.oh = conv_out_dim(L.h, s->k, stride, pad);
+        L.ow = conv_out_dim(L.w, s->k, stride, pad);
+        L.n_w = (size_t)L.oc * L.c * L.k * L.k;
+        L.n_b = (size_t)L.oc;
+        break;
+    }
+    case LAYER_MAXPOOL: {
+        if (s->k < 1 || s->k > MODEL_MAX_K)
+            return ht_fail(err, "layer %d (maxpool): window %d: expected 1..%d", idx, s->k,
+                           MODEL_MAX_K);
+        int stride = s->stride ? s->stride : s->k;
+        if (stride < 1 || stride > MODEL_MAX_K)
+            return ht_fail(err, "layer %d (maxpool): stride %d: expected 1..%d", idx, stride,
+                           MODEL_MAX_K);
+        if (L.h < s->k || L.w < s->k)
+            return ht_fail(err, "layer %d (maxpool): window %d does not fit input %dx%d", idx,
+                           s->k, L.h, L.w);
+        L.k = s->k, L.stride = stride, L.pad = 0;
+        L.oc = L.c;
+        L.oh = conv_out_dim(L.h, s->k, stride, 0);
+        L.ow = conv_out_dim(L.w, s->k, stride, 0);
+        break;
+    }
+    case LAYER_DENSE:
+        if (s->units < 1 || s->units > MODEL_MAX_DIM)
+            return ht_fail(err, "layer %d (dense): units %d: expected 1..%d", idx, s->units,
+                           MODEL_MAX_DIM);
+        L.c = (int)layer_in_size(&L), L.h = 1, L.w = 1; // flattens its input
+        L.oc = s->units, L.oh = 1, L.ow = 1;
+        L.n_w = (size_t)L.oc * L.c;
+        L.n_b = (size_t)L.oc;
+        break;
+    case LAYER_DROPOUT:
+        if (!(s->rate >= 0 && s->rate < 1))
+            return ht_fail(err, "layer %d (dropout): rate %g: expected 0 <= rate < 1", idx,
+                           (double)s->rate);
+        L.rate = s->rate;
+        L.oc = L.c, L.oh = L.h, L.ow = L.w;
+        break;
+    case LAYER_RELU:
+        L.oc = L.c, L.oh = L.h, L.ow = L.w;
+        break;
+    case LAYER_SOFTMAX_XENT:
+        if (layer_in_size(&L) != (size_t)m->n_classes)
+            return ht_fail(err, "layer %d (softmax): input has %zu features (%dx%dx%d), expected "
+                           "the %d classes", idx, layer_in_size(&L), L.c, L.h, L.w, m->n_classes);
+        L.c = m->n_classes, L.h = 1, L.w = 1;
+        L.oc = L.c, L.oh = 1, L.ow = 1;
+        break;
+    }
+    if (L.oh < 1 || L.ow < 1) // unreachable after the fit checks; kept as the invariant
+        return ht_fail(err, "layer %d (%s): output %dx%d is empty", idx, kname, L.oh, L.ow);
+    if ((int64_t)L.oc * L.oh * L.ow >= MODEL_MAX_ELEMS)
+        return ht_fail(err, "layer %d (%s): output %dx%dx%d has 2^31 or more elements", idx,
+                       kname, L.oc, L.oh, L.ow);
+
+    if (L.n_w) {
+        if (check_init(s->w_init, s->w_arg, "weight", idx, kname, err) ||
+            check_init(s->b_init, s->b_arg, "bias", idx, kname, err))
+            return -1;
+        if ((int64_t)(m->n_params + L.n_w + L.n_b) >= MODEL_MAX_ELEMS)
+            return ht_fail(err, "layer %d (%s): %zu parameters take the total to 2^31 or more",
+                           idx, kname, L.n_w + L.n_b);
+        L.w_init = s->w_init, L.w_arg = s->w_arg;
+        L.b_init = s->b_init, L.b_arg = s->b_arg;
+        L.w_off = m->n_params;
+        L.b_off = L.w_off + L.n_w;
+    }
+
+    layer *grown = realloc(m->layers, (size_t)(idx + 1) * sizeof *grown);
+    if (!grown) return ht_fail(err, "layer %d (%s): out of memory", idx, kname);
+    m->layers = grown;
+    m->layers[idx] = L;
+    m->n_layers = idx + 1;
+    m->n_params += L.n_w + L.n_b;
+    return 0;
+}
+
+int model_finish(model *m, ht_error *err) {
+    if (m->n_layers == 0) return ht_fail(err, "model \"%s\" has no layers", m->name);
+    const layer *last = &m->layers[m->n_layers - 1];
+    if (last->kind != LAYER_SOFTMAX_XENT)
+        return ht_fail(err, "layer %d (%s): the model must end with softmax over the %d classes",
+                       m->n_layers - 1, kind_names[last->kind], m->n_classes);
+    return 0;
+}
+
+int model_find_layer(const model *m, const char *name) {
+    for (int i = 0; name && i < m->n_layers; i++)
+        if (!strcmp(m->layers[i].name, name)) return i;
+    return -1;
+}
+
+// ---- initialisation ------------------------------------------------------------------------
+
+static void init_fill(float *p, size_t n, init_kind kind, float arg, double fan_in,
+                      double fan_out, ht_rng *r) {
+    double limit = 0;
+    switch (kind) {
+    case INIT_ZEROS:
+        for (size_t i = 0; i < n; i++) p[i] = 0;
+        return;
+    case INIT_CONSTANT:
+        for (size_t i = 0; i < n; i++) p[i] = arg;
+        return;
+    case INIT_LECUN_UNIFORM:
+        limit = sqrt(3.0 / fan_in);
+        break;
+    case INIT_GLOROT_UNIFORM:
+        limit = sqrt(6.0 / (fan_in + fan_out));
+        break;
+    case INIT_TRUNCATED_NORMAL:
+        for (size_t i = 0; i < n; i++) {
+            double x;
+            do x = ht_rng_normal(r) * arg;
+            while (fabs(x) > 2.0 * arg);
+            p[i] = (float)x;
+        }
+        return;
+    }
+    for (size_t i = 0; i < n; i++) p[i] = (float)((2.0 * ht_rng_double(r) - 1.0) * limit);
+}
+
+void model_init_params(const model *m, float *params, uint64_t seed) {
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        if (L->w_off == LAYER_NO_PARAM) continue;
+        // One generator per layer, so adding or changing a layer leaves the others' draws alone.
+        ht_rng r;
+        ht_rng_seed(&r, ht_mix64(seed ^ (uint64_t)l));
+        double k2 = L->kind == LAYER_CONV2D ? (double)L->k * L->k : 1.0;
+        double fan_in = L->c * k2, fan_out = L->oc * k2; // Keras: receptive field times channels
+        init_fill(params + L->w_off, L->n_w, L->w_init, L->w_arg, fan_in, fan_out, &r);
+        init_fill(params + L->b_off, L->n_b, L->b_init, L->b_arg, fan_in, fan_out, &r);
+    }
+}
+
+// ---- reporting -----------------------------------------------------------------------------
+
+double model_forward_macs(const model *m) {
+    double macs = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        if (L->kind == LAYER_CONV2D)
+            macs += (double)L->oc * L->oh * L->ow * L->c * L->k * L->k;
+        else if (L->kind == LAYER_DENSE)
+            macs += (double)L->c * L->oc;
+    }
+    return macs;
+}
+
+// 1234567 -> "1,234,567", as Keras prints parameter counts.
+static const char *group_digits(size_t v, char buf[32]) {
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%zu", v), j = 0;
+    for (int i = 0; i < n; i++) {
+        if (i && (n - i) % 3 == 0) buf[j++] = ',';
+        buf[j++] = tmp[i];
+    }
+    buf[j] = 0;
+    return buf;
+}
+
+void model_print_summary(const model *m, FILE *f) {
+    char num[32], shape[48], label[48];
+    fprintf(f, "Model: \"%s\"  input %dx%dx%d, %d classes\n", m->name, m->in_c, m->in_h,
+            m->in_w, m->n_classes);
+    fprintf(f, "%-4s %-20s %-18s %12s\n", "#", "Layer (kind)", "Output shape", "Param #");
+    fprintf(f, "%.57s\n", "=========================================================");
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        snprintf(label, sizeof label, "%s (%s)", L->name, kind_names[L->kind]);
+        snprintf(shape, sizeof shape, "(%d, %d, %d)", L->oc, L->oh, L->ow);
+        fprintf(f, "%-4d %-20s %-18s %12s\n", l, label, shape, group_digits(L->n_w + L->n_b, num));
+    }
+    fprintf(f, "%.57s\n", "=========================================================");
+    fprintf(f, "Total params: %s\n", group_digits(m->n_params, num));
+    fprintf(f, "Forward multiply-adds per sample: %.2f M\n", model_forward_macs(m) / 1e6);
+}

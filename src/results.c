@@ -1,0 +1,122 @@
+// Run files: unique names, incremental metrics rows, predictions written atomically.
+#include "results.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int mkdir_p(const char *dir, ht_error *e) {
+    char buf[1024];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+        return ht_fail(e, "%s: path too long", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return ht_fail(e, "%s: cannot create folder: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+        return ht_fail(e, "%s: cannot create folder: %s", buf, strerror(errno));
+    struct stat st;
+    if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode)) return ht_fail(e, "%s: not a folder", buf);
+    return 0;
+}
+
+static FILE *create_excl(const char *path, int *taken, ht_error *e) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    *taken = fd < 0 && errno == EEXIST;
+    if (fd < 0) {
+        if (!*taken) ht_fail(e, "%s: cannot create: %s", path, strerror(errno));
+        return NULL;
+    }
+    return fdopen(fd, "w");
+}
+
+static int exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int run_files_open(run_files *r, const char *out_dir, const char *name, const char *header,
+                   ht_error *e) {
+    memset(r, 0, sizeof *r);
+    if (mkdir_p(out_dir, e) < 0) return -1;
+    for (int k = 1; k < 10000; k++) {
+        if (k == 1) snprintf(r->prefix, sizeof r->prefix, "%s/%s", out_dir, name);
+        else snprintf(r->prefix, sizeof r->prefix, "%s/%s-%d", out_dir, name, k);
+        snprintf(r->metrics_path, sizeof r->metrics_path, "%s.metrics.csv", r->prefix);
+        snprintf(r->predictions_path, sizeof r->predictions_path, "%s.predictions.csv", r->prefix);
+        snprintf(r->log_path, sizeof r->log_path, "%s.log", r->prefix);
+        if (exists(r->predictions_path) || exists(r->log_path)) continue;
+        int taken;
+        r->metrics = create_excl(r->metrics_path, &taken, e);
+        if (!r->metrics && taken) continue;
+        if (!r->metrics) return -1;
+        r->log = create_excl(r->log_path, &taken, e);
+        if (!r->log) {
+            fclose(r->metrics);
+            unlink(r->metrics_path);
+            r->metrics = NULL;
+            if (taken) continue;
+            return -1;
+        }
+        fprintf(r->metrics, "%s\n", header);
+        fflush(r->metrics);
+        return 0;
+    }
+    return ht_fail(e, "%s: no free run name for %s", out_dir, name);
+}
+
+void run_files_close(run_files *r) {
+    if (r->metrics) {
+        fclose(r->metrics);
+        if (r->metrics_rows == 0) unlink(r->metrics_path);
+    }
+    if (r->log) fclose(r->log);
+    r->metrics = r->log = NULL;
+}
+
+void run_log(run_files *r, int also_stdout, const char *fmt, ...) {
+    va_list ap;
+    if (r && r->log) {
+        va_start(ap, fmt);
+        vfprintf(r->log, fmt, ap);
+        va_end(ap);
+        fflush(r->log);
+    }
+    if (also_stdout) {
+        va_start(ap, fmt);
+        vprintf(fmt, ap);
+        va_end(ap);
+        fflush(stdout);
+    }
+}
+
+void run_metrics_row(run_files *r, const char *row) {
+    fprintf(r->metrics, "%s\n", row);
+    fflush(r->metrics);
+    fsync(fileno(r->metrics));
+    r->metrics_rows++;
+}
+
+int predictions_write(const char *path, const int32_t *pred, int n, ht_error *e) {
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return ht_fail(e, "%s: cannot create: %s", tmp, strerror(errno));
+    fprintf(f, "ImageId,Label\n");
+    for (int i = 0; i < n; i++) fprintf(f, "%d,%d\n", i + 1, pred[i]);
+    int bad = ferror(f);
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        return ht_fail(e, "%s: cannot write: %s", path, strerror(err));
+    }
+    return 0;
+}

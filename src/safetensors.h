@@ -1,0 +1,17 @@
+// Weights in the safetensors format, with PyTorch's names and layouts: "<layer>.weight" as
+// conv [out,in,kh,kw] and dense [out,in], "<layer>.bias" as [out]; dtype F32.
+#ifndef HETRAIN_SAFETENSORS_H
+#define HETRAIN_SAFETENSORS_H
+
+#include "common.h"
+#include "model.h"
+
+// Writes all parameter tensors of m from params; writes a temporary file beside path and
+// renames it, so a failure never leaves a partial file.
+int safetensors_save(const char *path, const model *m, const float *params, ht_error *e);
+
+// Reads every parameter tensor of m into params. Each tensor must be present with the model's
+// shape and dtype F32 (F16/BF16/F64 are converted); extra tensors are an error naming them.
+int safetensors_load(const char *path, const model *m, float *params, ht_error *e);
+
+#endif

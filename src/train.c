@@ -1,0 +1,343 @@
+// The training job: loads data and model, opens the devices, runs epochs through the step
+// engine, evaluates, and writes the run's files.
+#include "train.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "data.h"
+#include "device.h"
+#include "engine.h"
+#include "model.h"
+#include "net.h"
+#include "progress.h"
+#include "results.h"
+#include "rng.h"
+#include "safetensors.h"
+
+volatile int train_interrupted;
+
+// Loads the training set and (optionally) the test set named by the options.
+static int load_data(const char *data_dir, const char *train_csv, const char *test_csv,
+                     dataset *train, dataset *test, int want_train, ht_error *e) {
+    if (train_csv || (test_csv && !want_train)) {
+        if (want_train && dataset_load_csv(train, train_csv, e) < 0) return -1;
+        if (want_train && !train->y)
+            return ht_fail(e, "%s: training data needs a label column (header \"label,pixel0,...\")",
+                           train_csv);
+        if (test_csv && dataset_load_csv(test, test_csv, e) < 0) return -1;
+        return 0;
+    }
+    const char *dir = data_dir ? data_dir : TRAIN_DEFAULT_DATA;
+    if (want_train) {
+        if (dataset_load_dir(train, test, dir, e) < 0) return -1;
+    } else {
+        if (dataset_load_dir(NULL, test, dir, e) < 0) return -1;
+    }
+    if (test_csv) {
+        dataset_free(test);
+        if (dataset_load_csv(test, test_csv, e) < 0) return -1;
+    }
+    return 0;
+}
+
+// The data set must have the model's input shape and labels below its class count.
+static int check_fits(const model *m, const dataset *d, const char *what, ht_error *e) {
+    if (d->n == 0) return 0;
+    if (d->c != m->in_c || d->h != m->in_h || d->w != m->in_w)
+        return ht_fail(e, "%s has samples of %dx%dx%d, but model %s takes %dx%dx%d", what, d->c,
+                       d->h, d->w, m->name, m->in_c, m->in_h, m->in_w);
+    if (d->y)
+        for (int i = 0; i < d->n; i++)
+            if (d->y[i] >= m->n_classes)
+                return ht_fail(e, "%s: sample %d has label %d, but model %s has %d classes", what,
+                               i, d->y[i], m->name, m->n_classes);
+    return 0;
+}
+
+// Mean loss and accuracy over a labelled set (pred may be NULL; loss/acc skipped without labels).
+static int evaluate(engine *g, const dataset *d, double *loss, double *acc, int32_t *pred,
+                    ht_error *e) {
+    int nc = g->m->n_classes, chunk = g->max_batch;
+    float *probs = ht_malloc((size_t)chunk * nc, sizeof(float), e);
+    if (!probs) return -1;
+    double lsum = 0;
+    long correct = 0;
+    for (int off = 0; off < d->n; off += chunk) {
+        int n = d->n - off < chunk ? d->n - off : chunk;
+        if (engine_infer(g, d, off, n, probs, e) < 0) {
+            free(probs);
+            return -1;
+        }
+        for (int i = 0; i < n; i++) {
+            const float *p = probs + (size_t)i * nc;
+            int k = net_argmax(p, nc);
+            if (pred) pred[off + i] = k;
+            if (d->y) {
+                float py = p[d->y[off + i]];
+                lsum += -log(py > 1e-30f ? py : 1e-30f);
+                correct += k == d->y[off + i];
+            }
+        }
+    }
+    free(probs);
+    if (loss) *loss = d->n ? lsum / d->n : NAN;
+    if (acc) *acc = d->n ? (double)correct / d->n : NAN;
+    return 0;
+}
+
+static void shuffle(uint32_t *idx, int n, uint64_t seed, int epoch) {
+    ht_rng r;
+    ht_rng_seed(&r, ht_mix64(seed ^ (0x5EED0000ull + (uint64_t)epoch)));
+    for (int i = 0; i < n; i++) idx[i] = (uint32_t)i;
+    for (int i = n - 1; i > 0; i--) {
+        uint32_t j = ht_rng_below(&r, (uint32_t)i + 1), t = idx[i];
+        idx[i] = idx[j];
+        idx[j] = t;
+    }
+}
+
+static void describe_setup(run_files *rf, const model *m, const train_setup *s, uint64_t seed) {
+    if (s->optim == OPTIM_SGD)
+        run_log(rf, 0, "optimizer: SGD lr %g momentum %g%s decay %g\n", s->lr, s->momentum,
+                s->nesterov ? " nesterov" : "", s->decay);
+    else
+        run_log(rf, 0, "optimizer: Adam lr %g beta1 %g beta2 %g eps %g decay %g\n", s->lr,
+                s->beta1, s->beta2, s->eps, s->decay);
+    run_log(rf, 0, "batch %d, epochs %d, val_split %g, seed %llu\n", s->batch, s->epochs,
+            s->val_split, (unsigned long long)seed);
+    run_log(rf, 0, "model: %s, %zu parameters, %.1f M multiply-adds per sample\n", m->name,
+            m->n_params, model_forward_macs(m) / 1e6);
+}
+
+typedef struct job {
+    model m;
+    dataset all, train, val, test;
+    float *params;
+    device *devs;
+    int n_devs;
+    engine g;
+    run_files rf;
+    uint32_t *idx;
+    float *loss;
+    int32_t *pred;
+} job;
+
+static void job_free(job *j) {
+    engine_free(&j->g);
+    device_close_list(j->devs, j->n_devs);
+    run_files_close(&j->rf);
+    dataset_free(&j->all);
+    dataset_free(&j->train);
+    dataset_free(&j->val);
+    dataset_free(&j->test);
+    model_free(&j->m);
+    free(j->params);
+    free(j->idx);
+    free(j->loss);
+    free(j->pred);
+}
+
+// Everything before the first step: model, data, weights, devices, engine. Nothing is written.
+static int job_prepare(job *j, const train_opts *o, ht_error *e) {
+    if (o->save && access(o->save, F_OK) == 0)
+        return ht_fail(e, "%s already exists; choose another --save path or remove it", o->save);
+    if (model_init(&j->m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) return -1;
+    train_setup *s = &j->m.setup;
+    if (o->epochs > 0) s->epochs = o->epochs;
+    if (o->batch > 0) s->batch = o->batch;
+    if (o->lr >= 0) s->lr = o->lr;
+    if (o->val_split >= 0) s->val_split = o->val_split;
+    if (load_data(o->data_dir, o->train_csv, o->test_csv, &j->all, &j->test, 1, e) < 0) return -1;
+    dataset_limit(&j->all, o->limit);
+    if (dataset_split(&j->all, s->val_split, o->seed, &j->train, &j->val, e) < 0) return -1;
+    dataset_free(&j->all);
+    if (j->train.n < 1) return ht_fail(e, "no training samples left after the validation split");
+    if (check_fits(&j->m, &j->train, "training data", e) < 0 ||
+        check_fits(&j->m, &j->test, "test data", e) < 0)
+        return -1;
+    if (s->batch > j->train.n) s->batch = j->train.n;
+    j->params = ht_malloc(j->m.n_params, sizeof(float), e);
+    if (!j->params) return -1;
+    if (o->load) {
+        if (safetensors_load(o->load, &j->m, j->params, e) < 0) return -1;
+    } else {
+        model_init_params(&j->m, j->params, o->seed);
+    }
+    if (device_open_list(&j->devs, &j->n_devs, o->devices ? o->devices : "cpu", &j->m, s->batch,
+                         e) < 0)
+        return -1;
+    if (engine_init(&j->g, &j->m, j->devs, j->n_devs, j->params, s, s->batch, o->seed, e) < 0)
+        return -1;
+    j->idx = ht_malloc((size_t)j->train.n, sizeof *j->idx, e);
+    j->loss = ht_malloc((size_t)s->batch, sizeof *j->loss, e);
+    j->pred = ht_malloc((size_t)(j->test.n > s->batch ? j->test.n : s->batch), sizeof *j->pred, e);
+    if (!j->idx || !j->loss || !j->pred) return -1;
+    return 0;
+}
+
+static void log_header(job *j, const train_opts *o) {
+    run_files *rf = &j->rf;
+    char when[64];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %Z", localtime(&now));
+    run_log(rf, 0, "hetrain %s, run started %s\n", HT_VERSION, when);
+    if (o->command_line) run_log(rf, 0, "command: %s\n", o->command_line);
+    run_log(rf, 0, "built with: %s, OpenBLAS %s\n", __VERSION__, openblas_get_config());
+    describe_setup(rf, &j->m, &j->m.setup, o->seed);
+    run_log(rf, 0, "data: %s, %d training, %d validation, %d test samples\n",
+            o->train_csv ? o->train_csv : (o->data_dir ? o->data_dir : TRAIN_DEFAULT_DATA),
+            j->train.n, j->val.n, j->test.n);
+    for (int d = 0; d < j->n_devs; d++)
+        run_log(rf, 0, "device %s: %s, weight %g, micro-batch %d\n", j->devs[d].spec,
+                j->devs[d].name, j->devs[d].weight, j->devs[d].micro);
+    run_log(rf, 0, "files: %s.{metrics.csv,predictions.csv,log}\n", rf->prefix);
+}
+
+static int run_epochs(job *j, const train_opts *o, int *epochs_done, ht_error *e) {
+    const train_setup *s = &j->m.setup;
+    int n = j->train.n;
+    for (int ep = 0; ep < s->epochs; ep++) {
+        double t0 = ht_now();
+        shuffle(j->idx, n, o->seed, ep);
+        progress pr;
+        progress_begin(&pr, o->progress, ep + 1, s->epochs, n);
+        double lsum = 0;
+        long correct = 0, seen = 0;
+        for (int off = 0; off < n; off += s->batch) {
+            if (train_interrupted) {
+                progress_end(&pr);
+                return ht_fail(e, "interrupted in epoch %d after %ld samples", ep + 1, seen);
+            }
+            int B = n - off < s->batch ? n - off : s->batch;
+            step_stats st;
+            if (engine_train_step(&j->g, &j->train, j->idx + off, B, (uint32_t)ep, j->loss,
+                                  j->pred, &st, e) < 0) {
+                progress_end(&pr);
+                return ht_wrap(e, "epoch %d, step %d", ep + 1, off / s->batch + 1);
+            }
+            for (int i = 0; i < B; i++) {
+                lsum += j->loss[i];
+                correct += j->pred[i] == j->train.y[j->idx[off + i]];
+            }
+            seen += B;
+            progress_update(&pr, seen, lsum / seen, (double)correct / seen);
+        }
+        progress_end(&pr);
+        double train_s = ht_now() - t0;
+        double vloss = NAN, vacc = NAN;
+        if (j->val.n > 0 && evaluate(&j->g, &j->val, &vloss, &vacc, NULL, e) < 0)
+            return ht_wrap(e, "validation after epoch %d", ep + 1);
+        double el = ht_now() - t0;
+        double loss = lsum / n, acc = (double)correct / n;
+        char row[512], vpart[128] = ",";
+        if (j->val.n > 0) snprintf(vpart, sizeof vpart, "%.6f,%.6f", vacc, vloss);
+        snprintf(row, sizeof row, "%d,%.6f,%.6f,%s,%.3f,%.1f", ep, acc, loss, vpart, el,
+                 n / train_s);
+        run_metrics_row(&j->rf, row);
+        char vtext[96] = "";
+        if (j->val.n > 0) snprintf(vtext, sizeof vtext, "  val_loss %.4f  val_acc %.4f", vloss, vacc);
+        run_log(&j->rf, !o->quiet, "epoch %d/%d  loss %.4f  acc %.4f%s  %.1fs  %.0f samples/s\n",
+                ep + 1, s->epochs, loss, acc, vtext, el, n / train_s);
+        *epochs_done = ep + 1;
+    }
+    return 0;
+}
+
+static int finish(job *j, const train_opts *o, ht_error *e) {
+    if (j->test.n > 0) {
+        double tloss, tacc;
+        if (evaluate(&j->g, &j->test, &tloss, &tacc, j->pred, e) < 0)
+            return ht_wrap(e, "test evaluation");
+        if (predictions_write(j->rf.predictions_path, j->pred, j->test.n, e) < 0) return -1;
+        if (j->test.y)
+            run_log(&j->rf, !o->quiet, "test: loss %.4f  accuracy %.4f  (%d samples)\n", tloss,
+                    tacc, j->test.n);
+        run_log(&j->rf, !o->quiet, "predictions: %s\n", j->rf.predictions_path);
+    }
+    return 0;
+}
+
+int train_run(const train_opts *o, ht_error *e) {
+    job j;
+    memset(&j, 0, sizeof j);
+    if (job_prepare(&j, o, e) < 0) {
+        job_free(&j);
+        return -1;
+    }
+    char name[256];
+    if (o->run_name) {
+        snprintf(name, sizeof name, "%s", o->run_name);
+    } else {
+        char stamp[32];
+        time_t now = time(NULL);
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
+        snprintf(name, sizeof name, "%s-%s", j.m.name, stamp);
+    }
+    if (run_files_open(&j.rf, o->out_dir ? o->out_dir : "results", name,
+                       "epoch,accuracy,loss,val_accuracy,val_loss,time_s,samples_per_s", e) < 0) {
+        job_free(&j);
+        return -1;
+    }
+    log_header(&j, o);
+    if (!o->quiet)
+        printf("training %s on %d samples (%d validation) with %s; results in %s.*\n", j.m.name,
+               j.train.n, j.val.n, o->devices ? o->devices : "cpu", j.rf.prefix);
+    int done = 0;
+    int rc = run_epochs(&j, o, &done, e);
+    if (rc == 0) rc = finish(&j, o, e);
+    if (o->save) {
+        // Weights are saved even after a failure, so an interrupted run can be resumed.
+        ht_error se;
+        if (safetensors_save(o->save, &j.m, j.g.params, &se) < 0) {
+            if (rc == 0) *e = se;
+            else run_log(&j.rf, 0, "error saving weights: %s\n", se.msg);
+            rc = -1;
+        } else {
+            run_log(&j.rf, !o->quiet, "weights: %s (after %d epoch%s)\n", o->save, done,
+                    done == 1 ? "" : "s");
+        }
+    }
+    if (rc < 0) run_log(&j.rf, 0, "error: %s\n", e->msg);
+    job_free(&j);
+    return rc;
+}
+
+int predict_run(const predict_opts *o, ht_error *e) {
+    job j;
+    memset(&j, 0, sizeof j);
+    int rc = -1;
+    if (access(o->out, F_OK) == 0) {
+        ht_fail(e, "%s already exists; choose another --out or remove it", o->out);
+        goto out;
+    }
+    if (model_init(&j.m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) goto out;
+    if (load_data(o->data_dir, NULL, o->test_csv, NULL, &j.test, 0, e) < 0) goto out;
+    dataset_limit(&j.test, o->limit);
+    if (j.test.n < 1) {
+        ht_fail(e, "no test samples to predict");
+        goto out;
+    }
+    if (check_fits(&j.m, &j.test, "test data", e) < 0) goto out;
+    j.params = ht_malloc(j.m.n_params, sizeof(float), e);
+    if (!j.params || safetensors_load(o->load, &j.m, j.params, e) < 0) goto out;
+    int chunk = j.test.n < 1000 ? j.test.n : 1000;
+    if (device_open_list(&j.devs, &j.n_devs, o->devices ? o->devices : "cpu", &j.m, chunk, e) < 0)
+        goto out;
+    if (engine_init(&j.g, &j.m, j.devs, j.n_devs, j.params, &j.m.setup, chunk, 0, e) < 0) goto out;
+    j.pred = ht_malloc((size_t)j.test.n, sizeof *j.pred, e);
+    double loss, acc;
+    if (!j.pred || evaluate(&j.g, &j.test, &loss, &acc, j.pred, e) < 0) goto out;
+    if (predictions_write(o->out, j.pred, j.test.n, e) < 0) goto out;
+    if (j.test.y) printf("accuracy %.4f  loss %.4f  (%d samples)\n", acc, loss, j.test.n);
+    printf("predictions: %s\n", o->out);
+    rc = 0;
+out:
+    job_free(&j);
+    return rc;
+}

@@ -1,0 +1,52 @@
+// The training job behind `hetrain train` and `hetrain predict`: data, model, devices, epochs,
+// validation, test evaluation and the run's files.
+#ifndef HETRAIN_TRAIN_H
+#define HETRAIN_TRAIN_H
+
+#include <stdint.h>
+
+#include "common.h"
+
+#define TRAIN_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+#define TRAIN_DEFAULT_MODEL "cnn2d_3layer_fullconnected_3layer"
+
+typedef struct train_opts {
+    const char *model;     // preset name or config path
+    const char *data_dir;  // IDX folder (default TRAIN_DEFAULT_DATA) unless train_csv is given
+    const char *train_csv;
+    const char *test_csv;
+    int epochs;            // 0: the model's default
+    int batch;             // 0: the model's default
+    float lr;              // < 0: the model's default
+    float val_split;       // < 0: the model's default
+    uint64_t seed;
+    int limit;             // 0: all training samples
+    const char *devices;   // default "cpu"
+    const char *out_dir;   // default "results"
+    const char *run_name;  // default "<model>-<timestamp>"
+    const char *save;      // safetensors to write at the end
+    const char *load;      // safetensors to start from
+    int progress;          // -1: when stderr is a terminal; 0 never; 1 always
+    int quiet;             // no per-epoch lines on stdout
+    const char *command_line; // for the run log
+} train_opts;
+
+// Trains; returns 0, or -1 with e filled (results written so far are kept).
+int train_run(const train_opts *o, ht_error *e);
+
+typedef struct predict_opts {
+    const char *model;
+    const char *load;      // required
+    const char *data_dir;  // uses its t10k files
+    const char *test_csv;
+    const char *out;       // predictions CSV path (required)
+    const char *devices;
+    int limit;
+} predict_opts;
+
+int predict_run(const predict_opts *o, ht_error *e);
+
+// Set from a signal handler: stop after the current step, keeping what was written.
+extern volatile int train_interrupted;
+
+#endif

@@ -1,0 +1,209 @@
+// The command line as a user meets it: help texts, bad flags and bad files (non-zero exit,
+// one clear line, no files left behind), run names that never overwrite, and a small
+// train -> save -> predict round trip on Kaggle-style CSVs cut from Fashion-MNIST.
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "data.h"
+#include "testutil.h"
+
+#define EXIT_USAGE 2
+
+// Runs the CLI, checks its exit status and that its output contains `want`.
+static void expect_cli(const char *args, int status, const char *want) {
+    char *out;
+    int rc = test_run_cli(args, &out);
+    if (rc != status || (want && !strstr(out, want)))
+        fail_msg("hetrain %s\n  exit %d (want %d)\n  output: %s\n  wanted text: %s", args, rc,
+                 status, out, want ? want : "(none)");
+    free(out);
+}
+
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d)))
+        if (ent->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+static void test_help_texts(void **state) {
+    (void)state;
+    expect_cli("--help", 0, "usage: hetrain COMMAND");
+    expect_cli("", EXIT_USAGE, "usage: hetrain COMMAND");
+    const char *flags[] = {"--model", "--data", "--train", "--test", "--epochs", "--batch",
+                           "--lr", "--seed", "--limit", "--val-split", "--devices", "--out",
+                           "--save", "--load"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        expect_cli("train --help", 0, flags[i]);
+    expect_cli("predict --help", 0, "--load");
+    expect_cli("summary --help", 0, "usage: hetrain summary");
+    expect_cli("version", 0, "hetrain ");
+}
+
+static void test_bad_flags(void **state) {
+    (void)state;
+    expect_cli("frobnicate", EXIT_USAGE, "unknown command \"frobnicate\"");
+    expect_cli("train --bogus", EXIT_USAGE, "unknown option \"--bogus\"");
+    expect_cli("train --epochs", EXIT_USAGE, "--epochs needs a value");
+    expect_cli("train --epochs abc", EXIT_USAGE, "--epochs: expected an integer 1..100000, found \"abc\"");
+    expect_cli("train --batch 0", EXIT_USAGE, "--batch: expected an integer");
+    expect_cli("train --val-split 1.5", EXIT_USAGE, "--val-split: expected a number");
+    expect_cli("train --lr nan", EXIT_USAGE, "--lr: expected a number");
+    expect_cli("train extra", EXIT_USAGE, "unexpected argument \"extra\"");
+    expect_cli("train --train a.csv --data /tmp", EXIT_USAGE, "give one");
+    expect_cli("predict --out x.csv", EXIT_USAGE, "--load FILE.safetensors is required");
+    expect_cli("summary --model nosuchnet", 1, "cnn2d_3layer_fullconnected_3layer");
+}
+
+static void test_summary(void **state) {
+    (void)state;
+    // 320 + 13872 + 13856 + 200832 + 16512 + 1290 parameters.
+    expect_cli("summary", 0, "Total params: 246,682");
+    expect_cli("summary --model cnn2", 0, "Total params: 3,274,634");
+    expect_cli("summary --model " HT_SOURCE_DIR "/models/cnn3.cfg", 0, "Total params: 246,682");
+}
+
+// Writes the first n samples of a Fashion-MNIST IDX set as a Kaggle CSV.
+static char *write_csv(const char *dir, const char *name, const char *images, const char *labels,
+                       int n, int with_labels) {
+    dataset d;
+    ht_error e;
+    if (dataset_load_idx(&d, images, labels, &e) < 0) fail_msg("%s", e.msg);
+    size_t cap = (size_t)n * 784 * 4 + 16384, len = 0;
+    char *buf = malloc(cap);
+    if (with_labels) len += (size_t)sprintf(buf + len, "label,");
+    for (int j = 0; j < 784; j++) len += (size_t)sprintf(buf + len, j ? ",pixel%d" : "pixel%d", j);
+    buf[len++] = '\n';
+    for (int i = 0; i < n; i++) {
+        if (with_labels) len += (size_t)sprintf(buf + len, "%d,", d.y[i]);
+        for (int j = 0; j < 784; j++)
+            len += (size_t)sprintf(buf + len, j ? ",%d" : "%d", (int)(d.x[i * 784 + j] * 255.0f + 0.5f));
+        buf[len++] = '\n';
+    }
+    char *path = test_write_file(dir, name, buf, len);
+    free(buf);
+    dataset_free(&d);
+    return path;
+}
+
+static void test_bad_files(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("cli-bad");
+    char *out = test_tmpdir("cli-bad-out");
+    const char *ragged = "label,pixel0,pixel1,pixel2,pixel3\n1,0,0,0,0\n2,0,0,0\n";
+    char *p = test_write_file(dir, "ragged.csv", ragged, strlen(ragged));
+    char args[2048];
+    snprintf(args, sizeof args, "train --train '%s' --out '%s' --no-progress", p, out);
+    expect_cli(args, 1, "ragged.csv:3");
+    assert_int_equal(count_files(out), 0); // nothing written for a run that never started
+    snprintf(args, sizeof args, "train --data '%s/nowhere' --out '%s'", dir, out);
+    expect_cli(args, 1, "nowhere");
+    assert_int_equal(count_files(out), 0);
+    snprintf(args, sizeof args, "train --devices gpu7 --limit 100 --out '%s'", out);
+    expect_cli(args, 1, "unknown device \"gpu7\"");
+    snprintf(args, sizeof args, "train --load '%s/missing.safetensors' --limit 100 --out '%s'", dir, out);
+    expect_cli(args, 1, "missing.safetensors");
+    assert_int_equal(count_files(out), 0);
+    // A 4-pixel CSV is a valid 2x2 image set, but not the shape the model takes.
+    const char *tiny = "label,pixel0,pixel1,pixel2,pixel3\n1,0,0,0,0\n2,0,0,0,9\n";
+    char *t = test_write_file(dir, "tiny.csv", tiny, strlen(tiny));
+    snprintf(args, sizeof args, "train --train '%s' --out '%s'", t, out);
+    expect_cli(args, 1, "1x2x2");
+    assert_int_equal(count_files(out), 0);
+    free(p);
+    free(t);
+    free(dir);
+    free(out);
+}
+
+static void test_train_save_predict_round_trip(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("cli-e2e");
+    char *train = write_csv(dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
+                            FASHION_DIR "/train-labels-idx1-ubyte.gz", 300, 1);
+    char *test = write_csv(dir, "test.csv", FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                           FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 120, 0);
+    char args[4096];
+    snprintf(args, sizeof args,
+             "train --train '%s' --test '%s' --epochs 2 --batch 50 --val-split 0.2 --out '%s' "
+             "--name run --save '%s/w.safetensors' --no-progress",
+             train, test, dir, dir);
+    expect_cli(args, 0, "epoch 2/2");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/run.metrics.csv", dir);
+    char *metrics = test_read_file(path, NULL);
+    assert_non_null(metrics);
+    assert_true(strncmp(metrics, "epoch,accuracy,loss,val_accuracy,val_loss,time_s,samples_per_s\n0,", 65) == 0);
+    assert_non_null(strstr(metrics, "\n1,"));
+    snprintf(path, sizeof path, "%s/run.predictions.csv", dir);
+    char *preds = test_read_file(path, NULL);
+    assert_non_null(preds);
+    assert_true(strncmp(preds, "ImageId,Label\n1,", 16) == 0);
+    assert_non_null(strstr(preds, "\n120,"));
+    snprintf(path, sizeof path, "%s/run.log", dir);
+    char *log = test_read_file(path, NULL);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "command: "));
+    assert_non_null(strstr(log, "epoch 1/2"));
+
+    // Saving over existing weights is refused before training starts.
+    expect_cli(args, 1, "w.safetensors already exists");
+    // Same name again: the first run's files stay, the new run becomes run-2.
+    snprintf(args, sizeof args,
+             "train --train '%s' --test '%s' --epochs 2 --batch 50 --val-split 0.2 --out '%s' "
+             "--name run --save '%s/w2.safetensors' --no-progress",
+             train, test, dir, dir);
+    expect_cli(args, 0, "run-2");
+    snprintf(path, sizeof path, "%s/run.metrics.csv", dir);
+    char *again = test_read_file(path, NULL);
+    assert_string_equal(again, metrics);
+    snprintf(path, sizeof path, "%s/run-2.metrics.csv", dir);
+    free(again);
+    again = test_read_file(path, NULL);
+    assert_non_null(again);
+
+    // predict from the second run's saved weights reproduces its predictions.
+    snprintf(args, sizeof args, "predict --load '%s/w2.safetensors' --test '%s' --out '%s/p.csv'",
+             dir, test, dir);
+    expect_cli(args, 0, "predictions:");
+    snprintf(path, sizeof path, "%s/p.csv", dir);
+    char *p = test_read_file(path, NULL);
+    snprintf(path, sizeof path, "%s/run-2.predictions.csv", dir);
+    char *p2 = test_read_file(path, NULL);
+    assert_non_null(p);
+    assert_non_null(p2);
+    assert_string_equal(p, p2);
+    // predict never overwrites.
+    expect_cli(args, 1, "already exists");
+    free(p);
+    free(p2);
+    free(again);
+    free(metrics);
+    free(preds);
+    free(log);
+    free(train);
+    free(test);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help_texts),
+        cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_summary),
+        cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_train_save_predict_round_trip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,700 @@
+// CPU layer math: finite-difference gradient checks for every layer, conv against a direct
+// loop, thread-count agreement, accumulate semantics, softmax stability and dropout masks.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers.h"
+#include "rng.h"
+#include "testutil.h"
+
+// Central-difference step. A power of two, and the true step (x+h)-(x-h) is measured after
+// rounding, so the quotient's only error is float rounding in the forward pass.
+#define FD_EPS (1.0 / 64)
+// Relative-error tolerances, against max(|analytic|, |numeric|, FD_FLOOR). Conv, dense, relu,
+// dropout and maxpool are piecewise linear, so the difference quotient is exact up to the
+// forward pass's float rounding (~1e-6 of L divided by 2*FD_EPS); softmax adds a truncation
+// error of order FD_EPS^2. Worst observed: 2.1e-4 (dense), 1.7e-4 (conv), 1.5e-4 (softmax).
+#define FD_FLOOR 0.1f
+#define TOL_CONV_FD 2e-3f
+#define TOL_POOL_FD 2e-3f
+#define TOL_DENSE_FD 2e-3f
+#define TOL_ACT_FD 2e-3f
+#define TOL_XENT_FD 5e-3f
+// conv2d_forward against a double-precision direct convolution. Outputs sum up to 50 products
+// of magnitude <= 1, so float rounding is ~1e-7 absolute: relative below REF_FLOOR.
+#define TOL_CONV_REF 1e-5f
+#define REF_FLOOR 0.1f
+// nthreads=1 vs nthreads=2. out and din are computed per sample by the same single-threaded
+// calls either way (observed: bit-identical); dw/db differ in the order the per-thread sums are
+// added, a few ulps (observed 4.8e-7), so they get twice the room.
+#define TOL_THREADS 1e-6f
+#define TOL_THREADS_SUM 2e-6f
+// Accumulate checks: (dw2 - dw0) vs 2 (dw1 - dw0) differ by a few float roundings.
+#define TOL_ACCUM 1e-5f
+
+// ---- helpers ----
+
+static float *fill_uniform(size_t n, float lo, float hi, uint64_t seed) {
+    float *p = malloc(n * sizeof *p);
+    ht_rng r;
+    ht_rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) p[i] = (float)(lo + (hi - lo) * ht_rng_double(&r));
+    return p;
+}
+
+// Uniform in +-[0.1, 1]: keeps relu inputs away from its kink at 0 by much more than FD_EPS.
+static float *fill_away_from_zero(size_t n, uint64_t seed) {
+    float *p = fill_uniform(n, 0.1f, 1.0f, seed);
+    ht_rng r;
+    ht_rng_seed(&r, seed ^ 0x55);
+    for (size_t i = 0; i < n; i++)
+        if (ht_rng_next(&r) & 1) p[i] = -p[i];
+    return p;
+}
+
+static double dot(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+static float max_abs(const float *a, size_t n) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
+    return m;
+}
+
+// A scalar loss of the current parameters, evaluated by running a forward pass.
+typedef double (*loss_fn)(void *ctx);
+
+// num[j] = dL/dp[j] by central differences. Ends with a forward pass at the unperturbed point,
+// so the context's outputs are current again.
+static void fd_grad(float *num, float *p, size_t n, loss_fn f, void *ctx) {
+    for (size_t j = 0; j < n; j++) {
+        const float x = p[j];
+        p[j] = (float)(x + FD_EPS);
+        const double hp = p[j], lp = f(ctx);
+        p[j] = (float)(x - FD_EPS);
+        const double hm = p[j], lm = f(ctx);
+        p[j] = x;
+        num[j] = (float)((lp - lm) / (hp - hm));
+    }
+    f(ctx);
+}
+
+// Compares analytic with numeric, and refuses a vacuous check where both are ~0.
+static void expect_grad(const float *ana, const float *num, size_t n, float tol,
+                        const char *name) {
+    assert_true(max_abs(num, n) > 0.05f);
+    if (!check_tensor(ana, num, n, tol, FD_FLOOR, name)) fail_msg("%s: gradient mismatch", name);
+}
+
+// ---- conv2d ----
+
+typedef struct conv_shape {
+    int B, C, H, W, OC, K, stride, pad;
+} conv_shape;
+
+typedef struct conv_case {
+    conv_shape s;
+    int OH, OW, nthreads;
+    float *in, *w, *b, *out, *R, *ws;
+    size_t nin, nw, nout;
+} conv_case;
+
+static void conv_case_init(conv_case *c, conv_shape s, int nthreads, uint64_t seed) {
+    memset(c, 0, sizeof *c);
+    c->s = s;
+    c->nthreads = nthreads;
+    c->OH = conv_out_dim(s.H, s.K, s.stride, s.pad);
+    c->OW = conv_out_dim(s.W, s.K, s.stride, s.pad);
+    c->nin = (size_t)s.B * s.C * s.H * s.W;
+    c->nw = (size_t)s.OC * s.C * s.K * s.K;
+    c->nout = (size_t)s.B * s.OC * c->OH * c->OW;
+    c->in = fill_uniform(c->nin, -1, 1, seed);
+    c->w = fill_uniform(c->nw, -1, 1, seed + 1);
+    c->b = fill_uniform(s.OC, -1, 1, seed + 2);
+    c->R = fill_uniform(c->nout, -1, 1, seed + 3);
+    c->out = malloc(c->nout * sizeof *c->out);
+    // Exactly the advertised size, so ASan catches any write past it.
+    c->ws = malloc(conv2d_ws_floats(s.C, s.K, s.OC, c->OH, c->OW, nthreads) * sizeof *c->ws);
+}
+
+static void conv_case_free(conv_case *c) {
+    free(c->in);
+    free(c->w);
+    free(c->b);
+    free(c->R);
+    free(c->out);
+    free(c->ws);
+}
+
+static void conv_fwd(conv_case *c) {
+    conv_shape s = c->s;
+    conv2d_forward(c->out, c->in, c->w, c->b, s.B, s.C, s.H, s.W, s.OC, s.K, s.stride, s.pad,
+                   c->OH, c->OW, c->ws, c->nthreads);
+}
+
+static void conv_bwd(conv_case *c, float *din, float *dw, float *db, const float *dout) {
+    conv_shape s = c->s;
+    conv2d_backward(din, dw, db, dout, c->in, c->w, s.B, s.C, s.H, s.W, s.OC, s.K, s.stride,
+                    s.pad, c->OH, c->OW, c->ws, c->nthreads);
+}
+
+static double conv_loss(void *ctx) {
+    conv_case *c = ctx;
+    conv_fwd(c);
+    return dot(c->out, c->R, c->nout);
+}
+
+// Direct convolution in double.
+static void conv_direct(float *out, const conv_case *c) {
+    conv_shape s = c->s;
+    for (int n = 0; n < s.B; n++)
+        for (int oc = 0; oc < s.OC; oc++)
+            for (int oh = 0; oh < c->OH; oh++)
+                for (int ow = 0; ow < c->OW; ow++) {
+                    double acc = c->b[oc];
+                    for (int ci = 0; ci < s.C; ci++)
+                        for (int kh = 0; kh < s.K; kh++)
+                            for (int kw = 0; kw < s.K; kw++) {
+                                int ih = oh * s.stride - s.pad + kh;
+                                int iw = ow * s.stride - s.pad + kw;
+                                if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
+                                acc += (double)c->in[((size_t)(n * s.C + ci) * s.H + ih) * s.W +
+                                                     iw] *
+                                       c->w[((size_t)(oc * s.C + ci) * s.K + kh) * s.K + kw];
+                            }
+                    out[((size_t)(n * s.OC + oc) * c->OH + oh) * c->OW + ow] = (float)acc;
+                }
+}
+
+static const conv_shape conv_shapes[] = {
+    // B  C  H  W OC  K  s  p
+    {2, 1, 6, 7, 2, 3, 1, 1},  // K=3 "same"
+    {1, 2, 7, 7, 3, 5, 1, 2},  // K=5 "same"
+    {2, 3, 7, 8, 2, 3, 2, 0},  // stride 2, no padding, a leftover column
+    {3, 2, 5, 6, 4, 2, 2, 1},  // stride 2 with padding, even K
+    {2, 2, 4, 5, 3, 3, 3, 2},  // stride 3 with pad 2
+    {2, 2, 4, 1, 3, 3, 3, 2},  // W=1: kernel columns 0 and 1 only ever see padding
+    {2, 1, 3, 1, 2, 3, 2, 1},  // W=1, pad 1, stride 2: kernel column 2 only sees padding
+    {3, 4, 5, 5, 5, 1, 1, 0},  // 1x1
+};
+#define N_CONV_SHAPES (sizeof conv_shapes / sizeof conv_shapes[0])
+
+static void test_conv_matches_direct(void **state) {
+    (void)state;
+    for (size_t k = 0; k < N_CONV_SHAPES; k++) {
+        conv_case c;
+        conv_case_init(&c, conv_shapes[k], 2, 100 + k);
+        float *ref = malloc(c.nout * sizeof *ref);
+        conv_fwd(&c);
+        conv_direct(ref, &c);
+        char name[64];
+        snprintf(name, sizeof name, "conv shape %zu out", k);
+        if (!check_tensor(c.out, ref, c.nout, TOL_CONV_REF, REF_FLOOR, name)) fail_msg("%s", name);
+        free(ref);
+        conv_case_free(&c);
+    }
+}
+
+static void test_conv_grad_fd(void **state) {
+    (void)state;
+    for (size_t k = 0; k < N_CONV_SHAPES; k++) {
+        conv_case c;
+        conv_case_init(&c, conv_shapes[k], 2, 200 + k);
+        float *din = malloc(c.nin * sizeof *din), *dw = calloc(c.nw, sizeof *dw);
+        float *db = calloc(c.s.OC, sizeof *db);
+        conv_fwd(&c);
+        conv_bwd(&c, din, dw, db, c.R);
+
+        float *num = malloc((c.nin > c.nw ? c.nin : c.nw) * sizeof *num);
+        char name[64];
+        fd_grad(num, c.in, c.nin, conv_loss, &c);
+        snprintf(name, sizeof name, "conv shape %zu din", k);
+        expect_grad(din, num, c.nin, TOL_CONV_FD, name);
+        fd_grad(num, c.w, c.nw, conv_loss, &c);
+        snprintf(name, sizeof name, "conv shape %zu dw", k);
+        expect_grad(dw, num, c.nw, TOL_CONV_FD, name);
+        fd_grad(num, c.b, c.s.OC, conv_loss, &c);
+        snprintf(name, sizeof name, "conv shape %zu db", k);
+        expect_grad(db, num, c.s.OC, TOL_CONV_FD, name);
+
+        free(num);
+        free(din);
+        free(dw);
+        free(db);
+        conv_case_free(&c);
+    }
+}
+
+// dw/db accumulate (+=) across calls; din is overwritten; din==NULL leaves dw/db unchanged.
+static void test_conv_accumulates(void **state) {
+    (void)state;
+    conv_case c;
+    conv_case_init(&c, (conv_shape){3, 2, 6, 6, 3, 3, 1, 1}, 2, 300);
+    float *dw0 = fill_uniform(c.nw, -1, 1, 301), *db0 = fill_uniform(c.s.OC, -1, 1, 302);
+    float *dw = malloc(c.nw * sizeof *dw), *db = malloc(c.s.OC * sizeof *db);
+    float *dwn = malloc(c.nw * sizeof *dwn), *dbn = malloc(c.s.OC * sizeof *dbn);
+    float *din1 = malloc(c.nin * sizeof *din1), *din2 = malloc(c.nin * sizeof *din2);
+    memcpy(dw, dw0, c.nw * sizeof *dw);
+    memcpy(db, db0, c.s.OC * sizeof *db);
+
+    conv_bwd(&c, din1, dw, db, c.R);
+    float *g1w = malloc(c.nw * sizeof *g1w), *g1b = malloc(c.s.OC * sizeof *g1b);
+    for (size_t i = 0; i < c.nw; i++) g1w[i] = 2 * (dw[i] - dw0[i]);
+    for (int i = 0; i < c.s.OC; i++) g1b[i] = 2 * (db[i] - db0[i]);
+    memset(din2, 0x7f, c.nin * sizeof *din2); // garbage that must be overwritten
+    conv_bwd(&c, din2, dw, db, c.R);
+    for (size_t i = 0; i < c.nw; i++) dw[i] -= dw0[i];
+    for (int i = 0; i < c.s.OC; i++) db[i] -= db0[i];
+    assert_true(check_tensor(dw, g1w, c.nw, TOL_ACCUM, 1.0f, "conv dw twice"));
+    assert_true(check_tensor(db, g1b, c.s.OC, TOL_ACCUM, 1.0f, "conv db twice"));
+    assert_memory_equal(din1, din2, c.nin * sizeof *din1);
+
+    // First layer: din == NULL still accumulates dw/db by one gradient.
+    memcpy(dwn, dw0, c.nw * sizeof *dwn);
+    memcpy(dbn, db0, c.s.OC * sizeof *dbn);
+    conv_bwd(&c, NULL, dwn, dbn, c.R);
+    for (size_t i = 0; i < c.nw; i++) dwn[i] = 2 * (dwn[i] - dw0[i]);
+    assert_true(check_tensor(dwn, g1w, c.nw, TOL_ACCUM, 1.0f, "conv dw din=NULL"));
+
+    free(dw0), free(db0), free(dw), free(db), free(dwn), free(dbn);
+    free(din1), free(din2), free(g1w), free(g1b);
+    conv_case_free(&c);
+}
+
+// nthreads=1 and nthreads=2 agree; a repeated nthreads=2 run is bit-identical.
+static void test_conv_threads_agree(void **state) {
+    (void)state;
+    const conv_shape s = {7, 3, 9, 9, 4, 3, 1, 1};
+    conv_case c1, c2;
+    conv_case_init(&c1, s, 1, 400);
+    conv_case_init(&c2, s, 2, 400);
+    float *din[3], *dw[3], *db[3];
+    for (int r = 0; r < 3; r++) {
+        din[r] = malloc(c1.nin * sizeof(float));
+        dw[r] = calloc(c1.nw, sizeof(float));
+        db[r] = calloc(s.OC, sizeof(float));
+    }
+    conv_fwd(&c1);
+    conv_fwd(&c2);
+    assert_true(check_tensor(c1.out, c2.out, c1.nout, TOL_THREADS, 1.0f, "conv out 1 vs 2"));
+    conv_bwd(&c1, din[0], dw[0], db[0], c1.R);
+    conv_bwd(&c2, din[1], dw[1], db[1], c2.R);
+    conv_bwd(&c2, din[2], dw[2], db[2], c2.R);
+    assert_true(check_tensor(din[0], din[1], c1.nin, TOL_THREADS, 1.0f, "conv din 1 vs 2"));
+    assert_true(check_tensor(dw[0], dw[1], c1.nw, TOL_THREADS_SUM, 1.0f, "conv dw 1 vs 2"));
+    assert_true(check_tensor(db[0], db[1], s.OC, TOL_THREADS_SUM, 1.0f, "conv db 1 vs 2"));
+    assert_memory_equal(dw[1], dw[2], c1.nw * sizeof(float));
+    assert_memory_equal(db[1], db[2], s.OC * sizeof(float));
+    for (int r = 0; r < 3; r++) free(din[r]), free(dw[r]), free(db[r]);
+    conv_case_free(&c1);
+    conv_case_free(&c2);
+}
+
+// ---- maxpool ----
+
+typedef struct pool_case {
+    int B, C, H, W, K, stride, OH, OW;
+    float *in, *out, *R;
+    int32_t *argmax;
+    size_t nin, nout;
+} pool_case;
+
+static double pool_loss(void *ctx) {
+    pool_case *p = ctx;
+    maxpool_forward(p->out, p->argmax, p->in, p->B, p->C, p->H, p->W, p->K, p->stride, p->OH,
+                    p->OW, 2);
+    return dot(p->out, p->R, p->nout);
+}
+
+static void pool_fd(int B, int C, int H, int W, int K, int stride, uint64_t seed) {
+    pool_case p = {.B = B, .C = C, .H = H, .W = W, .K = K, .stride = stride};
+    p.OH = conv_out_dim(H, K, stride, 0);
+    p.OW = conv_out_dim(W, K, stride, 0);
+    p.nin = (size_t)B * C * H * W;
+    p.nout = (size_t)B * C * p.OH * p.OW;
+    // Distinct values 0.05 apart (a shuffled ramp): no window has a tie within 2*FD_EPS.
+    p.in = malloc(p.nin * sizeof *p.in);
+    for (size_t i = 0; i < p.nin; i++) p.in[i] = 0.05f * (float)i - 1.0f;
+    ht_rng r;
+    ht_rng_seed(&r, seed);
+    for (size_t i = p.nin - 1; i > 0; i--) {
+        size_t j = ht_rng_below(&r, (uint32_t)(i + 1));
+        float t = p.in[i];
+        p.in[i] = p.in[j];
+        p.in[j] = t;
+    }
+    p.R = fill_uniform(p.nout, -1, 1, seed + 1);
+    p.out = malloc(p.nout * sizeof *p.out);
+    p.argmax = malloc(p.nout * sizeof *p.argmax);
+    float *din = malloc(p.nin * sizeof *din), *num = malloc(p.nin * sizeof *num);
+
+    pool_loss(&p);
+    memset(din, 0x7f, p.nin * sizeof *din); // must be overwritten, not added to
+    maxpool_backward(din, p.R, p.argmax, B, C, H, W, p.OH, p.OW, 2);
+    fd_grad(num, p.in, p.nin, pool_loss, &p);
+    char name[64];
+    snprintf(name, sizeof name, "maxpool K=%d s=%d din", K, stride);
+    expect_grad(din, num, p.nin, TOL_POOL_FD, name);
+
+    free(p.in), free(p.R), free(p.out), free(p.argmax), free(din), free(num);
+}
+
+static void test_maxpool_grad_fd(void **state) {
+    (void)state;
+    pool_fd(2, 3, 6, 8, 2, 2, 500); // the usual 2x2
+    pool_fd(2, 2, 7, 9, 3, 2, 501); // overlapping windows: shared winners receive sums
+}
+
+// Known values: first maximum wins a tie; an input that wins two overlapping windows gets
+// both gradients.
+static void test_maxpool_ties_and_overlap(void **state) {
+    (void)state;
+    // 1 plane 3x3, K=2 stride 1 -> 2x2 outputs.
+    const float in[9] = {1, 5, 5,  //
+                         2, 5, 0,  //
+                         3, 4, 4};
+    float out[4];
+    int32_t am[4];
+    maxpool_forward(out, am, in, 1, 1, 3, 3, 2, 1, 2, 2, 1);
+    const int32_t want_am[4] = {1, 1, 4, 4};
+    const float want_out[4] = {5, 5, 5, 5};
+    assert_memory_equal(am, want_am, sizeof am);
+    assert_memory_equal(out, want_out, sizeof out);
+    const float dout[4] = {1, 2, 3, 4};
+    float din[9];
+    maxpool_backward(din, dout, am, 1, 1, 3, 3, 2, 2, 1);
+    const float want_din[9] = {0, 3, 0, 0, 7, 0, 0, 0, 0};
+    assert_memory_equal(din, want_din, sizeof din);
+}
+
+// ---- dense ----
+
+typedef struct dense_case {
+    int B, IN, OUT;
+    float *in, *w, *b, *out, *R;
+} dense_case;
+
+static double dense_loss(void *ctx) {
+    dense_case *d = ctx;
+    dense_forward(d->out, d->in, d->w, d->b, d->B, d->IN, d->OUT, 2);
+    return dot(d->out, d->R, (size_t)d->B * d->OUT);
+}
+
+static void dense_fd(int B, int IN, int OUT, uint64_t seed) {
+    dense_case d = {.B = B, .IN = IN, .OUT = OUT};
+    const size_t nin = (size_t)B * IN, nw = (size_t)OUT * IN, nout = (size_t)B * OUT;
+    d.in = fill_uniform(nin, -1, 1, seed);
+    d.w = fill_uniform(nw, -1, 1, seed + 1);
+    d.b = fill_uniform(OUT, -1, 1, seed + 2);
+    d.R = fill_uniform(nout, -1, 1, seed + 3);
+    d.out = malloc(nout * sizeof *d.out);
+    float *din = malloc(nin * sizeof *din), *dw = calloc(nw, sizeof *dw);
+    float *db = calloc(OUT, sizeof *db), *num = malloc((nin > nw ? nin : nw) * sizeof *num);
+
+    dense_loss(&d);
+    dense_backward(din, dw, db, d.R, d.in, d.w, B, IN, OUT, 2);
+    char name[64];
+    snprintf(name, sizeof name, "dense %dx%dx%d din", B, IN, OUT);
+    fd_grad(num, d.in, nin, dense_loss, &d);
+    expect_grad(din, num, nin, TOL_DENSE_FD, name);
+    snprintf(name, sizeof name, "dense %dx%dx%d dw", B, IN, OUT);
+    fd_grad(num, d.w, nw, dense_loss, &d);
+    expect_grad(dw, num, nw, TOL_DENSE_FD, name);
+    snprintf(name, sizeof name, "dense %dx%dx%d db", B, IN, OUT);
+    fd_grad(num, d.b, OUT, dense_loss, &d);
+    expect_grad(db, num, OUT, TOL_DENSE_FD, name);
+
+    free(d.in), free(d.w), free(d.b), free(d.R), free(d.out);
+    free(din), free(dw), free(db), free(num);
+}
+
+static void test_dense_grad_fd(void **state) {
+    (void)state;
+    dense_fd(3, 7, 5, 600);
+    dense_fd(2, 40, 37, 610); // more than one 16-wide block: the split across threads
+    dense_fd(37, 9, 4, 620);  // split along the batch
+}
+
+// Also checks the output against a direct double loop at the larger sizes, across 1 and 2
+// threads.
+static void test_dense_accumulates(void **state) {
+    (void)state;
+    const int B = 33, IN = 50, OUT = 20;
+    const size_t nin = (size_t)B * IN, nw = (size_t)OUT * IN, nout = (size_t)B * OUT;
+    float *in = fill_uniform(nin, -1, 1, 700), *w = fill_uniform(nw, -1, 1, 701);
+    float *b = fill_uniform(OUT, -1, 1, 702), *g = fill_uniform(nout, -1, 1, 703);
+    float *out = malloc(nout * sizeof *out), *ref = malloc(nout * sizeof *ref);
+    for (int nt = 1; nt <= 2; nt++) {
+        dense_forward(out, in, w, b, B, IN, OUT, nt);
+        for (int i = 0; i < B; i++)
+            for (int o = 0; o < OUT; o++) {
+                double acc = b[o];
+                for (int k = 0; k < IN; k++) acc += (double)in[i * IN + k] * w[o * IN + k];
+                ref[i * OUT + o] = (float)acc;
+            }
+        assert_true(check_tensor(out, ref, nout, TOL_CONV_REF, REF_FLOOR, "dense out"));
+    }
+
+    float *dw0 = fill_uniform(nw, -1, 1, 704), *db0 = fill_uniform(OUT, -1, 1, 705);
+    float *dw = malloc(nw * sizeof *dw), *db = malloc(OUT * sizeof *db);
+    float *g1w = malloc(nw * sizeof *g1w), *g1b = malloc(OUT * sizeof *g1b);
+    float *din1 = malloc(nin * sizeof *din1), *din2 = malloc(nin * sizeof *din2);
+    memcpy(dw, dw0, nw * sizeof *dw);
+    memcpy(db, db0, OUT * sizeof *db);
+    dense_backward(din1, dw, db, g, in, w, B, IN, OUT, 2);
+    for (size_t i = 0; i < nw; i++) g1w[i] = 2 * (dw[i] - dw0[i]);
+    for (int i = 0; i < OUT; i++) g1b[i] = 2 * (db[i] - db0[i]);
+    memset(din2, 0x7f, nin * sizeof *din2);
+    dense_backward(din2, dw, db, g, in, w, B, IN, OUT, 2);
+    for (size_t i = 0; i < nw; i++) dw[i] -= dw0[i];
+    for (int i = 0; i < OUT; i++) db[i] -= db0[i];
+    assert_true(check_tensor(dw, g1w, nw, TOL_ACCUM, 1.0f, "dense dw twice"));
+    assert_true(check_tensor(db, g1b, OUT, TOL_ACCUM, 1.0f, "dense db twice"));
+    assert_memory_equal(din1, din2, nin * sizeof *din1);
+    dense_backward(NULL, dw, db, g, in, w, B, IN, OUT, 2); // din NULL: must not crash
+
+    free(in), free(w), free(b), free(g), free(out), free(ref), free(dw0), free(db0);
+    free(dw), free(db), free(g1w), free(g1b), free(din1), free(din2);
+}
+
+// ---- relu, dropout ----
+
+typedef struct elt_case {
+    size_t n;
+    int B;
+    float rate;
+    uint64_t key;
+    const uint32_t *ids;
+    float *in, *out, *R;
+} elt_case;
+
+static double relu_loss(void *ctx) {
+    elt_case *e = ctx;
+    relu_forward(e->out, e->in, e->n, 2);
+    return dot(e->out, e->R, e->n);
+}
+
+static void test_relu_grad_fd(void **state) {
+    (void)state;
+    elt_case e = {.n = 300};
+    e.in = fill_away_from_zero(e.n, 800);
+    e.R = fill_uniform(e.n, -1, 1, 801);
+    e.out = malloc(e.n * sizeof *e.out);
+    float *din = malloc(e.n * sizeof *din), *num = malloc(e.n * sizeof *num);
+    relu_loss(&e);
+    relu_backward(din, e.R, e.out, e.n, 2);
+    fd_grad(num, e.in, e.n, relu_loss, &e);
+    expect_grad(din, num, e.n, TOL_ACT_FD, "relu din");
+
+    // In place, forward and backward.
+    float *x = malloc(e.n * sizeof *x);
+    memcpy(x, e.in, e.n * sizeof *x);
+    relu_forward(x, x, e.n, 2);
+    assert_memory_equal(x, e.out, e.n * sizeof *x);
+    memcpy(num, e.R, e.n * sizeof *num);
+    relu_backward(num, num, e.out, e.n, 2);
+    assert_memory_equal(num, din, e.n * sizeof *din);
+
+    free(e.in), free(e.R), free(e.out), free(din), free(num), free(x);
+}
+
+static double dropout_loss(void *ctx) {
+    elt_case *e = ctx;
+    dropout_forward(e->out, e->in, e->B, e->n, e->rate, e->key, e->ids, 2);
+    return dot(e->out, e->R, (size_t)e->B * e->n);
+}
+
+static void test_dropout_grad_fd(void **state) {
+    (void)state;
+    const uint32_t ids[3] = {11, 4, 90};
+    elt_case e = {.n = 80, .B = 3, .rate = 0.3f, .key = ht_rng_key(1, 2, 3), .ids = ids};
+    const size_t total = (size_t)e.B * e.n;
+    e.in = fill_uniform(total, -1, 1, 900);
+    e.R = fill_uniform(total, -1, 1, 901);
+    e.out = malloc(total * sizeof *e.out);
+    float *din = malloc(total * sizeof *din), *num = malloc(total * sizeof *num);
+    dropout_loss(&e);
+    dropout_backward(din, e.R, e.B, e.n, e.rate, e.key, ids, 2);
+    fd_grad(num, e.in, total, dropout_loss, &e);
+    expect_grad(din, num, total, TOL_ACT_FD, "dropout din");
+
+    // Some elements are dropped, and kept ones are scaled by exactly 1/(1-rate).
+    size_t zeros = 0;
+    const float scale = 1.0f / (1.0f - e.rate);
+    for (size_t i = 0; i < total; i++) {
+        if (e.out[i] == 0.0f) zeros++;
+        else assert_true(e.out[i] == e.in[i] * scale);
+    }
+    assert_true(zeros > 0 && zeros < total);
+    free(e.in), free(e.R), free(e.out), free(din), free(num);
+}
+
+// Sample id 42's mask is the same alone at position 0 of a batch of 1 and at position 5 of a
+// batch of 8 with other ids.
+static void test_dropout_sample_invariance(void **state) {
+    (void)state;
+    const size_t N = 1000;
+    const uint64_t key = ht_rng_key(7, 3, 9);
+    const uint32_t one[1] = {42}, eight[8] = {7, 100, 3, 9, 11, 42, 13, 1000};
+    float *in = fill_uniform(8 * N, 0.5f, 1.5f, 1000); // nonzero, so out==0 means dropped
+    float *a = malloc(N * sizeof *a), *b = malloc(8 * N * sizeof *b);
+    dropout_forward(a, in + 5 * N, 1, N, 0.5f, key, one, 1);
+    dropout_forward(b, in, 8, N, 0.5f, key, eight, 2);
+    assert_memory_equal(a, b + 5 * N, N * sizeof *a);
+    // ...and differs from the mask of its batch neighbour (a sanity check the test can fail).
+    dropout_forward(a, in + 5 * N, 1, N, 0.5f, key, eight + 4, 1);
+    assert_true(memcmp(a, b + 5 * N, N * sizeof *a) != 0);
+
+    // Backward applies the same mask, in place.
+    float *g = malloc(8 * N * sizeof *g);
+    memcpy(g, in, 8 * N * sizeof *g);
+    dropout_backward(g, g, 8, N, 0.5f, key, eight, 2);
+    assert_memory_equal(g, b, 8 * N * sizeof *g);
+    free(in), free(a), free(b), free(g);
+}
+
+// Over 2^17 elements the kept fraction is within 0.01 of 1-rate (the binomial standard
+// deviation is ~0.0012 for rate 0.25, so 0.01 is ~8 sigma); a different epoch or layer key
+// gives a mask that disagrees on about 2 p (1-p) = 37.5% of elements.
+#define TOL_KEEP_FRACTION 0.01
+static void test_dropout_keep_fraction_and_keys(void **state) {
+    (void)state;
+    const int B = 4;
+    const size_t N = 1u << 15, total = (size_t)B * N;
+    const float rate = 0.25f;
+    const uint32_t ids[4] = {0, 1, 2, 59999};
+    float *ones = malloc(total * sizeof *ones);
+    for (size_t i = 0; i < total; i++) ones[i] = 1.0f;
+    float *m[3];
+    const uint64_t keys[3] = {ht_rng_key(5, 0, 6), ht_rng_key(5, 1, 6), ht_rng_key(5, 0, 8)};
+    for (int k = 0; k < 3; k++) {
+        m[k] = malloc(total * sizeof(float));
+        dropout_forward(m[k], ones, B, N, rate, keys[k], ids, 2);
+        size_t kept = 0;
+        for (size_t i = 0; i < total; i++) kept += m[k][i] != 0.0f;
+        double frac = (double)kept / (double)total;
+        assert_true(fabs(frac - (1.0 - rate)) < TOL_KEEP_FRACTION);
+    }
+    for (int k = 1; k < 3; k++) {
+        size_t differ = 0;
+        for (size_t i = 0; i < total; i++) differ += (m[0][i] != 0.0f) != (m[k][i] != 0.0f);
+        double frac = (double)differ / (double)total;
+        assert_true(fabs(frac - 2.0 * rate * (1.0 - rate)) < TOL_KEEP_FRACTION);
+    }
+    // rate 0 keeps everything unscaled.
+    dropout_forward(m[0], ones, B, N, 0.0f, keys[0], ids, 2);
+    assert_memory_equal(m[0], ones, total * sizeof *ones);
+    for (int k = 0; k < 3; k++) free(m[k]);
+    free(ones);
+}
+
+// ---- softmax cross-entropy ----
+
+typedef struct xent_case {
+    int B, NC;
+    float *logits, *probs, *loss;
+    const uint8_t *labels;
+} xent_case;
+
+static double xent_loss(void *ctx) {
+    xent_case *x = ctx;
+    softmax_xent_forward(x->probs, x->loss, x->logits, x->labels, x->B, x->NC);
+    double s = 0;
+    for (int i = 0; i < x->B; i++) s += x->loss[i];
+    return s;
+}
+
+static void test_softmax_xent_grad_fd(void **state) {
+    (void)state;
+    const uint8_t labels[4] = {3, 0, 9, 5};
+    xent_case x = {.B = 4, .NC = 10, .labels = labels};
+    const size_t n = (size_t)x.B * x.NC;
+    x.logits = fill_uniform(n, -3, 3, 1100);
+    x.probs = malloc(n * sizeof *x.probs);
+    x.loss = malloc(x.B * sizeof *x.loss);
+    float *d = malloc(n * sizeof *d), *num = malloc(n * sizeof *num);
+    xent_loss(&x);
+    softmax_xent_backward(d, x.probs, labels, x.B, x.NC);
+    fd_grad(num, x.logits, n, xent_loss, &x);
+    expect_grad(d, num, n, TOL_XENT_FD, "softmax_xent dlogits");
+    // In place: dlogits may alias probs.
+    softmax_xent_backward(x.probs, x.probs, labels, x.B, x.NC);
+    assert_memory_equal(x.probs, d, n * sizeof *d);
+    free(x.logits), free(x.probs), free(x.loss), free(d), free(num);
+}
+
+static void test_softmax_xent_stable(void **state) {
+    (void)state;
+    const float logits[2 * 3] = {1e4f, 0.0f, -1e4f, -1e4f, -1e4f + 1.0f, 1e4f};
+    const uint8_t labels[2] = {1, 2};
+    float probs[6], loss[2];
+    softmax_xent_forward(probs, loss, logits, labels, 2, 3);
+    for (int i = 0; i < 6; i++) assert_true(isfinite(probs[i]));
+    assert_true(isfinite(loss[0]) && isfinite(loss[1]));
+    assert_float_equal(probs[0], 1.0f, 1e-6f);
+    assert_float_equal(probs[5], 1.0f, 1e-6f);
+    assert_float_equal(loss[0], 1e4f, 1e-2f); // logsumexp 1e4 minus logit 0
+    assert_float_equal(loss[1], 0.0f, 1e-6f);
+
+    // Probabilities sum to 1 on random rows with a wide range.
+    const int B = 16, NC = 10;
+    float *lg = fill_uniform((size_t)B * NC, -50, 50, 1200), *p = malloc(B * NC * sizeof *p);
+    softmax_xent_forward(p, NULL, lg, NULL, B, NC);
+    for (int i = 0; i < B; i++) {
+        double s = 0;
+        for (int c = 0; c < NC; c++) {
+            assert_true(p[i * NC + c] >= 0.0f);
+            s += p[i * NC + c];
+        }
+        assert_true(fabs(s - 1.0) < 1e-5);
+    }
+    free(lg), free(p);
+}
+
+// probs = softmax(1,2,3) = (0.0900306, 0.2447285, 0.6652410); -log(0.6652410) = 0.4076059.
+static void test_softmax_xent_known_value(void **state) {
+    (void)state;
+    const float logits[3] = {1, 2, 3};
+    const uint8_t label[1] = {2};
+    float probs[3], loss[1] = {-1}, d[3];
+    softmax_xent_forward(probs, loss, logits, label, 1, 3);
+    assert_float_equal(probs[0], 0.0900306f, 1e-6f);
+    assert_float_equal(probs[1], 0.2447285f, 1e-6f);
+    assert_float_equal(probs[2], 0.6652410f, 1e-6f);
+    assert_float_equal(loss[0], 0.4076059f, 1e-6f);
+    softmax_xent_backward(d, probs, label, 1, 3);
+    assert_float_equal(d[2], 0.6652410f - 1.0f, 1e-6f);
+    assert_float_equal(d[0], 0.0900306f, 1e-6f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv_matches_direct),
+        cmocka_unit_test(test_conv_grad_fd),
+        cmocka_unit_test(test_conv_accumulates),
+        cmocka_unit_test(test_conv_threads_agree),
+        cmocka_unit_test(test_maxpool_grad_fd),
+        cmocka_unit_test(test_maxpool_ties_and_overlap),
+        cmocka_unit_test(test_dense_grad_fd),
+        cmocka_unit_test(test_dense_accumulates),
+        cmocka_unit_test(test_relu_grad_fd),
+        cmocka_unit_test(test_dropout_grad_fd),
+        cmocka_unit_test(test_dropout_sample_invariance),
+        cmocka_unit_test(test_dropout_keep_fraction_and_keys),
+        cmocka_unit_test(test_softmax_xent_grad_fd),
+        cmocka_unit_test(test_softmax_xent_stable),
+        cmocka_unit_test(test_softmax_xent_known_value),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

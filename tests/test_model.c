@@ -1,0 +1,579 @@
+// Model building, the two presets, their config-file twins, initialisers and config errors.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "testutil.h"
+
+// Relative tolerance on the empirical std of a uniform or truncated-normal tensor with n of a
+// few thousand samples or more (the std of a sample std is about std/sqrt(2n), ~1% at n=5000).
+#define STD_RTOL 0.05
+// Absolute tolerance on the mean, in units of the distribution's std.
+#define MEAN_TOL_STD 0.05
+// std of N(0, s) truncated at +-2s, divided by s.
+#define TRUNC2_STD_FACTOR 0.879596
+
+typedef struct expect_layer {
+    layer_kind kind;
+    const char *name;
+    int oc, oh, ow;
+    size_t params;
+} expect_layer;
+
+static void check_layers(const model *m, const expect_layer *e, int n) {
+    assert_int_equal(m->n_layers, n);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const layer *L = &m->layers[i];
+        if (L->kind != e[i].kind || strcmp(L->name, e[i].name) || L->oc != e[i].oc ||
+            L->oh != e[i].oh || L->ow != e[i].ow || L->n_w + L->n_b != e[i].params)
+            fail_msg("layer %d: got %s kind %d %dx%dx%d %zu params, expected %s kind %d "
+                     "%dx%dx%d %zu", i, L->name, (int)L->kind, L->oc, L->oh, L->ow,
+                     L->n_w + L->n_b, e[i].name, (int)e[i].kind, e[i].oc, e[i].oh, e[i].ow,
+                     e[i].params);
+        // Each layer's input is the previous layer's output (flattened for dense/softmax).
+        size_t in = i ? layer_out_size(&m->layers[i - 1]) : (size_t)m->in_c * m->in_h * m->in_w;
+        assert_int_equal(layer_in_size(L), in);
+        if (L->n_w) { // offsets: weight then bias, in layer order, no gaps
+            assert_int_equal(L->w_off, off);
+            assert_int_equal(L->b_off, off + L->n_w);
+            off += L->n_w + L->n_b;
+        } else {
+            assert_true(L->w_off == LAYER_NO_PARAM && L->b_off == LAYER_NO_PARAM);
+            assert_int_equal(L->n_b, 0);
+        }
+    }
+    assert_int_equal(m->n_params, off);
+}
+
+static const expect_layer cnn3_expect[] = {
+    {LAYER_CONV2D, "conv1", 32, 28, 28, 32 * 9 + 32},
+    {LAYER_RELU, "relu1", 32, 28, 28, 0},
+    {LAYER_CONV2D, "conv2", 48, 28, 28, 48 * 32 * 9 + 48},
+    {LAYER_RELU, "relu2", 48, 28, 28, 0},
+    {LAYER_MAXPOOL, "pool1", 48, 14, 14, 0},
+    {LAYER_CONV2D, "conv3", 32, 14, 14, 32 * 48 * 9 + 32},
+    {LAYER_RELU, "relu3", 32, 14, 14, 0},
+    {LAYER_MAXPOOL, "pool2", 32, 7, 7, 0},
+    {LAYER_DENSE, "fc1", 128, 1, 1, 1568 * 128 + 128},
+    {LAYER_RELU, "relu4", 128, 1, 1, 0},
+    {LAYER_DROPOUT, "drop1", 128, 1, 1, 0},
+    {LAYER_DENSE, "fc2", 128, 1, 1, 128 * 128 + 128},
+    {LAYER_RELU, "relu5", 128, 1, 1, 0},
+    {LAYER_DROPOUT, "drop2", 128, 1, 1, 0},
+    {LAYER_DENSE, "fc3", 10, 1, 1, 128 * 10 + 10},
+    {LAYER_SOFTMAX_XENT, "softmax", 10, 1, 1, 0},
+};
+static const expect_layer cnn2_expect[] = {
+    {LAYER_CONV2D, "conv1", 32, 28, 28, 32 * 25 + 32},
+    {LAYER_RELU, "relu1", 32, 28, 28, 0},
+    {LAYER_MAXPOOL, "pool1", 32, 14, 14, 0},
+    {LAYER_CONV2D, "conv2", 64, 14, 14, 64 * 32 * 25 + 64},
+    {LAYER_RELU, "relu2", 64, 14, 14, 0},
+    {LAYER_MAXPOOL, "pool2", 64, 7, 7, 0},
+    {LAYER_DENSE, "fc1", 1024, 1, 1, 3136 * 1024 + 1024},
+    {LAYER_RELU, "relu3", 1024, 1, 1, 0},
+    {LAYER_DROPOUT, "drop1", 1024, 1, 1, 0},
+    {LAYER_DENSE, "fc2", 10, 1, 1, 1024 * 10 + 10},
+    {LAYER_SOFTMAX_XENT, "softmax", 10, 1, 1, 0},
+};
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+// Hand totals: 320 + 13872 + 13856 + 200832 + 16512 + 1290 and 832 + 51264 + 3212288 + 10250.
+#define CNN3_PARAMS 246682
+#define CNN2_PARAMS 3274634
+// 225792 + 10838016 + 2709504 + 200704 + 16384 + 1280; 627200 + 10035200 + 3211264 + 10240.
+#define CNN3_MACS 13991680.0
+#define CNN2_MACS 13883904.0
+
+static void test_preset_cnn3(void **state) {
+    (void)state;
+    model m;
+    ht_error err = {{0}};
+    assert_int_equal(model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &err), 0);
+    assert_string_equal(m.name, "cnn2d_3layer_fullconnected_3layer");
+    assert_true(m.in_c == 1 && m.in_h == 28 && m.in_w == 28 && m.n_classes == 10);
+    check_layers(&m, cnn3_expect, N_OF(cnn3_expect));
+    assert_int_equal(m.n_params, CNN3_PARAMS);
+    assert_true(model_forward_macs(&m) == CNN3_MACS);
+    const layer *c1 = &m.layers[0], *c2 = &m.layers[2];
+    assert_true(c1->k == 3 && c1->pad == 1 && c1->stride == 1 && c2->c == 32);
+    assert_int_equal(m.layers[4].k, 2);
+    assert_int_equal(m.layers[4].stride, 2);
+    assert_true(m.layers[10].rate == 0.25f && m.layers[13].rate == 0.25f);
+    assert_int_equal(m.layers[8].c, 1568);
+    assert_int_equal(c1->w_init, INIT_GLOROT_UNIFORM);
+    assert_int_equal(m.layers[8].w_init, INIT_LECUN_UNIFORM);
+    assert_int_equal(m.layers[14].b_init, INIT_ZEROS);
+    const train_setup *s = &m.setup;
+    assert_int_equal(s->optim, OPTIM_SGD);
+    assert_true(s->lr == 0.05f && s->momentum == 0.9f && s->nesterov == 1 && s->decay == 1e-6f);
+    assert_true(s->batch == 1000 && s->epochs == 10 && s->val_split == 0.2f);
+    assert_int_equal(model_find_layer(&m, "fc2"), 11);
+    assert_int_equal(model_find_layer(&m, "fc4"), -1);
+    model_free(&m);
+
+    assert_int_equal(model_init(&m, "cnn3", &err), 0); // alias
+    assert_string_equal(m.name, "cnn2d_3layer_fullconnected_3layer");
+    assert_int_equal(m.n_params, CNN3_PARAMS);
+    model_free(&m);
+}
+
+static void test_preset_cnn2(void **state) {
+    (void)state;
+    model m;
+    ht_error err = {{0}};
+    assert_int_equal(model_init(&m, "cnn2d_2layer_full_connected_2layer", &err), 0);
+    check_layers(&m, cnn2_expect, N_OF(cnn2_expect));
+    assert_int_equal(m.n_params, CNN2_PARAMS);
+    assert_true(model_forward_macs(&m) == CNN2_MACS);
+    assert_true(m.layers[0].k == 5 && m.layers[0].pad == 2 && m.layers[3].pad == 2);
+    assert_true(m.layers[8].rate == 0.5f);
+    for (int i = 0; i < m.n_layers; i++) {
+        const layer *L = &m.layers[i];
+        if (!L->n_w) continue;
+        assert_true(L->w_init == INIT_TRUNCATED_NORMAL && L->w_arg == 0.1f);
+        assert_true(L->b_init == INIT_CONSTANT && L->b_arg == 0.1f);
+    }
+    const train_setup *s = &m.setup;
+    assert_int_equal(s->optim, OPTIM_ADAM);
+    assert_true(s->lr == 5e-4f && s->beta1 == 0.9f && s->beta2 == 0.999f && s->eps == 1e-8f);
+    assert_true(s->decay == 0 && s->batch == 50 && s->epochs == 10 && s->val_split == 0.2f);
+    model_free(&m);
+
+    assert_int_equal(model_init_preset(&m, "cnn2", &err), 0);
+    assert_int_equal(m.n_params, CNN2_PARAMS);
+    model_free(&m);
+
+    // Every listed preset builds.
+    int n = 0;
+    for (const char *const *p = model_preset_names; *p; p++, n++) {
+        assert_int_equal(model_init_preset(&m, *p, &err), 0);
+        assert_string_equal(m.name, *p);
+        model_free(&m);
+    }
+    assert_int_equal(n, 2);
+}
+
+static void test_unknown_and_free(void **state) {
+    (void)state;
+    model m;
+    memset(&m, 0, sizeof m);
+    model_free(&m); // zeroed struct
+    ht_error err = {{0}};
+    assert_int_equal(model_init(&m, "cnn7", &err), -1);
+    assert_non_null(strstr(err.msg, "unknown model \"cnn7\""));
+    assert_non_null(strstr(err.msg, "cnn2d_3layer_fullconnected_3layer (cnn3)"));
+    assert_non_null(strstr(err.msg, "cnn2d_2layer_full_connected_2layer (cnn2)"));
+    assert_null(m.layers);
+    model_free(&m); // after a failed init
+    model_free(&m);
+}
+
+static void check_same_model(const model *a, const model *b) {
+    assert_string_equal(a->name, b->name);
+    assert_true(a->in_c == b->in_c && a->in_h == b->in_h && a->in_w == b->in_w);
+    assert_int_equal(a->n_classes, b->n_classes);
+    assert_int_equal(a->n_layers, b->n_layers);
+    assert_int_equal(a->n_params, b->n_params);
+    for (int i = 0; i < a->n_layers; i++) {
+        const layer *x = &a->layers[i], *y = &b->layers[i];
+        if (x->kind != y->kind || strcmp(x->name, y->name) || x->c != y->c || x->h != y->h ||
+            x->w != y->w || x->oc != y->oc || x->oh != y->oh || x->ow != y->ow || x->k != y->k ||
+            x->stride != y->stride || x->pad != y->pad || x->rate != y->rate ||
+            x->w_init != y->w_init || x->b_init != y->b_init || x->w_arg != y->w_arg ||
+            x->b_arg != y->b_arg || x->w_off != y->w_off || x->b_off != y->b_off ||
+            x->n_w != y->n_w || x->n_b != y->n_b)
+            fail_msg("layer %d (%s vs %s) differs", i, x->name, y->name);
+    }
+    const train_setup *s = &a->setup, *t = &b->setup;
+    assert_int_equal(s->optim, t->optim);
+    assert_true(s->lr == t->lr && s->momentum == t->momentum && s->nesterov == t->nesterov);
+    assert_true(s->decay == t->decay && s->beta1 == t->beta1 && s->beta2 == t->beta2 &&
+                s->eps == t->eps);
+    assert_true(s->batch == t->batch && s->epochs == t->epochs && s->val_split == t->val_split);
+}
+
+static void test_config_files_match_presets(void **state) {
+    (void)state;
+    static const char *const pairs[][2] = {
+        {HT_SOURCE_DIR "/models/cnn3.cfg", "cnn3"},
+        {HT_SOURCE_DIR "/models/cnn2.cfg", "cnn2"},
+    };
+    for (int i = 0; i < 2; i++) {
+        model a, b;
+        ht_error err = {{0}};
+        if (model_init(&a, pairs[i][0], &err)) fail_msg("%s", err.msg);
+        assert_int_equal(model_init(&b, pairs[i][1], &err), 0);
+        check_same_model(&a, &b);
+        model_free(&a);
+        model_free(&b);
+    }
+}
+
+// ---- initialisers ----------------------------------------------------------------------------
+
+typedef struct stats {
+    double mean, std, maxabs;
+} stats;
+
+static stats tensor_stats(const float *p, size_t n) {
+    double s = 0, s2 = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        s += p[i];
+        s2 += (double)p[i] * p[i];
+        if (fabs(p[i]) > mx) mx = fabs(p[i]);
+    }
+    stats st = {s / n, 0, mx};
+    st.std = sqrt(s2 / n - st.mean * st.mean);
+    return st;
+}
+
+// Uniform on (-limit, limit): std limit/sqrt(3), no value beyond the limit, some near it.
+static void check_uniform(const float *p, size_t n, double limit, const char *what) {
+    stats st = tensor_stats(p, n);
+    double want_std = limit / sqrt(3.0);
+    if (st.maxabs > limit || st.maxabs < 0.99 * limit ||
+        fabs(st.std - want_std) > STD_RTOL * want_std || fabs(st.mean) > MEAN_TOL_STD * want_std)
+        fail_msg("%s: n %zu mean %g std %g (want %g) max|x| %g (limit %g)", what, n, st.mean,
+                 st.std, want_std, st.maxabs, limit);
+}
+
+static void test_init_keras(void **state) {
+    (void)state;
+    model m;
+    ht_error err = {{0}};
+    assert_int_equal(model_init(&m, "cnn3", &err), 0);
+    float *p = malloc(m.n_params * sizeof *p);
+    model_init_params(&m, p, 42);
+    const layer *conv2 = &m.layers[2], *fc1 = &m.layers[8];
+    // glorot: fan_in = 32*3*3, fan_out = 48*3*3
+    check_uniform(p + conv2->w_off, conv2->n_w, sqrt(6.0 / (32 * 9 + 48 * 9)), "conv2.weight");
+    // lecun: fan_in = 1568
+    check_uniform(p + fc1->w_off, fc1->n_w, sqrt(3.0 / 1568), "fc1.weight");
+    for (int i = 0; i < m.n_layers; i++) {
+        const layer *L = &m.layers[i];
+        for (size_t j = 0; j < L->n_b; j++) assert_true(p[L->b_off + j] == 0.0f);
+    }
+    free(p);
+    model_free(&m);
+}
+
+static void test_init_truncated_normal(void **state) {
+    (void)state;
+    model m;
+    ht_error err = {{0}};
+    assert_int_equal(model_init(&m, "cnn2", &err), 0);
+    float *p = malloc(m.n_params * sizeof *p);
+    model_init_params(&m, p, 7);
+    for (int i = 0; i < m.n_layers; i++) {
+        const layer *L = &m.layers[i];
+        if (!L->n_w) continue;
+        stats st = tensor_stats(p + L->w_off, L->n_w);
+        assert_true(st.maxabs <= 2 * 0.1f); // never beyond 2 stddev
+        for (size_t j = 0; j < L->n_b; j++) assert_true(p[L->b_off + j] == 0.1f);
+        if (L->n_w < 5000) continue; // too few samples for the moment checks
+        double want = 0.1 * TRUNC2_STD_FACTOR;
+        if (fabs(st.std - want) > STD_RTOL * want || fabs(st.mean) > MEAN_TOL_STD * want ||
+            st.maxabs < 0.19)
+            fail_msg("%s.weight: mean %g std %g (want %g) max|x| %g", L->name, st.mean, st.std,
+                     want, st.maxabs);
+    }
+    free(p);
+    model_free(&m);
+}
+
+static void test_init_deterministic(void **state) {
+    (void)state;
+    model m;
+    ht_error err = {{0}};
+    assert_int_equal(model_init(&m, "cnn3", &err), 0);
+    size_t n = m.n_params;
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    model_init_params(&m, a, 123);
+    model_init_params(&m, b, 123);
+    assert_memory_equal(a, b, n * sizeof *a);
+    model_init_params(&m, b, 124);
+    size_t same = 0, nonzero = 0;
+    for (size_t i = 0; i < n; i++) {
+        same += a[i] == b[i] && a[i] != 0;
+        nonzero += a[i] != 0;
+    }
+    assert_true(nonzero > n / 2);
+    assert_true(same < n / 1000);
+
+    // A layer's draws depend on its index only: widening fc1 leaves the convs unchanged.
+    model w;
+    assert_int_equal(model_begin(&w, "wide", 1, 28, 28, 10, &err), 0);
+    for (int i = 0; i < 8; i++) {
+        layer_spec s = {.kind = m.layers[i].kind, .filters = m.layers[i].oc,
+                        .k = m.layers[i].k, .pad = m.layers[i].pad,
+                        .w_init = m.layers[i].w_init};
+        assert_int_equal(model_add(&w, &s, &err), 0);
+    }
+    layer_spec fc = {.kind = LAYER_DENSE, .units = 10, .w_init = INIT_LECUN_UNIFORM};
+    layer_spec sm = {.kind = LAYER_SOFTMAX_XENT};
+    assert_int_equal(model_add(&w, &fc, &err), 0);
+    assert_int_equal(model_add(&w, &sm, &err), 0);
+    assert_int_equal(model_finish(&w, &err), 0);
+    float *c = malloc(w.n_params * sizeof *c);
+    model_init_params(&w, c, 123);
+    size_t conv_end = m.layers[5].b_off + m.layers[5].n_b;
+    assert_int_equal(w.layers[5].b_off + w.layers[5].n_b, conv_end);
+    assert_true(w.n_params < m.n_params);
+    assert_memory_equal(a, c, conv_end * sizeof *a);
+    free(a);
+    free(b);
+    free(c);
+    model_free(&w);
+    model_free(&m);
+}
+
+// ---- building errors -------------------------------------------------------------------------
+
+static void expect_add_error(model *m, const layer_spec *s, const char *fragment) {
+    ht_error err = {{0}};
+    int n = m->n_layers;
+    assert_int_equal(model_add(m, s, &err), -1);
+    if (!strstr(err.msg, fragment)) fail_msg("error \"%s\" lacks \"%s\"", err.msg, fragment);
+    assert_int_equal(m->n_layers, n);
+}
+
+static void test_model_add_errors(void **state) {
+    (void)state;
+    model m;
+    ht_error err = {{0}};
+    assert_int_equal(model_begin(&m, "t", 1, 6, 6, 4, &err), 0);
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_CONV2D, .filters = 0, .k = 3},
+                     "layer 0 (conv): filters 0: expected 1..65536");
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_CONV2D, .filters = 4, .k = 65},
+                     "kernel size 65: expected 1..64");
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_CONV2D, .filters = 4, .k = 7},
+                     "kernel 7 does not fit input 6x6");
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_CONV2D, .filters = 4, .k = 3, .pad = -1,
+                                       .stride = 2},
+                     "\"same\" padding needs stride 1");
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_DENSE, .units = 70000},
+                     "units 70000: expected 1..65536");
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_DENSE, .units = 4,
+                                       .w_init = INIT_TRUNCATED_NORMAL},
+                     "truncated_normal needs a stddev > 0");
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_DROPOUT, .rate = 1.0f},
+                     "rate 1: expected 0 <= rate < 1");
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_RELU, .name = "a.b"}, "name \"a.b\"");
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_SOFTMAX_XENT},
+                     "input has 36 features (1x6x6), expected the 4 classes");
+    assert_int_equal(model_finish(&m, &err), -1);
+    assert_non_null(strstr(err.msg, "has no layers"));
+
+    assert_int_equal(model_add(&m, &(layer_spec){.kind = LAYER_RELU, .name = "x"}, &err), 0);
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_RELU, .name = "x"},
+                     "layer 1 (relu): name \"x\" is already used by layer 0");
+    assert_int_equal(model_add(&m, &(layer_spec){.kind = LAYER_MAXPOOL, .k = 3}, &err), 0);
+    assert_true(m.layers[1].oh == 2 && m.layers[1].stride == 3);
+    assert_int_equal(model_finish(&m, &err), -1);
+    assert_non_null(strstr(err.msg, "layer 1 (maxpool): the model must end with softmax"));
+    model_free(&m);
+
+    assert_int_equal(model_begin(&m, "t", 1, 6, 6, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "classes 1: expected 2..256"));
+    assert_int_equal(model_begin(&m, "t", 0, 6, 6, 10, &err), -1);
+    assert_non_null(strstr(err.msg, "input 0x6x6"));
+    model_free(&m);
+}
+
+// ---- config files ----------------------------------------------------------------------------
+
+static char *tmpdir;
+
+static int setup_tmp(void **state) {
+    (void)state;
+    tmpdir = test_tmpdir("model");
+    return tmpdir ? 0 : -1;
+}
+
+static int teardown_tmp(void **state) {
+    (void)state;
+    free(tmpdir);
+    return 0;
+}
+
+// Parses text as name; returns 0/-1 and leaves the message in err.
+static int load_text(model *m, const char *name, const char *text, ht_error *err) {
+    char *path = test_write_file(tmpdir, name, text, strlen(text));
+    assert_non_null(path);
+    int rc = model_init_config(m, path, err);
+    free(path);
+    return rc;
+}
+
+static void expect_cfg_error(const char *text, const char *fragment) {
+    model m;
+    ht_error err = {{0}};
+    assert_int_equal(load_text(&m, "bad.cfg", text, &err), -1);
+    if (!strstr(err.msg, fragment)) fail_msg("error \"%s\" lacks \"%s\"", err.msg, fragment);
+    assert_null(strchr(err.msg, '\n'));
+    assert_null(m.layers);
+    model_free(&m);
+}
+
+#define NET "[net]\ninput = 1x8x8\nclasses = 4\n" // lines 1-3
+#define TAIL "[dense]\nunits = 4\n[softmax]\n"
+
+static void test_config_errors(void **state) {
+    (void)state;
+    expect_cfg_error(NET "[foo]\nx = 1\n", "bad.cfg:4: unknown section [foo]");
+    expect_cfg_error(NET "[conv]\nfilter = 3\n",
+                     "bad.cfg:5: [conv] unknown key \"filter\"; expected one of: name, filters");
+    expect_cfg_error(NET "[conv]\nfilters = abc\nsize = 3\n" TAIL,
+                     "bad.cfg:5: [conv] filters: expected an integer 1..65536, found \"abc\"");
+    expect_cfg_error(NET "[conv]\nsize = 3\nfilters = 0\n" TAIL,
+                     "bad.cfg:6: [conv] filters: expected an integer 1..65536, found \"0\"");
+    expect_cfg_error(NET "[dropout]\nrate = 0.5x\n",
+                     "bad.cfg:5: [dropout] rate: expected a number in [0, 1), found \"0.5x\"");
+    expect_cfg_error(NET "[conv]\nfilters = 2\nsize = 3\ninit = xavier\n",
+                     "bad.cfg:7: [conv] init: expected zeros|constant|lecun_uniform|"
+                     "glorot_uniform|truncated_normal, found \"xavier\"");
+    // missing softmax: reported at the last section
+    expect_cfg_error(NET "[dense]\nunits = 4\n",
+                     "bad.cfg:4: layer 0 (dense): the model must end with softmax");
+    // softmax not last
+    expect_cfg_error(NET TAIL "[relu]\n", "bad.cfg:7: layer 2 (relu): nothing may follow softmax");
+    // 8x8 -> conv3 6x6 -> pool 3x3 -> pool 1x1 -> pool: nothing left
+    expect_cfg_error(NET "[conv]\nfilters = 2\nsize = 3\n[maxpool]\nsize = 2\n[maxpool]\n"
+                         "size = 2\n[maxpool]\nsize = 2\n" TAIL,
+                     "bad.cfg:11: layer 3 (maxpool): window 2 does not fit input 1x1");
+    expect_cfg_error(NET "[conv]\nfilters = 2\nsize = 4\npad = same\n" TAIL,
+                     "bad.cfg:4: layer 0 (conv): \"same\" padding needs an odd kernel, got 4");
+    expect_cfg_error(NET "[dense]\nunits = 5\n[softmax]\n",
+                     "bad.cfg:6: layer 1 (softmax): input has 5 features");
+    expect_cfg_error("[net]\nclasses = 4\n" TAIL, "bad.cfg:1: [net] input missing");
+    expect_cfg_error("[net]\ninput = 1x8\n", "bad.cfg:2: [net] input: expected CxHxW");
+    expect_cfg_error("[conv]\nfilters = 2\n", "bad.cfg:1: [conv] before [net]");
+    expect_cfg_error("# nothing\n", "bad.cfg:1: no [net] section");
+    expect_cfg_error("input = 1x8x8\n", "bad.cfg:1: key \"input\" outside any section");
+    expect_cfg_error(NET "[conv]\nfilters 3\n", "bad.cfg:5: expected \"key = value\"");
+    expect_cfg_error(NET "[conv\n", "bad.cfg:4: expected \"[section]\"");
+    expect_cfg_error(NET "[net]\n", "bad.cfg:4: second [net] section");
+    expect_cfg_error(NET "[dense]\nunits = 4\nunits = 5\n", "bad.cfg:6: [dense] units given twice");
+    expect_cfg_error(NET "[dense]\n[softmax]\n", "bad.cfg:4: [dense] needs units");
+    expect_cfg_error(NET "[dense]\nunits = 4\nactivation = tanh\n",
+                     "bad.cfg:6: [dense] activation: expected linear|relu, found \"tanh\"");
+    expect_cfg_error(NET "[dense]\nunits = 4\nname = fc.x\n" "[softmax]\n",
+                     "bad.cfg:4: layer 0 (dense): name \"fc.x\"");
+
+    model m;
+    ht_error err = {{0}};
+    assert_int_equal(model_init_config(&m, "/nonexistent/no-such.cfg", &err), -1);
+    assert_non_null(strstr(err.msg, "/nonexistent/no-such.cfg: cannot open"));
+    model_free(&m);
+    assert_int_equal(model_init(&m, "no/such/model", &err), -1); // '/' means a path
+    assert_non_null(strstr(err.msg, "no/such/model: cannot open"));
+    model_free(&m);
+}
+
+static void test_config_sections(void **state) {
+    (void)state;
+    // Empty and repeated sections, indented keys (not inih continuations), both comment styles,
+    // aliases, and a last line without a newline.
+    static const char text[] =
+        "; leading comment\n"
+        "[net]\n"
+        "input = 3x8x8   # CxHxW\n"
+        "classes = 4\n"
+        "optimizer = adam\n"
+        "lr = 0.001\n"
+        "[conv]\n"
+        "  filters = 2\n"
+        "  size = 3\n"
+        "[relu]\n"
+        "[convolutional]\n"
+        "filters = 3\n"
+        "size = 3 ; valid\n"
+        "stride = 1\n"
+        "pad = same\n"
+        "init = truncated_normal\n"
+        "init_arg = 0.05\n"
+        "bias_init = constant\n"
+        "bias_arg = 0.25\n"
+        "[relu]\n"
+        "\n"
+        "[ relu ]\n"
+        "[dense]\n"
+        "units = 4\n"
+        "name = head\n"
+        "[softmax]";
+    model m;
+    ht_error err = {{0}};
+    if (load_text(&m, "seq.cfg", text, &err)) fail_msg("%s", err.msg);
+    static const expect_layer want[] = {
+        {LAYER_CONV2D, "conv1", 2, 6, 6, 2 * 3 * 9 + 2},
+        {LAYER_RELU, "relu1", 2, 6, 6, 0},
+        {LAYER_CONV2D, "conv2", 3, 6, 6, 3 * 2 * 9 + 3},
+        {LAYER_RELU, "relu2", 3, 6, 6, 0},
+        {LAYER_RELU, "relu3", 3, 6, 6, 0},
+        {LAYER_DENSE, "head", 4, 1, 1, 108 * 4 + 4},
+        {LAYER_SOFTMAX_XENT, "softmax", 4, 1, 1, 0},
+    };
+    check_layers(&m, want, N_OF(want));
+    assert_string_equal(m.name, "seq"); // from the file name
+    assert_int_equal(m.layers[0].w_init, INIT_GLOROT_UNIFORM); // defaults
+    assert_int_equal(m.layers[0].pad, 0);
+    assert_int_equal(m.layers[5].w_init, INIT_LECUN_UNIFORM);
+    assert_true(m.layers[2].pad == 1 && m.layers[2].w_init == INIT_TRUNCATED_NORMAL &&
+                m.layers[2].w_arg == 0.05f && m.layers[2].b_init == INIT_CONSTANT &&
+                m.layers[2].b_arg == 0.25f);
+    // Setup: given keys override, the rest are the 3-layer preset's.
+    assert_int_equal(m.setup.optim, OPTIM_ADAM);
+    assert_true(m.setup.lr == 0.001f && m.setup.batch == 1000 && m.setup.beta2 == 0.999f);
+    model_free(&m);
+}
+
+static void test_summary(void **state) {
+    (void)state;
+    model m;
+    ht_error err = {{0}};
+    assert_int_equal(model_init(&m, "cnn2", &err), 0);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    model_print_summary(&m, f);
+    long n = ftell(f);
+    assert_true(n > 0);
+    char *buf = calloc((size_t)n + 1, 1);
+    rewind(f);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    assert_non_null(strstr(buf, "Total params: 3,274,634"));
+    assert_non_null(strstr(buf, "fc1 (dense)"));
+    assert_non_null(strstr(buf, "(64, 7, 7)"));
+    assert_non_null(strstr(buf, "3,212,288"));
+    assert_non_null(strstr(buf, "13.88 M"));
+    free(buf);
+    model_free(&m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_preset_cnn3),
+        cmocka_unit_test(test_preset_cnn2),
+        cmocka_unit_test(test_unknown_and_free),
+        cmocka_unit_test(test_config_files_match_presets),
+        cmocka_unit_test(test_init_keras),
+        cmocka_unit_test(test_init_truncated_normal),
+        cmocka_unit_test(test_init_deterministic),
+        cmocka_unit_test(test_model_add_errors),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_config_sections),
+        cmocka_unit_test(test_summary),
+    };
+    return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
+}

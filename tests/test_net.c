@@ -1,0 +1,220 @@
+// Whole-network checks on the CPU path: finite-difference gradients through every layer kind,
+// micro-batch and batch-composition invariance (dropout included), and one engine step on
+// one device against the same step split over two devices.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "data.h"
+#include "device.h"
+#include "engine.h"
+#include "model.h"
+#include "net.h"
+#include "rng.h"
+#include "testutil.h"
+
+// Central differences on a float network: eps and the relative tolerance (with an absolute
+// floor for near-zero gradients) sized for float32 forward passes.
+#define FD_EPS 1e-3f
+#define TOL_NET_FD 2e-2f
+#define FLOOR_NET_FD 5e-3f
+// Reordering float sums (micro-batches, devices) changes results only by rounding.
+#define TOL_SUM_ORDER 1e-5f
+#define FLOOR_SUM_ORDER 1e-6f
+
+// A small network using every layer kind: 1x8x8 -> conv(4,3,pad1) relu pool2 -> conv(3,3,s1)
+// relu -> dense 6 relu dropout .3 -> dense 5 -> softmax.
+static void small_model(model *m) {
+    ht_error e;
+    assert_int_equal(model_begin(m, "small", 1, 8, 8, 5, &e), 0);
+    layer_spec s[] = {
+        {.kind = LAYER_CONV2D, .filters = 4, .k = 3, .stride = 1, .pad = 1,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_MAXPOOL, .k = 2, .stride = 2},
+        {.kind = LAYER_CONV2D, .filters = 3, .k = 3, .stride = 1, .pad = 0,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_DENSE, .units = 6, .w_init = INIT_LECUN_UNIFORM, .b_init = INIT_CONSTANT,
+         .b_arg = 0.05f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_DROPOUT, .rate = 0.3f},
+        {.kind = LAYER_DENSE, .units = 5, .w_init = INIT_LECUN_UNIFORM, .b_init = INIT_ZEROS},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        if (model_add(m, &s[i], &e) < 0) fail_msg("model_add %zu: %s", i, e.msg);
+    }
+    if (model_finish(m, &e) < 0) fail_msg("model_finish: %s", e.msg);
+}
+
+static void random_fill(float *x, size_t n, uint64_t seed, float lo, float hi) {
+    ht_rng r;
+    ht_rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)ht_rng_double(&r);
+}
+
+static double loss_sum(net_ws *ws, const model *m, const float *p, const float *x,
+                       const uint8_t *y, int B, const net_dropout *d) {
+    net_forward(ws, m, p, x, y, B, d);
+    double s = 0;
+    for (int i = 0; i < B; i++) s += ws->loss[i];
+    return s;
+}
+
+static void test_network_finite_differences(void **state) {
+    (void)state;
+    model m;
+    small_model(&m);
+    const int B = 3;
+    float *p = malloc(sizeof(float) * m.n_params), *g = calloc(m.n_params, sizeof(float));
+    float *num = malloc(sizeof(float) * m.n_params);
+    float x[3 * 64];
+    uint8_t y[3] = {0, 3, 4};
+    uint32_t ids[3] = {11, 5, 902};
+    model_init_params(&m, p, 7);
+    random_fill(x, sizeof x / sizeof x[0], 99, 0, 1);
+    net_dropout d = {.seed = 3, .epoch = 1, .ids = ids};
+    net_ws ws;
+    ht_error e;
+    assert_int_equal(net_ws_init(&ws, &m, B, 1, &e), 0);
+    net_forward(&ws, &m, p, x, y, B, &d);
+    net_backward(&ws, &m, p, g, x, y, B, &d);
+    for (size_t i = 0; i < m.n_params; i++) {
+        float keep = p[i];
+        p[i] = keep + FD_EPS;
+        double lp = loss_sum(&ws, &m, p, x, y, B, &d);
+        p[i] = keep - FD_EPS;
+        double lm = loss_sum(&ws, &m, p, x, y, B, &d);
+        p[i] = keep;
+        num[i] = (float)((lp - lm) / (2 * FD_EPS));
+    }
+    assert_true(check_tensor(g, num, m.n_params, TOL_NET_FD, FLOOR_NET_FD, "network d(loss)/dparams"));
+    // The gradient is not trivially zero.
+    double norm = 0;
+    for (size_t i = 0; i < m.n_params; i++) norm += fabs(g[i]);
+    assert_true(norm > 1e-3);
+    net_ws_free(&ws);
+    free(p);
+    free(g);
+    free(num);
+    model_free(&m);
+}
+
+// Gradient of a batch == sum of the gradients of its parts, with dropout keyed by sample id:
+// this is what makes micro-batching and sharding leave the result unchanged.
+static void test_batch_composition_invariance(void **state) {
+    (void)state;
+    model m;
+    small_model(&m);
+    const int B = 7;
+    float *p = malloc(sizeof(float) * m.n_params);
+    float *whole = calloc(m.n_params, sizeof(float)), *parts = calloc(m.n_params, sizeof(float));
+    float x[7 * 64];
+    uint8_t y[7] = {0, 1, 2, 3, 4, 0, 1};
+    uint32_t ids[7] = {3, 1000, 17, 4, 55, 56, 2};
+    model_init_params(&m, p, 11);
+    random_fill(x, sizeof x / sizeof x[0], 5, 0, 1);
+    net_dropout d = {.seed = 9, .epoch = 2, .ids = ids};
+    net_ws ws;
+    assert_int_equal(net_ws_init(&ws, &m, B, 2, NULL), 0);
+    net_forward(&ws, &m, p, x, y, B, &d);
+    float whole_loss[7];
+    memcpy(whole_loss, ws.loss, sizeof whole_loss);
+    net_backward(&ws, &m, p, whole, x, y, B, &d);
+    // Parts of 1, 4 and 2 samples, the last part processed first.
+    int cut[][2] = {{5, 2}, {0, 1}, {1, 4}};
+    for (int k = 0; k < 3; k++) {
+        int off = cut[k][0], n = cut[k][1];
+        net_dropout dp = {.seed = 9, .epoch = 2, .ids = ids + off};
+        net_forward(&ws, &m, p, x + off * 64, y + off, n, &dp);
+        assert_true(check_tensor(ws.loss, whole_loss + off, (size_t)n, TOL_SUM_ORDER,
+                                 FLOOR_SUM_ORDER, "per-sample loss"));
+        net_backward(&ws, &m, p, parts, x + off * 64, y + off, n, &dp);
+    }
+    assert_true(check_tensor(whole, parts, m.n_params, TOL_SUM_ORDER, FLOOR_SUM_ORDER,
+                             "grad(batch) vs sum of grad(parts)"));
+    // A different epoch gives different dropout masks, so a different gradient.
+    float *other = calloc(m.n_params, sizeof(float));
+    net_dropout d3 = {.seed = 9, .epoch = 3, .ids = ids};
+    net_forward(&ws, &m, p, x, y, B, &d3);
+    net_backward(&ws, &m, p, other, x, y, B, &d3);
+    double diff = 0;
+    for (size_t i = 0; i < m.n_params; i++) diff += fabs(other[i] - whole[i]);
+    assert_true(diff > 1e-4);
+    net_ws_free(&ws);
+    free(p);
+    free(whole);
+    free(parts);
+    free(other);
+    model_free(&m);
+}
+
+// One SGD step of the 3-layer reference network on 64 Fashion-MNIST samples: on one CPU
+// device, and split over two CPU devices with unequal weights.
+static void run_step(const model *m, const dataset *ds, const char *devices, float *out,
+                     float *grad) {
+    ht_error e;
+    device *devs;
+    int n;
+    if (device_open_list(&devs, &n, devices, m, 64, &e) < 0) fail_msg("%s", e.msg);
+    float *p = malloc(sizeof(float) * m->n_params);
+    model_init_params(m, p, 1);
+    engine g;
+    if (engine_init(&g, m, devs, n, p, &m->setup, 64, 1, &e) < 0) fail_msg("%s", e.msg);
+    uint32_t idx[64];
+    for (int i = 0; i < 64; i++) idx[i] = (uint32_t)(i * 7 % 200);
+    step_stats st;
+    if (engine_train_step(&g, ds, idx, 64, 0, NULL, NULL, &st, &e) < 0) fail_msg("%s", e.msg);
+    memcpy(out, g.params, sizeof(float) * m->n_params);
+    memcpy(grad, g.grad, sizeof(float) * m->n_params);
+    if (n == 2) assert_true(st.share[0] + st.share[1] == 64 && st.share[0] > st.share[1]);
+    engine_free(&g);
+    device_close_list(devs, n);
+    free(p);
+}
+
+static void test_engine_two_devices_equal_one(void **state) {
+    (void)state;
+    model m;
+    dataset ds;
+    ht_error e;
+    if (model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
+    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+        fail_msg("%s", e.msg);
+    dataset_limit(&ds, 200);
+    float *one = malloc(sizeof(float) * m.n_params), *two = malloc(sizeof(float) * m.n_params);
+    float *init = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, init, 1);
+    float *g1 = malloc(sizeof(float) * m.n_params), *g2 = malloc(sizeof(float) * m.n_params);
+    run_step(&m, &ds, "cpu:2", one, g1);
+    run_step(&m, &ds, "cpu:1@3,cpu:1@1", two, g2);
+    assert_true(check_params(&m, g1, g2, TOL_SUM_ORDER, "mean gradient, 1 device vs 2"));
+    assert_true(check_params(&m, one, two, TOL_SUM_ORDER, "params after a step, 1 device vs 2"));
+    // The step did change the weights.
+    double moved = 0;
+    for (size_t i = 0; i < m.n_params; i++) moved += fabs(one[i] - init[i]);
+    assert_true(moved > 1e-3);
+    free(one);
+    free(two);
+    free(g1);
+    free(g2);
+    free(init);
+    dataset_free(&ds);
+    model_free(&m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_network_finite_differences),
+        cmocka_unit_test(test_batch_composition_invariance),
+        cmocka_unit_test(test_engine_two_devices_equal_one),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

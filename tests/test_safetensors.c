@@ -1,0 +1,566 @@
+// safetensors save/load: bitwise round trips, files laid out as Python's writer lays them out,
+// dtype conversion, and one specific message per kind of malformed file.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "safetensors.h"
+#include "testutil.h"
+
+// ---- models built by hand (model.c is not used here) ----
+
+#define MAX_LAYERS 8
+
+typedef struct test_model {
+    model m;
+    layer layers[MAX_LAYERS];
+} test_model;
+
+static void tm_begin(test_model *t, const char *name) {
+    memset(t, 0, sizeof *t);
+    snprintf(t->m.name, sizeof t->m.name, "%s", name);
+    t->m.layers = t->layers;
+}
+
+static layer *tm_add(test_model *t, layer_kind kind, const char *name, int c, int h, int w) {
+    layer *L = &t->layers[t->m.n_layers++];
+    L->kind = kind;
+    snprintf(L->name, sizeof L->name, "%s", name);
+    L->c = c, L->h = h, L->w = w;
+    L->oc = c, L->oh = h, L->ow = w;
+    L->w_off = L->b_off = LAYER_NO_PARAM;
+    return L;
+}
+
+static void tm_params(test_model *t, layer *L, size_t n_w, size_t n_b) {
+    L->n_w = n_w, L->n_b = n_b;
+    L->w_off = t->m.n_params;
+    L->b_off = t->m.n_params + n_w;
+    t->m.n_params += n_w + n_b;
+}
+
+// conv k x k, pad k/2, stride 1: (c,h,w) -> (oc,h,w)
+static void tm_conv(test_model *t, const char *name, int c, int h, int w, int oc, int k) {
+    layer *L = tm_add(t, LAYER_CONV2D, name, c, h, w);
+    L->oc = oc, L->k = k, L->stride = 1, L->pad = k / 2;
+    tm_params(t, L, (size_t)oc * c * k * k, (size_t)oc);
+}
+
+static void tm_dense(test_model *t, const char *name, int c, int h, int w, int oc) {
+    layer *L = tm_add(t, LAYER_DENSE, name, c, h, w);
+    L->oc = oc, L->oh = L->ow = 1;
+    tm_params(t, L, (size_t)oc * c * h * w, (size_t)oc);
+}
+
+// PyTorch-style names whose alphabetical order (what Python's writer uses) differs from the
+// layer order, and a dense layer fed by a (3,3,3) map: weight [5,27].
+static void model_a(test_model *t) {
+    tm_begin(t, "tiny");
+    tm_conv(t, "features.0", 1, 6, 6, 2, 3); // w 18, b 2
+    tm_add(t, LAYER_RELU, "relu1", 2, 6, 6);
+    layer *P = tm_add(t, LAYER_MAXPOOL, "pool1", 2, 6, 6);
+    P->oh = P->ow = 3, P->k = P->stride = 2;
+    tm_conv(t, "features.3", 2, 3, 3, 3, 3); // w 54, b 3
+    tm_dense(t, "classifier.1", 3, 3, 3, 5); // w 135, b 5
+    tm_add(t, LAYER_RELU, "relu2", 5, 1, 1);
+    tm_dense(t, "classifier.4", 5, 1, 1, 3); // w 15, b 3
+    tm_add(t, LAYER_SOFTMAX_XENT, "softmax", 3, 1, 1);
+}
+
+// One dense layer "fc" 3 -> 2: weight [2,3] (24 bytes), bias [2] (8 bytes).
+static void model_fc(test_model *t, int in) {
+    tm_begin(t, "fc");
+    tm_dense(t, "fc", in, 1, 1, 2);
+    tm_add(t, LAYER_SOFTMAX_XENT, "softmax", 2, 1, 1);
+}
+
+static uint32_t xorshift(uint32_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return *s;
+}
+
+// Arbitrary bit patterns: NaNs with payloads, infinities, subnormals, -0 all turn up.
+static float *random_bits(size_t n, uint32_t seed) {
+    float *p = malloc(n * sizeof *p);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = xorshift(&seed);
+        memcpy(&p[i], &u, 4);
+    }
+    return p;
+}
+
+// ---- writing files by hand ----
+
+static void put_le64(unsigned char *b, uint64_t v) {
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+
+// Writes u64 LE hlen, the header bytes and the data.
+static char *write_st_len(const char *dir, const char *name, uint64_t hlen, const char *hdr,
+                          size_t hdr_bytes, const void *data, size_t dlen) {
+    unsigned char *buf = malloc(8 + hdr_bytes + dlen + 1);
+    assert_non_null(buf);
+    put_le64(buf, hlen);
+    memcpy(buf + 8, hdr, hdr_bytes);
+    if (dlen) memcpy(buf + 8 + hdr_bytes, data, dlen);
+    char *path = test_write_file(dir, name, buf, 8 + hdr_bytes + dlen);
+    assert_non_null(path);
+    free(buf);
+    return path;
+}
+
+static char *write_st(const char *dir, const char *name, const char *hdr, const void *data,
+                      size_t dlen) {
+    return write_st_len(dir, name, strlen(hdr), hdr, strlen(hdr), data, dlen);
+}
+
+typedef struct ent {
+    const char *name, *dtype, *shape;
+    size_t bytes;
+} ent;
+
+// The header as Python's safetensors writes it (serde_json, compact, __metadata__ first,
+// dtype/shape/data_offsets in that order, contiguous offsets, spaces up to a multiple of 8).
+// `mixed` moves __metadata__ last, reorders each entry's keys and adds whitespace, no padding.
+static void make_header(char *buf, size_t cap, const ent *es, int ne, int mixed) {
+    size_t len = 0, off = 0;
+    len += (size_t)snprintf(buf, cap, mixed ? "{\n" : "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < ne; i++) {
+        const ent *x = &es[i];
+        if (!mixed)
+            len += (size_t)snprintf(buf + len, cap - len,
+                                    ",\"%s\":{\"dtype\":\"%s\",\"shape\":%s,"
+                                    "\"data_offsets\":[%zu,%zu]}",
+                                    x->name, x->dtype, x->shape, off, off + x->bytes);
+        else
+            len += (size_t)snprintf(buf + len, cap - len,
+                                    "  \"%s\": {\"data_offsets\": [%zu, %zu], \"shape\": %s, "
+                                    "\"dtype\": \"%s\"},\n",
+                                    x->name, off, off + x->bytes, x->shape, x->dtype);
+        off += x->bytes;
+    }
+    if (!mixed) {
+        len += (size_t)snprintf(buf + len, cap - len, "}");
+        while (len % 8) len += (size_t)snprintf(buf + len, cap - len, " ");
+    } else {
+        snprintf(buf + len, cap - len,
+                 "  \"__metadata__\": {\"format\": \"pt\", \"note\": \"x\"}\n}");
+    }
+    assert_true(strlen(buf) < cap - 1);
+}
+
+static const layer *find_layer(const test_model *t, const char *name) {
+    for (int i = 0; i < t->m.n_layers; i++)
+        if (!strcmp(t->layers[i].name, name)) return &t->layers[i];
+    fail_msg("no layer %s", name);
+    return NULL;
+}
+
+// ---- tests ----
+
+static void test_round_trip(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("st-roundtrip");
+    assert_non_null(dir);
+    char path[1024];
+    ht_error e;
+
+    test_model t;
+    model_a(&t);
+    assert_int_equal(t.m.n_params, 235);
+    float *src = random_bits(t.m.n_params, 12345), *dst = random_bits(t.m.n_params, 999);
+    snprintf(path, sizeof path, "%s/a.safetensors", dir);
+    assert_int_equal(safetensors_save(path, &t.m, src, &e), 0);
+    assert_int_equal(safetensors_load(path, &t.m, dst, &e), 0);
+    assert_memory_equal(src, dst, t.m.n_params * sizeof *src);
+
+    // Overwriting an existing file replaces it.
+    float *src2 = random_bits(t.m.n_params, 777);
+    assert_int_equal(safetensors_save(path, &t.m, src2, &e), 0);
+    assert_int_equal(safetensors_load(path, &t.m, dst, &e), 0);
+    assert_memory_equal(src2, dst, t.m.n_params * sizeof *src);
+    free(src);
+    free(src2);
+    free(dst);
+
+    // Larger than one I/O chunk, and a layer name that needs JSON escaping.
+    tm_begin(&t, "big");
+    tm_dense(&t, "fc\"odd\\name", 300, 1, 1, 200);
+    src = random_bits(t.m.n_params, 4242);
+    dst = calloc(t.m.n_params, sizeof *dst);
+    snprintf(path, sizeof path, "%s/big.safetensors", dir);
+    assert_int_equal(safetensors_save(path, &t.m, src, &e), 0);
+    assert_int_equal(safetensors_load(path, &t.m, dst, &e), 0);
+    assert_memory_equal(src, dst, t.m.n_params * sizeof *src);
+    free(src);
+    free(dst);
+    free(dir);
+}
+
+// What safetensors_save writes, read back with json-c: names, shapes, offsets, alignment.
+static void test_saved_layout(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("st-layout");
+    char path[1024];
+    ht_error e;
+    test_model t;
+    model_a(&t);
+    float *src = random_bits(t.m.n_params, 5);
+    snprintf(path, sizeof path, "%s/a.safetensors", dir);
+    assert_int_equal(safetensors_save(path, &t.m, src, &e), 0);
+
+    size_t len;
+    unsigned char *buf = (unsigned char *)test_read_file(path, &len);
+    assert_non_null(buf);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | buf[i];
+    assert_int_equal(hlen % 8, 0); // data starts 8-byte aligned
+    assert_int_equal(len, 8 + hlen + 4 * t.m.n_params);
+    assert_int_equal(buf[8], '{');
+
+    char *hdr = strndup((char *)buf + 8, hlen);
+    json_object *root = json_tokener_parse(hdr);
+    assert_non_null(root);
+    json_object *meta, *fmt;
+    assert_true(json_object_object_get_ex(root, "__metadata__", &meta));
+    assert_true(json_object_object_get_ex(meta, "format", &fmt));
+    assert_string_equal(json_object_get_string(fmt), "pt");
+
+    static const struct {
+        const char *name;
+        int nd;
+        int shape[4];
+        int begin, end;
+    } want[] = {
+        {"features.0.weight", 4, {2, 1, 3, 3}, 0, 72},
+        {"features.0.bias", 1, {2}, 72, 80},
+        {"features.3.weight", 4, {3, 2, 3, 3}, 80, 296},
+        {"features.3.bias", 1, {3}, 296, 308},
+        {"classifier.1.weight", 2, {5, 27}, 308, 848},
+        {"classifier.1.bias", 1, {5}, 848, 868},
+        {"classifier.4.weight", 2, {3, 5}, 868, 928},
+        {"classifier.4.bias", 1, {3}, 928, 940},
+    };
+    assert_int_equal(json_object_object_length(root), 9);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        json_object *ent, *dt, *sh, *of;
+        if (!json_object_object_get_ex(root, want[i].name, &ent)) fail_msg("no %s", want[i].name);
+        assert_true(json_object_object_get_ex(ent, "dtype", &dt));
+        assert_string_equal(json_object_get_string(dt), "F32");
+        assert_true(json_object_object_get_ex(ent, "shape", &sh));
+        assert_int_equal(json_object_array_length(sh), want[i].nd);
+        for (int d = 0; d < want[i].nd; d++)
+            assert_int_equal(json_object_get_int(json_object_array_get_idx(sh, d)),
+                             want[i].shape[d]);
+        assert_true(json_object_object_get_ex(ent, "data_offsets", &of));
+        assert_int_equal(json_object_array_length(of), 2);
+        assert_int_equal(json_object_get_int(json_object_array_get_idx(of, 0)), want[i].begin);
+        assert_int_equal(json_object_get_int(json_object_array_get_idx(of, 1)), want[i].end);
+    }
+    // The data is the flat buffer in layer order, little-endian (this host is little-endian).
+    uint32_t one = 1;
+    if (*(unsigned char *)&one == 1) assert_memory_equal(buf + 8 + hlen, src, 4 * t.m.n_params);
+
+    json_object_put(root);
+    free(hdr);
+    free(buf);
+    free(src);
+    free(dir);
+}
+
+// A file laid out byte for byte as Python's safetensors.torch.save_file writes it for a
+// PyTorch model with these names: tensors sorted by name, so biases first and classifier
+// before features.
+static void test_python_layout(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("st-python");
+    ht_error e;
+    test_model t;
+    model_a(&t);
+    static const ent es[] = {
+        {"classifier.1.bias", "F32", "[5]", 20},   {"classifier.1.weight", "F32", "[5,27]", 540},
+        {"classifier.4.bias", "F32", "[3]", 12},   {"classifier.4.weight", "F32", "[3,5]", 60},
+        {"features.0.bias", "F32", "[2]", 8},      {"features.0.weight", "F32", "[2,1,3,3]", 72},
+        {"features.3.bias", "F32", "[3]", 12},     {"features.3.weight", "F32", "[3,2,3,3]", 216},
+    };
+    const int ne = sizeof es / sizeof es[0];
+    // Tensor i, element j holds i*1000 + j (exact in float), as little-endian bytes.
+    unsigned char data[940];
+    size_t pos = 0;
+    for (int i = 0; i < ne; i++)
+        for (size_t j = 0; j < es[i].bytes / 4; j++, pos += 4) {
+            float f = (float)(i * 1000 + (int)j);
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            for (int b = 0; b < 4; b++) data[pos + (size_t)b] = (unsigned char)(u >> (8 * b));
+        }
+    assert_int_equal(pos, sizeof data);
+
+    for (int mixed = 0; mixed < 2; mixed++) {
+        char hdr[4096];
+        make_header(hdr, sizeof hdr, es, ne, mixed);
+        if (!mixed) {
+            assert_int_equal(strlen(hdr) % 8, 0);
+            const char *pre = "{\"__metadata__\":{\"format\":\"pt\"},\"classifier.1.bias\":"
+                              "{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[0,20]},";
+            assert_memory_equal(hdr, pre, strlen(pre));
+        }
+        char *path = write_st(dir, mixed ? "mixed.safetensors" : "py.safetensors", hdr, data,
+                              sizeof data);
+        float *p = calloc(t.m.n_params, sizeof *p);
+        if (safetensors_load(path, &t.m, p, &e)) fail_msg("%s", e.msg);
+        for (int i = 0; i < ne; i++) {
+            char lname[32];
+            const char *dot = strrchr(es[i].name, '.');
+            snprintf(lname, sizeof lname, "%.*s", (int)(dot - es[i].name), es[i].name);
+            const layer *L = find_layer(&t, lname);
+            int is_w = !strcmp(dot, ".weight");
+            size_t off = is_w ? L->w_off : L->b_off, n = is_w ? L->n_w : L->n_b;
+            assert_int_equal(n * 4, es[i].bytes);
+            for (size_t j = 0; j < n; j++)
+                if (p[off + j] != (float)(i * 1000 + (int)j))
+                    fail_msg("%s[%zu] = %g, expected %d", es[i].name, j, (double)p[off + j],
+                             i * 1000 + (int)j);
+        }
+        free(p);
+        free(path);
+    }
+    free(dir);
+}
+
+// Header entries for model_fc(3): W_(dtype, shape, offsets), and the correct ones.
+#define ENTRY_(name, dt, sh, of) \
+    "\"" name "\":{\"dtype\":\"" dt "\",\"shape\":" sh ",\"data_offsets\":" of "}"
+#define W_(dt, sh, of) ENTRY_("fc.weight", dt, sh, of)
+#define B_(dt, sh, of) ENTRY_("fc.bias", dt, sh, of)
+#define W_OK_ W_("F32", "[2,3]", "[0,24]")
+#define B_OK_ B_("F32", "[2]", "[24,32]")
+
+static void le16s(unsigned char *b, const uint16_t *v, int n) {
+    for (int i = 0; i < n; i++) {
+        b[2 * i] = (unsigned char)v[i];
+        b[2 * i + 1] = (unsigned char)(v[i] >> 8);
+    }
+}
+
+static void check_bits(const float *got, const float *want, int n, const char *what) {
+    for (int i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], 4) && !(isnan(got[i]) && isnan(want[i])))
+            fail_msg("%s[%d] = %.9g, expected %.9g", what, i, (double)got[i], (double)want[i]);
+}
+
+static void test_dtype_conversion(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("st-dtype");
+    ht_error e;
+    test_model t;
+    model_fc(&t, 4); // weight [2,4], bias [2]
+
+    // Weight F16: 1, -2, 0x3555, 65504 (max), 2^-24 (min subnormal), -0, NaN, 2^-14 (min normal).
+    // Bias BF16: 0x4049 = 3.140625, 0xFF80 = -inf.
+    static const uint16_t w16[8] = {0x3C00, 0xC000, 0x3555, 0x7BFF, 0x0001, 0x8000, 0x7E00, 0x0400};
+    static const uint16_t b16[2] = {0x4049, 0xFF80};
+    const float want_w[8] = {1.0f, -2.0f, 0.333251953125f, 65504.0f, 5.9604644775390625e-08f,
+                             -0.0f, NAN, 6.103515625e-05f};
+    const float want_b[2] = {3.140625f, -INFINITY};
+    unsigned char data[20];
+    le16s(data, w16, 8);
+    le16s(data + 16, b16, 2);
+    char *path = write_st(dir, "half.safetensors",
+                          "{" W_("F16", "[2,4]", "[0,16]") "," B_("BF16", "[2]", "[16,20]") "}",
+                          data, sizeof data);
+    float p[10];
+    if (safetensors_load(path, &t.m, p, &e)) fail_msg("%s", e.msg);
+    assert_true(isnan(p[6]));
+    check_bits(p, want_w, 8, "F16 weight");
+    check_bits(p + 8, want_b, 2, "BF16 bias");
+    free(path);
+
+    // Weight F64 (rounded to nearest float), bias F16: +inf, largest subnormal 1023 * 2^-24.
+    const double w64[8] = {0.1, -1e-3, 1.5, 3.0, -0.0, 1e-50, 123456789.0, -7.25};
+    const float want_w64[8] = {0.1f, -1e-3f, 1.5f, 3.0f, -0.0f, 0.0f, 123456792.0f, -7.25f};
+    static const uint16_t b16b[2] = {0x7C00, 0x03FF};
+    const float want_b2[2] = {INFINITY, 6.097555160522461e-05f};
+    unsigned char data2[68];
+    for (int i = 0; i < 8; i++) {
+        uint64_t u;
+        memcpy(&u, &w64[i], 8);
+        put_le64(data2 + 8 * i, u);
+    }
+    le16s(data2 + 64, b16b, 2);
+    path = write_st(dir, "f64.safetensors",
+                    "{" B_("F16", "[2]", "[64,68]") "," W_("F64", "[2,4]", "[0,64]") "}",
+                    data2, sizeof data2);
+    if (safetensors_load(path, &t.m, p, &e)) fail_msg("%s", e.msg);
+    check_bits(p, want_w64, 8, "F64 weight");
+    check_bits(p + 8, want_b2, 2, "F16 bias");
+    free(path);
+    free(dir);
+}
+
+// Loads hdr + dlen bytes of data into the "fc" model and expects failure mentioning frag and
+// the file's path, with params untouched.
+static void expect_fail_len(const char *dir, const char *fname, uint64_t hlen, const char *hdr,
+                            size_t dlen, const char *frag) {
+    test_model t;
+    model_fc(&t, 3);
+    unsigned char data[64] = {0};
+    assert_true(dlen <= sizeof data);
+    char *path = write_st_len(dir, fname, hlen, hdr, strlen(hdr), data, dlen);
+    float p[8], before[8];
+    for (int i = 0; i < 8; i++) p[i] = before[i] = 42.0f + (float)i;
+    ht_error e = {{0}};
+    int rc = safetensors_load(path, &t.m, p, &e);
+    if (rc != -1) fail_msg("%s: loaded, expected an error with \"%s\"", fname, frag);
+    if (!strstr(e.msg, frag)) fail_msg("%s: message \"%s\" lacks \"%s\"", fname, e.msg, frag);
+    if (!strstr(e.msg, path)) fail_msg("%s: message \"%s\" does not name the file", fname, e.msg);
+    assert_null(strchr(e.msg, '\n'));
+    assert_memory_equal(p, before, sizeof p);
+    free(path);
+}
+
+static void expect_fail(const char *dir, const char *fname, const char *hdr, size_t dlen,
+                        const char *frag) {
+    expect_fail_len(dir, fname, strlen(hdr), hdr, dlen, frag);
+}
+
+
+static void test_malformed(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("st-bad");
+    char path[1024];
+    ht_error e;
+    test_model t;
+    model_fc(&t, 3);
+    float p[8] = {0};
+
+    // The good file loads, so each failure below is due to its one change.
+    char *good = write_st(dir, "good.st", "{" W_OK_ "," B_OK_ "}", (unsigned char[32]){0}, 32);
+    if (safetensors_load(good, &t.m, p, &e)) fail_msg("%s", e.msg);
+    free(good);
+
+    snprintf(path, sizeof path, "%s/absent.safetensors", dir);
+    assert_int_equal(safetensors_load(path, &t.m, p, &e), -1);
+    assert_non_null(strstr(e.msg, path));
+    assert_non_null(strstr(e.msg, "cannot open"));
+
+    char *shortf = test_write_file(dir, "short.st", "abcde", 5);
+    assert_int_equal(safetensors_load(shortf, &t.m, p, &e), -1);
+    assert_non_null(strstr(e.msg, shortf));
+    assert_non_null(strstr(e.msg, "too short"));
+    free(shortf);
+
+    expect_fail_len(dir, "huge.st", 200000000ull, "{}", 0, "exceeds the 100 MB limit");
+    expect_fail_len(dir, "long.st", 1000, "{}", 0, "header length 1000 is larger than the rest");
+    expect_fail_len(dir, "neg.st", UINT64_MAX, "{}", 0, "exceeds the 100 MB limit");
+    expect_fail(dir, "empty.st", "", 0, "invalid JSON");
+    expect_fail(dir, "json.st", "{\"fc.weight\":", 0, "invalid JSON");
+    expect_fail(dir, "json2.st", "{\"fc.weight\":{\"dtype\":\"F32\",}}", 0, "invalid JSON");
+    expect_fail(dir, "trail.st", "{" W_OK_ "," B_OK_ "} x", 32, "invalid JSON");
+    { // header length covers a NUL after the object
+        char *nul = write_st_len(dir, "nul.st", 4, "{}\0 ", 4, NULL, 0);
+        assert_int_equal(safetensors_load(nul, &t.m, p, &e), -1);
+        assert_non_null(strstr(e.msg, "invalid JSON"));
+        free(nul);
+    }
+    expect_fail(dir, "array.st", "[1,2]", 0, "header is not a JSON object");
+    expect_fail(dir, "meta.st", "{\"__metadata__\":3," W_OK_ "," B_OK_ "}", 32,
+                "\"__metadata__\" is not a JSON object");
+    expect_fail(dir, "missing.st", "{" W_OK_ "}", 32, "missing tensor \"fc.bias\"");
+    expect_fail(dir, "shape.st", "{" W_("F32", "[3,2]", "[0,24]") "," B_OK_ "}", 32,
+                "tensor \"fc.weight\": expected shape [2,3], found [3,2]");
+    expect_fail(dir, "rank.st", "{" W_OK_ "," B_("F32", "[2,1]", "[24,32]") "}", 32,
+                "tensor \"fc.bias\": expected shape [2], found [2,1]");
+    expect_fail(dir, "shape2.st", "{" W_("F32", "[2.0,3]", "[0,24]") "," B_OK_ "}", 32,
+                "\"shape\" missing or not a list");
+    expect_fail(dir, "dtype.st", "{" W_OK_ "," B_("I32", "[2]", "[24,32]") "}", 32,
+                "tensor \"fc.bias\": unsupported dtype \"I32\"");
+    expect_fail(dir, "nodtype.st",
+                "{" W_OK_ ",\"fc.bias\":{\"shape\":[2],\"data_offsets\":[24,32]}}", 32,
+                "\"dtype\" missing");
+    expect_fail(dir, "range.st", "{" W_OK_ "," B_("F32", "[2]", "[24,40]") "}", 32,
+                "data_offsets [24,40] out of range (data buffer is 32 bytes)");
+    expect_fail(dir, "range2.st", "{" W_OK_ "," B_("F32", "[2]", "[32,24]") "}", 32,
+                "out of range");
+    expect_fail(dir, "range3.st",
+                "{" W_OK_ "," B_("F32", "[2]", "[18446744073709551615,8]") "}",
+                32, "data_offsets [18446744073709551615,8] out of range");
+    expect_fail(dir, "size.st", "{" W_("F32", "[2,3]", "[0,20]") "," B_OK_ "}", 32,
+                "data_offsets [0,20] hold 20 bytes, but 6 values of F32 need 24");
+    expect_fail(dir, "size16.st", "{" W_("F16", "[2,3]", "[0,24]") "," B_OK_ "}", 32,
+                "6 values of F16 need 12");
+    expect_fail(dir, "offs.st", "{" W_("F32", "[2,3]", "[0]") "," B_OK_ "}", 32,
+                "\"data_offsets\" missing or not two");
+    expect_fail(dir, "entry.st", "{\"fc.weight\":[0,24]," B_OK_ "}", 32,
+                "tensor \"fc.weight\": header entry is not a JSON object");
+    expect_fail(dir, "extra.st",
+                "{" W_OK_ "," B_OK_ "," ENTRY_("fc2.weight", "F32", "[1]", "[0,4]") ",\"aaa\":{}}",
+                32, "extra tensor \"fc2.weight\" is not in model fc");
+    free(dir);
+}
+
+static int has_tmp_file(const char *dir) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int found = 0;
+    for (struct dirent *de; (de = readdir(d));)
+        if (strstr(de->d_name, ".tmp.")) found = 1;
+    closedir(d);
+    return found;
+}
+
+static void test_save_errors(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("st-save");
+    char path[1024];
+    ht_error e;
+    test_model t;
+    model_fc(&t, 3);
+    float p[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+
+    snprintf(path, sizeof path, "%s/no/such/dir/w.safetensors", dir);
+    assert_int_equal(safetensors_save(path, &t.m, p, &e), -1);
+    assert_non_null(strstr(e.msg, path));
+    assert_non_null(strstr(e.msg, "cannot create temporary file"));
+
+    // The target is a directory: the rename fails and the temporary file goes away.
+    snprintf(path, sizeof path, "%s/isdir.safetensors", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    assert_int_equal(safetensors_save(path, &t.m, p, &e), -1);
+    assert_non_null(strstr(e.msg, path));
+    assert_non_null(strstr(e.msg, "cannot rename"));
+    assert_false(has_tmp_file(dir));
+
+    // Two layers with one name would give a file with duplicate tensors.
+    tm_dense(&t, "fc", 2, 1, 1, 2);
+    float q[14] = {0};
+    snprintf(path, sizeof path, "%s/dup.safetensors", dir);
+    assert_int_equal(safetensors_save(path, &t.m, q, &e), -1);
+    assert_non_null(strstr(e.msg, "\"fc.weight\" used twice"));
+    struct stat st;
+    assert_int_equal(stat(path, &st), -1);
+    assert_false(has_tmp_file(dir));
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_saved_layout),
+        cmocka_unit_test(test_python_layout),   cmocka_unit_test(test_dtype_conversion),
+        cmocka_unit_test(test_malformed),       cmocka_unit_test(test_save_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
