@@ -105,15 +105,16 @@ static int find_idx(char *out, size_t cap, const char *dir, const char *name, ht
 }
 
 int dataset_load_dir(dataset *train, dataset *test, const char *dir, ht_error *e) {
-    memset(train, 0, sizeof *train);
+    if (train) memset(train, 0, sizeof *train);
     if (test) memset(test, 0, sizeof *test);
+    if (!train && !test) return 0;
     struct stat st;
     if (stat(dir, &st) != 0) return ht_fail(e, "%s: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode)) return ht_fail(e, "%s: not a folder", dir);
 
     char xi[4096], yi[4096];
-    if (find_idx(xi, sizeof xi, dir, "train-images-idx3-ubyte", e) ||
-        find_idx(yi, sizeof yi, dir, "train-labels-idx1-ubyte", e))
+    if (train && (find_idx(xi, sizeof xi, dir, "train-images-idx3-ubyte", e) ||
+                  find_idx(yi, sizeof yi, dir, "train-labels-idx1-ubyte", e)))
         return -1;
     if (test) { // check for the test files before the slow train load
         char tx[4096], ty[4096];
@@ -122,6 +123,7 @@ int dataset_load_dir(dataset *train, dataset *test, const char *dir, ht_error *e
             return -1;
         if (dataset_load_idx(test, tx, ty, e)) return -1;
     }
+    if (!train) return 0;
     if (dataset_load_idx(train, xi, yi, e)) goto fail;
     if (test && (test->h != train->h || test->w != train->w)) {
         ht_fail(e, "%s: test images are %dx%d but train images are %dx%d", dir, test->h,
@@ -130,7 +132,7 @@ int dataset_load_dir(dataset *train, dataset *test, const char *dir, ht_error *e
     }
     return 0;
 fail:
-    dataset_free(train);
+    if (train) dataset_free(train);
     if (test) dataset_free(test);
     return -1;
 }

@@ -28,7 +28,8 @@ int dataset_load_idx(dataset *d, const char *images_path, const char *labels_pat
 int dataset_load_csv(dataset *d, const char *path, ht_error *e);
 
 // A folder in the MNIST layout: train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz],
-// t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]. test may be NULL.
+// t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]. Either of train and test may be
+// NULL (its files are then neither needed nor read).
 int dataset_load_dir(dataset *train, dataset *test, const char *dir, ht_error *e);
 
 void dataset_free(dataset *d);

@@ -186,6 +186,11 @@ static void test_train_save_predict_round_trip(void **state) {
     assert_string_equal(p, p2);
     // predict never overwrites.
     expect_cli(args, 1, "already exists");
+    // predict on an IDX folder's test files, reporting accuracy since they have labels.
+    snprintf(args, sizeof args,
+             "predict --load '%s/w2.safetensors' --data " FASHION_DIR " --limit 100 --out '%s/q.csv'",
+             dir, dir);
+    expect_cli(args, 0, "(100 samples)");
     free(p);
     free(p2);
     free(again);
