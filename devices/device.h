@@ -42,7 +42,7 @@ typedef struct device {
     const device_ops *ops;
     void *ctx;
     char spec[64];    // how the user selects it: "cpu", "cpu:2"
-    char name[160];   // human description for logs
+    char name[512];   // human description for logs
     double weight;    // capacity weight: share of each batch
     int micro;        // samples per micro-batch
     int threads;      // host threads it uses
@@ -56,5 +56,8 @@ void device_close_list(device *devs, int n);
 
 // Implementations.
 int cpu_device_open(device *d, const model *m, int threads, int max_batch, ht_error *e);
+struct cl_dev_info;
+int opencl_device_open(device *d, const struct cl_dev_info *info, const model *m, int max_batch,
+                       ht_error *e);
 
 #endif

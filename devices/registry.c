@@ -1,6 +1,10 @@
 // Device registry: parses --devices specs and opens each device through its implementation.
 //   spec  := item (',' item)*
-//   item  := 'cpu' [':' THREADS] ['@' WEIGHT]
+//   item  := ('cpu' [':' THREADS] | 'cl:' P '.' D | 'cl:all' | 'gpu') ['@' WEIGHT]
+//   'auto' (the default) := every OpenCL GPU, plus 'cpu'
+// cl:all opens every OpenCL device, gpu every OpenCL GPU; each gets the item's weight. A plain
+// 'cpu' worker takes the cores nobody else claims: all cores, less the threads of cpu:N
+// workers and one core to drive each OpenCL GPU, shared among the plain 'cpu' items.
 #include <ctype.h>
 #include <errno.h>
 #include <omp.h>
@@ -8,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cl_util.h"
 #include "device.h"
 
 #define DEVICE_MAX 64
@@ -24,7 +29,107 @@ static int parse_weight(const char *s, double *weight) {
     return 0;
 }
 
-static int open_one(device *d, const char *item, const model *m, int max_batch, ht_error *e) {
+// OpenCL devices, enumerated once per process.
+static cl_dev_info *cl_devs;
+static int cl_n = -1;
+
+static int cl_list(ht_error *e) {
+    if (cl_n >= 0) return 0;
+    int n;
+    if (cl_enumerate(&cl_devs, &n, e) < 0) return -1;
+    cl_n = n;
+    return 0;
+}
+
+// Opens the OpenCL devices an item names into list[*count...]; returns -1 with e on failure.
+static int open_cl(device *list, int *count, const char *name, const char *item, double weight,
+                   const model *m, int max_batch, ht_error *e) {
+    if (cl_list(e) < 0) return -1;
+    int want_all = !strcmp(name, "cl:all"), want_gpu = !strcmp(name, "gpu"), p = -1, d = -1;
+    if (!want_all && !want_gpu) {
+        char *end;
+        errno = 0;
+        long lp = strtol(name + 3, &end, 10), ld = -1;
+        if (!errno && end != name + 3 && *end == '.') {
+            char *end2;
+            ld = strtol(end + 1, &end2, 10);
+            if (end2 == end + 1 || *end2) ld = -1;
+        }
+        if (lp < 0 || ld < 0 || lp > 1000 || ld > 1000)
+            return ht_fail(e, "--devices: \"%s\": expected cl:PLATFORM.DEVICE (e.g. cl:0.0), cl:all or gpu", item);
+        p = (int)lp;
+        d = (int)ld;
+    }
+    int opened = 0;
+    for (int i = 0; i < cl_n; i++) {
+        const cl_dev_info *info = &cl_devs[i];
+        int match = want_all || (want_gpu && !strcmp(info->type, "gpu")) || (info->p == p && info->d == d);
+        if (!match) continue;
+        if (*count == DEVICE_MAX) return ht_fail(e, "--devices: more than %d devices", DEVICE_MAX);
+        for (int k = 0; k < *count; k++)
+            if (!strcmp(list[k].spec, info->spec))
+                return ht_fail(e, "--devices: %s is selected twice", info->spec);
+        if (opencl_device_open(&list[*count], info, m, max_batch, e) < 0) return -1;
+        list[*count].weight = weight;
+        (*count)++;
+        opened++;
+    }
+    if (opened == 0) {
+        if (cl_n == 0)
+            return ht_fail(e, "--devices: \"%s\": no OpenCL platform found (the ICD loader lists none); use cpu", item);
+        if (want_gpu)
+            return ht_fail(e, "--devices: \"%s\": no OpenCL GPU found (see 'hetrain devices')", item);
+        return ht_fail(e, "--devices: \"%s\": no such OpenCL device (see 'hetrain devices')", item);
+    }
+    return 0;
+}
+
+// Splits "name@weight" into its name (no weight check here).
+static void item_name(const char *item, char *name, size_t len) {
+    size_t n = strcspn(item, "@");
+    if (n >= len) n = len - 1;
+    memcpy(name, item, n);
+    name[n] = 0;
+}
+
+// Threads for each plain 'cpu' item of specs (see the grammar above).
+static int plain_cpu_threads(const char *specs) {
+    int cores = omp_get_num_procs(), claimed = 0, plain = 0;
+    char *copy = strdup(specs), *save = NULL;
+    for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        while (isspace((unsigned char)*item)) item++;
+        char name[64];
+        item_name(item, name, sizeof name);
+        if (!strcmp(name, "cpu")) {
+            plain++;
+        } else if (!strncmp(name, "cpu:", 4)) {
+            claimed += atoi(name + 4) > 0 ? atoi(name + 4) : 0;
+        } else if (cl_n > 0) {
+            int all = !strcmp(name, "cl:all"), gpu = !strcmp(name, "gpu");
+            for (int i = 0; i < cl_n; i++)
+                if (!strcmp(cl_devs[i].type, "gpu") && (all || gpu || !strcmp(cl_devs[i].spec, name)))
+                    claimed++;
+        }
+    }
+    free(copy);
+    int free_cores = cores - claimed;
+    int t = plain ? free_cores / plain : 0;
+    return t < 1 ? 1 : t;
+}
+
+// "auto": every OpenCL GPU plus one CPU worker (malloc'd spec string).
+static char *expand_auto(void) {
+    size_t cap = 16 + (size_t)(cl_n > 0 ? cl_n : 0) * 24, k = 0;
+    char *s = malloc(cap);
+    for (int i = 0; i < cl_n; i++)
+        if (!strcmp(cl_devs[i].type, "gpu")) k += (size_t)snprintf(s + k, cap - k, "%s,", cl_devs[i].spec);
+    snprintf(s + k, cap - k, "cpu");
+    return s;
+}
+
+static int open_one(device *list, int *count, const char *item, int plain_threads,
+                    const model *m, int max_batch, ht_error *e) {
+    device *d = &list[*count];
     char name[64];
     size_t len = strcspn(item, "@");
     if (len >= sizeof name) return ht_fail(e, "--devices: \"%s\" is too long", item);
@@ -34,8 +139,11 @@ static int open_one(device *d, const char *item, const model *m, int max_batch, 
     if (parse_weight(item + len, &weight) < 0)
         return ht_fail(e, "--devices: \"%s\": expected a weight after '@' (a number > 0), found \"%s\"",
                        item, item + len + (item[len] == '@'));
+    if (!strncmp(name, "cl:", 3) || !strcmp(name, "gpu"))
+        return open_cl(list, count, name, item, weight, m, max_batch, e);
+    if (*count == DEVICE_MAX) return ht_fail(e, "--devices: more than %d devices", DEVICE_MAX);
     if (strcmp(name, "cpu") == 0 || strncmp(name, "cpu:", 4) == 0) {
-        int threads = omp_get_num_procs();
+        int threads = plain_threads;
         if (name[3] == ':') {
             char *end;
             errno = 0;
@@ -46,32 +154,40 @@ static int open_one(device *d, const char *item, const model *m, int max_batch, 
             threads = (int)t;
         }
         if (cpu_device_open(d, m, threads, max_batch, e) < 0) return ht_wrap(e, "device %s", name);
-        snprintf(d->spec, sizeof d->spec, "%s", name);
+        // Specs name metrics columns and log entries, so repeated workers are numbered.
+        int same = 1;
+        for (int k = 0; k < *count; k++)
+            if (!strncmp(list[k].spec, name, strlen(name)) &&
+                (list[k].spec[strlen(name)] == 0 || list[k].spec[strlen(name)] == '#'))
+                same++;
+        if (same > 1) snprintf(d->spec, sizeof d->spec, "%.48s#%d", name, same);
+        else snprintf(d->spec, sizeof d->spec, "%s", name);
         d->weight = weight;
+        (*count)++;
         return 0;
     }
-    return ht_fail(e, "--devices: unknown device \"%s\" (known: cpu, cpu:THREADS; add @WEIGHT "
-                      "for a capacity weight)", name);
+    return ht_fail(e, "--devices: unknown device \"%s\" (known: cpu, cpu:THREADS, cl:P.D, cl:all, "
+                      "gpu; add @WEIGHT for a capacity weight)", name);
 }
 
 int device_open_list(device **devs, int *n, const char *specs, const model *m, int max_batch,
                      ht_error *e) {
     *devs = NULL;
     *n = 0;
-    if (!specs || !*specs) return ht_fail(e, "--devices: empty device list");
+    if (specs && !*specs) return ht_fail(e, "--devices: empty device list");
+    if (cl_list(e) < 0) return -1;
+    char *copy = !specs || !strcmp(specs, "auto") ? expand_auto() : strdup(specs);
+    int plain_threads = plain_cpu_threads(copy);
     device *list = ht_calloc(DEVICE_MAX, sizeof *list, e);
-    if (!list) return -1;
-    char *copy = strdup(specs);
+    if (!list) {
+        free(copy);
+        return -1;
+    }
     int count = 0, rc = 0;
     char *save = NULL;
     for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         while (isspace((unsigned char)*item)) item++;
-        if (count == DEVICE_MAX) {
-            rc = ht_fail(e, "--devices: more than %d devices", DEVICE_MAX);
-            break;
-        }
-        if ((rc = open_one(&list[count], item, m, max_batch, e)) < 0) break;
-        count++;
+        if ((rc = open_one(list, &count, item, plain_threads, m, max_batch, e)) < 0) break;
     }
     free(copy);
     if (rc == 0 && count == 0) rc = ht_fail(e, "--devices: empty device list \"%s\"", specs);

@@ -101,6 +101,41 @@ static int dispatch(engine *g, ht_error *e) {
     return 0;
 }
 
+// Sets the device weights and drops the plan, so the next step plans with them.
+static void set_weights_replan(engine *g, const double *w) {
+    double top = 0;
+    for (int d = 0; d < g->n_devs; d++)
+        if (w[d] > top) top = w[d];
+    for (int d = 0; d < g->n_devs; d++)
+        g->devs[d].weight = w[d] > top * ENGINE_MIN_SHARE ? w[d] : top * ENGINE_MIN_SHARE;
+    shard_plan_free(&g->plan);
+}
+
+void engine_set_balance(engine *g, balance_mode mode, int rebalance) {
+    g->balance = mode;
+    g->rebalance = rebalance < 1 ? 1 : rebalance;
+}
+
+void engine_weights(const engine *g, double *w) {
+    for (int d = 0; d < g->n_devs; d++) w[d] = g->devs[d].weight;
+}
+
+// Folds one step's measurements into the moving averages; re-plans every g->rebalance steps.
+static void observe(engine *g) {
+    if (g->balance != BALANCE_AUTO || g->n_devs < 2) return;
+    for (int d = 0; d < g->n_devs; d++) {
+        engine_slot *s = &g->slots[d];
+        if (s->n == 0 || s->busy_s <= 0) continue;
+        double r = s->n / s->busy_s;
+        g->rate[d] = g->rate[d] > 0 ? (1 - ENGINE_EMA_ALPHA) * g->rate[d] + ENGINE_EMA_ALPHA * r : r;
+    }
+    if (++g->since < g->rebalance) return;
+    g->since = 0;
+    double w[64];
+    for (int d = 0; d < g->n_devs; d++) w[d] = g->rate[d] > 0 ? g->rate[d] : g->devs[d].weight;
+    set_weights_replan(g, w);
+}
+
 // Makes the plan for batches of B positions (kept while B stays the same).
 static int ensure_plan(engine *g, int B, ht_error *e) {
     if (g->plan.len == B && g->plan.pattern) return 0;
@@ -156,6 +191,8 @@ int engine_init(engine *g, const model *m, device *devs, int n_devs, const float
     g->n_devs = n_devs;
     g->max_batch = max_batch;
     g->seed = seed;
+    g->balance = BALANCE_STATIC;
+    g->rebalance = 1;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->go, NULL);
     pthread_cond_init(&g->done, NULL);
@@ -216,6 +253,36 @@ void engine_free(engine *g) {
     memset(g, 0, sizeof *g);
 }
 
+int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e) {
+    if (g->n_devs < 2) return 0;
+    if (B > g->max_batch) B = g->max_batch;
+    double busy[64] = {0};
+    int done[64] = {0};
+    for (int round = 0; round < 3; round++) {
+        if (ensure_plan(g, B, e) < 0) return -1;
+        assign_positions(g, B);
+        g->task_kind = TASK_TRAIN;
+        g->task_ds = ds;
+        g->task_idx = idx;
+        g->task_epoch = 0;
+        if (dispatch(g, e) < 0) return ht_wrap(e, "calibration");
+        if (round == 0) continue; // warm-up: first launches, caches, page faults
+        for (int d = 0; d < g->n_devs; d++) {
+            busy[d] += g->slots[d].busy_s;
+            done[d] += g->slots[d].n;
+        }
+        // After the first measured round, split by what was measured, so the second round
+        // measures each device at about the share it will get.
+        double w[64];
+        for (int d = 0; d < g->n_devs; d++)
+            w[d] = done[d] > 0 && busy[d] > 0 ? done[d] / busy[d] : g->devs[d].weight;
+        for (int d = 0; d < g->n_devs; d++) g->rate[d] = w[d];
+        set_weights_replan(g, w);
+    }
+    g->since = 0;
+    return 0;
+}
+
 int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, uint32_t epoch,
                       float *loss, int32_t *pred, step_stats *st, ht_error *e) {
     if (B < 1 || B > g->max_batch) return ht_fail(e, "engine: batch %d outside 1..%d", B, g->max_batch);
@@ -248,6 +315,7 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     optim_step(&g->opt, g->params, g->grad);
     for (int d = 0; d < g->n_devs; d++) g->slots[d].weights_stale = 1;
     double t2 = ht_now();
+    observe(g);
 
     if (st) {
         memset(st, 0, sizeof *st);

@@ -24,6 +24,13 @@ typedef struct step_stats {
     int share[64];   // per device: samples
 } step_stats;
 
+// How device weights are kept: as given, or measured (calibration at start, then a moving
+// average of each device's samples/s re-planned every `rebalance` steps).
+typedef enum balance_mode { BALANCE_AUTO, BALANCE_STATIC } balance_mode;
+
+#define ENGINE_EMA_ALPHA 0.3      // weight of the newest step in the samples/s average
+#define ENGINE_MIN_SHARE 0.005    // a device keeps at least this fraction of the largest weight
+
 typedef struct engine {
     const model *m;
     device *devs;
@@ -42,6 +49,11 @@ typedef struct engine {
     unsigned long gen;
     int pending;
     int stop;
+    // Capacity.
+    balance_mode balance;
+    int rebalance;   // re-plan every this many steps (auto)
+    int since;       // steps since the last re-plan
+    double rate[64]; // moving average of samples/s per device (0: not measured yet)
     // The task being dispatched (read by the workers).
     int task_kind;
     const dataset *task_ds;
@@ -54,6 +66,16 @@ typedef struct engine {
 int engine_init(engine *g, const model *m, device *devs, int n_devs, const float *params,
                 const train_setup *s, int max_batch, uint64_t seed, ht_error *e);
 void engine_free(engine *g);
+
+// Sets how weights are kept (engine_init's default: static; rebalance >= 1).
+void engine_set_balance(engine *g, balance_mode mode, int rebalance);
+
+// Measures every device's samples/s on shards of the batch idx[0..B) (run twice, the first
+// as warm-up; no update) and sets the weights from it. Only meaningful with several devices.
+int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e);
+
+// The device weights now in use (n_devs values) after calibration or re-balancing.
+void engine_weights(const engine *g, double *w);
 
 // One training step on samples idx[0..B) of ds (global sample ids = the indices). Writes each
 // position's loss and prediction (batch order) when loss/pred are not NULL.

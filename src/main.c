@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cl_util.h"
 #include "common.h"
 #include "model.h"
+#include "engine.h"
 #include "train.h"
 
 #define EXIT_USAGE 2
@@ -26,6 +28,7 @@ static const char *usage_main =
     "  train      train a network (default: cnn2d_3layer_fullconnected_3layer on Fashion-MNIST)\n"
     "  predict    write predictions for a test set from saved weights\n"
     "  summary    print a network's layers, output shapes and parameter counts\n"
+    "  devices    list the native CPU and every OpenCL device, with their --devices names\n"
     "  version    print the version\n"
     "\n"
     "Run 'hetrain COMMAND --help' for a command's options.\n";
@@ -52,8 +55,15 @@ static const char *usage_train =
     "  --val-split F          fraction held out for validation, 0 <= F < 1 [the model's setup]\n"
     "  --seed N               seed for initialisation, split, shuffles and dropout [1]\n"
     "  --limit N              train on the first N samples only (before the split)\n"
-    "  --devices SPEC         comma list of devices: cpu, cpu:THREADS; add @W for a capacity\n"
-    "                         weight [cpu]\n"
+    "  --devices SPEC         comma list of devices to split each batch over (see 'hetrain\n"
+    "                         devices'): cpu (a worker on the cores nobody else uses),\n"
+    "                         cpu:THREADS, cl:P.D, cl:all, gpu (every OpenCL GPU); add @W for\n"
+    "                         a capacity weight, e.g. cl:0.0@3,cpu@1 [auto: every OpenCL GPU\n"
+    "                         plus cpu]\n"
+    "  --balance auto|static  auto: measure each device's samples/s at the start and keep\n"
+    "                         re-weighing from a moving average; static: keep the @W weights\n"
+    "                         [auto]\n"
+    "  --rebalance N          under auto, re-weigh every N steps [5]\n"
     "  --out DIR              folder for the run's files [results]\n"
     "  --name NAME            run name [<model>-<date>-<time>]; a taken name gets -2, -3, ...\n"
     "  --save FILE            write the final weights as safetensors (PyTorch names/layouts)\n"
@@ -61,6 +71,8 @@ static const char *usage_train =
     "  --progress             always show the progress bar (default: only on a terminal)\n"
     "  --no-progress          never show it\n"
     "  --quiet                no per-epoch lines on stdout (the log still has them)\n"
+    "  --cache-dir DIR        folder for compiled OpenCL programs, reused by later runs\n"
+    "                         [$XDG_CACHE_HOME/hetrain, else ~/.cache/hetrain]; \"\" turns it off\n"
     "  --help                 this text\n"
     "\n"
     "Ctrl-C stops after the current step; the metrics rows written so far are kept and\n"
@@ -80,13 +92,24 @@ static const char *usage_predict =
     "                         [" TRAIN_DEFAULT_DATA "]\n"
     "  --test FILE.csv        Kaggle CSV test set instead (labels optional)\n"
     "  --limit N              first N test samples only\n"
-    "  --devices SPEC         as for train [cpu]\n"
+    "  --devices SPEC         as for train [auto]\n"
     "  --help                 this text\n";
 
 static const char *usage_summary =
     "usage: hetrain summary [--model NAME|FILE.cfg]\n"
     "\n"
     "Prints each layer's output shape and parameter count, and the total.\n";
+
+static const char *usage_devices =
+    "usage: hetrain devices [--json]\n"
+    "\n"
+    "Lists the devices hetrain can train on: the native CPU (spec cpu), then every OpenCL device\n"
+    "of every platform (spec cl:P.D), with type, vendor, name, compute units, clock, memory,\n"
+    "largest allocation and OpenCL C version. The specs are what --devices takes.\n"
+    "\n"
+    "options:\n"
+    "  --json                 print one JSON object {\"devices\": [...], \"opencl_platforms\": N}\n"
+    "  --help                 this text\n";
 
 static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int usage_error(const char *cmd, const char *fmt, ...) {
@@ -146,7 +169,7 @@ static char *join_args(int argc, char **argv) {
 enum {
     OPT_MODEL = 1000, OPT_DATA, OPT_TRAIN, OPT_TEST, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_VAL,
     OPT_SEED, OPT_LIMIT, OPT_DEVICES, OPT_OUT, OPT_NAME, OPT_SAVE, OPT_LOAD, OPT_PROGRESS,
-    OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP
+    OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_BALANCE, OPT_REBALANCE, OPT_JSON, OPT_CACHE_DIR
 };
 
 static int cmd_train(int argc, char **argv) {
@@ -160,6 +183,8 @@ static int cmd_train(int argc, char **argv) {
         {"name", required_argument, 0, OPT_NAME},       {"save", required_argument, 0, OPT_SAVE},
         {"load", required_argument, 0, OPT_LOAD},       {"progress", no_argument, 0, OPT_PROGRESS},
         {"no-progress", no_argument, 0, OPT_NO_PROGRESS}, {"quiet", no_argument, 0, OPT_QUIET},
+        {"cache-dir", required_argument, 0, OPT_CACHE_DIR},
+        {"balance", required_argument, 0, OPT_BALANCE}, {"rebalance", required_argument, 0, OPT_REBALANCE},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
     train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1};
     long v;
@@ -197,6 +222,15 @@ static int cmd_train(int argc, char **argv) {
             o.limit = (int)v;
             break;
         case OPT_DEVICES: o.devices = optarg; break;
+        case OPT_BALANCE:
+            if (!strcmp(optarg, "auto")) o.balance = BALANCE_AUTO;
+            else if (!strcmp(optarg, "static")) o.balance = BALANCE_STATIC;
+            else return usage_error("train", "--balance: expected auto or static, found \"%s\"", optarg);
+            break;
+        case OPT_REBALANCE:
+            if (parse_int("--rebalance", optarg, 1, 1000000, &v) < 0) return EXIT_USAGE;
+            o.rebalance = (int)v;
+            break;
         case OPT_OUT: o.out_dir = optarg; break;
         case OPT_NAME:
             if (!*optarg || strchr(optarg, '/'))
@@ -208,6 +242,7 @@ static int cmd_train(int argc, char **argv) {
         case OPT_PROGRESS: o.progress = 1; break;
         case OPT_NO_PROGRESS: o.progress = 0; break;
         case OPT_QUIET: o.quiet = 1; break;
+        case OPT_CACHE_DIR: cl_set_cache_dir(optarg); break;
         case OPT_HELP: fputs(usage_train, stdout); return 0;
         case ':': return usage_error("train", "%s needs a value", argv[optind - 1]);
         default: return usage_error("train", "unknown option \"%s\"", argv[optind - 1]);
@@ -294,6 +329,28 @@ static int cmd_summary(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_devices(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"json", no_argument, 0, OPT_JSON}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+    int json = 0, c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_JSON: json = 1; break;
+        case OPT_HELP: fputs(usage_devices, stdout); return 0;
+        case ':': return usage_error("devices", "%s needs a value", argv[optind - 1]);
+        default: return usage_error("devices", "unknown option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_error("devices", "unexpected argument \"%s\"", argv[optind]);
+    ht_error e;
+    if (cl_print_devices(stdout, json, &e) < 0) {
+        fprintf(stderr, "hetrain: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fputs(usage_main, stderr);
@@ -309,9 +366,14 @@ int main(int argc, char **argv) {
         return 0;
     }
     // Each command parses its own options from argv[1..].
-    if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
-    if (!strcmp(cmd, "predict")) return cmd_predict(argc - 1, argv + 1);
+    int rc;
+    if (!strcmp(cmd, "train") || !strcmp(cmd, "predict")) {
+        rc = (!strcmp(cmd, "train") ? cmd_train : cmd_predict)(argc - 1, argv + 1);
+        cl_runtime_release_all();
+        return rc;
+    }
     if (!strcmp(cmd, "summary")) return cmd_summary(argc - 1, argv + 1);
+    if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
     fprintf(stderr, "hetrain: unknown command \"%s\"\n\n%s", cmd, usage_main);
     return EXIT_USAGE;
 }

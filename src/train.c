@@ -169,11 +169,12 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     } else {
         model_init_params(&j->m, j->params, o->seed);
     }
-    if (device_open_list(&j->devs, &j->n_devs, o->devices ? o->devices : "cpu", &j->m, s->batch,
+    if (device_open_list(&j->devs, &j->n_devs, o->devices, &j->m, s->batch,
                          e) < 0)
         return -1;
     if (engine_init(&j->g, &j->m, j->devs, j->n_devs, j->params, s, s->batch, o->seed, e) < 0)
         return -1;
+    engine_set_balance(&j->g, o->balance, o->rebalance > 0 ? o->rebalance : TRAIN_DEFAULT_REBALANCE);
     j->idx = ht_malloc((size_t)j->train.n, sizeof *j->idx, e);
     j->loss = ht_malloc((size_t)s->batch, sizeof *j->loss, e);
     j->pred = ht_malloc((size_t)(j->test.n > s->batch ? j->test.n : s->batch), sizeof *j->pred, e);
@@ -199,16 +200,84 @@ static void log_header(job *j, const train_opts *o) {
     run_log(rf, 0, "files: %s.{metrics.csv,predictions.csv,log}\n", rf->prefix);
 }
 
+// Per-epoch sums of the step engine's measurements.
+typedef struct epoch_stats {
+    double busy[64];
+    long share[64];
+    double wait, host;
+} epoch_stats;
+
+static void stats_add(epoch_stats *es, const step_stats *st, int n_devs) {
+    for (int d = 0; d < n_devs; d++) {
+        es->busy[d] += st->busy_s[d];
+        es->share[d] += st->share[d];
+    }
+    es->wait += st->wait_s;
+    es->host += st->host_s;
+}
+
+// The metrics CSV header: Keras's CSVLogger columns, hetrain's timing, then per device.
+static void metrics_header(char *buf, size_t len, const device *devs, int n) {
+    size_t k = (size_t)snprintf(buf, len, "epoch,accuracy,loss,val_accuracy,val_loss,time_s,"
+                                          "samples_per_s,sync_s,idle_frac");
+    for (int d = 0; d < n && k < len; d++)
+        k += (size_t)snprintf(buf + k, len - k, ",share_%s,busy_s_%s", devs[d].spec, devs[d].spec);
+}
+
+static void epoch_report(job *j, const train_opts *o, int ep, double loss, double acc,
+                         double vloss, double vacc, double el, double train_s,
+                         const epoch_stats *es) {
+    const train_setup *s = &j->m.setup;
+    int n = j->train.n, nd = j->n_devs;
+    double busy_total = 0;
+    for (int d = 0; d < nd; d++) busy_total += es->busy[d];
+    double idle = busy_total + es->wait > 0 ? es->wait / (busy_total + es->wait) : 0;
+    char row[4096], vpart[128] = ",";
+    if (j->val.n > 0) snprintf(vpart, sizeof vpart, "%.6f,%.6f", vacc, vloss);
+    size_t k = (size_t)snprintf(row, sizeof row, "%d,%.6f,%.6f,%s,%.3f,%.1f,%.3f,%.4f", ep, acc,
+                                loss, vpart, el, n / train_s, es->host, idle);
+    for (int d = 0; d < nd && k < sizeof row; d++)
+        k += (size_t)snprintf(row + k, sizeof row - k, ",%.4f,%.3f", (double)es->share[d] / n,
+                              es->busy[d]);
+    run_metrics_row(&j->rf, row);
+    char vtext[96] = "";
+    if (j->val.n > 0) snprintf(vtext, sizeof vtext, "  val_loss %.4f  val_acc %.4f", vloss, vacc);
+    run_log(&j->rf, !o->quiet, "epoch %d/%d  loss %.4f  acc %.4f%s  %.1fs  %.0f samples/s\n",
+            ep + 1, s->epochs, loss, acc, vtext, el, n / train_s);
+    if (nd > 1) {
+        char line[2048];
+        size_t m = (size_t)snprintf(line, sizeof line, "epoch %d/%d ", ep + 1, s->epochs);
+        for (int d = 0; d < nd && m < sizeof line; d++)
+            m += (size_t)snprintf(line + m, sizeof line - m, "%s %s %.0f%% %.1fs", d ? " |" : "",
+                                  j->devs[d].spec, 100.0 * es->share[d] / n, es->busy[d]);
+        run_log(&j->rf, !o->quiet, "%s | sync %.2fs  idle %.1f%%\n", line, es->host, 100 * idle);
+    }
+}
+
 static int run_epochs(job *j, const train_opts *o, int *epochs_done, ht_error *e) {
     const train_setup *s = &j->m.setup;
     int n = j->train.n;
     for (int ep = 0; ep < s->epochs; ep++) {
         double t0 = ht_now();
         shuffle(j->idx, n, o->seed, ep);
+        if (ep == 0 && j->n_devs > 1 && o->balance == BALANCE_AUTO) {
+            if (engine_calibrate(&j->g, &j->train, j->idx, s->batch, e) < 0) return -1;
+            double w[64];
+            engine_weights(&j->g, w);
+            char line[1024];
+            size_t m = 0;
+            for (int d = 0; d < j->n_devs && m < sizeof line; d++)
+                m += (size_t)snprintf(line + m, sizeof line - m, "%s%s@%.3g", d ? "," : "",
+                                      j->devs[d].spec, w[d]);
+            run_log(&j->rf, !o->quiet, "calibrated weights: %s\n", line);
+            t0 = ht_now();
+        }
         progress pr;
         progress_begin(&pr, o->progress, ep + 1, s->epochs, n);
         double lsum = 0;
         long correct = 0, seen = 0;
+        epoch_stats es;
+        memset(&es, 0, sizeof es);
         for (int off = 0; off < n; off += s->batch) {
             if (train_interrupted) {
                 progress_end(&pr);
@@ -221,6 +290,7 @@ static int run_epochs(job *j, const train_opts *o, int *epochs_done, ht_error *e
                 progress_end(&pr);
                 return ht_wrap(e, "epoch %d, step %d", ep + 1, off / s->batch + 1);
             }
+            stats_add(&es, &st, j->n_devs);
             for (int i = 0; i < B; i++) {
                 lsum += j->loss[i];
                 correct += j->pred[i] == j->train.y[j->idx[off + i]];
@@ -233,17 +303,8 @@ static int run_epochs(job *j, const train_opts *o, int *epochs_done, ht_error *e
         double vloss = NAN, vacc = NAN;
         if (j->val.n > 0 && evaluate(&j->g, &j->val, &vloss, &vacc, NULL, e) < 0)
             return ht_wrap(e, "validation after epoch %d", ep + 1);
-        double el = ht_now() - t0;
-        double loss = lsum / n, acc = (double)correct / n;
-        char row[512], vpart[128] = ",";
-        if (j->val.n > 0) snprintf(vpart, sizeof vpart, "%.6f,%.6f", vacc, vloss);
-        snprintf(row, sizeof row, "%d,%.6f,%.6f,%s,%.3f,%.1f", ep, acc, loss, vpart, el,
-                 n / train_s);
-        run_metrics_row(&j->rf, row);
-        char vtext[96] = "";
-        if (j->val.n > 0) snprintf(vtext, sizeof vtext, "  val_loss %.4f  val_acc %.4f", vloss, vacc);
-        run_log(&j->rf, !o->quiet, "epoch %d/%d  loss %.4f  acc %.4f%s  %.1fs  %.0f samples/s\n",
-                ep + 1, s->epochs, loss, acc, vtext, el, n / train_s);
+        epoch_report(j, o, ep, lsum / n, (double)correct / n, vloss, vacc, ht_now() - t0,
+                     train_s, &es);
         *epochs_done = ep + 1;
     }
     return 0;
@@ -279,15 +340,21 @@ int train_run(const train_opts *o, ht_error *e) {
         strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
         snprintf(name, sizeof name, "%s-%s", j.m.name, stamp);
     }
-    if (run_files_open(&j.rf, o->out_dir ? o->out_dir : "results", name,
-                       "epoch,accuracy,loss,val_accuracy,val_loss,time_s,samples_per_s", e) < 0) {
+    char header[4096];
+    metrics_header(header, sizeof header, j.devs, j.n_devs);
+    if (run_files_open(&j.rf, o->out_dir ? o->out_dir : "results", name, header, e) < 0) {
         job_free(&j);
         return -1;
     }
     log_header(&j, o);
-    if (!o->quiet)
+    if (!o->quiet) {
+        char list[1024];
+        size_t k = 0;
+        for (int d = 0; d < j.n_devs && k < sizeof list; d++)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", d ? "," : "", j.devs[d].spec);
         printf("training %s on %d samples (%d validation) with %s; results in %s.*\n", j.m.name,
-               j.train.n, j.val.n, o->devices ? o->devices : "cpu", j.rf.prefix);
+               j.train.n, j.val.n, list, j.rf.prefix);
+    }
     int done = 0;
     int rc = run_epochs(&j, o, &done, e);
     if (rc == 0) rc = finish(&j, o, e);
@@ -327,7 +394,7 @@ int predict_run(const predict_opts *o, ht_error *e) {
     j.params = ht_malloc(j.m.n_params, sizeof(float), e);
     if (!j.params || safetensors_load(o->load, &j.m, j.params, e) < 0) goto out;
     int chunk = j.test.n < 1000 ? j.test.n : 1000;
-    if (device_open_list(&j.devs, &j.n_devs, o->devices ? o->devices : "cpu", &j.m, chunk, e) < 0)
+    if (device_open_list(&j.devs, &j.n_devs, o->devices, &j.m, chunk, e) < 0)
         goto out;
     if (engine_init(&j.g, &j.m, j.devs, j.n_devs, j.params, &j.m.setup, chunk, 0, e) < 0) goto out;
     j.pred = ht_malloc((size_t)j.test.n, sizeof *j.pred, e);

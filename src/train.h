@@ -9,6 +9,7 @@
 
 #define TRAIN_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 #define TRAIN_DEFAULT_MODEL "cnn2d_3layer_fullconnected_3layer"
+#define TRAIN_DEFAULT_REBALANCE 5
 
 typedef struct train_opts {
     const char *model;     // preset name or config path
@@ -21,7 +22,9 @@ typedef struct train_opts {
     float val_split;       // < 0: the model's default
     uint64_t seed;
     int limit;             // 0: all training samples
-    const char *devices;   // default "cpu"
+    const char *devices;   // NULL or "auto": every OpenCL GPU plus a CPU worker
+    int balance;           // BALANCE_AUTO (default, 0) or BALANCE_STATIC
+    int rebalance;         // re-weigh every N steps under auto balance (0: default)
     const char *out_dir;   // default "results"
     const char *run_name;  // default "<model>-<timestamp>"
     const char *save;      // safetensors to write at the end
@@ -40,7 +43,7 @@ typedef struct predict_opts {
     const char *data_dir;  // uses its t10k files
     const char *test_csv;
     const char *out;       // predictions CSV path (required)
-    const char *devices;
+    const char *devices;   // as for train_opts
     int limit;
 } predict_opts;
 

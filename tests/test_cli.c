@@ -74,29 +74,6 @@ static void test_summary(void **state) {
     expect_cli("summary --model " HT_SOURCE_DIR "/models/cnn3.cfg", 0, "Total params: 246,682");
 }
 
-// Writes the first n samples of a Fashion-MNIST IDX set as a Kaggle CSV.
-static char *write_csv(const char *dir, const char *name, const char *images, const char *labels,
-                       int n, int with_labels) {
-    dataset d;
-    ht_error e;
-    if (dataset_load_idx(&d, images, labels, &e) < 0) fail_msg("%s", e.msg);
-    size_t cap = (size_t)n * 784 * 4 + 16384, len = 0;
-    char *buf = malloc(cap);
-    if (with_labels) len += (size_t)sprintf(buf + len, "label,");
-    for (int j = 0; j < 784; j++) len += (size_t)sprintf(buf + len, j ? ",pixel%d" : "pixel%d", j);
-    buf[len++] = '\n';
-    for (int i = 0; i < n; i++) {
-        if (with_labels) len += (size_t)sprintf(buf + len, "%d,", d.y[i]);
-        for (int j = 0; j < 784; j++)
-            len += (size_t)sprintf(buf + len, j ? ",%d" : "%d", (int)(d.x[i * 784 + j] * 255.0f + 0.5f));
-        buf[len++] = '\n';
-    }
-    char *path = test_write_file(dir, name, buf, len);
-    free(buf);
-    dataset_free(&d);
-    return path;
-}
-
 static void test_bad_files(void **state) {
     (void)state;
     char *dir = test_tmpdir("cli-bad");
@@ -130,9 +107,9 @@ static void test_bad_files(void **state) {
 static void test_train_save_predict_round_trip(void **state) {
     (void)state;
     char *dir = test_tmpdir("cli-e2e");
-    char *train = write_csv(dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
+    char *train = test_write_kaggle_csv(dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
                             FASHION_DIR "/train-labels-idx1-ubyte.gz", 300, 1);
-    char *test = write_csv(dir, "test.csv", FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+    char *test = test_write_kaggle_csv(dir, "test.csv", FASHION_DIR "/t10k-images-idx3-ubyte.gz",
                            FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 120, 0);
     char args[4096];
     snprintf(args, sizeof args,
@@ -144,7 +121,8 @@ static void test_train_save_predict_round_trip(void **state) {
     snprintf(path, sizeof path, "%s/run.metrics.csv", dir);
     char *metrics = test_read_file(path, NULL);
     assert_non_null(metrics);
-    assert_true(strncmp(metrics, "epoch,accuracy,loss,val_accuracy,val_loss,time_s,samples_per_s\n0,", 65) == 0);
+    assert_true(strncmp(metrics, "epoch,accuracy,loss,val_accuracy,val_loss,time_s,samples_per_s,"
+                                 "sync_s,idle_frac,share_cpu,busy_s_cpu\n0,", 103) == 0);
     assert_non_null(strstr(metrics, "\n1,"));
     snprintf(path, sizeof path, "%s/run.predictions.csv", dir);
     char *preds = test_read_file(path, NULL);

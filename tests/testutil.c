@@ -1,6 +1,7 @@
 // Test helpers: tolerance checks, temporary files and running the CLI.
 #include "testutil.h"
 
+#include "data.h"
 #include "model.h"
 
 #include <math.h>
@@ -140,3 +141,29 @@ int test_run_cli(const char *args, char **out) {
     else free(buf);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+char *test_write_kaggle_csv(const char *dir, const char *name, const char *images,
+                            const char *labels, int n, int with_labels) {
+    dataset d;
+    ht_error e;
+    if (dataset_load_idx(&d, images, labels, &e) < 0) {
+        fprintf(stderr, "%s\n", e.msg);
+        return NULL;
+    }
+    size_t cap = (size_t)n * 784 * 4 + 16384, len = 0;
+    char *buf = malloc(cap);
+    if (with_labels) len += (size_t)sprintf(buf + len, "label,");
+    for (int j = 0; j < 784; j++) len += (size_t)sprintf(buf + len, j ? ",pixel%d" : "pixel%d", j);
+    buf[len++] = '\n';
+    for (int i = 0; i < n; i++) {
+        if (with_labels) len += (size_t)sprintf(buf + len, "%d,", d.y[i]);
+        for (int j = 0; j < 784; j++)
+            len += (size_t)sprintf(buf + len, j ? ",%d" : "%d", (int)(d.x[i * 784 + j] * 255.0f + 0.5f));
+        buf[len++] = '\n';
+    }
+    char *path = test_write_file(dir, name, buf, len);
+    free(buf);
+    dataset_free(&d);
+    return path;
+}
+

@@ -34,6 +34,11 @@ char *test_write_file(const char *dir, const char *name, const void *data, size_
 // malloc'd string (*out). Returns the exit status (or -1 when it did not exit normally).
 int test_run_cli(const char *args, char **out);
 
+// Writes the first n samples of an IDX image/label pair as a Kaggle CSV dir/name (with the
+// label column when with_labels) and returns the malloc'd path; NULL on failure.
+char *test_write_kaggle_csv(const char *dir, const char *name, const char *images,
+                            const char *labels, int n, int with_labels);
+
 // Reads a whole file into a malloc'd NUL-terminated buffer; NULL when missing.
 char *test_read_file(const char *path, size_t *len);
 

@@ -1,0 +1,75 @@
+// OpenCL plumbing shared by the OpenCL device, `hetrain devices` and the tests: error names,
+// platform/device discovery, kernel sources (files or the embedded copy), and program builds
+// with an on-disk binary cache. OpenCL 1.2 host API only.
+#ifndef HETRAIN_CL_UTIL_H
+#define HETRAIN_CL_UTIL_H
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common.h"
+
+// "CL_OUT_OF_RESOURCES" for -5; "CL_UNKNOWN_ERROR(-1234)" style (static buffer) otherwise.
+const char *cl_error_name(cl_int err);
+
+// Fills e with "CALL: ERRNAME on DEVICE" and returns -1. device may be NULL.
+int cl_fail(ht_error *e, const char *call, cl_int err, const char *device);
+
+typedef struct cl_dev_info {
+    cl_platform_id platform;
+    cl_device_id device;
+    int p, d;              // platform and device index: selected as "cl:P.D"
+    char spec[16];         // "cl:P.D"
+    const char *type;      // "gpu", "cpu", "accelerator", "custom"
+    char platform_name[128];
+    char vendor[128];
+    char name[256];
+    char driver[128];      // CL_DRIVER_VERSION
+    char version[128];     // CL_DEVICE_VERSION
+    char c_version[64];    // CL_DEVICE_OPENCL_C_VERSION
+    unsigned compute_units;
+    unsigned clock_mhz;
+    uint64_t global_mem;
+    uint64_t max_alloc;
+} cl_dev_info;
+
+// Every device of every platform, platforms and devices in the ICD loader's order. No platform
+// at all (CL_PLATFORM_NOT_FOUND_KHR, or zero platforms) is not an error: *n = 0, returns 0.
+int cl_enumerate(cl_dev_info **devs, int *n, ht_error *e);
+
+// Number of OpenCL platforms (0 when the loader finds none, which is not an error).
+int cl_platform_count(cl_uint *np, ht_error *e);
+
+// The kernel sources, kernels/*.cl concatenated in name order, from the first of: the folder
+// in $HETRAIN_KERNELS; <exe dir>/../share/hetrain/kernels; <exe dir>/kernels;
+// <exe dir>/../kernels; the source tree's kernels/ (HT_SOURCE_DIR); else the copy embedded at
+// build time. Returns a malloc'd string; origin (may be NULL) receives the folder or
+// "embedded".
+char *cl_kernel_source(char *origin, size_t origin_len, ht_error *e);
+
+// Folder of the program-binary cache: NULL resets to the default ($XDG_CACHE_HOME/hetrain,
+// else $HOME/.cache/hetrain); "" turns the cache off. Set once, before devices are opened.
+void cl_set_cache_dir(const char *dir);
+
+// A device's context and built program, created on first use and shared by every later
+// caller in the process (programs are built once per device per process). The build first
+// looks in the cache (key: hash of device name, platform, driver version, source and options);
+// a miss builds from source and stores the binary. *from_cache tells which happened. A build
+// failure's message names the device and carries the build log's first lines.
+int cl_device_runtime(const cl_dev_info *dev, cl_context *ctx, cl_program *prog, int *from_cache,
+                      ht_error *e);
+
+// Releases every shared context/program (at exit; safe to call when none exist).
+void cl_runtime_release_all(void);
+
+// Counters for tests: programs built from source, and loaded from the cache, in this process.
+int cl_builds_from_source(void);
+int cl_builds_from_cache(void);
+
+// Writes the listing of `hetrain devices` (the native CPU first, then every OpenCL device) as
+// text lines or JSON to f. Returns -1 only on a real OpenCL error (not on zero platforms).
+int cl_print_devices(FILE *f, int json, ht_error *e);
+
+#endif

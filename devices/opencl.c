@@ -1,0 +1,416 @@
+// The OpenCL device: runs the network with the kernels of kernels/*.cl and CLBlast GEMMs on
+// one OpenCL device of any vendor. A shard's inputs go over in one write and its gradient sum
+// comes back in one read; buffers are allocated once for the largest micro-batch.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cl_ops.h"
+#include "cl_util.h"
+#include "device.h"
+#include "net.h"
+#include "rng.h"
+
+// Micro-batches larger than this buy nothing on any device we know, and keep the im2col
+// scratch of the reference networks under a few hundred MB.
+#define CL_MICRO_MAX 512
+
+typedef struct cl_ctx {
+    const model *m;
+    cl_dev_info info;
+    cl_context ctx;
+    cl_program prog;
+    cl_command_queue q;
+    cl_ops ops;
+    int max_batch; // whole shard: the input/output staging buffers hold this many samples
+    int micro;     // samples per micro-batch
+    cl_mem params, grads;
+    cl_mem x_all, y_all, ids_all, loss_all, probs_all; // (max_batch, ...) staging
+    cl_mem x, y, ids, loss;                             // (micro, ...) current micro-batch
+    cl_mem *act, *argmax;                               // per layer; relu/dropout alias
+    cl_mem g0, g1, scratch;
+    float *probs_host;                                  // (max_batch, n_classes)
+} cl_ctx;
+
+// Device bytes for a micro-batch of B samples (staging for max_batch excluded).
+static size_t micro_bytes(const model *m, int B, size_t *largest) {
+    size_t total = 0, widest = 0, scratch = 0, big = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        size_t out = layer_out_size(L) * (size_t)B * sizeof(float);
+        size_t in = layer_in_size(L) * (size_t)B * sizeof(float);
+        if (!(L->kind == LAYER_RELU || L->kind == LAYER_DROPOUT) || l == 0) total += out;
+        if (L->kind == LAYER_MAXPOOL) total += out; // int32 argmax
+        if (L->kind == LAYER_CONV2D) {
+            size_t s = sizeof(float) * clop_conv2d_scratch_floats(B, L->c, L->k, L->oc, L->oh, L->ow);
+            if (s > scratch) scratch = s;
+        }
+        if (in > widest) widest = in;
+        if (out > widest) widest = out;
+    }
+    total += 2 * widest + scratch;
+    big = scratch > widest ? scratch : widest;
+    if (largest) *largest = big;
+    return total;
+}
+
+// The largest micro-batch (<= max_batch, CL_MICRO_MAX) whose buffers fit half the device's
+// global memory with no single buffer over its maximum allocation.
+static int choose_micro(const model *m, const cl_dev_info *info, int max_batch) {
+    int hi = max_batch < CL_MICRO_MAX ? max_batch : CL_MICRO_MAX, best = 0;
+    uint64_t budget = info->global_mem / 2;
+    for (int B = 1; B <= hi; B = B < 8 ? B + 1 : B + B / 8) {
+        size_t largest, total = micro_bytes(m, B, &largest);
+        if (total > budget || largest > info->max_alloc) break;
+        best = B;
+    }
+    // Round down to a multiple of 8 when that costs little, for friendlier GEMM shapes.
+    if (best > 16) best -= best % 8;
+    return best;
+}
+
+static int mk(cl_ctx *c, cl_mem *buf, size_t bytes, ht_error *e) {
+    cl_int err;
+    *buf = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &err);
+    if (err != CL_SUCCESS) return cl_fail(e, "clCreateBuffer", err, c->ops.label);
+    return 0;
+}
+
+static void rel(cl_mem *buf) {
+    if (*buf) clReleaseMemObject(*buf);
+    *buf = NULL;
+}
+
+static int alloc_buffers(cl_ctx *c, ht_error *e) {
+    const model *m = c->m;
+    size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
+    size_t MB = (size_t)c->max_batch, B = (size_t)c->micro;
+    if (mk(c, &c->params, m->n_params * sizeof(float), e) < 0 ||
+        mk(c, &c->grads, m->n_params * sizeof(float), e) < 0 ||
+        mk(c, &c->x_all, MB * in * sizeof(float), e) < 0 || mk(c, &c->y_all, MB, e) < 0 ||
+        mk(c, &c->ids_all, MB * sizeof(uint32_t), e) < 0 ||
+        mk(c, &c->loss_all, MB * sizeof(float), e) < 0 ||
+        mk(c, &c->probs_all, MB * nc * sizeof(float), e) < 0 ||
+        mk(c, &c->x, B * in * sizeof(float), e) < 0 || mk(c, &c->y, B, e) < 0 ||
+        mk(c, &c->ids, B * sizeof(uint32_t), e) < 0 || mk(c, &c->loss, B * sizeof(float), e) < 0)
+        return -1;
+    c->act = ht_calloc((size_t)m->n_layers, sizeof *c->act, e);
+    c->argmax = ht_calloc((size_t)m->n_layers, sizeof *c->argmax, e);
+    c->probs_host = ht_malloc(MB * nc, sizeof(float), e);
+    if (!c->act || !c->argmax || !c->probs_host) return -1;
+    size_t widest = 0, scratch = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        size_t out = layer_out_size(L) * B, inl = layer_in_size(L) * B;
+        if ((L->kind == LAYER_RELU || L->kind == LAYER_DROPOUT) && l > 0) {
+            c->act[l] = c->act[l - 1];
+        } else if (mk(c, &c->act[l], out * sizeof(float), e) < 0) {
+            return -1;
+        }
+        if (L->kind == LAYER_MAXPOOL && mk(c, &c->argmax[l], out * sizeof(int32_t), e) < 0)
+            return -1;
+        if (L->kind == LAYER_CONV2D) {
+            size_t s = clop_conv2d_scratch_floats(c->micro, L->c, L->k, L->oc, L->oh, L->ow);
+            if (s > scratch) scratch = s;
+        }
+        if (inl > widest) widest = inl;
+        if (out > widest) widest = out;
+    }
+    if (mk(c, &c->g0, widest * sizeof(float), e) < 0 || mk(c, &c->g1, widest * sizeof(float), e) < 0 ||
+        mk(c, &c->scratch, scratch * sizeof(float), e) < 0)
+        return -1;
+    return 0;
+}
+
+static void cl_close(void *vctx) {
+    cl_ctx *c = vctx;
+    if (!c) return;
+    if (c->q) clFinish(c->q);
+    if (c->act) {
+        // From the top, so an in-place layer's alias is seen before its owner is released.
+        for (int l = c->m->n_layers - 1; l >= 0; l--) {
+            int alias = l > 0 && c->act[l] == c->act[l - 1];
+            if (!alias) rel(&c->act[l]);
+            c->act[l] = NULL;
+            rel(&c->argmax[l]);
+        }
+    }
+    free(c->act);
+    free(c->argmax);
+    cl_mem *bufs[] = {&c->params, &c->grads, &c->x_all, &c->y_all, &c->ids_all, &c->loss_all,
+                      &c->probs_all, &c->x, &c->y, &c->ids, &c->loss, &c->g0, &c->g1, &c->scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
+    cl_ops_free(&c->ops);
+    if (c->q) clReleaseCommandQueue(c->q);
+    free(c->probs_host);
+    free(c);
+}
+
+static int cl_set_weights(void *vctx, const float *params, ht_error *e) {
+    cl_ctx *c = vctx;
+    cl_int err = clEnqueueWriteBuffer(c->q, c->params, CL_TRUE, 0,
+                                      sizeof(float) * c->m->n_params, params, 0, NULL, NULL);
+    if (err != CL_SUCCESS) return cl_fail(e, "clEnqueueWriteBuffer(weights)", err, c->ops.label);
+    return 0;
+}
+
+static int write_buf(cl_ctx *c, cl_mem buf, size_t bytes, const void *src, const char *what,
+                     ht_error *e) {
+    if (bytes == 0) return 0;
+    cl_int err = clEnqueueWriteBuffer(c->q, buf, CL_FALSE, 0, bytes, src, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char call[96];
+        snprintf(call, sizeof call, "clEnqueueWriteBuffer(%s)", what);
+        return cl_fail(e, call, err, c->ops.label);
+    }
+    return 0;
+}
+
+static int copy_buf(cl_ctx *c, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off,
+                    size_t bytes, ht_error *e) {
+    if (bytes == 0) return 0;
+    cl_int err = clEnqueueCopyBuffer(c->q, src, dst, src_off, dst_off, bytes, 0, NULL, NULL);
+    if (err != CL_SUCCESS) return cl_fail(e, "clEnqueueCopyBuffer", err, c->ops.label);
+    return 0;
+}
+
+// Forward over the current micro-batch in c->x (n samples); drop NULL for inference.
+static int forward(cl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_error *e) {
+    const model *m = c->m;
+    cl_ops *o = &c->ops;
+    cl_mem in = c->x;
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        cl_mem out = c->act[l];
+        int rc = 0;
+        switch (L->kind) {
+        case LAYER_CONV2D:
+            rc = clop_conv2d_forward(o, out, in, c->params, L->w_off, L->b_off, n, L->c, L->h,
+                                     L->w, L->oc, L->k, L->stride, L->pad, L->oh, L->ow,
+                                     c->scratch, e);
+            break;
+        case LAYER_MAXPOOL:
+            rc = clop_maxpool_forward(o, out, c->argmax[l], in, n, L->c, L->h, L->w, L->k,
+                                      L->stride, L->oh, L->ow, e);
+            break;
+        case LAYER_DENSE:
+            rc = clop_dense_forward(o, out, in, c->params, L->w_off, L->b_off, n,
+                                    (int)layer_in_size(L), L->oc, e);
+            break;
+        case LAYER_RELU:
+            rc = clop_relu_forward(o, out, in, layer_out_size(L) * (size_t)n, e);
+            break;
+        case LAYER_DROPOUT:
+            if (keys)
+                rc = clop_dropout(o, out, in, n, layer_out_size(L), L->rate, keys[l], c->ids, e);
+            else if (out != in)
+                rc = copy_buf(c, in, 0, out, 0, layer_out_size(L) * (size_t)n * sizeof(float), e);
+            break;
+        case LAYER_SOFTMAX_XENT:
+            rc = clop_softmax_xent_forward(o, out, c->loss, in, with_labels ? c->y : NULL, n,
+                                           L->oc, e);
+            break;
+        }
+        if (rc < 0) return ht_wrap(e, "layer %s forward", L->name);
+        in = out;
+    }
+    return 0;
+}
+
+static int backward(cl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
+    const model *m = c->m;
+    cl_ops *o = &c->ops;
+    cl_mem dout = c->g0, dfree = c->g1;
+    for (int l = m->n_layers - 1; l >= 0; l--) {
+        const layer *L = &m->layers[l];
+        cl_mem in = l > 0 ? c->act[l - 1] : c->x;
+        cl_mem din = l > 0 ? dfree : NULL;
+        int rc = 0;
+        switch (L->kind) {
+        case LAYER_SOFTMAX_XENT:
+            rc = clop_softmax_xent_backward(o, dfree, c->act[l], c->y, n, L->oc, e);
+            din = dfree;
+            break;
+        case LAYER_CONV2D:
+            rc = clop_conv2d_backward(o, din, c->grads, L->w_off, L->b_off, dout, in, c->params,
+                                      n, L->c, L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh,
+                                      L->ow, c->scratch, e);
+            break;
+        case LAYER_MAXPOOL:
+            if (din)
+                rc = clop_maxpool_backward(o, din, dout, c->argmax[l], n, L->c, L->h, L->w, L->k,
+                                           L->stride, L->oh, L->ow, e);
+            break;
+        case LAYER_DENSE:
+            rc = clop_dense_backward(o, din, c->grads, L->w_off, L->b_off, dout, in, c->params,
+                                     n, (int)layer_in_size(L), L->oc, e);
+            break;
+        case LAYER_RELU:
+            if (din) rc = clop_relu_backward(o, dout, dout, c->act[l], layer_out_size(L) * (size_t)n, e);
+            din = dout;
+            break;
+        case LAYER_DROPOUT:
+            rc = clop_dropout(o, dout, dout, n, layer_out_size(L), L->rate, keys[l], c->ids, e);
+            din = dout;
+            break;
+        }
+        if (rc < 0) return ht_wrap(e, "layer %s backward", L->name);
+        if (din && din != dout) {
+            dfree = dout;
+            dout = din;
+        }
+    }
+    return 0;
+}
+
+static int read_back(cl_ctx *c, cl_mem buf, size_t bytes, void *dst, const char *what, ht_error *e) {
+    cl_int err = clEnqueueReadBuffer(c->q, buf, CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char call[96];
+        snprintf(call, sizeof call, "clEnqueueReadBuffer(%s)", what);
+        return cl_fail(e, call, err, c->ops.label);
+    }
+    return 0;
+}
+
+// Copies the current micro-batch's probabilities (and losses) into the shard staging.
+static int stash_outputs(cl_ctx *c, int off, int n, int with_loss, ht_error *e) {
+    size_t nc = (size_t)c->m->n_classes;
+    cl_mem probs = c->act[c->m->n_layers - 1];
+    if (copy_buf(c, probs, 0, c->probs_all, (size_t)off * nc * sizeof(float),
+                 (size_t)n * nc * sizeof(float), e) < 0)
+        return -1;
+    if (with_loss &&
+        copy_buf(c, c->loss, 0, c->loss_all, (size_t)off * sizeof(float), (size_t)n * sizeof(float), e) < 0)
+        return -1;
+    return 0;
+}
+
+// Moves micro-batch [off, off+n) of the staged shard into the micro-batch buffers.
+static int stage_micro(cl_ctx *c, int off, int n, int with_labels, ht_error *e) {
+    size_t in = (size_t)c->m->in_c * c->m->in_h * c->m->in_w;
+    if (copy_buf(c, c->x_all, (size_t)off * in * sizeof(float), c->x, 0, (size_t)n * in * sizeof(float), e) < 0)
+        return -1;
+    if (!with_labels) return 0;
+    if (copy_buf(c, c->y_all, (size_t)off, c->y, 0, (size_t)n, e) < 0 ||
+        copy_buf(c, c->ids_all, (size_t)off * sizeof(uint32_t), c->ids, 0, (size_t)n * sizeof(uint32_t), e) < 0)
+        return -1;
+    return 0;
+}
+
+static int cl_train_shard(void *vctx, const shard_job *job, shard_result *res, ht_error *e) {
+    cl_ctx *c = vctx;
+    const model *m = c->m;
+    size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
+    if (job->n > c->max_batch)
+        return ht_fail(e, "%s: shard of %d samples exceeds the %d it was opened for", c->ops.label,
+                       job->n, c->max_batch);
+    uint64_t *keys = ht_malloc((size_t)m->n_layers, sizeof *keys, e);
+    if (!keys) return -1;
+    for (int l = 0; l < m->n_layers; l++) keys[l] = ht_rng_key(job->seed, job->epoch, (uint32_t)l);
+    int rc = -1;
+    if (write_buf(c, c->x_all, (size_t)job->n * in * sizeof(float), job->x, "inputs", e) < 0 ||
+        write_buf(c, c->y_all, (size_t)job->n, job->y, "labels", e) < 0 ||
+        write_buf(c, c->ids_all, (size_t)job->n * sizeof(uint32_t), job->ids, "sample ids", e) < 0 ||
+        clop_fill(&c->ops, c->grads, 0.0f, m->n_params, e) < 0)
+        goto out;
+    for (int off = 0; off < job->n; off += c->micro) {
+        int n = job->n - off < c->micro ? job->n - off : c->micro;
+        if (stage_micro(c, off, n, 1, e) < 0 || forward(c, n, 1, keys, e) < 0 ||
+            stash_outputs(c, off, n, 1, e) < 0 || backward(c, n, keys, e) < 0)
+            goto out;
+    }
+    if (read_back(c, c->grads, sizeof(float) * m->n_params, res->grad_sum, "gradients", e) < 0 ||
+        read_back(c, c->loss_all, sizeof(float) * (size_t)job->n, res->loss, "losses", e) < 0 ||
+        read_back(c, c->probs_all, sizeof(float) * (size_t)job->n * nc, c->probs_host, "probabilities", e) < 0)
+        goto out;
+    for (int i = 0; i < job->n; i++) res->pred[i] = net_argmax(c->probs_host + (size_t)i * nc, (int)nc);
+    rc = 0;
+out:
+    free(keys);
+    if (rc < 0) clFinish(c->q); // nothing may still read the caller's buffers
+    return rc;
+}
+
+static int cl_infer(void *vctx, const float *x, int n, float *probs, ht_error *e) {
+    cl_ctx *c = vctx;
+    const model *m = c->m;
+    size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
+    for (int base = 0; base < n; base += c->max_batch) {
+        int chunk = n - base < c->max_batch ? n - base : c->max_batch;
+        if (write_buf(c, c->x_all, (size_t)chunk * in * sizeof(float), x + (size_t)base * in, "inputs", e) < 0)
+            goto fail;
+        for (int off = 0; off < chunk; off += c->micro) {
+            int k = chunk - off < c->micro ? chunk - off : c->micro;
+            if (stage_micro(c, off, k, 0, e) < 0 || forward(c, k, 0, NULL, e) < 0 ||
+                stash_outputs(c, off, k, 0, e) < 0)
+                goto fail;
+        }
+        if (read_back(c, c->probs_all, sizeof(float) * (size_t)chunk * nc, probs + (size_t)base * nc,
+                      "probabilities", e) < 0)
+            goto fail;
+    }
+    return 0;
+fail:
+    clFinish(c->q);
+    return -1;
+}
+
+static const device_ops opencl_ops = {
+    .type = "opencl",
+    .set_weights = cl_set_weights,
+    .train_shard = cl_train_shard,
+    .infer = cl_infer,
+    .close = cl_close,
+};
+
+int opencl_device_open(device *d, const cl_dev_info *info, const model *m, int max_batch,
+                       ht_error *e) {
+    memset(d, 0, sizeof *d);
+    cl_ctx *c = ht_calloc(1, sizeof *c, e);
+    if (!c) return -1;
+    c->m = m;
+    c->info = *info;
+    c->max_batch = max_batch < 1 ? 1 : max_batch;
+    char label[300];
+    snprintf(label, sizeof label, "%s (%s)", info->spec, info->name);
+    int from_cache = 0;
+    if (cl_device_runtime(info, &c->ctx, &c->prog, &from_cache, e) < 0) {
+        free(c);
+        return -1;
+    }
+    cl_int err;
+    c->q = clCreateCommandQueue(c->ctx, info->device, 0, &err);
+    if (err != CL_SUCCESS) {
+        cl_fail(e, "clCreateCommandQueue", err, label);
+        free(c);
+        return -1;
+    }
+    if (cl_ops_init(&c->ops, c->ctx, c->q, c->prog, label, e) < 0) {
+        clReleaseCommandQueue(c->q);
+        free(c);
+        return -1;
+    }
+    c->micro = choose_micro(m, info, c->max_batch);
+    if (c->micro < 1) {
+        ht_fail(e, "%s: not even one sample of %s fits its memory (%llu MiB, max allocation %llu MiB)",
+                label, m->name, (unsigned long long)(info->global_mem >> 20),
+                (unsigned long long)(info->max_alloc >> 20));
+        cl_close(c);
+        return -1;
+    }
+    if (alloc_buffers(c, e) < 0) {
+        cl_close(c);
+        return -1;
+    }
+    d->ops = &opencl_ops;
+    d->ctx = c;
+    d->micro = c->micro;
+    d->threads = 0;
+    d->weight = 1.0;
+    snprintf(d->spec, sizeof d->spec, "%s", info->spec);
+    snprintf(d->name, sizeof d->name, "OpenCL %s %s (%s), %u CU, %llu MiB%s", info->type,
+             info->name, info->platform_name, info->compute_units,
+             (unsigned long long)(info->global_mem >> 20), from_cache ? ", kernels from cache" : "");
+    return 0;
+}

@@ -1,0 +1,75 @@
+// Elementwise layers (relu, inverted dropout) and the softmax cross-entropy head.
+
+__kernel void relu_fwd(__global float *out, __global const float *in, const uint n) {
+    const uint i = (uint)get_global_id(0);
+    if (i < n) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+}
+
+__kernel void relu_bwd(__global float *din, __global const float *dout,
+                       __global const float *out, const uint n) {
+    const uint i = (uint)get_global_id(0);
+    if (i < n) din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+// ht_mix64 and ht_rng_uniform from src/rng.h, bit for bit.
+ulong ht_mix64(ulong z) {
+    z += 0x9E3779B97F4A7C15UL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;
+    return z ^ (z >> 31);
+}
+
+float ht_rng_uniform(ulong key, uint sample_id, uint element) {
+    const ulong z = ht_mix64(key ^ ht_mix64(((ulong)sample_id << 32) | element));
+    return (float)(z >> 40) * (1.0f / 16777216.0f);  // 24 bits: exact in float
+}
+
+// Inverted dropout (forward and backward alike): element e of sample i is kept, times scale,
+// when ht_rng_uniform(key, ids[i], e) >= rate. scale = 1/(1-rate) is computed on the host,
+// as the CPU does, so kept values match bit for bit.
+__kernel void dropout(__global float *out, __global const float *in, const int B,
+                      const uint N, const float rate, const float scale, const ulong key,
+                      __global const uint *ids) {
+    const uint k = (uint)get_global_id(0);
+    if (k >= (uint)B * N) return;
+    const uint i = k / N, e = k - i * N;
+    out[k] = ht_rng_uniform(key, ids[i], e) >= rate ? in[k] * scale : 0.0f;
+}
+
+// One work-item per sample: probs = softmax(logits) with the maximum subtracted; when
+// has_labels, loss = log(sum exp(x - m)) - (x[label] - m), never exp of a large number.
+// labels is then (B) uchar; without labels it may be any buffer (it is not read).
+// In float (double is an extension), so it matches the CPU's double sum within rounding.
+__kernel void softmax_xent_fwd(__global float *probs, __global float *loss,
+                               __global const float *logits, __global const uchar *labels,
+                               const int has_labels, const int B, const int NC) {
+    const int i = (int)get_global_id(0);
+    if (i >= B) return;
+    __global const float *x = logits + (size_t)i * NC;
+    __global float *p = probs + (size_t)i * NC;
+    float m = x[0];
+    for (int c = 1; c < NC; c++) m = x[c] > m ? x[c] : m;
+    float sum = 0.0f;
+    for (int c = 0; c < NC; c++) {
+        const float v = exp(x[c] - m);
+        p[c] = v;
+        sum += v;
+    }
+    const float inv = 1.0f / sum;
+    for (int c = 0; c < NC; c++) p[c] *= inv;
+    // A label outside [0,NC) gives a NaN loss rather than a read past the row.
+    if (has_labels) {
+        const int l = labels[i];
+        loss[i] = l < NC ? log(sum) - (x[l] - m) : NAN;
+    }
+}
+
+// dlogits = probs - onehot(labels), one work-item per element.
+__kernel void softmax_xent_bwd(__global float *dlogits, __global const float *probs,
+                               __global const uchar *labels, const int B, const int NC) {
+    const int k = (int)get_global_id(0);
+    if (k >= B * NC) return;
+    const int i = k / NC, c = k - i * NC;
+    const float p = probs[k];
+    dlogits[k] = c == (int)labels[i] ? p - 1.0f : p;
+}
