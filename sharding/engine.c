@@ -120,20 +120,88 @@ void engine_weights(const engine *g, double *w) {
     for (int d = 0; d < g->n_devs; d++) w[d] = g->devs[d].weight;
 }
 
-// Folds one step's measurements into the moving averages; re-plans every g->rebalance steps.
-static void observe(engine *g) {
+// Adds one shard's (n, busy) to device d's forgetting sums.
+static void fit_add(engine *g, int d, double n, double t) {
+    double *f = g->fit[d];
+    for (int k = 0; k < 5; k++) f[k] *= ENGINE_FORGET;
+    f[0] += 1;
+    f[1] += n;
+    f[2] += t;
+    f[3] += n * n;
+    f[4] += n * t;
+}
+
+// Least-squares t = a + b*n for device d; with too little spread in n, a = 0 and b = t/n.
+static int fit_line(const engine *g, int d, double *a, double *b) {
+    const double *f = g->fit[d];
+    if (f[1] <= 0 || f[2] <= 0) return -1;
+    double den = f[0] * f[3] - f[1] * f[1];
+    *b = f[2] / f[1];
+    *a = 0;
+    if (den > 1e-9 * f[0] * f[3]) {
+        double bb = (f[0] * f[4] - f[1] * f[2]) / den, aa = (f[2] - bb * f[1]) / f[0];
+        if (bb > 0 && aa >= 0) {
+            *a = aa;
+            *b = bb;
+        } else if (bb > 0) {
+            *b = f[2] / f[1]; // a negative intercept is noise: keep the rate model
+        }
+    }
+    return 0;
+}
+
+// Weights from the fits for batches of B: equal finish times, devices that cannot finish
+// their fixed costs in time dropped to the minimum share. Unless forced, the plan changes
+// only when the fit predicts a step at least ENGINE_REPLAN_GAIN faster: every re-plan changes
+// the shard shapes a device sees, and some drivers pay for new shapes (new GEMM kernels).
+static void rebalance_now(engine *g, int B, int force) {
+    double a[64], b[64], w[64];
+    int on[64], n = g->n_devs;
+    for (int d = 0; d < n; d++) {
+        on[d] = fit_line(g, d, &a[d], &b[d]) == 0;
+        if (!on[d]) return; // not every device measured yet
+    }
+    for (int iter = 0; iter < n; iter++) {
+        double num = B, den = 0;
+        for (int d = 0; d < n; d++)
+            if (on[d]) {
+                num += a[d] / b[d];
+                den += 1 / b[d];
+            }
+        double T = num / den;
+        int dropped = 0;
+        for (int d = 0; d < n; d++) {
+            w[d] = on[d] ? (T - a[d]) / b[d] : 0;
+            if (on[d] && w[d] <= 0) {
+                on[d] = 0;
+                dropped = 1;
+            }
+        }
+        if (!dropped) break;
+    }
+    if (!force && g->plan.pattern && g->plan.len == B) {
+        double t_now = 0, t_new = 0;
+        for (int d = 0; d < n; d++) {
+            double tn = g->plan.count[d] ? a[d] + b[d] * g->plan.count[d] : 0;
+            double tw = on[d] ? a[d] + b[d] * w[d] : 0;
+            if (tn > t_now) t_now = tn;
+            if (tw > t_new) t_new = tw;
+        }
+        if (t_now <= t_new * (1 + ENGINE_REPLAN_GAIN)) return;
+    }
+    set_weights_replan(g, w);
+}
+
+// Folds one step's measurements into the fits; re-plans every g->rebalance steps.
+static void observe(engine *g, int B) {
     if (g->balance != BALANCE_AUTO || g->n_devs < 2) return;
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
-        if (s->n == 0 || s->busy_s <= 0) continue;
-        double r = s->n / s->busy_s;
-        g->rate[d] = g->rate[d] > 0 ? (1 - ENGINE_EMA_ALPHA) * g->rate[d] + ENGINE_EMA_ALPHA * r : r;
+        if (s->n > 0 && s->busy_s > 0) fit_add(g, d, s->n, s->busy_s - s->bcast_s);
     }
     if (++g->since < g->rebalance) return;
     g->since = 0;
-    double w[64];
-    for (int d = 0; d < g->n_devs; d++) w[d] = g->rate[d] > 0 ? g->rate[d] : g->devs[d].weight;
-    set_weights_replan(g, w);
+    rebalance_now(g, B, 0);
 }
 
 // Makes the plan for batches of B positions (kept while B stays the same).
@@ -256,8 +324,10 @@ void engine_free(engine *g) {
 int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e) {
     if (g->n_devs < 2) return 0;
     if (B > g->max_batch) B = g->max_batch;
-    double busy[64] = {0};
-    int done[64] = {0};
+    memset(g->fit, 0, sizeof g->fit);
+    // Round 0 warms up (first launches, caches, page faults); round 1 measures at the given
+    // weights, round 2 at the weights fitted from round 1, so each device is seen at two
+    // shard sizes and the fit can separate fixed from per-sample cost.
     for (int round = 0; round < 3; round++) {
         if (ensure_plan(g, B, e) < 0) return -1;
         assign_positions(g, B);
@@ -266,18 +336,12 @@ int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, h
         g->task_idx = idx;
         g->task_epoch = 0;
         if (dispatch(g, e) < 0) return ht_wrap(e, "calibration");
-        if (round == 0) continue; // warm-up: first launches, caches, page faults
+        if (round == 0) continue;
         for (int d = 0; d < g->n_devs; d++) {
-            busy[d] += g->slots[d].busy_s;
-            done[d] += g->slots[d].n;
+            engine_slot *s = &g->slots[d];
+            if (s->n > 0 && s->busy_s > 0) fit_add(g, d, s->n, s->busy_s - s->bcast_s);
         }
-        // After the first measured round, split by what was measured, so the second round
-        // measures each device at about the share it will get.
-        double w[64];
-        for (int d = 0; d < g->n_devs; d++)
-            w[d] = done[d] > 0 && busy[d] > 0 ? done[d] / busy[d] : g->devs[d].weight;
-        for (int d = 0; d < g->n_devs; d++) g->rate[d] = w[d];
-        set_weights_replan(g, w);
+        rebalance_now(g, B, 1);
     }
     g->since = 0;
     return 0;
@@ -315,7 +379,7 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     optim_step(&g->opt, g->params, g->grad);
     for (int d = 0; d < g->n_devs; d++) g->slots[d].weights_stale = 1;
     double t2 = ht_now();
-    observe(g);
+    observe(g, B);
 
     if (st) {
         memset(st, 0, sizeof *st);

@@ -24,11 +24,15 @@ typedef struct step_stats {
     int share[64];   // per device: samples
 } step_stats;
 
-// How device weights are kept: as given, or measured (calibration at start, then a moving
-// average of each device's samples/s re-planned every `rebalance` steps).
+// How device weights are kept: as given, or measured. Measured: each device's step time is
+// modelled as t = a + b*n for a shard of n samples (a: launches, transfers, fixed costs; b: per
+// sample), fitted by least squares over recent steps with exponential forgetting; the shares
+// that make every device finish together are then n_d = (T - a_d) / b_d with sum n_d = B. A
+// pure rate model (a = 0) wastes time whenever a slow device's fixed costs matter.
 typedef enum balance_mode { BALANCE_AUTO, BALANCE_STATIC } balance_mode;
 
-#define ENGINE_EMA_ALPHA 0.3      // weight of the newest step in the samples/s average
+#define ENGINE_FORGET 0.85        // weight kept by older steps at each new one
+#define ENGINE_REPLAN_GAIN 0.03   // re-plan only for a predicted step this much faster
 #define ENGINE_MIN_SHARE 0.005    // a device keeps at least this fraction of the largest weight
 
 typedef struct engine {
@@ -53,7 +57,8 @@ typedef struct engine {
     balance_mode balance;
     int rebalance;   // re-plan every this many steps (auto)
     int since;       // steps since the last re-plan
-    double rate[64]; // moving average of samples/s per device (0: not measured yet)
+    // Per device, forgetting sums of 1, n, t, n*n, n*t over observed shards (the fit's input).
+    double fit[64][5];
     // The task being dispatched (read by the workers).
     int task_kind;
     const dataset *task_ds;
