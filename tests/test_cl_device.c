@@ -24,9 +24,10 @@
 // logits of magnitude ~10 summed in another order differ by ~1e-5 each.
 #define TOL_PROBS 1e-4f
 #define FLOOR_PROBS 1e-3f
-// Two runs whose gradients agree to 1e-5 drift apart only by rounding; on 600 validation
-// samples their accuracies differ by a sample or two.
-#define TOL_RUN_ACCURACY 0.02
+// Two runs whose gradients agree to 1e-5 still drift apart: early training amplifies rounding.
+// On 600 validation samples at p ~0.65 the difference of two accuracies has sd ~0.028; a
+// broken device lands near chance (0.1) instead.
+#define TOL_RUN_ACCURACY 0.06
 
 static int have_opencl(void) {
     cl_dev_info *devs = NULL;

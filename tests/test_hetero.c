@@ -22,8 +22,10 @@
 
 // Reordered float sums only (devices, threads, micro-batches): relative L2 per tensor.
 #define TOL_SHARDING 1e-5f
-// Two short runs with gradients equal to 1e-5 end within a few validation samples.
-#define TOL_RUN_ACCURACY 0.03
+// Two short runs whose gradients agree to 1e-5 still drift apart: early training amplifies
+// rounding. Their accuracies on 300 validation samples differ like two samples of a binomial
+// (sd of the difference ~0.04 at p ~0.6); a broken mix lands near chance (0.1) instead.
+#define TOL_RUN_ACCURACY 0.08
 
 static char pthread_spec[16], basic_spec[16];
 
