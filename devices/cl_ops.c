@@ -54,13 +54,34 @@ static int gemm(cl_ops *o, const char *what, CLBlastTranspose ta, CLBlastTranspo
                 size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda, cl_mem b,
                 size_t b_off, size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc,
                 ht_error *e) {
-    pthread_mutex_lock(&clblast_lock);
-    CLBlastStatusCode st = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, m, n, k, 1.0f, a, a_off,
-                                        lda, b, b_off, ldb, beta, c, c_off, ldc, &o->q, NULL);
-    pthread_mutex_unlock(&clblast_lock);
-    if (st != CLBlastSuccess)
+    size_t need = 0;
+    CLBlastStatusCode st = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, ta, tb, m, n, k, a_off,
+                                                      lda, b_off, ldb, c_off, ldc, &o->q, &need);
+    if (st == CLBlastSuccess && need > o->gemm_temp_bytes) {
+        cl_ops_release_temp(o);
+        cl_int err;
+        o->gemm_temp = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, need, NULL, &err);
+        if (err != CL_SUCCESS) {
+            o->gemm_temp = NULL;
+            char call[128];
+            snprintf(call, sizeof call, "clCreateBuffer(GEMM scratch, %zu MiB, %s)", need >> 20, what);
+            return cl_fail(e, call, err, o->label);
+        }
+        o->gemm_temp_bytes = need;
+    }
+    if (st == CLBlastSuccess) {
+        pthread_mutex_lock(&clblast_lock);
+        st = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, ta, tb, m, n, k, 1.0f, a, a_off,
+                                        lda, b, b_off, ldb, beta, c, c_off, ldc, &o->q, NULL,
+                                        o->gemm_temp);
+        pthread_mutex_unlock(&clblast_lock);
+    }
+    if (st != CLBlastSuccess) {
+        // CLBlast reports OpenCL errors with their OpenCL codes (above -1000).
+        cl_note_error((int)st > -1000 ? (cl_int)st : CL_INVALID_OPERATION);
         return ht_fail(e, "CLBlastSgemm (%s, %zux%zux%zu): status %d %s on %s", what, m, n, k,
                        (int)st, clblast_status_name(st), o->label);
+    }
     return 0;
 }
 
@@ -181,7 +202,14 @@ int cl_ops_init(cl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog,
     return 0;
 }
 
+void cl_ops_release_temp(cl_ops *o) {
+    if (o->gemm_temp) clReleaseMemObject(o->gemm_temp);
+    o->gemm_temp = NULL;
+    o->gemm_temp_bytes = 0;
+}
+
 void cl_ops_free(cl_ops *o) {
+    cl_ops_release_temp(o);
     cl_kernel *ks[] = {&o->k_fill, &o->k_im2col, &o->k_col2im, &o->k_bias_to_nchw,
                        &o->k_nchw_to_rows, &o->k_row_sum, &o->k_maxpool_fwd, &o->k_maxpool_bwd,
                        &o->k_dense_bias, &o->k_col_sum, &o->k_relu_fwd, &o->k_relu_bwd,

@@ -21,11 +21,18 @@ typedef struct cl_ops {
     cl_kernel k_fill, k_im2col, k_col2im, k_bias_to_nchw, k_nchw_to_rows, k_row_sum,
         k_maxpool_fwd, k_maxpool_bwd, k_dense_bias, k_col_sum, k_relu_fwd, k_relu_bwd,
         k_dropout, k_softmax_xent_fwd, k_softmax_xent_bwd;
+    // CLBlast's scratch for its indirect GEMMs, owned here and grown on demand: left to
+    // itself, CLBlast allocates one per call and aborts the process when that allocation
+    // fails; owning it makes a lack of memory an ordinary, recoverable error.
+    cl_mem gemm_temp;
+    size_t gemm_temp_bytes;
 } cl_ops;
 
 int cl_ops_init(cl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog,
                 const char *label, ht_error *e);
 void cl_ops_free(cl_ops *o);
+// Releases the GEMM scratch (it is made again, as large as needed, by the next GEMM).
+void cl_ops_release_temp(cl_ops *o);
 
 // buf[0..n) = value.
 int clop_fill(cl_ops *o, cl_mem buf, float value, size_t n, ht_error *e);

@@ -58,7 +58,14 @@ const char *cl_error_name(cl_int err) {
     return buf;
 }
 
+static _Thread_local cl_int last_error;
+
+cl_int cl_last_error(void) { return last_error; }
+void cl_note_error(cl_int err) { last_error = err; }
+void cl_clear_error(void) { last_error = CL_SUCCESS; }
+
 int cl_fail(ht_error *e, const char *call, cl_int err, const char *device) {
+    last_error = err;
     if (device) return ht_fail(e, "%s: %s on %s", call, cl_error_name(err), device);
     return ht_fail(e, "%s: %s", call, cl_error_name(err));
 }

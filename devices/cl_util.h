@@ -14,8 +14,15 @@
 // "CL_OUT_OF_RESOURCES" for -5; "CL_UNKNOWN_ERROR(-1234)" style (static buffer) otherwise.
 const char *cl_error_name(cl_int err);
 
-// Fills e with "CALL: ERRNAME on DEVICE" and returns -1. device may be NULL.
+// Fills e with "CALL: ERRNAME on DEVICE" and returns -1. device may be NULL. Also records err
+// as this thread's last OpenCL error (see cl_last_error).
 int cl_fail(ht_error *e, const char *call, cl_int err, const char *device);
+
+// The error code of this thread's last cl_fail (or cl_note_error), CL_SUCCESS after
+// cl_clear_error: lets a caller tell "out of memory" from other failures without parsing text.
+cl_int cl_last_error(void);
+void cl_note_error(cl_int err);
+void cl_clear_error(void);
 
 typedef struct cl_dev_info {
     cl_platform_id platform;

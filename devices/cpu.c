@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "device.h"
 #include "net.h"
@@ -36,11 +37,26 @@ static void record_outputs(cpu_ctx *c, const float *probs, int off, int n, shard
     }
 }
 
+// Replaces the workspace by one for a micro-batch half as large (out of memory).
+static int shrink(cpu_ctx *c, shard_result *res, const char *why, ht_error *e) {
+    if (c->micro == 1) return ht_fail(e, "%s even with a micro-batch of 1", why);
+    int old = c->micro;
+    net_ws_free(&c->ws);
+    c->micro /= 2;
+    while (net_ws_init(&c->ws, c->m, c->micro, c->threads, e) < 0) {
+        if (c->micro == 1) return -1;
+        c->micro /= 2;
+    }
+    snprintf(res->note, sizeof res->note, "%s at micro-batch %d; now %d", why, old, c->micro);
+    return 0;
+}
+
 static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, ht_error *e) {
-    (void)e;
     cpu_ctx *c = vctx;
     const model *m = c->m;
     omp_set_num_threads(c->threads);
+    res->note[0] = 0;
+    if (job->fault_oom && shrink(c, res, "out of memory (injected)", e) < 0) return -1;
     memset(res->grad_sum, 0, sizeof(float) * m->n_params);
     size_t in = (size_t)m->in_c * m->in_h * m->in_w;
     for (int off = 0; off < job->n; off += c->micro) {
@@ -51,6 +67,7 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
         record_outputs(c, probs, off, n, res);
         net_backward(&c->ws, m, c->params, res->grad_sum, x, job->y + off, n, &drop);
     }
+    res->micro = c->micro;
     return 0;
 }
 
@@ -84,14 +101,38 @@ static const device_ops cpu_ops = {
     .close = cpu_close,
 };
 
-int cpu_device_open(device *d, const model *m, int threads, int max_batch, ht_error *e) {
+// The largest micro-batch (up to `most`) whose workspace fits `budget` bytes; 0 if none does.
+static int micro_for_budget(const model *m, int most, int threads, uint64_t budget) {
+    int best = 0;
+    for (int B = 1; B <= most; B = B < 8 ? B + 1 : B + B / 8) {
+        if (net_ws_bytes(m, B, threads) > budget) break;
+        best = B;
+    }
+    if (best == most || best == 0) return best;
+    // Refine between the last fitting size and the next step.
+    while (best < most && net_ws_bytes(m, best + 1, threads) <= budget) best++;
+    return best;
+}
+
+int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint64_t mem_limit,
+                    ht_error *e) {
     memset(d, 0, sizeof *d);
+    // Without a limit, a worker may use a quarter of the host's memory.
+    uint64_t host = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t budget = mem_limit ? mem_limit : host / 4;
+    uint64_t fixed = 2 * sizeof(float) * m->n_params; // parameter copy + gradient sum
+    int most = max_batch < CPU_MICRO_MAX ? max_batch : CPU_MICRO_MAX;
+    if (most < 1) most = 1;
+    int micro = budget > fixed ? micro_for_budget(m, most, threads, budget - fixed) : 0;
+    if (micro < 1)
+        return ht_fail(e, "not even one sample of %s fits in %llu MiB (the workspace needs %zu "
+                          "KiB a sample)", m->name, (unsigned long long)(budget >> 20),
+                       net_ws_bytes(m, 1, threads) >> 10);
     cpu_ctx *c = ht_calloc(1, sizeof *c, e);
     if (!c) return -1;
     c->m = m;
     c->threads = threads;
-    c->micro = max_batch < CPU_MICRO_MAX ? max_batch : CPU_MICRO_MAX;
-    if (c->micro < 1) c->micro = 1;
+    c->micro = micro;
     c->params = ht_calloc(m->n_params, sizeof(float), e);
     if (!c->params || net_ws_init(&c->ws, m, c->micro, threads, e) < 0) {
         cpu_close(c);
@@ -102,6 +143,7 @@ int cpu_device_open(device *d, const model *m, int threads, int max_batch, ht_er
     d->micro = c->micro;
     d->threads = threads;
     d->weight = 1.0;
+    d->mem_limit = mem_limit;
     snprintf(d->spec, sizeof d->spec, "cpu");
     snprintf(d->name, sizeof d->name, "native CPU, %d OpenMP thread%s", threads,
              threads == 1 ? "" : "s");

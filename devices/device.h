@@ -18,6 +18,7 @@ typedef struct shard_job {
     int n;
     uint64_t seed;
     uint32_t epoch;
+    int fault_oom;        // test hook: fail the first micro-batch as if out of device memory
 } shard_job;
 
 // What a device hands back for a shard.
@@ -25,6 +26,8 @@ typedef struct shard_result {
     float *grad_sum;  // (n_params) overwritten with the sum of the per-sample gradients
     float *loss;      // (n) per-sample cross-entropy
     int32_t *pred;    // (n) predicted class
+    int micro;        // micro-batch size in use after the shard (it shrinks on out-of-memory)
+    char note[256];   // what the device changed on its own, e.g. a smaller micro-batch; or ""
 } shard_result;
 
 typedef struct device_ops {
@@ -46,18 +49,25 @@ typedef struct device {
     double weight;    // capacity weight: share of each batch
     int micro;        // samples per micro-batch
     int threads;      // host threads it uses
+    uint64_t mem_limit; // bytes it may use (0: what the device reports)
+    int hung;         // stopped answering: its thread may still be inside it, never close it
 } device;
 
 // Opens the devices named by a comma list of specs (see registry.c for the grammar), for model
-// m and batches of up to max_batch samples. On success *devs is an array of *n open devices.
+// m and batches of up to max_batch samples; mem_limit (bytes, 0 = none) caps every device
+// without its own ':mem=' limit. On success *devs is an array of *n open devices.
 int device_open_list(device **devs, int *n, const char *specs, const model *m, int max_batch,
-                     ht_error *e);
+                     uint64_t mem_limit, ht_error *e);
+
+// "256M", "1G", "512K", "1048576" -> bytes; -1 when malformed or zero.
+int64_t device_parse_bytes(const char *s);
 void device_close_list(device *devs, int n);
 
 // Implementations.
-int cpu_device_open(device *d, const model *m, int threads, int max_batch, ht_error *e);
+int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint64_t mem_limit,
+                    ht_error *e);
 struct cl_dev_info;
 int opencl_device_open(device *d, const struct cl_dev_info *info, const model *m, int max_batch,
-                       ht_error *e);
+                       uint64_t mem_limit, ht_error *e);
 
 #endif

@@ -48,21 +48,40 @@ static size_t micro_bytes(const model *m, int B, size_t *largest) {
         if (in > widest) widest = in;
         if (out > widest) widest = out;
     }
-    total += 2 * widest + scratch;
+    // CLBlast's indirect GEMMs copy (padded) operands into a scratch of about the im2col size.
+    total += 2 * widest + 2 * scratch;
     big = scratch > widest ? scratch : widest;
     if (largest) *largest = big;
     return total;
 }
 
-// The largest micro-batch (<= max_batch, CL_MICRO_MAX) whose buffers fit half the device's
-// global memory with no single buffer over its maximum allocation.
-static int choose_micro(const model *m, const cl_dev_info *info, int max_batch) {
+// Device bytes that do not depend on the micro-batch: weights, gradients, and the staging
+// buffers for a whole shard of max_batch samples.
+static size_t fixed_bytes(const model *m, int max_batch) {
+    size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
+    return 2 * sizeof(float) * m->n_params +
+           (size_t)max_batch * (in * sizeof(float) + 1 + sizeof(uint32_t) + sizeof(float) +
+                                nc * sizeof(float));
+}
+
+// The largest micro-batch (<= max_batch, CL_MICRO_MAX) whose buffers fit the budget (the
+// user's limit, else half the device's global memory) with no single buffer over the
+// device's maximum allocation.
+static int choose_micro(const model *m, const cl_dev_info *info, int max_batch, uint64_t limit) {
     int hi = max_batch < CL_MICRO_MAX ? max_batch : CL_MICRO_MAX, best = 0;
-    uint64_t budget = info->global_mem / 2;
+    uint64_t budget = limit ? limit : info->global_mem / 2;
+    uint64_t fixed = fixed_bytes(m, max_batch);
+    if (budget <= fixed) return 0;
+    budget -= fixed;
     for (int B = 1; B <= hi; B = B < 8 ? B + 1 : B + B / 8) {
         size_t largest, total = micro_bytes(m, B, &largest);
         if (total > budget || largest > info->max_alloc) break;
         best = B;
+    }
+    while (best > 0 && best < hi) { // refine up to the next step
+        size_t largest, total = micro_bytes(m, best + 1, &largest);
+        if (total > budget || largest > info->max_alloc) break;
+        best++;
     }
     // Round down to a multiple of 8 when that costs little, for friendlier GEMM shapes.
     if (best > 16) best -= best % 8;
@@ -81,23 +100,46 @@ static void rel(cl_mem *buf) {
     *buf = NULL;
 }
 
-static int alloc_buffers(cl_ctx *c, ht_error *e) {
+static int alloc_fixed(cl_ctx *c, ht_error *e) {
     const model *m = c->m;
     size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
-    size_t MB = (size_t)c->max_batch, B = (size_t)c->micro;
+    size_t MB = (size_t)c->max_batch;
     if (mk(c, &c->params, m->n_params * sizeof(float), e) < 0 ||
         mk(c, &c->grads, m->n_params * sizeof(float), e) < 0 ||
         mk(c, &c->x_all, MB * in * sizeof(float), e) < 0 || mk(c, &c->y_all, MB, e) < 0 ||
         mk(c, &c->ids_all, MB * sizeof(uint32_t), e) < 0 ||
         mk(c, &c->loss_all, MB * sizeof(float), e) < 0 ||
-        mk(c, &c->probs_all, MB * nc * sizeof(float), e) < 0 ||
-        mk(c, &c->x, B * in * sizeof(float), e) < 0 || mk(c, &c->y, B, e) < 0 ||
-        mk(c, &c->ids, B * sizeof(uint32_t), e) < 0 || mk(c, &c->loss, B * sizeof(float), e) < 0)
+        mk(c, &c->probs_all, MB * nc * sizeof(float), e) < 0)
         return -1;
     c->act = ht_calloc((size_t)m->n_layers, sizeof *c->act, e);
     c->argmax = ht_calloc((size_t)m->n_layers, sizeof *c->argmax, e);
     c->probs_host = ht_malloc(MB * nc, sizeof(float), e);
     if (!c->act || !c->argmax || !c->probs_host) return -1;
+    return 0;
+}
+
+static void free_micro(cl_ctx *c) {
+    if (c->act) {
+        // From the top, so an in-place layer's alias is seen before its owner is released.
+        for (int l = c->m->n_layers - 1; l >= 0; l--) {
+            int alias = l > 0 && c->act[l] == c->act[l - 1];
+            if (!alias) rel(&c->act[l]);
+            c->act[l] = NULL;
+            rel(&c->argmax[l]);
+        }
+    }
+    cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->g0, &c->g1, &c->scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
+    cl_ops_release_temp(&c->ops);
+}
+
+// Buffers for one micro-batch of c->micro samples.
+static int alloc_micro(cl_ctx *c, ht_error *e) {
+    const model *m = c->m;
+    size_t in = (size_t)m->in_c * m->in_h * m->in_w, B = (size_t)c->micro;
+    if (mk(c, &c->x, B * in * sizeof(float), e) < 0 || mk(c, &c->y, B, e) < 0 ||
+        mk(c, &c->ids, B * sizeof(uint32_t), e) < 0 || mk(c, &c->loss, B * sizeof(float), e) < 0)
+        return -1;
     size_t widest = 0, scratch = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
@@ -110,8 +152,8 @@ static int alloc_buffers(cl_ctx *c, ht_error *e) {
         if (L->kind == LAYER_MAXPOOL && mk(c, &c->argmax[l], out * sizeof(int32_t), e) < 0)
             return -1;
         if (L->kind == LAYER_CONV2D) {
-            size_t s = clop_conv2d_scratch_floats(c->micro, L->c, L->k, L->oc, L->oh, L->ow);
-            if (s > scratch) scratch = s;
+            size_t sc = clop_conv2d_scratch_floats(c->micro, L->c, L->k, L->oc, L->oh, L->ow);
+            if (sc > scratch) scratch = sc;
         }
         if (inl > widest) widest = inl;
         if (out > widest) widest = out;
@@ -122,23 +164,38 @@ static int alloc_buffers(cl_ctx *c, ht_error *e) {
     return 0;
 }
 
+static int is_out_of_memory(cl_int err) {
+    return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
+           err == CL_OUT_OF_HOST_MEMORY;
+}
+
+// After an out-of-memory error: drains the queue and reallocates for half the micro-batch
+// (again halving while even that fails). Notes what happened in note.
+static int shrink_micro(cl_ctx *c, cl_int why, char *note, size_t note_len, ht_error *e) {
+    clFinish(c->q);
+    int old = c->micro;
+    for (;;) {
+        if (c->micro == 1)
+            return ht_fail(e, "%s: %s even with a micro-batch of 1", c->ops.label, cl_error_name(why));
+        free_micro(c);
+        c->micro /= 2;
+        cl_clear_error();
+        if (alloc_micro(c, e) == 0) break;
+        if (!is_out_of_memory(cl_last_error())) return -1;
+    }
+    snprintf(note, note_len, "%s at micro-batch %d; now %d", cl_error_name(why), old, c->micro);
+    return 0;
+}
+
 static void cl_close(void *vctx) {
     cl_ctx *c = vctx;
     if (!c) return;
     if (c->q) clFinish(c->q);
-    if (c->act) {
-        // From the top, so an in-place layer's alias is seen before its owner is released.
-        for (int l = c->m->n_layers - 1; l >= 0; l--) {
-            int alias = l > 0 && c->act[l] == c->act[l - 1];
-            if (!alias) rel(&c->act[l]);
-            c->act[l] = NULL;
-            rel(&c->argmax[l]);
-        }
-    }
+    free_micro(c);
     free(c->act);
     free(c->argmax);
     cl_mem *bufs[] = {&c->params, &c->grads, &c->x_all, &c->y_all, &c->ids_all, &c->loss_all,
-                      &c->probs_all, &c->x, &c->y, &c->ids, &c->loss, &c->g0, &c->g1, &c->scratch};
+                      &c->probs_all};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
     cl_ops_free(&c->ops);
     if (c->q) clReleaseCommandQueue(c->q);
@@ -298,37 +355,59 @@ static int stage_micro(cl_ctx *c, int off, int n, int with_labels, ht_error *e) 
     return 0;
 }
 
+// One attempt at a shard with the current micro-batch.
+static int train_attempt(cl_ctx *c, const shard_job *job, shard_result *res, const uint64_t *keys,
+                         ht_error *e) {
+    const model *m = c->m;
+    size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
+    if (job->fault_oom) {
+        cl_note_error(CL_MEM_OBJECT_ALLOCATION_FAILURE);
+        return ht_fail(e, "%s: out of memory (injected)", c->ops.label);
+    }
+    if (write_buf(c, c->x_all, (size_t)job->n * in * sizeof(float), job->x, "inputs", e) < 0 ||
+        write_buf(c, c->y_all, (size_t)job->n, job->y, "labels", e) < 0 ||
+        write_buf(c, c->ids_all, (size_t)job->n * sizeof(uint32_t), job->ids, "sample ids", e) < 0 ||
+        clop_fill(&c->ops, c->grads, 0.0f, m->n_params, e) < 0)
+        return -1;
+    for (int off = 0; off < job->n; off += c->micro) {
+        int n = job->n - off < c->micro ? job->n - off : c->micro;
+        if (stage_micro(c, off, n, 1, e) < 0 || forward(c, n, 1, keys, e) < 0 ||
+            stash_outputs(c, off, n, 1, e) < 0 || backward(c, n, keys, e) < 0)
+            return -1;
+    }
+    if (read_back(c, c->grads, sizeof(float) * m->n_params, res->grad_sum, "gradients", e) < 0 ||
+        read_back(c, c->loss_all, sizeof(float) * (size_t)job->n, res->loss, "losses", e) < 0 ||
+        read_back(c, c->probs_all, sizeof(float) * (size_t)job->n * nc, c->probs_host, "probabilities", e) < 0)
+        return -1;
+    for (int i = 0; i < job->n; i++) res->pred[i] = net_argmax(c->probs_host + (size_t)i * nc, (int)nc);
+    return 0;
+}
+
 static int cl_train_shard(void *vctx, const shard_job *job, shard_result *res, ht_error *e) {
     cl_ctx *c = vctx;
     const model *m = c->m;
-    size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
+    res->note[0] = 0;
     if (job->n > c->max_batch)
         return ht_fail(e, "%s: shard of %d samples exceeds the %d it was opened for", c->ops.label,
                        job->n, c->max_batch);
     uint64_t *keys = ht_malloc((size_t)m->n_layers, sizeof *keys, e);
     if (!keys) return -1;
     for (int l = 0; l < m->n_layers; l++) keys[l] = ht_rng_key(job->seed, job->epoch, (uint32_t)l);
-    int rc = -1;
-    if (write_buf(c, c->x_all, (size_t)job->n * in * sizeof(float), job->x, "inputs", e) < 0 ||
-        write_buf(c, c->y_all, (size_t)job->n, job->y, "labels", e) < 0 ||
-        write_buf(c, c->ids_all, (size_t)job->n * sizeof(uint32_t), job->ids, "sample ids", e) < 0 ||
-        clop_fill(&c->ops, c->grads, 0.0f, m->n_params, e) < 0)
-        goto out;
-    for (int off = 0; off < job->n; off += c->micro) {
-        int n = job->n - off < c->micro ? job->n - off : c->micro;
-        if (stage_micro(c, off, n, 1, e) < 0 || forward(c, n, 1, keys, e) < 0 ||
-            stash_outputs(c, off, n, 1, e) < 0 || backward(c, n, keys, e) < 0)
-            goto out;
+    shard_job attempt = *job;
+    int rc;
+    for (;;) {
+        cl_clear_error();
+        if ((rc = train_attempt(c, &attempt, res, keys, e)) == 0) break;
+        cl_int err = cl_last_error();
+        // Out of device memory: halve the micro-batch and run the shard again from scratch
+        // (the gradient sum is refilled, so nothing is counted twice).
+        if (!is_out_of_memory(err) || shrink_micro(c, err, res->note, sizeof res->note, e) < 0)
+            break;
+        attempt.fault_oom = 0;
     }
-    if (read_back(c, c->grads, sizeof(float) * m->n_params, res->grad_sum, "gradients", e) < 0 ||
-        read_back(c, c->loss_all, sizeof(float) * (size_t)job->n, res->loss, "losses", e) < 0 ||
-        read_back(c, c->probs_all, sizeof(float) * (size_t)job->n * nc, c->probs_host, "probabilities", e) < 0)
-        goto out;
-    for (int i = 0; i < job->n; i++) res->pred[i] = net_argmax(c->probs_host + (size_t)i * nc, (int)nc);
-    rc = 0;
-out:
     free(keys);
     if (rc < 0) clFinish(c->q); // nothing may still read the caller's buffers
+    res->micro = c->micro;
     return rc;
 }
 
@@ -365,7 +444,7 @@ static const device_ops opencl_ops = {
 };
 
 int opencl_device_open(device *d, const cl_dev_info *info, const model *m, int max_batch,
-                       ht_error *e) {
+                       uint64_t mem_limit, ht_error *e) {
     memset(d, 0, sizeof *d);
     cl_ctx *c = ht_calloc(1, sizeof *c, e);
     if (!c) return -1;
@@ -391,15 +470,17 @@ int opencl_device_open(device *d, const cl_dev_info *info, const model *m, int m
         free(c);
         return -1;
     }
-    c->micro = choose_micro(m, info, c->max_batch);
+    c->micro = choose_micro(m, info, c->max_batch, mem_limit);
     if (c->micro < 1) {
-        ht_fail(e, "%s: not even one sample of %s fits its memory (%llu MiB, max allocation %llu MiB)",
-                label, m->name, (unsigned long long)(info->global_mem >> 20),
+        ht_fail(e, "%s: not even one sample of %s fits in %llu MiB (device memory %llu MiB, "
+                   "max allocation %llu MiB)", label, m->name,
+                (unsigned long long)((mem_limit ? mem_limit : info->global_mem / 2) >> 20),
+                (unsigned long long)(info->global_mem >> 20),
                 (unsigned long long)(info->max_alloc >> 20));
         cl_close(c);
         return -1;
     }
-    if (alloc_buffers(c, e) < 0) {
+    if (alloc_fixed(c, e) < 0 || alloc_micro(c, e) < 0) {
         cl_close(c);
         return -1;
     }
@@ -408,6 +489,7 @@ int opencl_device_open(device *d, const cl_dev_info *info, const model *m, int m
     d->micro = c->micro;
     d->threads = 0;
     d->weight = 1.0;
+    d->mem_limit = mem_limit;
     snprintf(d->spec, sizeof d->spec, "%s", info->spec);
     snprintf(d->name, sizeof d->name, "OpenCL %s %s (%s), %u CU, %llu MiB%s", info->type,
              info->name, info->platform_name, info->compute_units,

@@ -1,6 +1,6 @@
 // Device registry: parses --devices specs and opens each device through its implementation.
 //   spec  := item (',' item)*
-//   item  := ('cpu' [':' THREADS] | 'cl:' P '.' D | 'cl:all' | 'gpu') ['@' WEIGHT]
+//   item  := ('cpu' [':' THREADS] | 'cl:' P '.' D | 'cl:all' | 'gpu') ['@' WEIGHT] [':mem=' SIZE]
 //   'auto' (the default) := every OpenCL GPU, plus 'cpu'
 // cl:all opens every OpenCL device, gpu every OpenCL GPU; each gets the item's weight. A plain
 // 'cpu' worker takes the cores nobody else claims: all cores, less the threads of cpu:N
@@ -41,9 +41,26 @@ static int cl_list(ht_error *e) {
     return 0;
 }
 
+int64_t device_parse_bytes(const char *s) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v > 0)) return -1;
+    double unit = 1;
+    switch (*end) {
+    case 'K': case 'k': unit = 1024.0; end++; break;
+    case 'M': case 'm': unit = 1024.0 * 1024; end++; break;
+    case 'G': case 'g': unit = 1024.0 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B') end += *end == 'i' && end[1] == 'B' ? 2 : 1;
+    if (*end || v * unit > 9e18 || v * unit < 1) return -1;
+    return (int64_t)(v * unit);
+}
+
 // Opens the OpenCL devices an item names into list[*count...]; returns -1 with e on failure.
 static int open_cl(device *list, int *count, const char *name, const char *item, double weight,
-                   const model *m, int max_batch, ht_error *e) {
+                   uint64_t mem, const model *m, int max_batch, ht_error *e) {
     if (cl_list(e) < 0) return -1;
     int want_all = !strcmp(name, "cl:all"), want_gpu = !strcmp(name, "gpu"), p = -1, d = -1;
     if (!want_all && !want_gpu) {
@@ -69,7 +86,7 @@ static int open_cl(device *list, int *count, const char *name, const char *item,
         for (int k = 0; k < *count; k++)
             if (!strcmp(list[k].spec, info->spec))
                 return ht_fail(e, "--devices: %s is selected twice", info->spec);
-        if (opencl_device_open(&list[*count], info, m, max_batch, e) < 0) return -1;
+        if (opencl_device_open(&list[*count], info, m, max_batch, mem, e) < 0) return -1;
         list[*count].weight = weight;
         (*count)++;
         opened++;
@@ -84,9 +101,11 @@ static int open_cl(device *list, int *count, const char *name, const char *item,
     return 0;
 }
 
-// Splits "name@weight" into its name (no weight check here).
+// The name part of "name@weight:mem=size" (no checks here).
 static void item_name(const char *item, char *name, size_t len) {
     size_t n = strcspn(item, "@");
+    const char *memopt = strstr(item, ":mem=");
+    if (memopt && (size_t)(memopt - item) < n) n = (size_t)(memopt - item);
     if (n >= len) n = len - 1;
     memcpy(name, item, n);
     name[n] = 0;
@@ -128,19 +147,34 @@ static char *expand_auto(void) {
 }
 
 static int open_one(device *list, int *count, const char *item, int plain_threads,
-                    const model *m, int max_batch, ht_error *e) {
+                    const model *m, int max_batch, uint64_t mem_default, ht_error *e) {
     device *d = &list[*count];
-    char name[64];
+    char name[64], rest[64];
     size_t len = strcspn(item, "@");
+    const char *memopt = strstr(item, ":mem=");
+    if (memopt && (size_t)(memopt - item) < len) len = (size_t)(memopt - item);
     if (len >= sizeof name) return ht_fail(e, "--devices: \"%s\" is too long", item);
     memcpy(name, item, len);
     name[len] = 0;
+    // What follows the name: "@W", ":mem=SIZE", or "@W:mem=SIZE".
+    size_t wlen = memopt ? (size_t)(memopt - item) - len : strlen(item + len);
+    if (wlen >= sizeof rest) return ht_fail(e, "--devices: \"%s\" is too long", item);
+    memcpy(rest, item + len, wlen);
+    rest[wlen] = 0;
     double weight = 1.0;
-    if (parse_weight(item + len, &weight) < 0)
+    if (parse_weight(rest, &weight) < 0)
         return ht_fail(e, "--devices: \"%s\": expected a weight after '@' (a number > 0), found \"%s\"",
-                       item, item + len + (item[len] == '@'));
+                       item, rest + (rest[0] == '@'));
+    uint64_t mem = mem_default;
+    if (memopt) {
+        int64_t b = device_parse_bytes(memopt + 5);
+        if (b < 0)
+            return ht_fail(e, "--devices: \"%s\": expected mem=SIZE like 256M or 2G, found \"%s\"",
+                           item, memopt + 5);
+        mem = (uint64_t)b;
+    }
     if (!strncmp(name, "cl:", 3) || !strcmp(name, "gpu"))
-        return open_cl(list, count, name, item, weight, m, max_batch, e);
+        return open_cl(list, count, name, item, weight, mem, m, max_batch, e);
     if (*count == DEVICE_MAX) return ht_fail(e, "--devices: more than %d devices", DEVICE_MAX);
     if (strcmp(name, "cpu") == 0 || strncmp(name, "cpu:", 4) == 0) {
         int threads = plain_threads;
@@ -153,7 +187,7 @@ static int open_one(device *list, int *count, const char *item, int plain_thread
                                item);
             threads = (int)t;
         }
-        if (cpu_device_open(d, m, threads, max_batch, e) < 0) return ht_wrap(e, "device %s", name);
+        if (cpu_device_open(d, m, threads, max_batch, mem, e) < 0) return ht_wrap(e, "device %s", name);
         // Specs name metrics columns and log entries, so repeated workers are numbered.
         int same = 1;
         for (int k = 0; k < *count; k++)
@@ -171,7 +205,7 @@ static int open_one(device *list, int *count, const char *item, int plain_thread
 }
 
 int device_open_list(device **devs, int *n, const char *specs, const model *m, int max_batch,
-                     ht_error *e) {
+                     uint64_t mem_limit, ht_error *e) {
     *devs = NULL;
     *n = 0;
     if (specs && !*specs) return ht_fail(e, "--devices: empty device list");
@@ -187,7 +221,8 @@ int device_open_list(device **devs, int *n, const char *specs, const model *m, i
     char *save = NULL;
     for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         while (isspace((unsigned char)*item)) item++;
-        if ((rc = open_one(list, &count, item, plain_threads, m, max_batch, e)) < 0) break;
+        if ((rc = open_one(list, &count, item, plain_threads, m, max_batch, mem_limit, e)) < 0)
+            break;
     }
     free(copy);
     if (rc == 0 && count == 0) rc = ht_fail(e, "--devices: empty device list \"%s\"", specs);

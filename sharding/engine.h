@@ -1,6 +1,7 @@
 // The step engine: scatter a batch over the devices by the shard plan, run every shard on its
 // own thread, reduce the gradient sums in fixed device order, update on the host, and
-// broadcast the new weights.
+// broadcast the new weights. A device that fails (an error, a wrong self-check, no answer
+// within the timeout) is dropped and its share of the step is run again on the others.
 #ifndef HETRAIN_ENGINE_H
 #define HETRAIN_ENGINE_H
 
@@ -10,18 +11,22 @@
 #include "common.h"
 #include "data.h"
 #include "device.h"
+#include "fault.h"
 #include "model.h"
 #include "optim.h"
 #include "plan.h"
 
 typedef struct engine_slot engine_slot;
 
+#define ENGINE_MAX_DEVICES 64
+
 typedef struct step_stats {
     double wall_s;   // the whole step
     double host_s;   // host reduce + update, plus the slowest broadcast
     double wait_s;   // summed time devices waited for the slowest
-    double busy_s[64]; // per device: broadcast + gather + compute
-    int share[64];   // per device: samples
+    double busy_s[ENGINE_MAX_DEVICES]; // per device: broadcast + gather + compute
+    int share[ENGINE_MAX_DEVICES];     // per device: samples (re-runs of failed shares included)
+    int skipped;     // the update was skipped (non-finite values, --on-nan skip)
 } step_stats;
 
 // How device weights are kept: as given, or measured. Measured: each device's step time is
@@ -34,6 +39,8 @@ typedef enum balance_mode { BALANCE_AUTO, BALANCE_STATIC } balance_mode;
 #define ENGINE_FORGET 0.85        // weight kept by older steps at each new one
 #define ENGINE_REPLAN_GAIN 0.03   // re-plan only for a predicted step this much faster
 #define ENGINE_MIN_SHARE 0.005    // a device keeps at least this fraction of the largest weight
+#define ENGINE_SELF_CHECK_TOL 1e-3 // relative L2 error of a device's probe gradient vs the CPU
+#define ENGINE_DEFAULT_TIMEOUT 600.0 // seconds a device may take for one shard
 
 typedef struct engine {
     const model *m;
@@ -42,23 +49,31 @@ typedef struct engine {
     int max_batch;
     uint64_t seed;
     float *params;   // master weights (n_params)
-    float *grad;     // reduced mean gradient (n_params)
+    float *grad;     // reduced mean gradient of the last step (n_params)
     optim opt;
-    shard_plan plan; // for plan.len positions; remade when the batch size changes
+    shard_plan plan; // over the active devices, for plan.len positions; remade when needed
+    int plan_dev[ENGINE_MAX_DEVICES]; // plan index -> device index
     engine_slot *slots;
-    // Worker threads (one per device when there are several).
-    pthread_t *threads;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    unsigned long gen;
-    int pending;
-    int stop;
+    int *orphans;    // batch positions whose device failed, to run again (max_batch)
+    int n_orphans;
+    long step;       // training steps done (faults count these)
+    double timeout_s;
+    int nan_stop;    // non-finite values stop the run instead of skipping the step
+    fault_plan faults;
+    char events[4096]; // what happened since engine_take_events, one line each
+    char last_failure[600]; // the last device failure, for the error when none is left
     // Capacity.
     balance_mode balance;
     int rebalance;   // re-plan every this many steps (auto)
     int since;       // steps since the last re-plan
     // Per device, forgetting sums of 1, n, t, n*n, n*t over observed shards (the fit's input).
-    double fit[64][5];
+    double fit[ENGINE_MAX_DEVICES][5];
+    // Worker threads, one per device.
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    unsigned long gen;
+    int stop;
     // The task being dispatched (read by the workers).
     int task_kind;
     const dataset *task_ds;
@@ -67,20 +82,38 @@ typedef struct engine {
     uint32_t task_epoch;
 } engine;
 
-// Takes the devices (not owned) and the initial parameters (copied).
+// Takes the devices (not owned; keep them open until engine_free) and the initial parameters
+// (copied). Faults to inject come from $HETRAIN_FAULT (see fault.h).
 int engine_init(engine *g, const model *m, device *devs, int n_devs, const float *params,
                 const train_setup *s, int max_batch, uint64_t seed, ht_error *e);
 void engine_free(engine *g);
 
 // Sets how weights are kept (engine_init's default: static; rebalance >= 1).
 void engine_set_balance(engine *g, balance_mode mode, int rebalance);
+// Seconds a device may take for one shard before it is declared hung and dropped.
+void engine_set_timeout(engine *g, double seconds);
+// Non-finite loss or gradient from a device: stop (1) or skip the step (0, default).
+void engine_set_nan_stop(engine *g, int stop);
 
-// Measures every device's samples/s on shards of the batch idx[0..B) (run twice, the first
-// as warm-up; no update) and sets the weights from it. Only meaningful with several devices.
+// Runs one forward/backward of samples idx[0..n) on every device and compares each with the
+// CPU reference (net.c); a device off by more than tol is dropped, with an event naming it and
+// its worst error. Fails only when no device is left.
+int engine_self_check(engine *g, const dataset *ds, const uint32_t *idx, int n, double tol,
+                      ht_error *e);
+
+// Measures every device's time on shards of the batch idx[0..B) (no update) and sets the
+// weights from the fitted time model. Only meaningful with several devices.
 int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e);
 
-// The device weights now in use (n_devs values) after calibration or re-balancing.
+// Drops device d from now on, as a failure would (used by tests to build the reference run).
+void engine_drop_device(engine *g, int d);
+
+// The device weights now in use (n_devs values; 0 for a dropped device).
 void engine_weights(const engine *g, double *w);
+// Devices still taking part.
+int engine_active(const engine *g);
+// The events since the last call (lines, possibly ""); valid until the next engine call.
+const char *engine_take_events(engine *g);
 
 // One training step on samples idx[0..B) of ds (global sample ids = the indices). Writes each
 // position's loss and prediction (batch order) when loss/pred are not NULL.

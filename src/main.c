@@ -12,7 +12,10 @@
 
 #include "cl_util.h"
 #include "common.h"
+#include "compare.h"
 #include "model.h"
+#include "plot.h"
+#include "device.h"
 #include "engine.h"
 #include "train.h"
 
@@ -29,6 +32,8 @@ static const char *usage_main =
     "  predict    write predictions for a test set from saved weights\n"
     "  summary    print a network's layers, output shapes and parameter counts\n"
     "  devices    list the native CPU and every OpenCL device, with their --devices names\n"
+    "  compare    put runs' metrics or predictions CSVs side by side (hetrain, PyTorch, Keras)\n"
+    "  plot       draw runs' loss and accuracy curves (and per-device shares) as PNG\n"
     "  version    print the version\n"
     "\n"
     "Run 'hetrain COMMAND --help' for a command's options.\n";
@@ -64,6 +69,13 @@ static const char *usage_train =
     "                         re-weighing from a moving average; static: keep the @W weights\n"
     "                         [auto]\n"
     "  --rebalance N          under auto, re-weigh every N steps [5]\n"
+    "  --mem-limit SIZE       memory each device may use (256M, 2G); a device spec can set\n"
+    "                         its own with :mem=, e.g. cl:0.0@3:mem=512M [what it reports]\n"
+    "  --no-self-check        skip checking every device against the CPU before training\n"
+    "  --on-nan skip|stop     a non-finite loss or gradient skips that step's update, or stops\n"
+    "                         the run [skip]\n"
+    "  --device-timeout SEC   a device that takes longer for one shard is dropped and its\n"
+    "                         samples run on the others [600]\n"
     "  --out DIR              folder for the run's files [results]\n"
     "  --name NAME            run name [<model>-<date>-<time>]; a taken name gets -2, -3, ...\n"
     "  --save FILE            write the final weights as safetensors (PyTorch names/layouts)\n"
@@ -75,8 +87,10 @@ static const char *usage_train =
     "                         [$XDG_CACHE_HOME/hetrain, else ~/.cache/hetrain]; \"\" turns it off\n"
     "  --help                 this text\n"
     "\n"
-    "Ctrl-C stops after the current step; the metrics rows written so far are kept and\n"
-    "--save still writes the weights.\n";
+    "A device that fails during training (an OpenCL error, a lost device, no answer) is dropped\n"
+    "and its share of the step is run on the others; the log and the metrics CSV's events\n"
+    "column say so. Ctrl-C stops after the current step; the metrics rows written so far are\n"
+    "kept and --save still writes the weights.\n";
 
 static const char *usage_predict =
     "usage: hetrain predict --load FILE.safetensors --out FILE.csv [OPTIONS]\n"
@@ -109,6 +123,36 @@ static const char *usage_devices =
     "\n"
     "options:\n"
     "  --json                 print one JSON object {\"devices\": [...], \"opencl_platforms\": N}\n"
+    "  --help                 this text\n";
+
+static const char *usage_compare =
+    "usage: hetrain compare A.csv B.csv [C.csv ...] [--tol X]\n"
+    "\n"
+    "Puts runs' results CSVs side by side: hetrain's metrics next to a PyTorch reference's or\n"
+    "Keras CSVLogger's (acc/val_acc or accuracy/val_accuracy, any column order), or two\n"
+    "predictions files (ImageId,Label). Metrics: accuracy, loss, val_accuracy and val_loss by\n"
+    "epoch (the epochs all files have) with each run's difference from the first (d:NAME), then\n"
+    "each run's final and best accuracy (val_accuracy when it has one) and mean seconds per\n"
+    "epoch against the first's. Predictions (two files, the same ImageIds): agreement rate and\n"
+    "confusion matrix.\n"
+    "\n"
+    "options:\n"
+    "  --tol X                exit 1 when a run's final accuracy (val_accuracy if every run has\n"
+    "                         one, else accuracy; for predictions the share of images the two\n"
+    "                         disagree on) differs from the first's by more than X, else 0\n"
+    "  --help                 this text\n";
+
+static const char *usage_plot =
+    "usage: hetrain plot A.csv [B.csv ...] -o FILE.png [--title T]\n"
+    "\n"
+    "Draws training and validation loss and accuracy by epoch, one line per run, as a 2x2 PNG\n"
+    "(metrics CSVs of hetrain, PyTorch or Keras, as for compare). When a run has per-device\n"
+    "columns (share_*, busy_s_*), also FILE-devices.png: each device's share of the samples and\n"
+    "busy seconds per epoch. Needs gnuplot (Debian package gnuplot-nox).\n"
+    "\n"
+    "options:\n"
+    "  -o, --out FILE.png     image to write, required; replaced when it exists\n"
+    "  --title T              chart title [the runs' names]\n"
     "  --help                 this text\n";
 
 static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -169,7 +213,8 @@ static char *join_args(int argc, char **argv) {
 enum {
     OPT_MODEL = 1000, OPT_DATA, OPT_TRAIN, OPT_TEST, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_VAL,
     OPT_SEED, OPT_LIMIT, OPT_DEVICES, OPT_OUT, OPT_NAME, OPT_SAVE, OPT_LOAD, OPT_PROGRESS,
-    OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_BALANCE, OPT_REBALANCE, OPT_JSON, OPT_CACHE_DIR
+    OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_BALANCE, OPT_REBALANCE, OPT_JSON, OPT_CACHE_DIR,
+    OPT_MEM_LIMIT, OPT_NO_SELF_CHECK, OPT_ON_NAN, OPT_DEVICE_TIMEOUT
 };
 
 static int cmd_train(int argc, char **argv) {
@@ -185,6 +230,10 @@ static int cmd_train(int argc, char **argv) {
         {"no-progress", no_argument, 0, OPT_NO_PROGRESS}, {"quiet", no_argument, 0, OPT_QUIET},
         {"cache-dir", required_argument, 0, OPT_CACHE_DIR},
         {"balance", required_argument, 0, OPT_BALANCE}, {"rebalance", required_argument, 0, OPT_REBALANCE},
+        {"mem-limit", required_argument, 0, OPT_MEM_LIMIT},
+        {"no-self-check", no_argument, 0, OPT_NO_SELF_CHECK},
+        {"on-nan", required_argument, 0, OPT_ON_NAN},
+        {"device-timeout", required_argument, 0, OPT_DEVICE_TIMEOUT},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
     train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1};
     long v;
@@ -230,6 +279,23 @@ static int cmd_train(int argc, char **argv) {
         case OPT_REBALANCE:
             if (parse_int("--rebalance", optarg, 1, 1000000, &v) < 0) return EXIT_USAGE;
             o.rebalance = (int)v;
+            break;
+        case OPT_MEM_LIMIT: {
+            int64_t b = device_parse_bytes(optarg);
+            if (b < 0)
+                return usage_error("train", "--mem-limit: expected a size like 256M or 2G, found \"%s\"", optarg);
+            o.mem_limit = (uint64_t)b;
+            break;
+        }
+        case OPT_NO_SELF_CHECK: o.no_self_check = 1; break;
+        case OPT_ON_NAN:
+            if (!strcmp(optarg, "skip")) o.nan_stop = 0;
+            else if (!strcmp(optarg, "stop")) o.nan_stop = 1;
+            else return usage_error("train", "--on-nan: expected skip or stop, found \"%s\"", optarg);
+            break;
+        case OPT_DEVICE_TIMEOUT:
+            if (parse_float("--device-timeout", optarg, 0.1, 86400, 0, &f) < 0) return EXIT_USAGE;
+            o.device_timeout = f;
             break;
         case OPT_OUT: o.out_dir = optarg; break;
         case OPT_NAME:
@@ -351,6 +417,65 @@ static int cmd_devices(int argc, char **argv) {
     return 0;
 }
 
+enum { OPT_TOL = 2000, OPT_TITLE };
+
+static int cmd_compare(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"tol", required_argument, 0, OPT_TOL}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+    double tol = -1;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_TOL:
+            if (parse_float("--tol", optarg, 0, 1, 0, &tol) < 0) return EXIT_USAGE;
+            break;
+        case OPT_HELP: fputs(usage_compare, stdout); return 0;
+        case ':': return usage_error("compare", "%s needs a value", argv[optind - 1]);
+        default: return usage_error("compare", "unknown option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (argc - optind < 2)
+        return usage_error("compare", "needs at least two CSV files, found %d", argc - optind);
+    int verdict;
+    ht_error e;
+    if (compare_run(stdout, argc - optind, argv + optind, tol, &verdict, &e) < 0) {
+        fflush(stdout);
+        fprintf(stderr, "hetrain: %s\n", e.msg);
+        return 1;
+    }
+    return verdict;
+}
+
+static int cmd_plot(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"out", required_argument, 0, 'o'}, {"title", required_argument, 0, OPT_TITLE},
+        {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+    plot_opts o = {0};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":o:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': o.out = optarg; break;
+        case OPT_TITLE: o.title = optarg; break;
+        case OPT_HELP: fputs(usage_plot, stdout); return 0;
+        case ':': return usage_error("plot", "%s needs a value", argv[optind - 1]);
+        default: return usage_error("plot", "unknown option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (!o.out) return usage_error("plot", "-o FILE.png is required");
+    if (!*o.out) return usage_error("plot", "-o: expected a file name, found \"\"");
+    if (argc - optind < 1) return usage_error("plot", "needs at least one metrics CSV");
+    o.n = argc - optind;
+    o.paths = argv + optind;
+    ht_error e;
+    if (plot_run(stdout, &o, &e) < 0) {
+        fprintf(stderr, "hetrain: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fputs(usage_main, stderr);
@@ -374,6 +499,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "summary")) return cmd_summary(argc - 1, argv + 1);
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
+    if (!strcmp(cmd, "compare")) return cmd_compare(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plot")) return cmd_plot(argc - 1, argv + 1);
     fprintf(stderr, "hetrain: unknown command \"%s\"\n\n%s", cmd, usage_main);
     return EXIT_USAGE;
 }

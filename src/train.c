@@ -169,12 +169,13 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     } else {
         model_init_params(&j->m, j->params, o->seed);
     }
-    if (device_open_list(&j->devs, &j->n_devs, o->devices, &j->m, s->batch,
-                         e) < 0)
+    if (device_open_list(&j->devs, &j->n_devs, o->devices, &j->m, s->batch, o->mem_limit, e) < 0)
         return -1;
     if (engine_init(&j->g, &j->m, j->devs, j->n_devs, j->params, s, s->batch, o->seed, e) < 0)
         return -1;
     engine_set_balance(&j->g, o->balance, o->rebalance > 0 ? o->rebalance : TRAIN_DEFAULT_REBALANCE);
+    engine_set_timeout(&j->g, o->device_timeout);
+    engine_set_nan_stop(&j->g, o->nan_stop);
     j->idx = ht_malloc((size_t)j->train.n, sizeof *j->idx, e);
     j->loss = ht_malloc((size_t)s->batch, sizeof *j->loss, e);
     j->pred = ht_malloc((size_t)(j->test.n > s->batch ? j->test.n : s->batch), sizeof *j->pred, e);
@@ -205,7 +206,38 @@ typedef struct epoch_stats {
     double busy[64];
     long share[64];
     double wait, host;
+    int skipped;
+    char events[1024]; // this epoch's events for the metrics CSV, "; "-separated
 } epoch_stats;
+
+// Logs what the engine reported (device failures, smaller micro-batches, skipped steps) and
+// keeps a short form for the epoch's metrics row.
+static void drain_events(job *j, const train_opts *o, epoch_stats *es) {
+    const char *ev = engine_take_events(&j->g);
+    if (!*ev) return;
+    run_log(&j->rf, 0, "%s", ev);
+    if (!o->quiet) fputs(ev, stderr);
+    if (!es) return;
+    for (const char *p = ev; *p;) {
+        size_t n = strcspn(p, "\n"), k = strlen(es->events);
+        if (k + n + 3 < sizeof es->events)
+            snprintf(es->events + k, sizeof es->events - k, "%s%.*s", k ? "; " : "", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+}
+
+// A CSV field: quoted, with inner quotes doubled.
+static void csv_quote(char *out, size_t len, const char *text) {
+    size_t k = 0;
+    if (len < 3) return;
+    out[k++] = '"';
+    for (const char *p = text; *p && k + 3 < len; p++) {
+        if (*p == '"') out[k++] = '"';
+        out[k++] = *p;
+    }
+    out[k++] = '"';
+    out[k] = 0;
+}
 
 static void stats_add(epoch_stats *es, const step_stats *st, int n_devs) {
     for (int d = 0; d < n_devs; d++) {
@@ -214,6 +246,7 @@ static void stats_add(epoch_stats *es, const step_stats *st, int n_devs) {
     }
     es->wait += st->wait_s;
     es->host += st->host_s;
+    es->skipped += st->skipped;
 }
 
 // The metrics CSV header: Keras's CSVLogger columns, hetrain's timing, then per device.
@@ -222,6 +255,7 @@ static void metrics_header(char *buf, size_t len, const device *devs, int n) {
                                           "samples_per_s,sync_s,idle_frac");
     for (int d = 0; d < n && k < len; d++)
         k += (size_t)snprintf(buf + k, len - k, ",share_%s,busy_s_%s", devs[d].spec, devs[d].spec);
+    if (k < len) snprintf(buf + k, len - k, ",events");
 }
 
 static void epoch_report(job *j, const train_opts *o, int ep, double loss, double acc,
@@ -239,6 +273,9 @@ static void epoch_report(job *j, const train_opts *o, int ep, double loss, doubl
     for (int d = 0; d < nd && k < sizeof row; d++)
         k += (size_t)snprintf(row + k, sizeof row - k, ",%.4f,%.3f", (double)es->share[d] / n,
                               es->busy[d]);
+    char quoted[2100];
+    csv_quote(quoted, sizeof quoted, es->events);
+    if (k < sizeof row) snprintf(row + k, sizeof row - k, ",%s", es->events[0] ? quoted : "");
     run_metrics_row(&j->rf, row);
     char vtext[96] = "";
     if (j->val.n > 0) snprintf(vtext, sizeof vtext, "  val_loss %.4f  val_acc %.4f", vloss, vacc);
@@ -260,7 +297,15 @@ static int run_epochs(job *j, const train_opts *o, int *epochs_done, ht_error *e
     for (int ep = 0; ep < s->epochs; ep++) {
         double t0 = ht_now();
         shuffle(j->idx, n, o->seed, ep);
-        if (ep == 0 && j->n_devs > 1 && o->balance == BALANCE_AUTO) {
+        if (ep == 0 && !o->no_self_check) {
+            int probe = s->batch < TRAIN_SELF_CHECK_SAMPLES ? s->batch : TRAIN_SELF_CHECK_SAMPLES;
+            if (engine_self_check(&j->g, &j->train, j->idx, probe, ENGINE_SELF_CHECK_TOL, e) < 0)
+                return -1;
+            drain_events(j, o, NULL);
+            run_log(&j->rf, 0, "self-check: %d of %d device%s agree with the CPU reference\n",
+                    engine_active(&j->g), j->n_devs, j->n_devs == 1 ? "" : "s");
+        }
+        if (ep == 0 && engine_active(&j->g) > 1 && o->balance == BALANCE_AUTO) {
             if (engine_calibrate(&j->g, &j->train, j->idx, s->batch, e) < 0) return -1;
             double w[64];
             engine_weights(&j->g, w);
@@ -275,7 +320,7 @@ static int run_epochs(job *j, const train_opts *o, int *epochs_done, ht_error *e
         progress pr;
         progress_begin(&pr, o->progress, ep + 1, s->epochs, n);
         double lsum = 0;
-        long correct = 0, seen = 0;
+        long correct = 0, seen = 0, counted = 0;
         epoch_stats es;
         memset(&es, 0, sizeof es);
         for (int off = 0; off < n; off += s->batch) {
@@ -288,22 +333,29 @@ static int run_epochs(job *j, const train_opts *o, int *epochs_done, ht_error *e
             if (engine_train_step(&j->g, &j->train, j->idx + off, B, (uint32_t)ep, j->loss,
                                   j->pred, &st, e) < 0) {
                 progress_end(&pr);
+                drain_events(j, o, NULL);
                 return ht_wrap(e, "epoch %d, step %d", ep + 1, off / s->batch + 1);
             }
             stats_add(&es, &st, j->n_devs);
-            for (int i = 0; i < B; i++) {
-                lsum += j->loss[i];
-                correct += j->pred[i] == j->train.y[j->idx[off + i]];
+            drain_events(j, o, &es);
+            if (!st.skipped) { // a skipped step's losses may be NaN: leave them out
+                for (int i = 0; i < B; i++) {
+                    lsum += j->loss[i];
+                    correct += j->pred[i] == j->train.y[j->idx[off + i]];
+                }
+                counted += B;
             }
             seen += B;
-            progress_update(&pr, seen, lsum / seen, (double)correct / seen);
+            progress_update(&pr, seen, counted ? lsum / counted : NAN,
+                            counted ? (double)correct / counted : NAN);
         }
         progress_end(&pr);
         double train_s = ht_now() - t0;
         double vloss = NAN, vacc = NAN;
         if (j->val.n > 0 && evaluate(&j->g, &j->val, &vloss, &vacc, NULL, e) < 0)
             return ht_wrap(e, "validation after epoch %d", ep + 1);
-        epoch_report(j, o, ep, lsum / n, (double)correct / n, vloss, vacc, ht_now() - t0,
+        epoch_report(j, o, ep, counted ? lsum / counted : NAN,
+                     counted ? (double)correct / counted : NAN, vloss, vacc, ht_now() - t0,
                      train_s, &es);
         *epochs_done = ep + 1;
     }
@@ -394,7 +446,7 @@ int predict_run(const predict_opts *o, ht_error *e) {
     j.params = ht_malloc(j.m.n_params, sizeof(float), e);
     if (!j.params || safetensors_load(o->load, &j.m, j.params, e) < 0) goto out;
     int chunk = j.test.n < 1000 ? j.test.n : 1000;
-    if (device_open_list(&j.devs, &j.n_devs, o->devices, &j.m, chunk, e) < 0)
+    if (device_open_list(&j.devs, &j.n_devs, o->devices, &j.m, chunk, o->mem_limit, e) < 0)
         goto out;
     if (engine_init(&j.g, &j.m, j.devs, j.n_devs, j.params, &j.m.setup, chunk, 0, e) < 0) goto out;
     j.pred = ht_malloc((size_t)j.test.n, sizeof *j.pred, e);

@@ -10,6 +10,7 @@
 #define TRAIN_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 #define TRAIN_DEFAULT_MODEL "cnn2d_3layer_fullconnected_3layer"
 #define TRAIN_DEFAULT_REBALANCE 5
+#define TRAIN_SELF_CHECK_SAMPLES 8
 
 typedef struct train_opts {
     const char *model;     // preset name or config path
@@ -23,6 +24,10 @@ typedef struct train_opts {
     uint64_t seed;
     int limit;             // 0: all training samples
     const char *devices;   // NULL or "auto": every OpenCL GPU plus a CPU worker
+    uint64_t mem_limit;    // bytes per device without its own ':mem=' (0: what it reports)
+    int no_self_check;     // skip the check of every device against the CPU before training
+    int nan_stop;          // a non-finite loss/gradient stops the run (else the step is skipped)
+    double device_timeout; // seconds a device may take for a shard (0: the default)
     int balance;           // BALANCE_AUTO (default, 0) or BALANCE_STATIC
     int rebalance;         // re-weigh every N steps under auto balance (0: default)
     const char *out_dir;   // default "results"
@@ -44,6 +49,7 @@ typedef struct predict_opts {
     const char *test_csv;
     const char *out;       // predictions CSV path (required)
     const char *devices;   // as for train_opts
+    uint64_t mem_limit;
     int limit;
 } predict_opts;
 

@@ -47,7 +47,7 @@ static void one_step(const model *m, const dataset *ds, const char *spec, step_o
     ht_error e;
     device *devs;
     int n;
-    if (device_open_list(&devs, &n, spec, m, 96, &e) < 0) fail_msg("%s", e.msg);
+    if (device_open_list(&devs, &n, spec, m, 96, 0, &e) < 0) fail_msg("%s", e.msg);
     float *p = malloc(sizeof(float) * m->n_params);
     model_init_params(m, p, 5);
     engine g;

@@ -122,7 +122,7 @@ static void test_train_save_predict_round_trip(void **state) {
     char *metrics = test_read_file(path, NULL);
     assert_non_null(metrics);
     assert_true(strncmp(metrics, "epoch,accuracy,loss,val_accuracy,val_loss,time_s,samples_per_s,"
-                                 "sync_s,idle_frac,share_cpu,busy_s_cpu\n0,", 103) == 0);
+                                 "sync_s,idle_frac,share_cpu,busy_s_cpu,events\n0,", 110) == 0);
     assert_non_null(strstr(metrics, "\n1,"));
     snprintf(path, sizeof path, "%s/run.predictions.csv", dir);
     char *preds = test_read_file(path, NULL);

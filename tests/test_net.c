@@ -162,7 +162,7 @@ static void run_step(const model *m, const dataset *ds, const char *devices, flo
     ht_error e;
     device *devs;
     int n;
-    if (device_open_list(&devs, &n, devices, m, 64, &e) < 0) fail_msg("%s", e.msg);
+    if (device_open_list(&devs, &n, devices, m, 64, 0, &e) < 0) fail_msg("%s", e.msg);
     float *p = malloc(sizeof(float) * m->n_params);
     model_init_params(m, p, 1);
     engine g;

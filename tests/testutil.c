@@ -57,6 +57,10 @@ static int check_one(const float *a, const float *b, size_t n, float tol, const 
     return 1;
 }
 
+int check_vector(const float *a, const float *b, size_t n, float tol, const char *what) {
+    return check_one(a, b, n, tol, what, "all", "parameters");
+}
+
 int check_params(const model *m, const float *a, const float *b, float tol, const char *what) {
     int ok = 1;
     for (int l = 0; l < m->n_layers; l++) {

@@ -23,6 +23,9 @@ struct model;
 int check_params(const struct model *m, const float *a, const float *b, float tol,
                  const char *what);
 
+// Relative L2 error of a whole vector, ||a-b|| / ||b|| <= tol, with a message on failure.
+int check_vector(const float *a, const float *b, size_t n, float tol, const char *what);
+
 // A fresh empty directory under the build's test-tmp folder, unique per call; returns a static
 // buffer's copy the caller frees.
 char *test_tmpdir(const char *tag);

@@ -1,0 +1,294 @@
+// Memory-aware micro-batching, the device self-check, and surviving a device that fails in the
+// middle of a run (error, out of memory, no answer, non-finite values): every case must leave
+// the training result as it would have been without the fault.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "cl_util.h"
+#include "data.h"
+#include "device.h"
+#include "engine.h"
+#include "model.h"
+#include "testutil.h"
+
+// Reordered float sums (micro-batches, devices, re-runs): relative L2 per tensor.
+#define TOL_SAME 1e-5f
+#define BATCH 96
+
+static model net;
+static dataset data;
+static int have_cl;
+
+static int setup(void **state) {
+    (void)state;
+    ht_error e;
+    if (model_init_preset(&net, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
+    if (dataset_load_idx(&data, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+        fail_msg("%s", e.msg);
+    dataset_limit(&data, 1000);
+    cl_dev_info *devs;
+    int n;
+    if (cl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
+    free(devs);
+    have_cl = n > 0;
+    if (!have_cl) printf("no OpenCL platform: OpenCL cases are skipped\n");
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    dataset_free(&data);
+    model_free(&net);
+    cl_runtime_release_all();
+    return 0;
+}
+
+typedef struct run {
+    device *devs;
+    int n;
+    engine g;
+} run;
+
+static void run_open(run *r, const char *spec, uint64_t mem, const char *faults) {
+    ht_error e;
+    if (faults) setenv("HETRAIN_FAULT", faults, 1);
+    else unsetenv("HETRAIN_FAULT");
+    if (device_open_list(&r->devs, &r->n, spec, &net, BATCH, mem, &e) < 0) fail_msg("%s: %s", spec, e.msg);
+    float *p = malloc(sizeof(float) * net.n_params);
+    model_init_params(&net, p, 9);
+    if (engine_init(&r->g, &net, r->devs, r->n, p, &net.setup, BATCH, 9, &e) < 0) fail_msg("%s", e.msg);
+    unsetenv("HETRAIN_FAULT");
+    free(p);
+}
+
+static void run_close(run *r) {
+    engine_free(&r->g);
+    device_close_list(r->devs, r->n);
+}
+
+static void batch_idx(uint32_t *idx, int step) {
+    for (int i = 0; i < BATCH; i++) idx[i] = (uint32_t)((step * BATCH + i * 7) % data.n);
+}
+
+// One step; checks that every position got a loss (none lost) and that shares add up to B.
+static void step(run *r, int k, step_stats *st) {
+    uint32_t idx[BATCH];
+    float loss[BATCH];
+    batch_idx(idx, k);
+    for (int i = 0; i < BATCH; i++) loss[i] = NAN;
+    ht_error e;
+    if (engine_train_step(&r->g, &data, idx, BATCH, 0, loss, NULL, st, &e) < 0) fail_msg("%s", e.msg);
+    int total = 0;
+    for (int d = 0; d < r->n; d++) total += st->share[d];
+    assert_int_equal(total, BATCH);
+    for (int i = 0; i < BATCH; i++)
+        if (!isfinite(loss[i])) fail_msg("step %d: position %d has no loss", k, i);
+}
+
+// A shard larger than the device's micro-batch gives the gradient of the whole shard.
+static void test_micro_batches_equal_whole_shard(void **state) {
+    (void)state;
+    const char *specs[] = {"cpu", "cl:0.0"};
+    for (int k = 0; k < 2; k++) {
+        if (k == 1 && !have_cl) continue;
+        run whole, small;
+        run_open(&whole, specs[k], 0, NULL);
+        run_open(&small, specs[k], 48u << 20, NULL); // 48 MiB: a few dozen samples at a time
+        printf("%s: micro-batch %d without a limit, %d under 48 MiB\n", specs[k], whole.devs[0].micro,
+               small.devs[0].micro);
+        assert_true(small.devs[0].micro < BATCH);
+        assert_true(small.devs[0].micro < whole.devs[0].micro);
+        step_stats st;
+        step(&whole, 0, &st);
+        step(&small, 0, &st);
+        char what[64];
+        snprintf(what, sizeof what, "%s micro-batched vs whole shard", specs[k]);
+        assert_true(check_params(&net, small.g.grad, whole.g.grad, TOL_SAME, what));
+        run_close(&whole);
+        run_close(&small);
+    }
+}
+
+// An out-of-memory failure halves the micro-batch and the step still gives the same gradient.
+static void test_injected_oom_shrinks_micro_batch(void **state) {
+    (void)state;
+    const char *specs[] = {"cpu", "cl:0.0"};
+    for (int k = 0; k < 2; k++) {
+        if (k == 1 && !have_cl) continue;
+        char fault[64];
+        snprintf(fault, sizeof fault, "oom:%s@1", specs[k]);
+        run ref, oom;
+        run_open(&ref, specs[k], 0, NULL);
+        run_open(&oom, specs[k], 0, fault);
+        int before = oom.devs[0].micro;
+        step_stats st;
+        step(&ref, 0, &st);
+        step(&oom, 0, &st);
+        const char *ev = engine_take_events(&oom.g);
+        printf("%s", ev);
+        assert_non_null(strstr(ev, "micro-batch"));
+        assert_int_equal(oom.devs[0].micro, before / 2);
+        assert_true(check_params(&net, oom.g.grad, ref.g.grad, TOL_SAME, "gradient after an injected out-of-memory"));
+        run_close(&ref);
+        run_close(&oom);
+    }
+}
+
+// A device whose results are wrong is excluded by the self-check, with its worst error named.
+static void test_self_check_excludes_corrupt_device(void **state) {
+    (void)state;
+    const char *mixes[][2] = {{"cpu:1,cpu:1", "cpu:1#2"}, {"cl:0.0,cpu", "cl:0.0"}};
+    for (int k = 0; k < 2; k++) {
+        if (k == 1 && !have_cl) continue;
+        char fault[64];
+        snprintf(fault, sizeof fault, "corrupt:%s", mixes[k][1]);
+        run r;
+        run_open(&r, mixes[k][0], 0, fault);
+        uint32_t idx[8];
+        batch_idx(idx, 0);
+        ht_error e;
+        if (engine_self_check(&r.g, &data, idx, 8, ENGINE_SELF_CHECK_TOL, &e) < 0) fail_msg("%s", e.msg);
+        const char *ev = engine_take_events(&r.g);
+        printf("%s", ev);
+        assert_int_equal(engine_active(&r.g), 1);
+        assert_non_null(strstr(ev, mixes[k][1]));
+        assert_non_null(strstr(ev, "excluded"));
+        run_close(&r);
+        // Without the fault every device passes.
+        run_open(&r, mixes[k][0], 0, NULL);
+        if (engine_self_check(&r.g, &data, idx, 8, ENGINE_SELF_CHECK_TOL, &e) < 0) fail_msg("%s", e.msg);
+        assert_int_equal(engine_active(&r.g), 2);
+        run_close(&r);
+    }
+}
+
+// One of three devices fails at step 3 (an error, or no answer): the run goes on, and its
+// weights equal those of a run where that device's shards went to the others from step 3.
+static void test_failure_mid_run(void **state) {
+    (void)state;
+    const char *spec = have_cl ? "cpu:1,cl:0.0,cpu:1" : "cpu:1,cpu:1,cpu:1";
+    const char *victim = have_cl ? "cl:0.0" : "cpu:1#2";
+    const char *kinds[] = {"fail", "hang"};
+    for (int k = 0; k < 2; k++) {
+        char fault[64];
+        snprintf(fault, sizeof fault, "%s:%s@3", kinds[k], victim);
+        run ref, hit;
+        run_open(&ref, spec, 0, NULL);
+        run_open(&hit, spec, 0, fault);
+        engine_set_timeout(&hit.g, 1.0);
+        step_stats st;
+        for (int s = 1; s <= 5; s++) {
+            if (s == 3) engine_drop_device(&ref.g, 1);
+            step(&ref, s, &st);
+            step(&hit, s, &st);
+            if (s != 3) continue;
+            // Steps 1-2 were identical, so step 3's gradients differ only by the order of the
+            // sums: a sample lost or counted twice would be off by ~1%.
+            assert_int_equal(st.share[1], 0); // none of the failed device's work counted
+            assert_true(check_params(&net, hit.g.grad, ref.g.grad, TOL_SAME, "gradient of the failure step"));
+        }
+        const char *ev = engine_take_events(&hit.g);
+        printf("%s", ev);
+        assert_non_null(strstr(ev, "step 3: device"));
+        assert_int_equal(engine_active(&hit.g), 2);
+        char what[64];
+        snprintf(what, sizeof what, "weights after a '%s' at step 3", kinds[k]);
+        assert_true(check_vector(hit.g.params, ref.g.params, net.n_params, TOL_SAME, what));
+        run_close(&ref);
+        run_close(&hit);
+    }
+}
+
+// A non-finite gradient skips the step (weights unchanged), or stops when asked to.
+static void test_non_finite_values(void **state) {
+    (void)state;
+    run r;
+    run_open(&r, "cpu", 0, "nan:cpu@2");
+    step_stats st;
+    step(&r, 1, &st);
+    float *before = malloc(sizeof(float) * net.n_params);
+    memcpy(before, r.g.params, sizeof(float) * net.n_params);
+    uint32_t idx[BATCH];
+    batch_idx(idx, 2);
+    ht_error e;
+    assert_int_equal(engine_train_step(&r.g, &data, idx, BATCH, 0, NULL, NULL, &st, &e), 0);
+    assert_int_equal(st.skipped, 1);
+    assert_memory_equal(before, r.g.params, sizeof(float) * net.n_params);
+    assert_non_null(strstr(engine_take_events(&r.g), "non-finite"));
+    run_close(&r);
+    run_open(&r, "cpu", 0, "nan:cpu@1");
+    engine_set_nan_stop(&r.g, 1);
+    batch_idx(idx, 1);
+    assert_int_equal(engine_train_step(&r.g, &data, idx, BATCH, 0, NULL, NULL, &st, &e), -1);
+    assert_non_null(strstr(e.msg, "non-finite"));
+    run_close(&r);
+    free(before);
+}
+
+// Through the CLI: a batch of 1000 trains on an OpenCL device limited to 64 MiB, and under
+// POCL_MEMORY_LIMIT=1, with the same curve as without a limit.
+static void test_memory_limits_same_curve(void **state) {
+    (void)state;
+    if (!have_cl) {
+        printf("SKIPPED: no OpenCL platform\n");
+        skip();
+    }
+    char *dir = test_tmpdir("memlimit");
+    char *train = test_write_kaggle_csv(dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
+                                        FASHION_DIR "/train-labels-idx1-ubyte.gz", 2500, 1);
+    assert_non_null(train);
+    const char *extra[] = {"", "--mem-limit 64M", "POCL"};
+    double loss[3], vloss[3];
+    for (int k = 0; k < 3; k++) {
+        char args[4096], *out;
+        int pocl = !strcmp(extra[k], "POCL");
+        if (pocl) setenv("POCL_MEMORY_LIMIT", "1", 1);
+        snprintf(args, sizeof args,
+                 "train --devices cl:0.0 --train '%s' --batch 1000 --epochs 1 --out '%s' --name m%d "
+                 "--no-progress %s", train, dir, k, pocl ? "" : extra[k]);
+        int rc = test_run_cli(args, &out);
+        unsetenv("POCL_MEMORY_LIMIT");
+        if (rc != 0) fail_msg("hetrain %s failed (%d):\n%s", args, rc, out);
+        free(out);
+        char path[1200];
+        snprintf(path, sizeof path, "%s/m%d.log", dir, k);
+        char *log = test_read_file(path, NULL);
+        char *mb = strstr(log, "micro-batch");
+        printf("%s: %.*s\n", extra[k][0] ? extra[k] : "no limit", mb ? 20 : 0, mb ? mb : "");
+        if (k == 1) assert_true(mb && atoi(mb + 12) < 64);
+        free(log);
+        snprintf(path, sizeof path, "%s/m%d.metrics.csv", dir, k);
+        char *csv = test_read_file(path, NULL);
+        double acc, vacc;
+        int ep;
+        assert_int_equal(sscanf(strchr(csv, '\n') + 1, "%d,%lf,%lf,%lf,%lf", &ep, &acc, &loss[k], &vacc, &vloss[k]), 5);
+        free(csv);
+    }
+    for (int k = 1; k < 3; k++) {
+        printf("loss %.6f vs %.6f, val_loss %.6f vs %.6f\n", loss[k], loss[0], vloss[k], vloss[0]);
+        assert_true(fabs(loss[k] - loss[0]) <= 1e-4 * fabs(loss[0]));
+        assert_true(fabs(vloss[k] - vloss[0]) <= 1e-4 * fabs(vloss[0]));
+    }
+    free(train);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_micro_batches_equal_whole_shard),
+        cmocka_unit_test(test_injected_oom_shrinks_micro_batch),
+        cmocka_unit_test(test_self_check_excludes_corrupt_device),
+        cmocka_unit_test(test_failure_mid_run),
+        cmocka_unit_test(test_non_finite_values),
+        cmocka_unit_test(test_memory_limits_same_curve),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
