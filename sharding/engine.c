@@ -90,9 +90,7 @@ static void slot_run(engine *g, engine_slot *s) {
         s->ids[i] = id;
         if (ds->y) s->y[i] = ds->y[id];
     }
-    if (train && s->n == 0) {
-        memset(s->grad_sum, 0, sizeof(float) * g->m->n_params);
-    } else if (train) {
+    if (train && s->n > 0) {
         shard_job job = {.x = s->x, .y = s->y, .ids = s->ids, .n = s->n, .seed = g->seed,
                          .epoch = g->task_epoch,
                          .fault_oom = step && fault_planned(&g->faults, FAULT_OOM, spec, step)};
@@ -215,10 +213,14 @@ static int assign(engine *g, const int *positions, int n, int cache, ht_error *e
         g->slots[d].n = 0;
         g->slots[d].dispatched = 0;
     }
-    for (int k = 0; k < p->n_devs; k++) g->slots[g->plan_dev[k]].dispatched = 1;
     for (int j = 0; j < n; j++) {
         engine_slot *s = &g->slots[g->plan_dev[p->pattern[j]]];
         s->pos[s->n++] = positions ? positions[j] : j;
+    }
+    // A device with no samples this pass sits it out: no broadcast, no launch, no wait.
+    for (int k = 0; k < p->n_devs; k++) {
+        engine_slot *s = &g->slots[g->plan_dev[k]];
+        s->dispatched = s->n > 0;
     }
     if (!cache) shard_plan_free(&tmp);
     return 0;
