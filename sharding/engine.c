@@ -226,6 +226,23 @@ static int assign(engine *g, const int *positions, int n, int cache, ht_error *e
     return 0;
 }
 
+// Gives every active device that the plan left without samples one position, taken from the
+// busiest device: a device the balance once wrote off (its fixed cost seemed larger than a
+// step, perhaps only while its driver was compiling) is measured again now and then and can
+// earn its share back.
+static void probe_idle(engine *g) {
+    for (int d = 0; d < g->n_devs; d++) {
+        engine_slot *s = &g->slots[d];
+        if (s->failed || s->n > 0) continue;
+        engine_slot *big = NULL;
+        for (int k = 0; k < g->n_devs; k++)
+            if (!g->slots[k].failed && (!big || g->slots[k].n > big->n)) big = &g->slots[k];
+        if (!big || big->n < 2) return;
+        s->pos[s->n++] = big->pos[--big->n];
+        s->dispatched = 1;
+    }
+}
+
 // Whether a slot's results hold a non-finite loss or gradient element.
 static int non_finite(const engine *g, const engine_slot *s) {
     for (int i = 0; i < s->n; i++)
@@ -455,10 +472,12 @@ int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, h
     if (engine_active(g) < 2) return 0;
     if (B > g->max_batch) B = g->max_batch;
     balance_reset(g);
-    // Round 0 warms up (first launches, caches, page faults); round 1 measures at the given
-    // weights, round 2 at the weights fitted from round 1, so each device is seen at two
-    // shard sizes and the fit can separate fixed from per-sample cost.
-    for (int round = 0; round < 3; round++) {
+    // Some drivers compile or tune on the first launch of each new shape, so every measured
+    // round follows a warm-up round at the same shares: round 0 warms up at the given weights,
+    // round 1 measures them; round 2 warms up at the weights fitted from round 1, round 3
+    // measures those. Each device is thus seen at two shard sizes, and the fit can separate
+    // fixed from per-sample cost.
+    for (int round = 0; round < 4; round++) {
         if (assign(g, NULL, B, 1, e) < 0) return ht_wrap(e, "calibration");
         set_task(g, TASK_TRAIN, ds, idx, 0, 0);
         g->n_orphans = 0;
@@ -467,7 +486,7 @@ int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, h
         dispatch(g);
         g->step = step;
         if (engine_active(g) == 0) return ht_fail(e, "calibration: every device failed");
-        if (round == 0) continue;
+        if (round % 2 == 0) continue;
         balance_fit_pass(g);
         balance_now(g, B, 1);
     }
@@ -512,6 +531,7 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     g->step++;
     set_task(g, TASK_TRAIN, ds, idx, 0, epoch);
     if (assign(g, NULL, B, 1, e) < 0) return -1;
+    if (g->balance == BALANCE_AUTO && g->step % ENGINE_PROBE_EVERY == 0) probe_idle(g);
     g->n_orphans = 0;
     dispatch(g);
     if (g->balance == BALANCE_AUTO) balance_fit_pass(g);

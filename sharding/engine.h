@@ -39,6 +39,7 @@ typedef enum balance_mode { BALANCE_AUTO, BALANCE_STATIC } balance_mode;
 #define ENGINE_FORGET 0.85        // weight kept by older steps at each new one
 #define ENGINE_REPLAN_GAIN 0.03   // re-plan only for a predicted step this much faster
 #define ENGINE_MIN_SHARE 0.005    // a device keeps at least this fraction of the largest weight
+#define ENGINE_PROBE_EVERY 20     // steps between probes of devices the plan gives no samples
 #define ENGINE_SELF_CHECK_TOL 1e-3 // relative L2 error of a device's probe gradient vs the CPU
 #define ENGINE_DEFAULT_TIMEOUT 600.0 // seconds a device may take for one shard
 
