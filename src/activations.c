@@ -75,3 +75,49 @@ void softmax_xent_backward(float *dlogits, const float *probs, const uint8_t *la
         d[labels[i]] -= 1.0f;
     }
 }
+
+// ---- channels-last (NHWC) tensors ----
+
+void dropout_nhwc_apply(float *out, const float *in, int B, int C, int Cs, int HW, float rate,
+                        uint64_t key, const uint32_t *ids, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    const float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
+#pragma omp parallel for num_threads(nthreads) schedule(static) \
+    if ((size_t)B * HW * C >= ACT_PARALLEL_MIN)
+    for (int i = 0; i < B; i++) {
+        for (int p = 0; p < HW; p++) {
+            const size_t k = ((size_t)i * HW + p) * Cs;
+            for (int c = 0; c < C; c++) {
+                const uint32_t e = (uint32_t)c * (uint32_t)HW + (uint32_t)p;
+                out[k + c] = ht_rng_uniform(key, ids[i], e) >= rate ? in[k + c] * scale : 0.0f;
+            }
+            for (int c = C; c < Cs; c++) out[k + c] = 0.0f;
+        }
+    }
+}
+
+void nchw_to_nhwc(float *dst, const float *src, int B, int C, int Cs, int HW, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel for num_threads(nthreads) schedule(static) \
+    if ((size_t)B * HW * Cs >= ACT_PARALLEL_MIN)
+    for (int i = 0; i < B; i++) {
+        const float *s = src + (size_t)i * C * HW;
+        float *d = dst + (size_t)i * HW * Cs;
+        for (int p = 0; p < HW; p++) {
+            for (int c = 0; c < C; c++) d[(size_t)p * Cs + c] = s[(size_t)c * HW + p];
+            for (int c = C; c < Cs; c++) d[(size_t)p * Cs + c] = 0.0f;
+        }
+    }
+}
+
+void nhwc_to_nchw(float *dst, const float *src, int B, int C, int Cs, int HW, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel for num_threads(nthreads) schedule(static) \
+    if ((size_t)B * HW * Cs >= ACT_PARALLEL_MIN)
+    for (int i = 0; i < B; i++) {
+        const float *s = src + (size_t)i * HW * Cs;
+        float *d = dst + (size_t)i * C * HW;
+        for (int c = 0; c < C; c++)
+            for (int p = 0; p < HW; p++) d[(size_t)c * HW + p] = s[(size_t)p * Cs + c];
+    }
+}

@@ -1,5 +1,7 @@
-// 2-D convolution by im2col + SGEMM, parallel over samples. Each thread owns one slice of the
-// scratch buffer: its im2col matrix and, for backward, its own dw/db accumulators.
+// 2-D convolution. NCHW: im2col + SGEMM, parallel over samples; each thread owns one slice of
+// the scratch buffer (its im2col matrix and, for backward, its own dw/db accumulators); the
+// reference other paths are checked against. Channels-last (NHWC, below): direct convolution
+// with register-tiled vector kernels, the layout and code the network (net.c) runs on.
 #include "layers.h"
 
 #include <cblas.h>
@@ -166,4 +168,466 @@ void conv2d_backward(float *din, float *dw, float *db, const float *dout, const 
             db[oc] += acc;
         }
     }
+}
+
+// ---- channels-last direct convolution: the network's fast path -----------------------------
+// A tile keeps NB output positions of one row x MV vectors of 16 output channels in registers
+// and runs over every input channel and tap: one (c, tap) costs MV vector loads of weights,
+// shared by the NB positions, and NB broadcasts of input values, shared by the MV vectors.
+// Each output is summed from zero in im2col + GEMM's order (c, kh, kw), then the bias added,
+// so forward values round as the NCHW and OpenCL paths' do and max pooling breaks near-ties
+// between window entries the same way.
+// Inputs are first copied into a zero-bordered buffer, so tiles never test bounds. The input
+// gradient is the same kernel run on the zero-bordered output gradient with the kernel
+// flipped and transposed (stride 1); the weight gradient has its own tile (see dw_run).
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+typedef __m512 vf;
+static inline vf v_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void v_store(float *p, vf v) { _mm512_storeu_ps(p, v); }
+static inline vf v_set1(float x) { return _mm512_set1_ps(x); }
+static inline vf v_zero(void) { return _mm512_setzero_ps(); }
+static inline vf v_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf v_relu(vf a) { return _mm512_max_ps(a, _mm512_setzero_ps()); }
+// d[0..15] += a, in double.
+static inline void v_add_to_double(double *d, vf a) {
+    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(a));
+    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    _mm512_storeu_pd(d, _mm512_add_pd(_mm512_loadu_pd(d), lo));
+    _mm512_storeu_pd(d + 8, _mm512_add_pd(_mm512_loadu_pd(d + 8), hi));
+}
+#else
+// Portable fallback: GCC/Clang vector extensions (two AVX2 registers, four NEON ones). These
+// static helpers are always inlined, so GCC's note that 64-byte vector arguments would change
+// the ABI does not concern them.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+static inline vf v_load(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void v_store(float *p, vf v) { memcpy(p, &v, sizeof v); }
+static inline vf v_set1(float x) { return (vf){0} + x; }
+static inline vf v_zero(void) { return (vf){0}; }
+static inline vf v_add(vf a, vf b) { return a + b; }
+static inline vf v_fma(vf a, vf b, vf c) { return a * b + c; }
+static inline vf v_relu(vf a) { return (vf)((vi)a & (a > (vf){0})); }
+static inline void v_add_to_double(double *d, vf a) {
+    float f[16];
+    memcpy(f, &a, sizeof f);
+    for (int i = 0; i < 16; i++) d[i] += f[i];
+}
+#endif
+#define VL CONV_CPAD
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+// Tile sizes by MV (vectors of output channels): accumulators + MV weights + 1 broadcast
+// stay within 32 vector registers.
+#define FWD_NB_MAX1 16
+#define FWD_NB_MAX2 14
+#define FWD_NB_MAX3 9
+#define DW_R_MAX1 16
+#define DW_R_MAX2 12
+#define DW_R_MAX3 8
+
+typedef struct fwd_args {
+    const float *in;   // padded input at the tile's first position (tap 0, channel 0)
+    int pstep;         // floats between the tile's positions in `in` (stride * Cs)
+    int rowstep, Cs;   // floats per padded input row, channel stride
+    int C, K;
+    const float *w;    // packed weights at the tile's first channel vector: [(c*K+kh)*K+kw][ldw]
+    int ldw;
+    const float *bias; // MV vectors, or NULL
+    float *out;        // the tile's first output
+    int ostep;         // floats between output positions
+    int relu;
+} fwd_args;
+
+static ALWAYS_INLINE void fwd_run(const int NB, const int MV, vf *acc, const fwd_args *t) {
+#pragma GCC unroll 64
+    for (int i = 0; i < NB * MV; i++) acc[i] = v_zero();
+    const int C = t->C, K = t->K, ldw = t->ldw, ps = t->pstep;
+    const float *wp = t->w;
+    for (int c = 0; c < C; c++) {
+        for (int kh = 0; kh < K; kh++) {
+            const float *ip = t->in + c + kh * t->rowstep;
+            for (int kw = 0; kw < K; kw++, ip += t->Cs, wp += ldw) {
+                vf w[3];
+#pragma GCC unroll 4
+                for (int m = 0; m < MV; m++) w[m] = v_load(wp + m * VL);
+#pragma GCC unroll 32
+                for (int j = 0; j < NB; j++) {
+                    const vf x = v_set1(ip[j * ps]);
+#pragma GCC unroll 4
+                    for (int m = 0; m < MV; m++) acc[j * MV + m] = v_fma(x, w[m], acc[j * MV + m]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < MV; m++) {
+        const vf b = t->bias ? v_load(t->bias + m * VL) : v_zero();
+#pragma GCC unroll 32
+        for (int j = 0; j < NB; j++) {
+            vf v = t->bias ? v_add(acc[j * MV + m], b) : acc[j * MV + m];
+            v_store(t->out + (size_t)j * t->ostep + m * VL, t->relu ? v_relu(v) : v);
+        }
+    }
+}
+
+typedef struct dw_args {
+    const float *in;  // padded input of the sample
+    const int *off;   // R offsets: tap (kh,kw) and channel c of row r, from a position's base
+    int OH, OW;
+    int pstep, rowstep; // floats between output positions' bases along a row / between rows
+    const float *g;   // output gradient at (0,0), the tile's first channel vector
+    int gstep, growstep;
+    double *dw;       // transposed weight-gradient sums [r][ldw], tile's first vector
+    int ldw;
+} dw_args;
+
+// dwT[r][oc] += sum over output positions p of in(p + tap(r), channel(r)) * g(p, oc). The
+// sums over a sample's positions are float; the sums over samples double, so a thread's total
+// does not depend on how its samples were grouped into calls beyond float rounding of one sum.
+static ALWAYS_INLINE void dw_run(const int R, const int MV, vf *acc, const dw_args *t) {
+    int off[DW_R_MAX1];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++) off[r] = t->off[r];
+#pragma GCC unroll 64
+    for (int i = 0; i < R * MV; i++) acc[i] = v_zero();
+    for (int oh = 0; oh < t->OH; oh++) {
+        const float *ib = t->in + (size_t)oh * t->rowstep;
+        const float *gp = t->g + (size_t)oh * t->growstep;
+        for (int ow = 0; ow < t->OW; ow++, ib += t->pstep, gp += t->gstep) {
+            vf g[3];
+#pragma GCC unroll 4
+            for (int m = 0; m < MV; m++) g[m] = v_load(gp + m * VL);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; r++) {
+                const vf x = v_set1(ib[off[r]]);
+#pragma GCC unroll 4
+                for (int m = 0; m < MV; m++) acc[r * MV + m] = v_fma(x, g[m], acc[r * MV + m]);
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int m = 0; m < MV; m++)
+            v_add_to_double(t->dw + (size_t)r * t->ldw + m * VL, acc[r * MV + m]);
+    }
+}
+
+typedef void (*fwd_fn)(const fwd_args *);
+typedef void (*dw_fn)(const dw_args *);
+
+// One function per tile size, so that every accumulator is a named register.
+#define LIST8(X, M) X(1, M) X(2, M) X(3, M) X(4, M) X(5, M) X(6, M) X(7, M) X(8, M)
+#define LIST9(X, M) LIST8(X, M) X(9, M)
+#define LIST12(X, M) LIST9(X, M) X(10, M) X(11, M) X(12, M)
+#define LIST14(X, M) LIST12(X, M) X(13, M) X(14, M)
+#define LIST16(X, M) LIST14(X, M) X(15, M) X(16, M)
+#define DEF_FWD(N, M)                                                                          \
+    static void fwd_tile_##N##_##M(const fwd_args *t) {                                        \
+        vf acc[(N) * (M)];                                                                     \
+        fwd_run(N, M, acc, t);                                                                 \
+    }
+#define DEF_DW(N, M)                                                                           \
+    static void dw_tile_##N##_##M(const dw_args *t) {                                          \
+        vf acc[(N) * (M)];                                                                     \
+        dw_run(N, M, acc, t);                                                                  \
+    }
+#define PTR_FWD(N, M) fwd_tile_##N##_##M,
+#define PTR_DW(N, M) dw_tile_##N##_##M,
+LIST16(DEF_FWD, 1)
+LIST14(DEF_FWD, 2)
+LIST9(DEF_FWD, 3)
+LIST16(DEF_DW, 1)
+LIST12(DEF_DW, 2)
+LIST8(DEF_DW, 3)
+static const fwd_fn fwd_tiles1[] = {NULL, LIST16(PTR_FWD, 1)};
+static const fwd_fn fwd_tiles2[] = {NULL, LIST14(PTR_FWD, 2)};
+static const fwd_fn fwd_tiles3[] = {NULL, LIST9(PTR_FWD, 3)};
+static const dw_fn dw_tiles1[] = {NULL, LIST16(PTR_DW, 1)};
+static const dw_fn dw_tiles2[] = {NULL, LIST12(PTR_DW, 2)};
+static const dw_fn dw_tiles3[] = {NULL, LIST8(PTR_DW, 3)};
+static const int fwd_nb_max[] = {0, FWD_NB_MAX1, FWD_NB_MAX2, FWD_NB_MAX3};
+static const int dw_r_max[] = {0, DW_R_MAX1, DW_R_MAX2, DW_R_MAX3};
+
+// Vectors of output channels handled together: 1, 2 or 3 while they last, else pairs (a
+// 14x2 tile keeps more accumulators busy than a 6x4 one), with a final 3 for an odd count.
+static int group_mv(int left) { return left <= 3 ? left : (left == 5 ? 3 : 2); }
+
+// Splits n into nblk nearly equal blocks of at most max: block i's length.
+static int block_len(int n, int max, int i) {
+    int nblk = (n + max - 1) / max, base = n / nblk, rem = n % nblk;
+    return base + (i < rem);
+}
+
+// out (OH,OW,ldo) = conv of the padded input (rows of Wp positions, channel stride Cs,
+// C channels used) with packed weights w [(c*K+kh)*K+kw][ldw]; ldw/VL vectors of outputs.
+static void fwd_rows(float *out, int ldo, const float *in, int Wp, int Cs, int C, int K,
+                     int stride, int OH, int OW, const float *w, int ldw, const float *bias,
+                     int relu) {
+    fwd_args t = {.pstep = stride * Cs, .rowstep = Wp * Cs, .Cs = Cs, .C = C, .K = K,
+                  .ldw = ldw, .ostep = ldo, .relu = relu};
+    const int nv = ldw / VL;
+    for (int v0 = 0; v0 < nv;) {
+        const int mv = group_mv(nv - v0), nbmax = fwd_nb_max[mv];
+        const fwd_fn *tiles = mv == 1 ? fwd_tiles1 : mv == 2 ? fwd_tiles2 : fwd_tiles3;
+        t.w = w + v0 * VL;
+        t.bias = bias ? bias + v0 * VL : NULL;
+        for (int oh = 0; oh < OH; oh++) {
+            for (int ow = 0, i = 0; ow < OW; i++) {
+                const int nb = block_len(OW, nbmax, i);
+                t.in = in + ((size_t)oh * stride * Wp + (size_t)ow * stride) * Cs;
+                t.out = out + ((size_t)oh * OW + ow) * ldo + v0 * VL;
+                tiles[nb](&t);
+                ow += nb;
+            }
+        }
+        v0 += mv;
+    }
+}
+
+typedef struct nhwc_plan {
+    int Hp, Wp;      // padded input
+    int OCs;         // output channel stride
+    int fast_din;    // input gradient by the flipped-kernel convolution
+    int q;           // border of the output-gradient buffer (K-1-pad when fast_din, else 0)
+    int Gh, Gw;      // output-gradient buffer rows and columns
+    size_t nw;       // K*K*C*OCs packed weights
+    size_t nflip;    // K*K*OC*Cs flipped weights (fast_din)
+    size_t pin_n, gb_n; // floats of the padded input and of the gradient buffer, rounded up
+    size_t sums_n;   // doubles of the dw and db sums
+} nhwc_plan;
+
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static nhwc_plan nhwc_plan_of(const conv_geom *g) {
+    nhwc_plan p;
+    p.Hp = g->H + 2 * g->pad;
+    p.Wp = g->W + 2 * g->pad;
+    p.OCs = conv_cpad(g->OC);
+    p.fast_din = g->stride == 1 && g->pad <= g->K - 1 && g->Cs % VL == 0;
+    p.q = p.fast_din ? g->K - 1 - g->pad : 0;
+    p.Gh = g->OH + 2 * p.q;
+    p.Gw = g->OW + 2 * p.q;
+    p.nw = (size_t)g->K * g->K * g->C * p.OCs;
+    p.nflip = p.fast_din ? (size_t)g->K * g->K * g->OC * g->Cs : 0;
+    p.pin_n = round16((size_t)p.Hp * p.Wp * g->Cs);
+    p.gb_n = round16((size_t)p.Gh * p.Gw * p.OCs);
+    p.sums_n = p.nw + p.OCs;
+    return p;
+}
+
+size_t conv2d_nhwc_pack_floats(const conv_geom *g) {
+    nhwc_plan p = nhwc_plan_of(g);
+    return round16(p.nw + p.OCs) + round16(p.nflip);
+}
+
+size_t conv2d_nhwc_scratch_floats(const conv_geom *g) {
+    nhwc_plan p = nhwc_plan_of(g);
+    return p.pin_n + p.gb_n + round16(2 * p.sums_n); // the sums are doubles
+}
+
+void conv2d_nhwc_scratch_init(float *scratch, const conv_geom *g) {
+    memset(scratch, 0, conv2d_nhwc_scratch_floats(g) * sizeof *scratch);
+}
+
+size_t conv2d_nhwc_ws_floats(const conv_geom *g, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    return conv2d_nhwc_pack_floats(g) + (size_t)nthreads * conv2d_nhwc_scratch_floats(g);
+}
+
+// The pack: w transposed as [(c*K+kh)*K+kw][OCs], then b as [OCs] (zero in the pad columns),
+// then, for the input gradient, the flipped kernel [(oc*K+kh)*K+kw][Cs] holding
+// w[oc][c][K-1-kh][K-1-kw] (zero for c >= C).
+void conv2d_nhwc_pack(float *pack, const float *w, const float *b, const conv_geom *g) {
+    const nhwc_plan p = nhwc_plan_of(g);
+    const int K = g->K, C = g->C, OC = g->OC, OCs = p.OCs, Cs = g->Cs;
+    const size_t rows = (size_t)K * K * C;
+    float *wp = pack, *bp = pack + p.nw, *wf = pack + round16(p.nw + OCs);
+    memset(wp, 0, (p.nw + OCs) * sizeof *wp);
+    for (int oc = 0; oc < OC; oc++)
+        for (size_t r = 0; r < rows; r++) wp[r * OCs + oc] = w[(size_t)oc * rows + r];
+    if (b) memcpy(bp, b, (size_t)OC * sizeof *bp);
+    if (!p.fast_din) return;
+    memset(wf, 0, p.nflip * sizeof *wf);
+    for (int oc = 0; oc < OC; oc++)
+        for (int c = 0; c < C; c++)
+            for (int t = 0; t < K * K; t++)
+                wf[((size_t)oc * K * K + (K * K - 1 - t)) * Cs + c] =
+                    w[((size_t)oc * C + c) * K * K + t];
+}
+
+// Copies one sample (H,W,Cs) into the interior of its zero-bordered buffer (border untouched).
+static void pad_interior(float *dst, const float *src, int H, int W, int Cs, int Wp, int pad) {
+    const size_t row = (size_t)W * Cs;
+    for (int h = 0; h < H; h++)
+        memcpy(dst + ((size_t)(h + pad) * Wp + pad) * Cs, src + h * row, row * sizeof *dst);
+}
+
+void conv2d_nhwc_forward_one(float *out, const float *in, const float *pack, const conv_geom *g,
+                             int relu, float *scratch) {
+    const nhwc_plan p = nhwc_plan_of(g);
+    pad_interior(scratch, in, g->H, g->W, g->Cs, p.Wp, g->pad);
+    fwd_rows(out, p.OCs, scratch, p.Wp, g->Cs, g->C, g->K, g->stride, g->OH, g->OW, pack,
+             p.OCs, pack + p.nw, relu);
+}
+
+void conv2d_nhwc_forward(float *out, const float *in, const float *w, const float *b, int B,
+                         const conv_geom *g, int relu, float *ws, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    const size_t in_s = (size_t)g->H * g->W * g->Cs;
+    const size_t out_s = (size_t)g->OH * g->OW * conv_cpad(g->OC);
+    const size_t pack_n = conv2d_nhwc_pack_floats(g), scr_n = conv2d_nhwc_scratch_floats(g);
+    conv2d_nhwc_pack(ws, w, b, g);
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *scr = ws + pack_n + (size_t)omp_get_thread_num() * scr_n;
+        conv2d_nhwc_scratch_init(scr, g);
+#pragma omp for schedule(static)
+        for (int s = 0; s < B; s++)
+            conv2d_nhwc_forward_one(out + s * out_s, in + s * in_s, ws, g, relu, scr);
+    }
+}
+
+// Input gradient by scattering each output's gradient through the kernel; any stride and
+// padding. din (H,W,Cs) is overwritten; gr is (OH,OW,OCs) and wp the forward packing.
+static void din_scatter(float *din, const float *gr, const float *wp, const conv_geom *g,
+                        int OCs) {
+    const int K = g->K, C = g->C, Cs = g->Cs;
+    memset(din, 0, (size_t)g->H * g->W * Cs * sizeof *din);
+    for (int oh = 0; oh < g->OH; oh++)
+        for (int ow = 0; ow < g->OW; ow++) {
+            const float *gv = gr + ((size_t)oh * g->OW + ow) * OCs;
+            for (int kh = 0; kh < K; kh++) {
+                const int ih = oh * g->stride - g->pad + kh;
+                if (ih < 0 || ih >= g->H) continue;
+                for (int kw = 0; kw < K; kw++) {
+                    const int iw = ow * g->stride - g->pad + kw;
+                    if (iw < 0 || iw >= g->W) continue;
+                    float *d = din + ((size_t)ih * g->W + iw) * Cs;
+                    const float *wr = wp + (size_t)(kh * K + kw) * OCs;
+                    for (int c = 0; c < C; c++, wr += (size_t)K * K * OCs) {
+                        float acc = 0.0f;
+                        for (int oc = 0; oc < g->OC; oc++) acc += gv[oc] * wr[oc];
+                        d[c] += acc;
+                    }
+                }
+            }
+        }
+}
+
+// One sample's weight gradient into the thread's transposed sums dwt [(kh*K+kw)*C+c][OCs].
+static void dw_sample(double *dwt, const float *pin, const float *gr, int grow, int Wp,
+                      const conv_geom *g, int OCs) {
+    const int rows = g->K * g->K * g->C, nv = OCs / VL;
+    int off[DW_R_MAX1];
+    dw_args t = {.in = pin, .off = off, .OH = g->OH, .OW = g->OW, .pstep = g->stride * g->Cs,
+                 .rowstep = g->stride * Wp * g->Cs, .gstep = OCs, .growstep = grow, .ldw = OCs};
+    for (int v0 = 0; v0 < nv;) {
+        const int mv = group_mv(nv - v0), rmax = dw_r_max[mv];
+        const dw_fn *tiles = mv == 1 ? dw_tiles1 : mv == 2 ? dw_tiles2 : dw_tiles3;
+        t.g = gr + v0 * VL;
+        for (int r0 = 0, i = 0; r0 < rows; i++) {
+            const int nr = block_len(rows, rmax, i);
+            for (int r = 0; r < nr; r++) {
+                const int tap = (r0 + r) / g->C, c = (r0 + r) % g->C;
+                off[r] = ((tap / g->K) * Wp + tap % g->K) * g->Cs + c;
+            }
+            t.dw = dwt + (size_t)r0 * OCs + v0 * VL;
+            tiles[nr](&t);
+            r0 += nr;
+        }
+        v0 += mv;
+    }
+}
+
+void conv2d_nhwc_backward_one(float *din, const float *dout, const float *relu_out,
+                              const float *in, const float *pack, const conv_geom *g,
+                              float *scratch) {
+    const nhwc_plan p = nhwc_plan_of(g);
+    const int OCs = p.OCs, row = g->OW * OCs, grow = p.Gw * OCs;
+    float *pin = scratch, *gb = scratch + p.pin_n;
+    double *dwt = (double *)(gb + p.gb_n), *dbt = dwt + p.nw;
+    float *gi = gb + (size_t)p.q * grow + (size_t)p.q * OCs; // the buffer's interior (0,0)
+    // The output gradient, masked by the fused relu, into the bordered buffer; and db.
+    for (int oh = 0; oh < g->OH; oh++) {
+        const float *src = dout + (size_t)oh * row;
+        float *dst = gi + (size_t)oh * grow;
+        if (!relu_out) {
+            memcpy(dst, src, (size_t)row * sizeof *dst);
+            continue;
+        }
+        const float *mr = relu_out + (size_t)oh * row;
+        for (int i = 0; i < row; i++) dst[i] = mr[i] > 0.0f ? src[i] : 0.0f;
+    }
+    for (int v = 0; v < OCs; v += VL) {
+        vf acc = v_zero();
+        for (int oh = 0; oh < g->OH; oh++)
+            for (int ow = 0; ow < g->OW; ow++)
+                acc = v_add(acc, v_load(gi + (size_t)oh * grow + ow * OCs + v));
+        v_add_to_double(dbt + v, acc);
+    }
+    pad_interior(pin, in, g->H, g->W, g->Cs, p.Wp, g->pad);
+    dw_sample(dwt, pin, gi, grow, p.Wp, g, OCs);
+    if (!din) return;
+    if (p.fast_din)
+        fwd_rows(din, g->Cs, gb, p.Gw, OCs, g->OC, g->K, 1, g->H, g->W,
+                 pack + round16(p.nw + OCs), g->Cs, NULL, 0);
+    else
+        din_scatter(din, gi, pack, g, OCs);
+}
+
+void conv2d_nhwc_scratch_reduce(float *dw, float *db, const float *scratch, size_t stride,
+                                int n, const conv_geom *g) {
+    const nhwc_plan p = nhwc_plan_of(g);
+    const int K = g->K, C = g->C, OC = g->OC, OCs = p.OCs;
+#define SUMS(t) ((const double *)(scratch + (size_t)(t) * stride + p.pin_n + p.gb_n))
+    for (int r = 0; r < K * K * C; r++) {
+        const int tap = r / C, c = r % C;
+        for (int oc = 0; oc < OC; oc++) {
+            double acc = 0.0;
+            for (int t = 0; t < n; t++) acc += SUMS(t)[(size_t)r * OCs + oc];
+            dw[((size_t)oc * C + c) * K * K + tap] += (float)acc;
+        }
+    }
+    for (int oc = 0; oc < OC; oc++) {
+        double acc = 0.0;
+        for (int t = 0; t < n; t++) acc += SUMS(t)[p.nw + oc];
+        db[oc] += (float)acc;
+    }
+#undef SUMS
+}
+
+void conv2d_nhwc_backward(float *din, float *dw, float *db, const float *dout,
+                          const float *relu_out, const float *in, const float *w, int B,
+                          const conv_geom *g, float *ws, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    const size_t in_s = (size_t)g->H * g->W * g->Cs;
+    const size_t out_s = (size_t)g->OH * g->OW * conv_cpad(g->OC);
+    const size_t pack_n = conv2d_nhwc_pack_floats(g), scr_n = conv2d_nhwc_scratch_floats(g);
+    conv2d_nhwc_pack(ws, w, NULL, g);
+    int nt = nthreads;
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *scr = ws + pack_n + (size_t)omp_get_thread_num() * scr_n;
+        conv2d_nhwc_scratch_init(scr, g);
+#pragma omp single nowait
+        nt = omp_get_num_threads();
+#pragma omp for schedule(static)
+        for (int s = 0; s < B; s++)
+            conv2d_nhwc_backward_one(din ? din + s * in_s : NULL, dout + s * out_s,
+                                     relu_out ? relu_out + s * out_s : NULL, in + s * in_s, ws,
+                                     g, scr);
+    }
+    conv2d_nhwc_scratch_reduce(dw, db, ws + pack_n, scr_n, nt, g);
 }

@@ -67,4 +67,74 @@ void softmax_xent_forward(float *probs, float *loss, const float *logits, const 
 void softmax_xent_backward(float *dlogits, const float *probs, const uint8_t *labels, int B,
                            int NC);
 
+// ---- channels-last (NHWC) fast path, the layout net.c keeps spatial activations in ----
+// A spatial tensor is (B,H,W,Cs): channel stride Cs >= C. Convolutions write Cs =
+// conv_cpad(OC), a multiple of CONV_CPAD, and keep the pad channels at zero; weights stay in
+// PyTorch's (OC,C,K,K) layout. Results equal the NCHW functions' up to float rounding.
+#define CONV_CPAD 16
+static inline int conv_cpad(int c) { return (c + CONV_CPAD - 1) / CONV_CPAD * CONV_CPAD; }
+
+typedef struct conv_geom {
+    int C, Cs, H, W;           // input channels, their stride, height, width
+    int OC, K, stride, pad, OH, OW;
+} conv_geom;
+
+// Floats of scratch memory conv2d_nhwc_forward/backward need for `nthreads` threads.
+size_t conv2d_nhwc_ws_floats(const conv_geom *g, int nthreads);
+
+// in is (B,H,W,Cs), its pad channels ignored; w (OC,C,K,K), b (OC) or NULL; out is
+// (B,OH,OW,conv_cpad(OC)), pad channels zero. relu != 0 applies relu to the output (a fused
+// conv + relu).
+void conv2d_nhwc_forward(float *out, const float *in, const float *w, const float *b, int B,
+                         const conv_geom *g, int relu, float *ws, int nthreads);
+
+// dout is (B,OH,OW,conv_cpad(OC)), its pad channels ignored. relu_out, when not NULL, is the
+// forward's relu'd output: dout then counts only where relu_out > 0 (relu's backward, fused).
+// dw (OC,C,K,K) and db (OC) are accumulated; din (B,H,W,Cs) is overwritten, pad channels zero,
+// or skipped when NULL.
+void conv2d_nhwc_backward(float *din, float *dw, float *db, const float *dout,
+                          const float *relu_out, const float *in, const float *w, int B,
+                          const conv_geom *g, float *ws, int nthreads);
+
+// The same, one sample at a time on the calling thread, for callers that run several layers
+// per sample (net.c): the weights are packed once per batch (pack, conv2d_nhwc_pack_floats
+// floats); each thread owns a scratch (conv2d_nhwc_scratch_floats floats), zeroed by
+// conv2d_nhwc_scratch_init before its first sample, in which backward_one sums dw and db over
+// the thread's samples; conv2d_nhwc_scratch_reduce adds n threads' sums (scratch t at
+// scratch + t * stride) to dw and db, in thread order.
+size_t conv2d_nhwc_pack_floats(const conv_geom *g);
+void conv2d_nhwc_pack(float *pack, const float *w, const float *b, const conv_geom *g);
+size_t conv2d_nhwc_scratch_floats(const conv_geom *g);
+void conv2d_nhwc_scratch_init(float *scratch, const conv_geom *g);
+void conv2d_nhwc_forward_one(float *out, const float *in, const float *pack, const conv_geom *g,
+                             int relu, float *scratch);
+void conv2d_nhwc_backward_one(float *din, const float *dout, const float *relu_out,
+                              const float *in, const float *pack, const conv_geom *g,
+                              float *scratch);
+void conv2d_nhwc_scratch_reduce(float *dw, float *db, const float *scratch, size_t stride,
+                                int n, const conv_geom *g);
+
+// in is (B,H,W,Cs), out (B,OH,OW,Cs); every one of the Cs channels is pooled.
+void maxpool_nhwc_forward(float *out, const float *in, int B, int Cs, int H, int W, int K,
+                          int stride, int OH, int OW, int nthreads);
+// din (B,H,W,Cs) is overwritten: each window's gradient goes to the window's first maximum
+// in row-major order (as maxpool_forward's argmax), found again from the forward input `in`.
+void maxpool_nhwc_backward(float *din, const float *dout, const float *in, int B, int Cs,
+                           int H, int W, int K, int stride, int OH, int OW, int nthreads);
+
+// One sample of each, on the calling thread.
+void maxpool_nhwc_forward_one(float *out, const float *in, int Cs, int H, int W, int K,
+                              int stride, int OH, int OW);
+void maxpool_nhwc_backward_one(float *din, const float *dout, const float *in, int Cs, int H,
+                               int W, int K, int stride, int OH, int OW);
+
+// Inverted dropout as dropout_forward/backward on (B,HW,Cs) tensors: channel c < C of
+// position p is element c*HW + p of its sample, so masks match the NCHW layout's.
+void dropout_nhwc_apply(float *out, const float *in, int B, int C, int Cs, int HW, float rate,
+                        uint64_t key, const uint32_t *ids, int nthreads);
+
+// Layout changes: (B,C,HW) <-> (B,HW,Cs); to_nhwc zeroes the pad channels.
+void nchw_to_nhwc(float *dst, const float *src, int B, int C, int Cs, int HW, int nthreads);
+void nhwc_to_nchw(float *dst, const float *src, int B, int C, int Cs, int HW, int nthreads);
+
 #endif

@@ -1,6 +1,14 @@
 // Network forward/backward on the CPU: walks the layer list calling the layer math in layers.h.
+// Spatial activations (conv and pool outputs) are kept channels-last, where the direct
+// convolution kernels are fast; a layer that needs the other layout (dense: PyTorch's NCHW
+// flattening order) gets a converted copy of its input, and its input gradient is converted
+// back. A relu right after a conv is applied by the conv, forward and backward. The leading
+// run of spatial layers (the trunk) goes one sample at a time through all its layers on one
+// thread, so a sample's tensors stay in that core's cache between layers; the layers after it
+// (dense and the rest) go batch-wise.
 #include "net.h"
 
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,34 +20,170 @@ static int layer_in_place(const layer *L) {
     return L->kind == LAYER_RELU || L->kind == LAYER_DROPOUT;
 }
 
+// A tensor's layout: channels-last with channel stride cs, or NCHW (cs == c).
+typedef struct fmt {
+    int nhwc, cs;
+} fmt;
+
+// Whether a tensor of c channels over hw positions in layout f can be read as NHWC with
+// channel stride cs (*cs set), or as NCHW, without moving anything.
+static int as_nhwc(fmt f, int c, int hw, int *cs) {
+    if (f.nhwc) {
+        *cs = f.cs;
+        return 1;
+    }
+    *cs = c;
+    return c == 1 || hw == 1;
+}
+static int as_nchw(fmt f, int c, int hw) { return !f.nhwc || (f.cs == c && (c == 1 || hw == 1)); }
+
+// Channels and positions of layer l's input tensor as the layer before produced it (a dense
+// layer's own c/h/w describe it flattened).
+static void in_shape(const model *m, int l, int *c, int *hw) {
+    if (l == 0) {
+        *c = m->in_c;
+        *hw = m->in_h * m->in_w;
+    } else {
+        const layer *P = &m->layers[l - 1];
+        *c = P->oc;
+        *hw = P->oh * P->ow;
+    }
+}
+
+// Plans layer l given the layout of its input; returns the layout of its output.
+static fmt plan_layer(const model *m, int l, fmt in, net_lplan *p) {
+    const layer *L = &m->layers[l];
+    int c, hw;
+    in_shape(m, l, &c, &hw);
+    memset(p, 0, sizeof *p);
+    fmt out = in;
+    switch (L->kind) {
+    case LAYER_CONV2D:
+    case LAYER_MAXPOOL:
+        if (!as_nhwc(in, c, hw, &p->in_cs)) {
+            p->cvt = 1;
+            p->cvt_cs = p->in_cs = conv_cpad(c);
+        }
+        out.nhwc = 1;
+        out.cs = L->kind == LAYER_CONV2D ? conv_cpad(L->oc) : p->in_cs;
+        p->fuse_relu = L->kind == LAYER_CONV2D && l + 1 < m->n_layers &&
+                       m->layers[l + 1].kind == LAYER_RELU;
+        break;
+    case LAYER_DENSE:
+    case LAYER_SOFTMAX_XENT:
+        if (!as_nchw(in, c, hw)) {
+            p->cvt = 2;
+            p->cvt_cs = in.cs;
+        }
+        out.nhwc = 0;
+        out.cs = L->oc;
+        break;
+    case LAYER_RELU:
+        p->skip = l > 0 && m->layers[l - 1].kind == LAYER_CONV2D;
+        break;
+    case LAYER_DROPOUT:
+        break;
+    }
+    p->out_nhwc = out.nhwc;
+    p->out_cs = out.cs;
+    return out;
+}
+
+static fmt input_fmt(const model *m) { return (fmt){.nhwc = 0, .cs = m->in_c}; }
+
+// Floats per sample of layer l's output, and of its converted input (0 when not converted).
+static size_t out_floats(const layer *L, const net_lplan *p) {
+    return p->out_nhwc ? (size_t)L->oh * L->ow * p->out_cs : layer_out_size(L);
+}
+static size_t cvt_floats(const model *m, int l, const net_lplan *p) {
+    int c, hw;
+    in_shape(m, l, &c, &hw);
+    if (!p->cvt) return 0;
+    return (size_t)hw * (p->cvt == 1 ? p->cvt_cs : c);
+}
+// Floats per sample of layer l's input as it arrives, in the layout f.
+static size_t in_floats(const model *m, int l, fmt f) {
+    int c, hw;
+    in_shape(m, l, &c, &hw);
+    return (size_t)hw * (f.nhwc ? f.cs : c);
+}
+
+static conv_geom geom_of(const layer *L, const net_lplan *p) {
+    return (conv_geom){.C = L->c, .Cs = p->in_cs, .H = L->h, .W = L->w, .OC = L->oc,
+                       .K = L->k, .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow};
+}
+
+// Each buffer starts on a 64-byte boundary.
+static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+// Whether layer l (planned as p) belongs in the trunk, given that all before it do.
+static int in_trunk(const layer *L, const net_lplan *p) {
+    return p->out_nhwc && L->kind != LAYER_DENSE && L->kind != LAYER_SOFTMAX_XENT;
+}
+
 typedef struct ws_sizes {
-    size_t act_floats, argmax_ints, grad_floats, conv_floats;
+    size_t act_floats, cvt_floats, grad_floats, conv_floats;
+    int trunk;
+    size_t pack_floats;              // the trunk's packed conv weights
+    size_t tslice, tgrad_off, tgrad_n; // one thread's trunk scratch
 } ws_sizes;
 
-static ws_sizes ws_measure(const model *m, int max_batch, int nthreads) {
+// Sizes of everything, and the plan of every layer when plan is not NULL.
+static ws_sizes ws_measure(const model *m, int max_batch, int nthreads, net_lplan *plan) {
     ws_sizes s = {0};
-    size_t widest = 0;
+    size_t widest = 0, twidest = 0, scr = 0;
+    fmt f = input_fmt(m);
+    int trunk = 1;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
-        size_t out = layer_out_size(L) * (size_t)max_batch;
-        size_t in = layer_in_size(L) * (size_t)max_batch;
-        if (!layer_in_place(L) || l == 0) s.act_floats += out;
-        if (L->kind == LAYER_MAXPOOL) s.argmax_ints += out;
-        if (L->kind == LAYER_CONV2D) {
-            size_t c = conv2d_ws_floats(L->c, L->k, L->oc, L->oh, L->ow, nthreads);
-            if (c > s.conv_floats) s.conv_floats = c;
+        net_lplan p;
+        size_t in = in_floats(m, l, f);
+        f = plan_layer(m, l, f, &p);
+        size_t out = out_floats(L, &p), cv = cvt_floats(m, l, &p);
+        if (!layer_in_place(L) || l == 0) s.act_floats += align16(out * (size_t)max_batch);
+        if (cv) s.cvt_floats += align16(cv * (size_t)max_batch);
+        trunk = trunk && in_trunk(L, &p);
+        if (trunk) {
+            s.trunk = l + 1;
+            if (out > twidest) twidest = out;
+            if (L->kind == LAYER_CONV2D) {
+                conv_geom g = geom_of(L, &p);
+                p.pack_off = s.pack_floats;
+                p.scr_off = scr;
+                s.pack_floats += align16(conv2d_nhwc_pack_floats(&g));
+                scr += align16(conv2d_nhwc_scratch_floats(&g));
+            }
+        } else {
+            if (L->kind == LAYER_CONV2D) {
+                conv_geom g = geom_of(L, &p);
+                size_t c = conv2d_nhwc_ws_floats(&g, nthreads);
+                if (c > s.conv_floats) s.conv_floats = c;
+            }
+            // Batch-wise gradients: this layer's input (the trunk's output included), output
+            // and converted input.
+            if (in > widest) widest = in;
+            if (out > widest) widest = out;
+            if (cv > widest) widest = cv;
         }
-        if (in > widest) widest = in;
-        if (out > widest) widest = out;
+        if (plan) plan[l] = p;
     }
-    s.grad_floats = widest;
+    s.grad_floats = align16(widest * (size_t)max_batch);
+    s.tgrad_off = scr;
+    s.tgrad_n = s.trunk ? align16(twidest) : 0;
+    s.tslice = scr + 2 * s.tgrad_n;
     return s;
 }
 
+static size_t ws_total_floats(const model *m, int max_batch, int nthreads) {
+    ws_sizes s = ws_measure(m, max_batch, nthreads, NULL);
+    return s.act_floats + s.cvt_floats + 2 * s.grad_floats + align16(s.conv_floats) +
+           s.pack_floats + (size_t)nthreads * s.tslice + align16((size_t)max_batch);
+}
+
 size_t net_ws_bytes(const model *m, int max_batch, int nthreads) {
-    ws_sizes s = ws_measure(m, max_batch, nthreads);
-    return sizeof(float) * (s.act_floats + 2 * s.grad_floats + s.conv_floats + (size_t)max_batch) +
-           sizeof(int32_t) * s.argmax_ints;
+    if (nthreads < 1) nthreads = 1;
+    return sizeof(float) * ws_total_floats(m, max_batch, nthreads) +
+           m->n_layers * (sizeof(net_lplan) + 2 * sizeof(float *));
 }
 
 int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_error *e) {
@@ -47,30 +191,31 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
     ws->max_batch = max_batch;
     ws->nthreads = nthreads < 1 ? 1 : nthreads;
     ws->n_layers = m->n_layers;
-    ws_sizes s = ws_measure(m, max_batch, ws->nthreads);
-    size_t total = s.act_floats + 2 * s.grad_floats + s.conv_floats + (size_t)max_batch;
-    ws->act = ht_calloc((size_t)m->n_layers, sizeof *ws->act, e);
-    ws->argmax = ws->act ? ht_calloc((size_t)m->n_layers, sizeof *ws->argmax, e) : NULL;
-    ws->owned = ws->argmax ? ht_malloc(total, sizeof(float), e) : NULL;
-    ws->owned_i = ws->owned ? ht_malloc(s.argmax_ints, sizeof(int32_t), e) : NULL;
-    if (!ws->owned_i) {
+    size_t total = ws_total_floats(m, max_batch, ws->nthreads);
+    ws->plan = ht_calloc((size_t)m->n_layers, sizeof *ws->plan, e);
+    ws->act = ws->plan ? ht_calloc((size_t)m->n_layers, sizeof *ws->act, e) : NULL;
+    ws->cvt = ws->act ? ht_calloc((size_t)m->n_layers, sizeof *ws->cvt, e) : NULL;
+    if (ws->cvt) {
+        ws->owned = aligned_alloc(64, total * sizeof(float));
+        if (!ws->owned) ht_fail(e, "out of memory (%zu bytes)", total * sizeof(float));
+    }
+    if (!ws->owned) {
         net_ws_free(ws);
         return ht_wrap(e, "network workspace for a micro-batch of %d", max_batch);
     }
+    ws_sizes s = ws_measure(m, max_batch, ws->nthreads, ws->plan);
     float *p = ws->owned;
-    int32_t *q = ws->owned_i;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
-        size_t out = layer_out_size(L) * (size_t)max_batch;
         if (layer_in_place(L) && l > 0) {
             ws->act[l] = ws->act[l - 1];
         } else {
             ws->act[l] = p;
-            p += out;
+            p += align16(out_floats(L, &ws->plan[l]) * (size_t)max_batch);
         }
-        if (L->kind == LAYER_MAXPOOL) {
-            ws->argmax[l] = q;
-            q += out;
+        if (ws->plan[l].cvt) {
+            ws->cvt[l] = p;
+            p += align16(cvt_floats(m, l, &ws->plan[l]) * (size_t)max_batch);
         }
     }
     ws->g0 = p;
@@ -78,16 +223,24 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
     ws->g1 = p;
     p += s.grad_floats;
     ws->conv_ws = p;
-    p += s.conv_floats;
+    p += align16(s.conv_floats);
+    ws->trunk = s.trunk;
+    ws->pack = p;
+    p += s.pack_floats;
+    ws->tscr = p;
+    ws->tslice = s.tslice;
+    ws->tgrad_off = s.tgrad_off;
+    ws->tgrad_n = s.tgrad_n;
+    p += (size_t)ws->nthreads * s.tslice;
     ws->loss = p;
     return 0;
 }
 
 void net_ws_free(net_ws *ws) {
     free(ws->owned);
-    free(ws->owned_i);
     free(ws->act);
-    free(ws->argmax);
+    free(ws->cvt);
+    free(ws->plan);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -102,38 +255,206 @@ static uint64_t dropout_key(const net_dropout *drop, int l) {
     return ht_rng_key(drop->seed, drop->epoch, (uint32_t)l);
 }
 
+// Layer l's input in the layout it needs: converted into ws->cvt[l] when the plan says so.
+static const float *layer_input(net_ws *ws, const model *m, int l, const float *in, int B) {
+    const net_lplan *p = &ws->plan[l];
+    int c, hw;
+    in_shape(m, l, &c, &hw);
+    if (p->cvt == 1) nchw_to_nhwc(ws->cvt[l], in, B, c, p->cvt_cs, hw, ws->nthreads);
+    if (p->cvt == 2) nhwc_to_nchw(ws->cvt[l], in, B, c, p->cvt_cs, hw, ws->nthreads);
+    return p->cvt ? ws->cvt[l] : in;
+}
+
+// Dropout in place or into out, on a flat or a channels-last tensor.
+static void dropout_layer(float *out, const float *in, const layer *L, const net_lplan *p,
+                          int B, uint64_t key, const uint32_t *ids, int nt) {
+    if (p->out_nhwc)
+        dropout_nhwc_apply(out, in, B, L->oc, p->out_cs, L->oh * L->ow, L->rate, key, ids, nt);
+    else
+        dropout_forward(out, in, B, layer_out_size(L), L->rate, key, ids, nt);
+}
+
+// Packs the weights of the trunk's conv layers.
+static void trunk_pack(net_ws *ws, const model *m, const float *params) {
+    for (int l = 0; l < ws->trunk; l++) {
+        const layer *L = &m->layers[l];
+        const net_lplan *p = &ws->plan[l];
+        if (L->kind != LAYER_CONV2D) continue;
+        conv_geom g = geom_of(L, p);
+        conv2d_nhwc_pack(ws->pack + p->pack_off, params + L->w_off, params + L->b_off, &g);
+    }
+}
+
+// This thread's slice of the trunk scratch, with every conv layer's part zeroed.
+static float *trunk_scratch(net_ws *ws, const model *m) {
+    float *mine = ws->tscr + (size_t)omp_get_thread_num() * ws->tslice;
+    for (int l = 0; l < ws->trunk; l++) {
+        const layer *L = &m->layers[l];
+        const net_lplan *p = &ws->plan[l];
+        if (L->kind != LAYER_CONV2D) continue;
+        conv_geom g = geom_of(L, p);
+        conv2d_nhwc_scratch_init(mine + p->scr_off, &g);
+    }
+    return mine;
+}
+
+// Sample s's input of layer 0 in the layout the layer needs (converted when planned so).
+static const float *trunk_input(net_ws *ws, const model *m, const float *x, int s) {
+    const size_t n = (size_t)m->in_c * m->in_h * m->in_w;
+    const net_lplan *p = &ws->plan[0];
+    if (!p->cvt) return x + s * n;
+    float *dst = ws->cvt[0] + s * cvt_floats(m, 0, p);
+    nchw_to_nhwc(dst, x + s * n, 1, m->in_c, p->cvt_cs, m->in_h * m->in_w, 1);
+    return dst;
+}
+
+static void trunk_forward(net_ws *ws, const model *m, const float *params, const float *x,
+                          int B, const net_dropout *drop) {
+    trunk_pack(ws, m, params);
+#pragma omp parallel num_threads(ws->nthreads)
+    {
+        float *mine = trunk_scratch(ws, m);
+#pragma omp for schedule(static)
+        for (int s = 0; s < B; s++) {
+            const float *in = trunk_input(ws, m, x, s);
+            for (int l = 0; l < ws->trunk; l++) {
+                const layer *L = &m->layers[l];
+                const net_lplan *p = &ws->plan[l];
+                const size_t n = out_floats(L, p);
+                float *out = ws->act[l] + s * n;
+                switch (L->kind) {
+                case LAYER_CONV2D: {
+                    conv_geom g = geom_of(L, p);
+                    conv2d_nhwc_forward_one(out, in, ws->pack + p->pack_off, &g, p->fuse_relu,
+                                            mine + p->scr_off);
+                    break;
+                }
+                case LAYER_MAXPOOL:
+                    maxpool_nhwc_forward_one(out, in, p->in_cs, L->h, L->w, L->k, L->stride,
+                                             L->oh, L->ow);
+                    break;
+                case LAYER_RELU:
+                    if (!p->skip) relu_forward(out, in, n, 1);
+                    break;
+                case LAYER_DROPOUT:
+                    if (drop)
+                        dropout_layer(out, in, L, p, 1, dropout_key(drop, l), drop->ids + s, 1);
+                    else if (out != in)
+                        memcpy(out, in, n * sizeof *out);
+                    break;
+                default: // never in the trunk
+                    break;
+                }
+                in = out;
+            }
+        }
+    }
+}
+
+// gout (B, trunk output) is the gradient of the trunk's output; adds the trunk's parameter
+// gradients to grads.
+static void trunk_backward(net_ws *ws, const model *m, const float *params, float *grads,
+                           const float *x, int B, const net_dropout *drop, float *gout) {
+    const int T = ws->trunk;
+    const size_t gout_n = out_floats(&m->layers[T - 1], &ws->plan[T - 1]);
+    int nt = ws->nthreads;
+    trunk_pack(ws, m, params);
+#pragma omp parallel num_threads(ws->nthreads)
+    {
+        float *mine = trunk_scratch(ws, m);
+        float *ga = mine + ws->tgrad_off, *gb = ga + ws->tgrad_n;
+#pragma omp single nowait
+        nt = omp_get_num_threads();
+#pragma omp for schedule(static)
+        for (int s = 0; s < B; s++) {
+            float *dout = gout + s * gout_n, *dfree = ga;
+            for (int l = T - 1; l >= 0; l--) {
+                const layer *L = &m->layers[l];
+                const net_lplan *p = &ws->plan[l];
+                const size_t n = out_floats(L, p);
+                const float *in = l > 0 ? ws->act[l - 1] + s * out_floats(&m->layers[l - 1],
+                                                                             &ws->plan[l - 1])
+                                        : trunk_input(ws, m, x, s);
+                // The first layer's input gradient is never needed.
+                float *din = l > 0 ? dfree : NULL;
+                switch (L->kind) {
+                case LAYER_CONV2D: {
+                    conv_geom g = geom_of(L, p);
+                    conv2d_nhwc_backward_one(din, dout, p->fuse_relu ? ws->act[l] + s * n : NULL,
+                                             in, ws->pack + p->pack_off, &g, mine + p->scr_off);
+                    break;
+                }
+                case LAYER_MAXPOOL:
+                    if (din)
+                        maxpool_nhwc_backward_one(din, dout, in, p->in_cs, L->h, L->w, L->k,
+                                                  L->stride, L->oh, L->ow);
+                    break;
+                case LAYER_RELU:
+                    if (din && !p->skip) relu_backward(dout, dout, ws->act[l] + s * n, n, 1);
+                    din = dout;
+                    break;
+                case LAYER_DROPOUT:
+                    if (drop)
+                        dropout_layer(dout, dout, L, p, 1, dropout_key(drop, l), drop->ids + s, 1);
+                    din = dout;
+                    break;
+                default:
+                    break;
+                }
+                if (din && din != dout) {
+                    dout = din;
+                    dfree = din == ga ? gb : ga;
+                }
+            }
+        }
+    }
+    // Per-thread sums added in thread order, so a given nthreads is deterministic.
+    for (int l = 0; l < T; l++) {
+        const layer *L = &m->layers[l];
+        const net_lplan *p = &ws->plan[l];
+        if (L->kind != LAYER_CONV2D) continue;
+        conv_geom g = geom_of(L, p);
+        conv2d_nhwc_scratch_reduce(grads + L->w_off, grads + L->b_off, ws->tscr + p->scr_off,
+                                   ws->tslice, nt, &g);
+    }
+}
+
 const float *net_forward(net_ws *ws, const model *m, const float *params, const float *x,
                          const uint8_t *y, int B, const net_dropout *drop) {
-    const float *in = x;
     int nt = ws->nthreads;
-    for (int l = 0; l < m->n_layers; l++) {
+    if (ws->trunk) trunk_forward(ws, m, params, x, B, drop);
+    const float *in = ws->trunk ? ws->act[ws->trunk - 1] : x;
+    for (int l = ws->trunk; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
+        const net_lplan *p = &ws->plan[l];
         float *out = ws->act[l];
+        const float *lin = layer_input(ws, m, l, in, B);
         switch (L->kind) {
-        case LAYER_CONV2D:
-            conv2d_forward(out, in, params + L->w_off, params + L->b_off, B, L->c, L->h, L->w,
-                           L->oc, L->k, L->stride, L->pad, L->oh, L->ow, ws->conv_ws, nt);
+        case LAYER_CONV2D: {
+            conv_geom g = geom_of(L, p);
+            conv2d_nhwc_forward(out, lin, params + L->w_off, params + L->b_off, B, &g,
+                                p->fuse_relu, ws->conv_ws, nt);
             break;
+        }
         case LAYER_MAXPOOL:
-            maxpool_forward(out, ws->argmax[l], in, B, L->c, L->h, L->w, L->k, L->stride, L->oh,
-                            L->ow, nt);
+            maxpool_nhwc_forward(out, lin, B, p->in_cs, L->h, L->w, L->k, L->stride, L->oh,
+                                 L->ow, nt);
             break;
         case LAYER_DENSE:
-            dense_forward(out, in, params + L->w_off, params + L->b_off, B, (int)layer_in_size(L),
-                          L->oc, nt);
+            dense_forward(out, lin, params + L->w_off, params + L->b_off, B,
+                          (int)layer_in_size(L), L->oc, nt);
             break;
         case LAYER_RELU:
-            relu_forward(out, in, layer_out_size(L) * (size_t)B, nt);
+            if (!p->skip) relu_forward(out, lin, out_floats(L, p) * (size_t)B, nt);
             break;
         case LAYER_DROPOUT:
             if (drop)
-                dropout_forward(out, in, B, layer_out_size(L), L->rate, dropout_key(drop, l),
-                                drop->ids, nt);
-            else if (out != in)
-                memcpy(out, in, sizeof(float) * layer_out_size(L) * (size_t)B);
+                dropout_layer(out, lin, L, p, B, dropout_key(drop, l), drop->ids, nt);
+            else if (out != lin)
+                memcpy(out, lin, sizeof(float) * out_floats(L, p) * (size_t)B);
             break;
         case LAYER_SOFTMAX_XENT:
-            softmax_xent_forward(out, y ? ws->loss : NULL, in, y, B, L->oc);
+            softmax_xent_forward(out, y ? ws->loss : NULL, lin, y, B, L->oc);
             break;
         }
         in = out;
@@ -145,9 +466,11 @@ void net_backward(net_ws *ws, const model *m, const float *params, float *grads,
                   const uint8_t *y, int B, const net_dropout *drop) {
     int nt = ws->nthreads;
     float *dout = ws->g0, *dfree = ws->g1;
-    for (int l = m->n_layers - 1; l >= 0; l--) {
+    for (int l = m->n_layers - 1; l >= ws->trunk; l--) {
         const layer *L = &m->layers[l];
-        const float *in = l > 0 ? ws->act[l - 1] : x;
+        const net_lplan *p = &ws->plan[l];
+        // The layer's input as the forward pass used it (converted copies are still there).
+        const float *in = p->cvt ? ws->cvt[l] : l > 0 ? ws->act[l - 1] : x;
         // The first layer's input gradient is never needed.
         float *din = l > 0 ? dfree : NULL;
         switch (L->kind) {
@@ -155,14 +478,17 @@ void net_backward(net_ws *ws, const model *m, const float *params, float *grads,
             softmax_xent_backward(dfree, ws->act[l], y, B, L->oc);
             din = dfree;
             break;
-        case LAYER_CONV2D:
-            conv2d_backward(din, grads + L->w_off, grads + L->b_off, dout, in, params + L->w_off,
-                            B, L->c, L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh, L->ow,
-                            ws->conv_ws, nt);
+        case LAYER_CONV2D: {
+            conv_geom g = geom_of(L, p);
+            conv2d_nhwc_backward(din, grads + L->w_off, grads + L->b_off, dout,
+                                 p->fuse_relu ? ws->act[l] : NULL, in, params + L->w_off, B, &g,
+                                 ws->conv_ws, nt);
             break;
+        }
         case LAYER_MAXPOOL:
             if (din)
-                maxpool_backward(din, dout, ws->argmax[l], B, L->c, L->h, L->w, L->oh, L->ow, nt);
+                maxpool_nhwc_backward(din, dout, in, B, p->in_cs, L->h, L->w, L->k, L->stride,
+                                      L->oh, L->ow, nt);
             break;
         case LAYER_DENSE:
             dense_backward(din, grads + L->w_off, grads + L->b_off, dout, in, params + L->w_off,
@@ -170,20 +496,28 @@ void net_backward(net_ws *ws, const model *m, const float *params, float *grads,
             break;
         case LAYER_RELU:
             // ws->act[l] is the relu output (dropout after it keeps the sign, so it still marks
-            // where the relu was active).
-            if (din) relu_backward(dout, dout, ws->act[l], layer_out_size(L) * (size_t)B, nt);
+            // where the relu was active). A relu after a conv is the conv's business.
+            if (din && !p->skip)
+                relu_backward(dout, dout, ws->act[l], out_floats(L, p) * (size_t)B, nt);
             din = dout;
             break;
         case LAYER_DROPOUT:
-            if (drop)
-                dropout_backward(dout, dout, B, layer_out_size(L), L->rate, dropout_key(drop, l),
-                                 drop->ids, nt);
+            if (drop) dropout_layer(dout, dout, L, p, B, dropout_key(drop, l), drop->ids, nt);
             din = dout;
             break;
         }
         if (din && din != dout) {
-            dfree = dout;
-            dout = din;
+            if (p->cvt) {
+                // Back to the previous layer's layout, into dout's buffer (no longer needed).
+                int c, hw;
+                in_shape(m, l, &c, &hw);
+                if (p->cvt == 1) nhwc_to_nchw(dout, din, B, c, p->cvt_cs, hw, nt);
+                else nchw_to_nhwc(dout, din, B, c, p->cvt_cs, hw, nt);
+            } else {
+                dfree = dout;
+                dout = din;
+            }
         }
     }
+    if (ws->trunk) trunk_backward(ws, m, params, grads, x, B, drop, dout);
 }

@@ -1,5 +1,7 @@
 // A whole network's forward and backward pass on the CPU, over a workspace allocated once for
 // the largest micro-batch. Used by the native CPU device and as the reference for other devices.
+// Inputs, outputs and gradients are in the model's layouts (NCHW input, PyTorch weights);
+// inside, spatial activations are channels-last (layers.h's NHWC fast path).
 #ifndef HETRAIN_NET_H
 #define HETRAIN_NET_H
 
@@ -8,17 +10,36 @@
 #include "common.h"
 #include "model.h"
 
+// How layer l's input and output are laid out (see net.c): spatial tensors are kept
+// channels-last, dense ones flat.
+typedef struct net_lplan {
+    int out_nhwc, out_cs; // act[l] is (B,OH,OW,out_cs) when out_nhwc, else (B,OC,OH,OW)
+    int cvt;              // input converted into cvt[l] first: 0 no, 1 to NHWC, 2 to NCHW
+    int cvt_cs;           // the NHWC side's channel stride of that conversion
+    int in_cs;            // channel stride of the (converted) input, NHWC consumers
+    int fuse_relu;        // conv whose relu (the next layer) it applies itself
+    int skip;             // relu applied by the conv before it
+    size_t pack_off;      // conv in the trunk: its packed weights in ws->pack
+    size_t scr_off;       // conv in the trunk: its scratch in each thread's slice of ws->tscr
+} net_lplan;
+
 typedef struct net_ws {
     int max_batch;
     int nthreads;
     int n_layers;
-    float **act;      // act[l]: output of layer l, (max_batch, out_size); relu/dropout alias act[l-1]
-    int32_t **argmax; // argmax[l] for maxpool layers, else NULL
+    net_lplan *plan;  // (n_layers)
+    float **act;      // act[l]: output of layer l; relu/dropout alias act[l-1]
+    float **cvt;      // cvt[l]: layer l's input in the layout it needs, where converted
     float *loss;      // (max_batch) per-sample loss of the last forward with labels
     float *g0, *g1;   // activation-gradient ping-pong buffers
-    float *conv_ws;   // im2col scratch for the largest conv layer
+    float *conv_ws;   // scratch of the largest conv layer after the trunk (batch-wise)
+    // The trunk: layers [0, trunk) are spatial and run one sample at a time per thread, so a
+    // sample's activations and gradients stay in that core's cache from layer to layer.
+    int trunk;
+    float *pack;      // packed weights of the trunk's conv layers
+    float *tscr;      // per-thread slices: conv scratch, then two per-sample gradient buffers
+    size_t tslice, tgrad_off, tgrad_n;
     float *owned;     // one allocation backing all of the above floats
-    int32_t *owned_i; // one allocation backing argmax
 } net_ws;
 
 // Dropout context: masks are keyed by (seed, epoch, ids[i], layer, element).

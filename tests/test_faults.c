@@ -101,8 +101,8 @@ static void test_micro_batches_equal_whole_shard(void **state) {
         if (k == 1 && !have_cl) continue;
         run whole, small;
         run_open(&whole, specs[k], 0, NULL);
-        run_open(&small, specs[k], 48u << 20, NULL); // 48 MiB: a few dozen samples at a time
-        printf("%s: micro-batch %d without a limit, %d under 48 MiB\n", specs[k], whole.devs[0].micro,
+        run_open(&small, specs[k], 24u << 20, NULL); // 24 MiB: a few dozen samples at a time
+        printf("%s: micro-batch %d without a limit, %d under 24 MiB\n", specs[k], whole.devs[0].micro,
                small.devs[0].micro);
         assert_true(small.devs[0].micro < BATCH);
         assert_true(small.devs[0].micro < whole.devs[0].micro);

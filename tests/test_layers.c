@@ -1,5 +1,7 @@
 // CPU layer math: finite-difference gradient checks for every layer, conv against a direct
-// loop, thread-count agreement, accumulate semantics, softmax stability and dropout masks.
+// loop, thread-count agreement, accumulate semantics, softmax stability and dropout masks; the
+// channels-last fast path (conv, fused relu, pool, dropout, layouts) against the NCHW functions,
+// and net.c's layout planning on layer orders the presets do not have.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -12,6 +14,8 @@
 #include <string.h>
 
 #include "layers.h"
+#include "model.h"
+#include "net.h"
 #include "rng.h"
 #include "testutil.h"
 
@@ -468,6 +472,416 @@ static void test_dense_accumulates(void **state) {
     free(dw), free(db), free(g1w), free(g1b), free(din1), free(din2);
 }
 
+// ---- channels-last (NHWC) fast path against the NCHW functions ----
+
+// Fast path vs NCHW path: the same sums of n products of magnitude <= 1 (n = C*K*K for out,
+// OC*K*K for din, B*OH*OW for dw and db) in another order, with FMA. Such a sum's partial sums
+// are ~sqrt(n), and elements that nearly cancel keep the rounding of those: hence the relative
+// tolerance above a floor of sqrt(n). Worst observed: 1.8e-6.
+#define TOL_NHWC 1e-5f
+
+// Local layout helpers, independent of the library's: (B,C,HW) <-> (B,HW,Cs), pad channels
+// of the NHWC side set to `pad`.
+static void ref_to_nhwc(float *dst, const float *src, int B, int C, int Cs, int HW, float pad) {
+    for (int i = 0; i < B; i++)
+        for (int p = 0; p < HW; p++)
+            for (int c = 0; c < Cs; c++)
+                dst[((size_t)i * HW + p) * Cs + c] =
+                    c < C ? src[((size_t)i * C + c) * HW + p] : pad;
+}
+static void ref_to_nchw(float *dst, const float *src, int B, int C, int Cs, int HW) {
+    for (int i = 0; i < B; i++)
+        for (int c = 0; c < C; c++)
+            for (int p = 0; p < HW; p++)
+                dst[((size_t)i * C + c) * HW + p] = src[((size_t)i * HW + p) * Cs + c];
+}
+// Every pad channel (c >= C) of a (B*HW, Cs) tensor is exactly zero.
+static int pad_channels_zero(const float *x, size_t rows, int C, int Cs) {
+    for (size_t r = 0; r < rows; r++)
+        for (int c = C; c < Cs; c++)
+            if (x[r * Cs + c] != 0.0f) return 0;
+    return 1;
+}
+
+typedef struct nhwc_shape {
+    int B, C, Cs, H, W, OC, K, stride, pad;
+} nhwc_shape;
+
+static const nhwc_shape nhwc_shapes[] = {
+    // B   C  Cs   H   W  OC  K  s  p
+    {2, 1, 1, 28, 28, 32, 3, 1, 1},    // cnn3 conv1
+    {2, 32, 32, 28, 28, 48, 3, 1, 1},  // cnn3 conv2
+    {3, 48, 48, 14, 14, 32, 3, 1, 1},  // cnn3 conv3
+    {2, 1, 1, 28, 28, 32, 5, 1, 2},    // cnn2 conv1
+    {2, 32, 32, 14, 14, 64, 5, 1, 2},  // cnn2 conv2: two pairs of channel vectors
+    {2, 3, 16, 9, 30, 16, 3, 1, 1},    // one channel vector, 30 wide: two blocks of 15
+    {2, 5, 16, 6, 7, 80, 3, 1, 1},     // five channel vectors: a pair and a triple
+    {2, 4, 16, 7, 7, 20, 3, 1, 1},     // 20 output channels: 12 pad channels
+    {2, 20, 20, 5, 6, 7, 3, 1, 1},     // Cs not a multiple of 16: input gradient scattered
+    {2, 3, 16, 7, 8, 2, 3, 2, 0},      // stride 2: scattered
+    {3, 2, 16, 5, 6, 4, 2, 2, 1},      // stride 2 with padding, even K
+    {2, 2, 16, 4, 5, 3, 3, 3, 2},      // stride 3 with pad 2
+    {2, 3, 16, 5, 5, 4, 3, 1, 3},      // pad > K-1: outputs that see only padding
+    {3, 4, 16, 5, 5, 5, 1, 1, 0},      // 1x1
+    {2, 2, 16, 4, 1, 3, 3, 1, 1},      // W=1
+};
+#define N_NHWC_SHAPES (sizeof nhwc_shapes / sizeof nhwc_shapes[0])
+
+typedef struct nhwc_run {
+    float *out, *din, *dw, *db; // out and din in NCHW order; dw, db start from dw0, db0
+} nhwc_run;
+
+// Forward and backward of shape s through the NHWC functions with `nthreads` threads, on the
+// NCHW tensors in/w/b/R (R the output gradient). Pad channels of the inputs hold NaN, which
+// must never reach a result; the outputs' pad channels must be zero.
+static nhwc_run nhwc_conv_run(const nhwc_shape *s, int relu, int nthreads, const float *in,
+                              const float *w, const float *b, const float *R, const float *dw0,
+                              const float *db0) {
+    const int OH = conv_out_dim(s->H, s->K, s->stride, s->pad);
+    const int OW = conv_out_dim(s->W, s->K, s->stride, s->pad), OCs = conv_cpad(s->OC);
+    const conv_geom g = {.C = s->C, .Cs = s->Cs, .H = s->H, .W = s->W, .OC = s->OC, .K = s->K,
+                         .stride = s->stride, .pad = s->pad, .OH = OH, .OW = OW};
+    const size_t nin = (size_t)s->B * s->C * s->H * s->W, nout = (size_t)s->B * s->OC * OH * OW;
+    const size_t nw = (size_t)s->OC * s->C * s->K * s->K;
+    const size_t in_rows = (size_t)s->B * s->H * s->W, out_rows = (size_t)s->B * OH * OW;
+    float *xin = malloc(in_rows * s->Cs * sizeof *xin);
+    float *xout = malloc(out_rows * OCs * sizeof *xout);
+    float *xR = malloc(out_rows * OCs * sizeof *xR), *xdin = malloc(in_rows * s->Cs * sizeof *xdin);
+    // Exactly the advertised size, so ASan catches any write past it.
+    float *ws = malloc(conv2d_nhwc_ws_floats(&g, nthreads) * sizeof *ws);
+    ref_to_nhwc(xin, in, s->B, s->C, s->Cs, s->H * s->W, NAN);
+    ref_to_nhwc(xR, R, s->B, s->OC, OCs, OH * OW, NAN);
+    nhwc_run r = {malloc(nout * sizeof(float)), malloc(nin * sizeof(float)),
+                  malloc(nw * sizeof(float)), malloc(s->OC * sizeof(float))};
+    memcpy(r.dw, dw0, nw * sizeof(float));
+    memcpy(r.db, db0, s->OC * sizeof(float));
+    memset(xdin, 0x7f, in_rows * s->Cs * sizeof *xdin); // garbage that must be overwritten
+    conv2d_nhwc_forward(xout, xin, w, b, s->B, &g, relu, ws, nthreads);
+    conv2d_nhwc_backward(xdin, r.dw, r.db, xR, relu ? xout : NULL, xin, w, s->B, &g, ws,
+                         nthreads);
+    assert_true(pad_channels_zero(xout, out_rows, s->OC, OCs));
+    assert_true(pad_channels_zero(xdin, in_rows, s->C, s->Cs));
+    ref_to_nchw(r.out, xout, s->B, s->OC, OCs, OH * OW);
+    ref_to_nchw(r.din, xdin, s->B, s->C, s->Cs, s->H * s->W);
+    free(xin), free(xout), free(xR), free(xdin), free(ws);
+    return r;
+}
+
+static void nhwc_run_free(nhwc_run *r) { free(r->out), free(r->din), free(r->dw), free(r->db); }
+
+// conv2d_nhwc_forward/backward (with and without the fused relu) give conv2d_forward/backward's
+// out, din, dw and db on every shape, accumulating into dw/db.
+static void test_conv_nhwc_matches_nchw(void **state) {
+    (void)state;
+    for (size_t k = 0; k < N_NHWC_SHAPES; k++) {
+        const nhwc_shape *s = &nhwc_shapes[k];
+        const int OH = conv_out_dim(s->H, s->K, s->stride, s->pad);
+        const int OW = conv_out_dim(s->W, s->K, s->stride, s->pad);
+        const size_t nin = (size_t)s->B * s->C * s->H * s->W, nout = (size_t)s->B * s->OC * OH * OW;
+        const size_t nw = (size_t)s->OC * s->C * s->K * s->K;
+        float *in = fill_uniform(nin, -1, 1, 1100 + k), *w = fill_uniform(nw, -1, 1, 1200 + k);
+        float *b = fill_uniform(s->OC, -1, 1, 1300 + k), *R = fill_uniform(nout, -1, 1, 1400 + k);
+        float *dw0 = fill_uniform(nw, -1, 1, 1500 + k), *db0 = fill_uniform(s->OC, -1, 1, 1600 + k);
+        float *out = malloc(nout * sizeof *out), *gR = malloc(nout * sizeof *gR);
+        float *din = malloc(nin * sizeof *din), *dw = malloc(nw * sizeof *dw);
+        float *db = malloc(s->OC * sizeof *db);
+        float *ws = malloc(conv2d_ws_floats(s->C, s->K, s->OC, OH, OW, 2) * sizeof *ws);
+        for (int relu = 0; relu <= 1; relu++) {
+            conv2d_forward(out, in, w, b, s->B, s->C, s->H, s->W, s->OC, s->K, s->stride, s->pad,
+                           OH, OW, ws, 2);
+            // The relu's backward, done separately: gR = R where relu(out) > 0.
+            for (size_t i = 0; i < nout; i++) {
+                if (relu) out[i] = out[i] > 0.0f ? out[i] : 0.0f;
+                gR[i] = !relu || out[i] > 0.0f ? R[i] : 0.0f;
+            }
+            memcpy(dw, dw0, nw * sizeof *dw);
+            memcpy(db, db0, s->OC * sizeof *db);
+            conv2d_backward(din, dw, db, gR, in, w, s->B, s->C, s->H, s->W, s->OC, s->K,
+                            s->stride, s->pad, OH, OW, ws, 2);
+            nhwc_run r = nhwc_conv_run(s, relu, 2, in, w, b, R, dw0, db0);
+            const char *parts[] = {"out", "din", "dw", "db"};
+            const float *got[] = {r.out, r.din, r.dw, r.db}, *want[] = {out, din, dw, db};
+            const size_t n[] = {nout, nin, nw, (size_t)s->OC};
+            const int terms[] = {s->C * s->K * s->K, s->OC * s->K * s->K, s->B * OH * OW,
+                                 s->B * OH * OW};
+            for (int j = 0; j < 4; j++) {
+                char name[64];
+                snprintf(name, sizeof name, "nhwc shape %zu relu %d %s", k, relu, parts[j]);
+                if (!check_tensor(got[j], want[j], n[j], TOL_NHWC, sqrtf((float)terms[j]), name))
+                    fail_msg("%s", name);
+            }
+            nhwc_run_free(&r);
+        }
+        free(in), free(w), free(b), free(R), free(dw0), free(db0), free(out), free(gR);
+        free(din), free(dw), free(db), free(ws);
+    }
+}
+
+// One thread and two agree (out and din bit for bit: each sample is computed alone; dw and db
+// up to the order of the per-thread sums), and two runs with two threads are bit-identical.
+static void test_conv_nhwc_threads_agree(void **state) {
+    (void)state;
+    const nhwc_shape s = {7, 32, 32, 9, 9, 48, 3, 1, 1};
+    const size_t nin = (size_t)s.B * s.C * s.H * s.W, nout = (size_t)s.B * s.OC * s.H * s.W;
+    const size_t nw = (size_t)s.OC * s.C * 9;
+    float *in = fill_uniform(nin, -1, 1, 1700), *w = fill_uniform(nw, -1, 1, 1701);
+    float *b = fill_uniform(s.OC, -1, 1, 1702), *R = fill_uniform(nout, -1, 1, 1703);
+    float *dw0 = calloc(nw, sizeof *dw0), *db0 = calloc(s.OC, sizeof *db0);
+    nhwc_run r1 = nhwc_conv_run(&s, 1, 1, in, w, b, R, dw0, db0);
+    nhwc_run r2 = nhwc_conv_run(&s, 1, 2, in, w, b, R, dw0, db0);
+    nhwc_run r3 = nhwc_conv_run(&s, 1, 2, in, w, b, R, dw0, db0);
+    assert_memory_equal(r1.out, r2.out, nout * sizeof(float));
+    assert_memory_equal(r1.din, r2.din, nin * sizeof(float));
+    assert_true(check_tensor(r1.dw, r2.dw, nw, TOL_THREADS_SUM, 1.0f, "nhwc dw 1 vs 2"));
+    assert_true(check_tensor(r1.db, r2.db, s.OC, TOL_THREADS_SUM, 1.0f, "nhwc db 1 vs 2"));
+    assert_memory_equal(r2.dw, r3.dw, nw * sizeof(float));
+    assert_memory_equal(r2.db, r3.db, s.OC * sizeof(float));
+    nhwc_run_free(&r1), nhwc_run_free(&r2), nhwc_run_free(&r3);
+    free(in), free(w), free(b), free(R), free(dw0), free(db0);
+}
+
+// maxpool_nhwc_forward/backward equal maxpool_forward/backward bit for bit, ties (values on a
+// coarse grid) and overlapping windows included, on full channel vectors and on leftovers.
+static void test_maxpool_nhwc_matches_nchw(void **state) {
+    (void)state;
+    const int cases[][6] = {
+        // B  C   H   W  K  s
+        {2, 48, 28, 28, 2, 2}, // cnn3 pool1: three full vectors
+        {2, 20, 7, 7, 2, 2},   // a full vector and 4 leftovers; an odd edge row/column
+        {3, 5, 6, 7, 3, 2},    // leftovers only, overlapping windows
+        {2, 32, 9, 9, 3, 2},   // overlapping windows on full vectors
+        {1, 16, 5, 5, 3, 1},   // stride 1: every input in up to 9 windows
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int B = cases[k][0], C = cases[k][1], H = cases[k][2], W = cases[k][3];
+        const int K = cases[k][4], st = cases[k][5];
+        const int OH = conv_out_dim(H, K, st, 0), OW = conv_out_dim(W, K, st, 0);
+        const size_t nin = (size_t)B * C * H * W, nout = (size_t)B * C * OH * OW;
+        float *in = fill_uniform(nin, -1, 1, 1800 + k), *g = fill_uniform(nout, -1, 1, 1900 + k);
+        for (size_t i = 0; i < nin; i++) in[i] = floorf(in[i] * 3.0f); // 6 levels: many ties
+        float *out = malloc(nout * sizeof *out), *din = malloc(nin * sizeof *din);
+        int32_t *am = malloc(nout * sizeof *am);
+        float *xin = malloc(nin * sizeof *xin), *xout = malloc(nout * sizeof *xout);
+        float *xg = malloc(nout * sizeof *xg), *xdin = malloc(nin * sizeof *xdin);
+        float *back = malloc(nin * sizeof *back);
+        maxpool_forward(out, am, in, B, C, H, W, K, st, OH, OW, 2);
+        maxpool_backward(din, g, am, B, C, H, W, OH, OW, 2);
+        ref_to_nhwc(xin, in, B, C, C, H * W, 0);
+        ref_to_nhwc(xg, g, B, C, C, OH * OW, 0);
+        memset(xdin, 0x7f, nin * sizeof *xdin);
+        maxpool_nhwc_forward(xout, xin, B, C, H, W, K, st, OH, OW, 2);
+        maxpool_nhwc_backward(xdin, xg, xin, B, C, H, W, K, st, OH, OW, 2);
+        ref_to_nchw(back, xout, B, C, C, OH * OW);
+        assert_memory_equal(back, out, nout * sizeof *out);
+        ref_to_nchw(back, xdin, B, C, C, H * W);
+        assert_memory_equal(back, din, nin * sizeof *din);
+        free(in), free(g), free(out), free(din), free(am), free(xin), free(xout), free(xg);
+        free(xdin), free(back);
+    }
+}
+
+// dropout_nhwc_apply masks element (c, p) as dropout_forward masks NCHW element c*HW + p, and
+// zeroes pad channels; nchw_to_nhwc / nhwc_to_nchw match the reference layouts.
+static void test_nhwc_dropout_and_layouts(void **state) {
+    (void)state;
+    const int B = 3, C = 20, Cs = 32, HW = 12;
+    const size_t n = (size_t)B * C * HW, nx = (size_t)B * HW * Cs;
+    const uint32_t ids[3] = {5, 77, 2};
+    const uint64_t key = ht_rng_key(3, 1, 4);
+    float *in = fill_uniform(n, 0.5f, 1.5f, 2000), *ref = malloc(n * sizeof *ref);
+    float *x = malloc(nx * sizeof *x), *y = malloc(nx * sizeof *y);
+    float *back = malloc(n * sizeof *back);
+    dropout_forward(ref, in, B, (size_t)C * HW, 0.4f, key, ids, 2);
+    ref_to_nhwc(x, in, B, C, Cs, HW, 1.0f); // nonzero pads: dropout must zero them
+    dropout_nhwc_apply(y, x, B, C, Cs, HW, 0.4f, key, ids, 2);
+    assert_true(pad_channels_zero(y, (size_t)B * HW, C, Cs));
+    ref_to_nchw(back, y, B, C, Cs, HW);
+    assert_memory_equal(back, ref, n * sizeof *ref);
+    dropout_nhwc_apply(x, x, B, C, Cs, HW, 0.4f, key, ids, 2); // in place
+    assert_memory_equal(x, y, nx * sizeof *x);
+
+    memset(y, 0x7f, nx * sizeof *y);
+    nchw_to_nhwc(y, in, B, C, Cs, HW, 2);
+    ref_to_nhwc(x, in, B, C, Cs, HW, 0.0f);
+    assert_memory_equal(x, y, nx * sizeof *x);
+    nhwc_to_nchw(back, y, B, C, Cs, HW, 2);
+    assert_memory_equal(back, in, n * sizeof *in);
+    free(in), free(ref), free(x), free(y), free(back);
+}
+
+// ---- net.c's layouts on unusual layer orders ----
+
+// net.c against the NCHW layer functions walked one layer at a time: the same sums in
+// another order (gradients summed over a batch of 3), float rounding only.
+#define TOL_NET_REF 1e-5f
+
+static void build_model(model *m, int c, int h, int w, int classes, const layer_spec *s, int n) {
+    ht_error e;
+    assert_int_equal(model_begin(m, "layouts", c, h, w, classes, &e), 0);
+    for (int i = 0; i < n; i++)
+        if (model_add(m, &s[i], &e) < 0) fail_msg("model_add %d: %s", i, e.msg);
+    if (model_finish(m, &e) < 0) fail_msg("model_finish: %s", e.msg);
+}
+
+// The reference: forward and backward of m through the NCHW layer functions (each tested
+// above against finite differences), one buffer per layer, nothing fused or in place. Adds
+// the parameter gradient to grad and writes each sample's loss.
+static void ref_net(const model *m, const float *p, const float *x, const uint8_t *y, int B,
+                    const net_dropout *d, float *grad, float *loss) {
+    const int n = m->n_layers;
+    float **act = calloc(n, sizeof *act);
+    int32_t **am = calloc(n, sizeof *am);
+    const float *in = x;
+    for (int l = 0; l < n; l++) {
+        const layer *L = &m->layers[l];
+        const size_t no = layer_out_size(L) * B, ni = layer_in_size(L);
+        const uint64_t key = ht_rng_key(d->seed, d->epoch, (uint32_t)l);
+        act[l] = malloc(no * sizeof(float));
+        float *ws = L->kind == LAYER_CONV2D
+                        ? malloc(conv2d_ws_floats(L->c, L->k, L->oc, L->oh, L->ow, 1) * 4)
+                        : NULL;
+        switch (L->kind) {
+        case LAYER_CONV2D:
+            conv2d_forward(act[l], in, p + L->w_off, p + L->b_off, B, L->c, L->h, L->w, L->oc,
+                           L->k, L->stride, L->pad, L->oh, L->ow, ws, 1);
+            break;
+        case LAYER_MAXPOOL:
+            am[l] = malloc(no * sizeof(int32_t));
+            maxpool_forward(act[l], am[l], in, B, L->c, L->h, L->w, L->k, L->stride, L->oh,
+                            L->ow, 1);
+            break;
+        case LAYER_DENSE:
+            dense_forward(act[l], in, p + L->w_off, p + L->b_off, B, (int)ni, L->oc, 1);
+            break;
+        case LAYER_RELU: relu_forward(act[l], in, no, 1); break;
+        case LAYER_DROPOUT: dropout_forward(act[l], in, B, ni, L->rate, key, d->ids, 1); break;
+        case LAYER_SOFTMAX_XENT: softmax_xent_forward(act[l], loss, in, y, B, L->oc); break;
+        }
+        free(ws);
+        in = act[l];
+    }
+    float *g = NULL; // gradient of layer l's output
+    for (int l = n - 1; l >= 0; l--) {
+        const layer *L = &m->layers[l];
+        const size_t ni = layer_in_size(L);
+        const uint64_t key = ht_rng_key(d->seed, d->epoch, (uint32_t)l);
+        const float *lin = l ? act[l - 1] : x;
+        float *din = malloc(ni * B * sizeof(float));
+        float *ws = L->kind == LAYER_CONV2D
+                        ? malloc(conv2d_ws_floats(L->c, L->k, L->oc, L->oh, L->ow, 1) * 4)
+                        : NULL;
+        switch (L->kind) {
+        case LAYER_CONV2D:
+            conv2d_backward(din, grad + L->w_off, grad + L->b_off, g, lin, p + L->w_off, B, L->c,
+                            L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh, L->ow, ws, 1);
+            break;
+        case LAYER_MAXPOOL:
+            maxpool_backward(din, g, am[l], B, L->c, L->h, L->w, L->oh, L->ow, 1);
+            break;
+        case LAYER_DENSE:
+            dense_backward(din, grad + L->w_off, grad + L->b_off, g, lin, p + L->w_off, B,
+                           (int)ni, L->oc, 1);
+            break;
+        case LAYER_RELU: relu_backward(din, g, act[l], ni * B, 1); break;
+        case LAYER_DROPOUT: dropout_backward(din, g, B, ni, L->rate, key, d->ids, 1); break;
+        case LAYER_SOFTMAX_XENT: softmax_xent_backward(din, act[l], y, B, L->oc); break;
+        }
+        free(ws);
+        free(g);
+        g = din;
+    }
+    free(g);
+    for (int l = 0; l < n; l++) free(act[l]), free(am[l]);
+    free(act);
+    free(am);
+}
+
+// net_forward/net_backward against the reference with two threads; and the same gradient
+// from one thread and from the batch split over two calls.
+static void net_ref_check(const model *m, uint64_t seed) {
+    enum { B = 3 };
+    const size_t in = (size_t)m->in_c * m->in_h * m->in_w;
+    float *p = malloc(sizeof(float) * m->n_params), *gr = calloc(m->n_params, sizeof(float));
+    float *g = calloc(m->n_params, sizeof(float)), *g1 = calloc(m->n_params, sizeof(float));
+    float *gp = calloc(m->n_params, sizeof(float));
+    float *x = fill_uniform(B * in, 0, 1, seed);
+    float ref_loss[B];
+    uint8_t y[B] = {0, 1, 2};
+    uint32_t ids[B] = {4, 70, 9};
+    model_init_params(m, p, seed + 1);
+    net_dropout d = {.seed = 5, .epoch = 2, .ids = ids};
+    ref_net(m, p, x, y, B, &d, gr, ref_loss);
+    net_ws ws, ws1;
+    ht_error e;
+    assert_int_equal(net_ws_init(&ws, m, B, 2, &e), 0);
+    assert_int_equal(net_ws_init(&ws1, m, B, 1, &e), 0);
+    net_forward(&ws, m, p, x, y, B, &d);
+    assert_true(check_tensor(ws.loss, ref_loss, B, TOL_NET_REF, 1.0f, "layouts network loss"));
+    net_backward(&ws, m, p, g, x, y, B, &d);
+    net_forward(&ws1, m, p, x, y, B, &d);
+    net_backward(&ws1, m, p, g1, x, y, B, &d);
+    for (int off = 0; off < B; off += 2) { // parts of 2 and 1
+        int n = B - off < 2 ? B - off : 2;
+        net_dropout dp = {.seed = 5, .epoch = 2, .ids = ids + off};
+        net_forward(&ws, m, p, x + off * in, y + off, n, &dp);
+        net_backward(&ws, m, p, gp, x + off * in, y + off, n, &dp);
+    }
+    double norm = 0;
+    for (size_t i = 0; i < m->n_params; i++) norm += fabs(gr[i]);
+    assert_true(norm > 1e-3); // not a vacuous comparison
+    assert_true(check_params(m, g, gr, TOL_NET_REF, "layouts network vs NCHW reference"));
+    assert_true(check_params(m, g1, g, TOL_THREADS_SUM, "layouts network, 1 vs 2 threads"));
+    assert_true(check_params(m, gp, g, TOL_THREADS_SUM, "layouts network, parts vs whole"));
+    net_ws_free(&ws);
+    net_ws_free(&ws1);
+    free(p), free(gr), free(g), free(g1), free(gp), free(x);
+}
+
+// Layer orders the presets do not have: a 3-channel input (converted to channels-last), relu
+// after a pool, dropout and a stride-2 conv inside the per-sample trunk, convs after a dense
+// layer (batch-wise on 1x1 inputs whose channel stride is no multiple of 16, one with its relu
+// fused, the last feeding softmax from padded channels); and a pool first, a conv of exactly
+// 16 filters, a K=2 conv without padding.
+static void test_net_layouts(void **state) {
+    (void)state;
+    const layer_spec a[] = {
+        {.kind = LAYER_CONV2D, .filters = 4, .k = 3, .stride = 1, .pad = 1,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_MAXPOOL, .k = 2, .stride = 2},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_DROPOUT, .rate = 0.2f},
+        {.kind = LAYER_CONV2D, .filters = 5, .k = 3, .stride = 2, .pad = 1,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_DENSE, .units = 6, .w_init = INIT_LECUN_UNIFORM, .b_init = INIT_CONSTANT,
+         .b_arg = 0.05f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_CONV2D, .filters = 7, .k = 1, .stride = 1, .pad = 0,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_CONV2D, .filters = 4, .k = 1, .stride = 1, .pad = 0,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_ZEROS},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    const layer_spec b[] = {
+        {.kind = LAYER_MAXPOOL, .k = 3, .stride = 2},
+        {.kind = LAYER_CONV2D, .filters = 16, .k = 3, .stride = 1, .pad = 1,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_CONV2D, .filters = 3, .k = 2, .stride = 1, .pad = 0,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_DROPOUT, .rate = 0.3f},
+        {.kind = LAYER_DENSE, .units = 3, .w_init = INIT_LECUN_UNIFORM, .b_init = INIT_ZEROS},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    model m;
+    build_model(&m, 3, 6, 6, 4, a, (int)(sizeof a / sizeof a[0]));
+    net_ref_check(&m, 2100);
+    model_free(&m);
+    build_model(&m, 1, 9, 9, 3, b, (int)(sizeof b / sizeof b[0]));
+    net_ref_check(&m, 2200);
+    model_free(&m);
+}
+
 // ---- relu, dropout ----
 
 typedef struct elt_case {
@@ -686,6 +1100,11 @@ int main(void) {
         cmocka_unit_test(test_conv_threads_agree),
         cmocka_unit_test(test_maxpool_grad_fd),
         cmocka_unit_test(test_maxpool_ties_and_overlap),
+        cmocka_unit_test(test_conv_nhwc_matches_nchw),
+        cmocka_unit_test(test_conv_nhwc_threads_agree),
+        cmocka_unit_test(test_maxpool_nhwc_matches_nchw),
+        cmocka_unit_test(test_nhwc_dropout_and_layouts),
+        cmocka_unit_test(test_net_layouts),
         cmocka_unit_test(test_dense_grad_fd),
         cmocka_unit_test(test_dense_accumulates),
         cmocka_unit_test(test_relu_grad_fd),

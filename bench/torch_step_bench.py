@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""PyTorch side of bench/cpu_vs_torch.sh: trains a reference network on the CPU and prints
+samples/s per epoch, measuring only the training loop (data already in memory as tensors).
+
+The layers are tools/torch_interop.py's (same names and shapes as hetrain's presets), with
+dropout added as hetrain trains them; float32, NCHW, model.train(), F.dropout, hetrain's
+initialisers and the optimizer of the net's reference setup (cnn3: SGD lr 0.05, momentum 0.9,
+Nesterov; cnn2: Adam lr 5e-4). The first --samples Fashion-MNIST training images, in order,
+no shuffling, no validation.
+
+usage: torch_step_bench.py [--net cnn3|cnn2] [--samples N] [--epochs E] [--batch B]
+                           [--threads T] [--data DIR]
+Prints one line per epoch ("epoch E samples_per_s X time_s T loss L") and a header line with
+the versions and whether oneDNN (mkldnn) is available.
+"""
+import argparse
+import gzip
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from torch_interop import cnn2, cnn3  # noqa: E402  (the same layers hetrain's presets have)
+
+
+def cnn3_train_forward(m, x):
+    r, p = torch.relu, F.max_pool2d
+    x = p(r(m["conv2"](r(m["conv1"](x)))), 2)
+    x = p(r(m["conv3"](x)), 2).flatten(1)
+    x = F.dropout(r(m["fc1"](x)), 0.25, training=True)
+    x = F.dropout(r(m["fc2"](x)), 0.25, training=True)
+    return m["fc3"](x)
+
+
+def cnn2_train_forward(m, x):
+    r, p = torch.relu, F.max_pool2d
+    x = p(r(m["conv2"](p(r(m["conv1"](x)), 2))), 2).flatten(1)
+    x = F.dropout(r(m["fc1"](x)), 0.5, training=True)
+    return m["fc2"](x)
+
+
+def cnn3_init(m):
+    # hetrain's preset: glorot-uniform convs, lecun-uniform dense layers, zero biases.
+    for name, mod in m.items():
+        if name.startswith("conv"):
+            nn.init.xavier_uniform_(mod.weight)
+        else:
+            bound = (3.0 / mod.weight.shape[1]) ** 0.5
+            nn.init.uniform_(mod.weight, -bound, bound)
+        nn.init.zeros_(mod.bias)
+
+
+def cnn2_init(m):
+    # hetrain's preset: every weight N(0, 0.1) truncated at 2 stddev, every bias 0.1.
+    for mod in m.values():
+        nn.init.trunc_normal_(mod.weight, std=0.1, a=-0.2, b=0.2)
+        nn.init.constant_(mod.bias, 0.1)
+
+
+NETS = {
+    "cnn3": (cnn3, cnn3_init, cnn3_train_forward, 1000,
+             lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True)),
+    "cnn2": (cnn2, cnn2_init, cnn2_train_forward, 50,
+             lambda p: torch.optim.Adam(p, lr=5e-4, betas=(0.9, 0.999), eps=1e-8)),
+}
+
+
+def load(data, n):
+    with gzip.open(os.path.join(data, "train-images-idx3-ubyte.gz")) as f:
+        _, total, rows, cols = struct.unpack(">IIII", f.read(16))
+        n = min(n, total)
+        x = np.frombuffer(f.read(n * rows * cols), dtype=np.uint8).reshape(n, 1, rows, cols)
+    with gzip.open(os.path.join(data, "train-labels-idx1-ubyte.gz")) as f:
+        f.read(8)
+        y = np.frombuffer(f.read(n), dtype=np.uint8)
+    return (torch.from_numpy(x.astype(np.float32) / 255.0).contiguous(),
+            torch.from_numpy(y.astype(np.int64)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--net", choices=NETS, default="cnn3")
+    ap.add_argument("--samples", type=int, default=12000)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    build, init, forward, batch, make_opt = NETS[a.net]
+    batch = a.batch or batch
+    x, y = load(a.data, a.samples)
+    m = build()
+    with torch.no_grad():
+        init(m)
+    m.train()
+    opt = make_opt(m.parameters())
+    print(f"torch {torch.__version__}, mkldnn available {torch.backends.mkldnn.is_available()}, "
+          f"threads {torch.get_num_threads()}, net {a.net}, batch {batch}, "
+          f"samples {len(x)}", flush=True)
+    n = len(x)
+    for epoch in range(a.epochs):
+        t0 = time.perf_counter()
+        total = 0.0
+        for lo in range(0, n, batch):
+            xb, yb = x[lo:lo + batch], y[lo:lo + batch]
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(forward(m, xb), yb)
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(xb)
+        dt = time.perf_counter() - t0
+        print(f"epoch {epoch} samples_per_s {n / dt:.1f} time_s {dt:.3f} loss {total / n:.4f}",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
