@@ -17,14 +17,7 @@
 #define EXIT_USAGE 2
 
 // Runs the CLI, checks its exit status and that its output contains `want`.
-static void expect_cli(const char *args, int status, const char *want) {
-    char *out;
-    int rc = test_run_cli(args, &out);
-    if (rc != status || (want && !strstr(out, want)))
-        fail_msg("hetrain %s\n  exit %d (want %d)\n  output: %s\n  wanted text: %s", args, rc,
-                 status, out, want ? want : "(none)");
-    free(out);
-}
+#define expect_cli(args, status, want) free(test_expect_cli(args, status, want))
 
 static int count_files(const char *dir) {
     DIR *d = opendir(dir);

@@ -25,15 +25,7 @@
 #define PRED_A FIX "a.predictions.csv"
 #define PRED_B FIX "b.predictions.csv"
 
-// Runs the CLI, checks its exit status and that the output holds `want`; returns the output.
-static char *expect_cli(const char *args, int status, const char *want) {
-    static char *out; // static: -O3 gcc takes a returned local whose address escaped for dangling
-    int rc = test_run_cli(args, &out);
-    if (rc != status || (want && !strstr(out, want)))
-        fail_msg("hetrain %s\n  exit %d (want %d)\n  output: %s\n  wanted text: %s", args, rc,
-                 status, out, want ? want : "(none)");
-    return out;
-}
+#define expect_cli test_expect_cli
 
 static void expect_cli_free(const char *args, int status, const char *want) {
     free(expect_cli(args, status, want));

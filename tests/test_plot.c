@@ -22,14 +22,7 @@
 #define KERAS_OLD FIX "keras_old.csv"
 #define KERAS_NEW FIX "keras_new.csv"
 
-static char *expect_cli(const char *args, int status, const char *want) {
-    static char *out; // static: -O3 gcc takes a returned local whose address escaped for dangling
-    int rc = test_run_cli(args, &out);
-    if (rc != status || (want && !strstr(out, want)))
-        fail_msg("hetrain %s\n  exit %d (want %d)\n  output: %s\n  wanted text: %s", args, rc,
-                 status, out, want ? want : "(none)");
-    return out;
-}
+#define expect_cli test_expect_cli
 
 static int count_files(const char *dir) {
     DIR *d = opendir(dir);

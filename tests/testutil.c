@@ -1,4 +1,10 @@
 // Test helpers: tolerance checks, temporary files and running the CLI.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include "testutil.h"
 
 #include "data.h"
@@ -123,6 +129,15 @@ char *test_read_file(const char *path, size_t *len) {
     fclose(f);
     if (len) *len = got;
     return buf;
+}
+
+char *test_expect_cli(const char *args, int status, const char *want) {
+    char *out = NULL;
+    int rc = test_run_cli(args, &out);
+    if (rc != status || (want && !strstr(out, want)))
+        fail_msg("hetrain %s\n  exit %d (want %d)\n  output: %s\n  wanted text: %s", args, rc,
+                 status, out, want ? want : "(none)");
+    return out;
 }
 
 int test_run_cli(const char *args, char **out) {

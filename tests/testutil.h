@@ -42,6 +42,10 @@ int test_run_cli(const char *args, char **out);
 char *test_write_kaggle_csv(const char *dir, const char *name, const char *images,
                             const char *labels, int n, int with_labels);
 
+// Runs the CLI and fails the current test unless it exits with `status` and its output
+// contains `want` (NULL: anything). Returns the output; the caller frees it.
+char *test_expect_cli(const char *args, int status, const char *want);
+
 // Reads a whole file into a malloc'd NUL-terminated buffer; NULL when missing.
 char *test_read_file(const char *path, size_t *len);
 
