@@ -46,19 +46,7 @@ trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 
 # Kaggle CSV of the first N training images, so hetrain evaluates no test set.
-"$PY" - "$SAMPLES" "$WORK/train.csv" <<'PY'
-import gzip, struct, sys
-n, path = int(sys.argv[1]), sys.argv[2]
-d = "/usr/share/datasets/fashion-mnist/"
-with gzip.open(d + "train-images-idx3-ubyte.gz") as f:
-    f.read(16); img = f.read(784 * n)
-with gzip.open(d + "train-labels-idx1-ubyte.gz") as f:
-    f.read(8); lab = f.read(n)
-with open(path, "w") as out:
-    out.write("label," + ",".join(f"pixel{i}" for i in range(784)) + "\n")
-    for i in range(n):
-        out.write(str(lab[i]) + "," + ",".join(map(str, img[784 * i:784 * i + 784])) + "\n")
-PY
+"$PY" bench/kaggle_csv.py "$SAMPLES" "$WORK/train.csv"
 
 MACS=$("$HT" summary --model "$NET" | sed -n 's/.*multiply-adds per sample: \([0-9.]*\) M.*/\1/p')
 MFLOP=$(awk -v m="$MACS" 'BEGIN {printf "%.2f", m * 6}')

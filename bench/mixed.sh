@@ -30,21 +30,7 @@ export POCL_MAX_PTHREAD_COUNT=1 POCL_DEVICES=pthread
 CL=cl:0.0
 
 # Kaggle CSV of the first N training images (python3's standard library only).
-make_csv() {
-  python3 - "$1" "$2" <<'PY'
-import gzip, struct, sys
-n, path = int(sys.argv[1]), sys.argv[2]
-d = "/usr/share/datasets/fashion-mnist/"
-with gzip.open(d + "train-images-idx3-ubyte.gz") as f:
-    f.read(16); img = f.read(784 * n)
-with gzip.open(d + "train-labels-idx1-ubyte.gz") as f:
-    f.read(8); lab = f.read(n)
-with open(path, "w") as out:
-    out.write("label," + ",".join(f"pixel{i}" for i in range(784)) + "\n")
-    for i in range(n):
-        out.write(str(lab[i]) + "," + ",".join(map(str, img[784 * i:784 * i + 784])) + "\n")
-PY
-}
+make_csv() { python3 bench/kaggle_csv.py "$1" "$2"; }
 make_csv 6000 "$WORK/big.csv"
 make_csv 1000 "$WORK/small.csv"
 
