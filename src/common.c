@@ -59,6 +59,27 @@ void *ht_calloc(size_t n, size_t size, ht_error *e) {
     return p;
 }
 
+char *ht_escape(char *out, size_t cap, const void *s, size_t n) {
+    const unsigned char *b = s;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        char one[5];
+        int m;
+        if (b[i] == '"' || b[i] == '\\') m = snprintf(one, sizeof one, "\\%c", b[i]);
+        else if (b[i] == 0) m = snprintf(one, sizeof one, "\\0");
+        else if (b[i] < 0x20 || b[i] >= 0x7f) m = snprintf(one, sizeof one, "\\x%02x", b[i]);
+        else m = snprintf(one, sizeof one, "%c", b[i]);
+        if (k + (size_t)m + (i + 1 < n ? 4 : 1) > cap) { // room for "..." unless this is the last
+            snprintf(out + k, cap - k, "...");
+            return out;
+        }
+        memcpy(out + k, one, (size_t)m);
+        k += (size_t)m;
+    }
+    out[k] = 0;
+    return out;
+}
+
 double ht_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -24,6 +24,11 @@ int ht_wrap(ht_error *e, const char *fmt, ...) __attribute__((format(printf, 2, 
 void *ht_malloc(size_t n, size_t size, ht_error *e);
 void *ht_calloc(size_t n, size_t size, ht_error *e);
 
+// Writes n bytes of s into out (cap > 4) so a message can quote them on one line: '"' and '\'
+// escaped, NUL as \0, other bytes outside printable ASCII as \xNN; cut with "..." when it does
+// not fit. Returns out.
+char *ht_escape(char *out, size_t cap, const void *s, size_t n);
+
 // Monotonic wall clock in seconds.
 double ht_now(void);
 

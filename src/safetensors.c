@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "jsonkeys.h"
+
 // The reference implementation refuses headers above 100 MB; so do we, before allocating.
 #define ST_MAX_HEADER 100000000ull
 #define ST_MAX_DIMS 8
@@ -337,7 +339,7 @@ static int json_uints(json_object *a, uint64_t *v, size_t max, size_t *len) {
 
 typedef struct st_entry {
     st_dtype dt;
-    uint64_t begin;
+    uint64_t begin, end;
 } st_entry;
 
 // Checks one header entry against the model's tensor t and the data buffer's length.
@@ -353,12 +355,15 @@ static int check_entry(const char *path, const st_tensor *t, json_object *ent, u
     if (!jd || !json_object_is_type(jd, json_type_string))
         return ht_fail(e, "%s: tensor \"%s\": \"dtype\" missing or not a string", path, t->name);
     const char *dname = json_object_get_string(jd);
+    size_t dlen = (size_t)json_object_get_string_len(jd);
     int dt = -1;
     for (int i = 0; i < 4; i++)
-        if (!strcmp(dname, st_dtype_names[i])) dt = i;
-    if (dt < 0)
-        return ht_fail(e, "%s: tensor \"%s\": unsupported dtype \"%.32s\" (supported: F32, F16, "
-                          "BF16, F64)", path, t->name, dname);
+        if (dlen == strlen(st_dtype_names[i]) && !memcmp(dname, st_dtype_names[i], dlen)) dt = i;
+    if (dt < 0) {
+        char found[48];
+        return ht_fail(e, "%s: tensor \"%s\": unsupported dtype \"%s\" (supported: F32, F16, "
+                          "BF16, F64)", path, t->name, ht_escape(found, sizeof found, dname, dlen));
+    }
 
     uint64_t shape[ST_MAX_DIMS];
     size_t nd;
@@ -392,7 +397,46 @@ static int check_entry(const char *path, const st_tensor *t, json_object *ent, u
                        end - b, t->n, st_dtype_names[dt], need);
     out->dt = (st_dtype)dt;
     out->begin = b;
+    out->end = end;
     return 0;
+}
+
+// As the reference reader requires, the tensors' byte ranges tile the data buffer: in order of
+// their offsets each begins where the one before ended, the first at 0, the last at its end.
+static int check_tiling(const char *path, const st_tensor *ts, const st_entry *en, int nt,
+                        uint64_t data_len, ht_error *e) {
+    int *order = ht_malloc((size_t)nt, sizeof *order, e);
+    if (!order) return -1;
+    for (int i = 0; i < nt; i++) { // insertion sort: a model has a few dozen tensors
+        int k = i;
+        for (; k > 0 && en[order[k - 1]].begin > en[i].begin; k--) order[k] = order[k - 1];
+        order[k] = i;
+    }
+    uint64_t pos = 0;
+    int prev = -1, rc = 0;
+    for (int k = 0; k < nt && !rc; k++) {
+        const st_entry *x = &en[order[k]];
+        const char *name = ts[order[k]].name;
+        if (x->begin < pos)
+            rc = ht_fail(e, "%s: tensors \"%s\" [%" PRIu64 ",%" PRIu64 "] and \"%s\" [%" PRIu64
+                            ",%" PRIu64 "] overlap in the data buffer", path, ts[prev].name,
+                         en[prev].begin, en[prev].end, name, x->begin, x->end);
+        else if (x->begin > pos && prev < 0)
+            rc = ht_fail(e, "%s: data buffer bytes [0,%" PRIu64 ") before tensor \"%s\" belong to "
+                            "no tensor", path, x->begin, name);
+        else if (x->begin > pos)
+            rc = ht_fail(e, "%s: data buffer bytes [%" PRIu64 ",%" PRIu64 ") between tensors \"%s\" "
+                            "and \"%s\" belong to no tensor", path, pos, x->begin,
+                         ts[prev].name, name);
+        pos = x->end;
+        prev = order[k];
+    }
+    if (!rc && pos != data_len)
+        rc = ht_fail(e, "%s: data buffer bytes [%" PRIu64 ",%" PRIu64 ") after %s%s%s belong to no "
+                        "tensor", path, pos, data_len, prev < 0 ? "the header" : "tensor \"",
+                     prev < 0 ? "" : ts[prev].name, prev < 0 ? "" : "\"");
+    free(order);
+    return rc;
 }
 
 static int read_tensor(const char *path, FILE *f, const st_tensor *t, const st_entry *en,
@@ -490,11 +534,38 @@ int safetensors_load(const char *path, const model *m, float *params, ht_error *
         ht_fail(e, "%s: header is not a JSON object", path);
         goto done;
     }
-    json_object *meta;
-    if (json_object_object_get_ex(root, "__metadata__", &meta) &&
-        !json_object_is_type(meta, json_type_object)) {
-        ht_fail(e, "%s: \"__metadata__\" is not a JSON object", path);
+    // json-c keeps the last of two equal keys and cuts a key at an escaped NUL; the text says
+    // whether either happened.
+    jsonkeys_finding dup;
+    if (jsonkeys_scan(hdr, json_tokener_get_parse_end(tok), &dup) < 0) {
+        ht_fail(e, "%s: out of memory checking the header's keys", path);
         goto done;
+    }
+    if (dup.kind != JSONKEYS_NONE) {
+        char where[128] = "in the header";
+        if (dup.nested) snprintf(where, sizeof where, "in \"%s\"", dup.parent);
+        if (dup.kind == JSONKEYS_DUPLICATE)
+            ht_fail(e, "%s: duplicate key \"%s\" %s (second one at header byte %zu)", path,
+                    dup.key, where, dup.offset);
+        else
+            ht_fail(e, "%s: key \"%s\" %s holds a NUL character (header byte %zu)", path,
+                    dup.key, where, dup.offset);
+        goto done;
+    }
+    json_object *meta;
+    if (json_object_object_get_ex(root, "__metadata__", &meta)) {
+        if (!json_object_is_type(meta, json_type_object)) {
+            ht_fail(e, "%s: \"__metadata__\" is not a JSON object", path);
+            goto done;
+        }
+        json_object_object_foreach(meta, mkey, mval) {
+            if (!json_object_is_type(mval, json_type_string)) {
+                char k[64];
+                ht_fail(e, "%s: \"__metadata__\" value of \"%s\" is not a string", path,
+                        ht_escape(k, sizeof k, mkey, strlen(mkey)));
+                goto done;
+            }
+        }
     }
 
     // Check the whole header before reading any data: every model tensor present and
@@ -520,6 +591,7 @@ int safetensors_load(const char *path, const model *m, float *params, ht_error *
             goto done;
         }
     }
+    if (check_tiling(path, ts, ents, nt, data_len, e)) goto done;
 
     // Read into a scratch buffer so a failure leaves params untouched.
     if (!(tmp = ht_malloc(total, sizeof *tmp, e)) || !(chunk = ht_malloc(ST_CHUNK, 1, e)))

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "jsonkeys.h"
 #include "safetensors.h"
 #include "testutil.h"
 
@@ -512,6 +513,104 @@ static void test_malformed(void **state) {
     free(dir);
 }
 
+// What the reference reader refuses beyond single entries: byte ranges that overlap, leave
+// gaps or stop short of the buffer's end; duplicate keys at any depth (json-c would keep the
+// last); a key cut by an escaped NUL; metadata values that are not strings.
+static void test_header_strictness(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("st-strict");
+    // Layout: the two tensors tile [0,32), weight first or bias first.
+    expect_fail(dir, "overlap.st", "{" W_OK_ "," B_("F32", "[2]", "[16,24]") "}", 24,
+                "tensors \"fc.weight\" [0,24] and \"fc.bias\" [16,24] overlap in the data buffer");
+    expect_fail(dir, "overlap2.st", "{" W_("F32", "[2,3]", "[4,28]") "," B_("F32", "[2]", "[0,8]") "}",
+                32, "tensors \"fc.bias\" [0,8] and \"fc.weight\" [4,28] overlap");
+    expect_fail(dir, "gap.st", "{" W_OK_ "," B_("F32", "[2]", "[28,36]") "}", 36,
+                "data buffer bytes [24,28) between tensors \"fc.weight\" and \"fc.bias\" belong "
+                "to no tensor");
+    expect_fail(dir, "lead.st", "{" W_("F32", "[2,3]", "[12,36]") "," B_("F32", "[2]", "[4,12]") "}",
+                36, "data buffer bytes [0,4) before tensor \"fc.bias\" belong to no tensor");
+    expect_fail(dir, "tail.st", "{" W_OK_ "," B_OK_ "}", 40,
+                "data buffer bytes [32,40) after tensor \"fc.bias\" belong to no tensor");
+
+    // Duplicate keys: top level (also spelt with an escape), __metadata__, inside an entry and
+    // inside the metadata. The second copy is the one named, by its byte in the header.
+    expect_fail(dir, "dup.st", "{" W_OK_ "," B_OK_ "," W_OK_ "}", 32,
+                "duplicate key \"fc.weight\" in the header (second one at header byte 126)");
+    expect_fail(dir, "dupesc.st",
+                "{" W_OK_ "," B_OK_ "," ENTRY_("fc\\u002eweight", "F32", "[2,3]", "[0,24]") "}", 32,
+                "duplicate key \"fc.weight\" in the header");
+    expect_fail(dir, "dupmeta.st",
+                "{\"__metadata__\":{\"format\":\"pt\"}," W_OK_ "," B_OK_ ",\"__metadata__\":{}}", 32,
+                "duplicate key \"__metadata__\" in the header");
+    expect_fail(dir, "dupdtype.st",
+                "{" W_OK_ ",\"fc.bias\":{\"dtype\":\"F16\",\"shape\":[2],\"dtype\":\"F32\","
+                "\"data_offsets\":[24,32]}}", 32,
+                "duplicate key \"dtype\" in \"fc.bias\"");
+    expect_fail(dir, "dupdeep.st",
+                "{\"__metadata__\":{\"a\":\"x\",\"b\":\"{\\\"a\\\":1}\",\"a\":\"y\"}," W_OK_ ","
+                B_OK_ "}", 32, "duplicate key \"a\" in \"__metadata__\"");
+    expect_fail(dir, "nulkey.st",
+                "{" ENTRY_("fc.weight\\u0000x", "F32", "[2,3]", "[0,24]") "," B_OK_ "}", 32,
+                "key \"fc.weight\\0x\" in the header holds a NUL character");
+    expect_fail(dir, "nuldtype.st", "{" W_("F32\\u0000x", "[2,3]", "[0,24]") "," B_OK_ "}", 32,
+                "unsupported dtype \"F32\\0x\"");
+    expect_fail(dir, "metaint.st", "{\"__metadata__\":{\"epochs\":10}," W_OK_ "," B_OK_ "}", 32,
+                "\"__metadata__\" value of \"epochs\" is not a string");
+
+    // Equal keys in different objects are fine, and so are keys that only look alike.
+    test_model t;
+    model_fc(&t, 3);
+    float p[8];
+    ht_error e;
+    char *ok = write_st(dir, "ok.st",
+                        "{\"__metadata__\":{\"fc.bias\":\"x\",\"dtype\":\"y\",\"fc.bias \":\"z\"},"
+                        B_OK_ "," W_OK_ "}", (unsigned char[32]){0}, 32);
+    if (safetensors_load(ok, &t.m, p, &e)) fail_msg("%s", e.msg);
+    free(ok);
+    free(dir);
+}
+
+// The key scanner on its own: strings holding braces and quotes, arrays of objects, surrogate
+// pairs against their UTF-8 spelling, and the first finding in the text winning.
+static void test_jsonkeys(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        jsonkeys_kind kind;
+        const char *key, *parent;
+        size_t offset;
+    } cases[] = {
+        {"{}", JSONKEYS_NONE, "", "", 0},
+        {"{\"a\":\"}\\\"{\\\"a\\\":\",\"b\":[{\"a\":1},{\"a\":2}]}", JSONKEYS_NONE, "", "", 0},
+        {"[{\"x\":1,\"y\":{\"k\":[true,null,-1.5e3]},\"x\":2}]", JSONKEYS_DUPLICATE, "x", "", 37},
+        {"{\"\\ud83d\\ude00\":1,\"\xf0\x9f\x98\x80\":2}", JSONKEYS_DUPLICATE,
+         "\\xf0\\x9f\\x98\\x80", "", 18},
+        {"{\"\\ud800\":1,\"\\udbff\":2}", JSONKEYS_DUPLICATE, "\\xef\\xbf\\xbd", "", 12},
+        {"{\"o\":{\"p\":1,\"p\":2},\"o\":0}", JSONKEYS_DUPLICATE, "p", "o", 12},
+        {"{\"o\":{\"q\":1,\"r\":2},\"o\":0,\"z\":{\"s\":1,\"s\":2}}", JSONKEYS_DUPLICATE, "o", "", 19},
+        {"{\"\":{\"a\\u0000\":1}}", JSONKEYS_NUL, "a\\0", "", 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        jsonkeys_finding f;
+        assert_int_equal(jsonkeys_scan(cases[i].text, strlen(cases[i].text), &f), 0);
+        if (f.kind != cases[i].kind || strcmp(f.key, cases[i].key) ||
+            strcmp(f.parent, cases[i].parent) || f.offset != cases[i].offset)
+            fail_msg("case %zu %s: found kind %d key \"%s\" in \"%s\" at %zu", i, cases[i].text,
+                     f.kind, f.key, f.parent, f.offset);
+    }
+    // An empty parent key is still a parent.
+    jsonkeys_finding f;
+    const char *empty_parent = "{\"\":{\"a\":1,\"a\":1}}";
+    assert_int_equal(jsonkeys_scan(empty_parent, strlen(empty_parent), &f), 0);
+    assert_int_equal(f.kind, JSONKEYS_DUPLICATE);
+    assert_int_equal(f.nested, 1);
+    // Bounded on text no parser would have accepted.
+    char deep[4096];
+    memset(deep, '[', sizeof deep);
+    assert_int_equal(jsonkeys_scan(deep, sizeof deep, &f), 0);
+    assert_int_equal(f.kind, JSONKEYS_NONE);
+}
+
 static int has_tmp_file(const char *dir) {
     DIR *d = opendir(dir);
     assert_non_null(d);
@@ -561,6 +660,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_saved_layout),
         cmocka_unit_test(test_python_layout),   cmocka_unit_test(test_dtype_conversion),
         cmocka_unit_test(test_malformed),       cmocka_unit_test(test_save_errors),
+        cmocka_unit_test(test_header_strictness), cmocka_unit_test(test_jsonkeys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
