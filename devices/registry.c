@@ -236,7 +236,9 @@ int device_open_list(device **devs, int *n, const char *specs, const model *m, i
 }
 
 void device_close_list(device *devs, int n) {
+    // A hung device's context belongs to the worker thread still inside it, which closes it
+    // when it comes back (sharding/engine.c).
     for (int i = 0; i < n; i++)
-        if (devs[i].ops && devs[i].ops->close) devs[i].ops->close(devs[i].ctx);
+        if (devs[i].ops && devs[i].ops->close && !devs[i].hung) devs[i].ops->close(devs[i].ctx);
     free(devs);
 }

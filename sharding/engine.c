@@ -5,6 +5,7 @@
 #include "engine.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -52,94 +53,160 @@ void engine_drop_device(engine *g, int d) {
 void engine_set_timeout(engine *g, double seconds) { g->timeout_s = seconds > 0 ? seconds : ENGINE_DEFAULT_TIMEOUT; }
 void engine_set_nan_stop(engine *g, int stop) { g->nan_stop = stop; }
 
+// What the engine and its workers share. Reference-counted: a worker the engine gave up on
+// keeps it alive until it comes back, so that it never touches freed memory.
+struct engine_hub {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    unsigned long gen; // pass number
+    int stop;
+    int refs;          // the engine and each running worker
+    float *params;     // the master parameters (n_params)
+};
+
+static atomic_int stray_workers;
+
+int engine_stray_workers(void) { return atomic_load(&stray_workers); }
+
+static void hub_release(engine_hub *h) {
+    pthread_mutex_lock(&h->mu);
+    int last = --h->refs == 0;
+    pthread_mutex_unlock(&h->mu);
+    if (!last) return;
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->go);
+    pthread_cond_destroy(&h->done);
+    free(h->params);
+    free(h);
+}
+
+static void work_free(engine_work *w) {
+    if (!w) return;
+    free(w->x);
+    free(w->y);
+    free(w->ids);
+    free(w->grad_sum);
+    free(w->loss);
+    free(w->pred);
+    free(w->probs);
+    free(w);
+}
+
 // The test hook for a device that stops answering: sleeps until the engine shuts down.
-static void injected_hang(engine *g) {
+static void injected_hang(engine_hub *h) {
     for (;;) {
-        pthread_mutex_lock(&g->mu);
-        int stop = g->stop;
-        pthread_mutex_unlock(&g->mu);
+        pthread_mutex_lock(&h->mu);
+        int stop = h->stop;
+        pthread_mutex_unlock(&h->mu);
         if (stop) return;
         usleep(20000);
     }
 }
 
-// Runs device s's share of the current task: broadcast if stale, gather, compute.
-static void slot_run(engine *g, engine_slot *s) {
+#define FAULT_BIT(k) (1u << (k))
+
+// Runs one pass of a worker's task on its device: parameters if asked, then the samples.
+static void work_run(engine_work *w) {
     double t0 = ht_now();
-    const char *spec = s->dev->spec;
-    long step = g->task_kind == TASK_TRAIN ? g->step : 0;
-    s->rc = 0;
-    s->bcast_s = 0;
-    s->note[0] = 0;
-    if (s->weights_stale) {
-        if ((s->rc = s->dev->ops->set_weights(s->dev->ctx, g->params, &s->err)) < 0) return;
-        s->weights_stale = 0;
-        s->bcast_s = ht_now() - t0;
+    w->rc = 0;
+    w->bcast_s = 0;
+    w->micro = 0;
+    w->note[0] = 0;
+    if (w->send_params) {
+        if ((w->rc = w->ops->set_weights(w->ctx, w->hub->params, &w->err)) < 0) return;
+        w->bcast_s = ht_now() - t0;
     }
-    if (step && fault_planned(&g->faults, FAULT_HANG, spec, step)) injected_hang(g);
-    if (step && fault_planned(&g->faults, FAULT_FAIL, spec, step)) {
-        s->rc = ht_fail(&s->err, "injected failure (HETRAIN_FAULT) at step %ld", step);
+    if (w->faults & FAULT_BIT(FAULT_HANG)) {
+        injected_hang(w->hub);
+        w->rc = ht_fail(&w->err, "stopped while hung (HETRAIN_FAULT)");
         return;
     }
+    if (w->faults & FAULT_BIT(FAULT_FAIL)) {
+        w->rc = ht_fail(&w->err, "injected failure (HETRAIN_FAULT) at step %ld", w->step);
+        return;
+    }
+    if (w->kind == TASK_TRAIN && w->n > 0) {
+        shard_job job = {.x = w->x, .y = w->y, .ids = w->ids, .n = w->n, .seed = w->seed,
+                         .epoch = w->epoch, .fault_oom = !!(w->faults & FAULT_BIT(FAULT_OOM))};
+        shard_result res = {.grad_sum = w->grad_sum, .loss = w->loss, .pred = w->pred};
+        w->rc = w->ops->train_shard(w->ctx, &job, &res, &w->err);
+        if (w->rc == 0) w->micro = res.micro;
+        snprintf(w->note, sizeof w->note, "%s", res.note);
+        if (w->rc == 0 && (w->faults & FAULT_BIT(FAULT_CORRUPT)))
+            for (size_t i = 0; i < w->n_params; i++) w->grad_sum[i] *= 1.5f;
+        if (w->rc == 0 && (w->faults & FAULT_BIT(FAULT_NAN))) w->grad_sum[0] = NAN;
+    } else if (w->n > 0) {
+        w->rc = w->ops->infer(w->ctx, w->x, w->n, w->probs, &w->err);
+    }
+    w->busy_s = ht_now() - t0;
+}
+
+static void *worker_main(void *arg) {
+    engine_work *w = arg;
+    engine_hub *h = w->hub;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&h->mu);
+    for (;;) {
+        while (!h->stop && h->gen == seen) pthread_cond_wait(&h->go, &h->mu);
+        if (h->stop) break;
+        seen = h->gen;
+        if (!w->go) continue;
+        pthread_mutex_unlock(&h->mu);
+        work_run(w);
+        pthread_mutex_lock(&h->mu);
+        w->done_gen = seen;
+        if (w->abandoned) break;
+        pthread_cond_broadcast(&h->done);
+    }
+    int abandoned = w->abandoned;
+    pthread_mutex_unlock(&h->mu);
+    if (abandoned) {
+        // The engine dropped this device and left it to us: it is ours to close.
+        if (w->ops->close) w->ops->close(w->ctx);
+        work_free(w);
+        atomic_fetch_sub(&stray_workers, 1);
+    }
+    hub_release(h);
+    return NULL;
+}
+
+// Hands the positions of device s's pass to its worker: the samples gathered, the faults to
+// inject, whether to send the parameters first.
+static void work_prepare(engine *g, engine_slot *s) {
+    engine_work *w = s->work;
     const dataset *ds = g->task_ds;
     int train = g->task_kind == TASK_TRAIN;
     size_t in = (size_t)ds->c * ds->h * ds->w;
     for (int i = 0; i < s->n; i++) {
         uint32_t id = train ? g->task_idx[s->pos[i]] : (uint32_t)(g->task_start + s->pos[i]);
-        memcpy(s->x + i * in, ds->x + (size_t)id * in, sizeof(float) * in);
-        s->ids[i] = id;
-        if (ds->y) s->y[i] = ds->y[id];
+        memcpy(w->x + i * in, ds->x + (size_t)id * in, sizeof(float) * in);
+        w->ids[i] = id;
+        w->y[i] = ds->y ? ds->y[id] : 0;
     }
-    if (train && s->n > 0) {
-        shard_job job = {.x = s->x, .y = s->y, .ids = s->ids, .n = s->n, .seed = g->seed,
-                         .epoch = g->task_epoch,
-                         .fault_oom = step && fault_planned(&g->faults, FAULT_OOM, spec, step)};
-        shard_result res = {.grad_sum = s->grad_sum, .loss = s->loss, .pred = s->pred};
-        s->rc = s->dev->ops->train_shard(s->dev->ctx, &job, &res, &s->err);
-        if (s->rc == 0 && res.micro > 0) s->dev->micro = res.micro;
-        snprintf(s->note, sizeof s->note, "%s", res.note);
-        if (s->rc == 0 && fault_planned(&g->faults, FAULT_CORRUPT, spec, step)) {
-            for (size_t i = 0; i < g->m->n_params; i++) s->grad_sum[i] *= 1.5f;
-        }
-        if (s->rc == 0 && step && fault_planned(&g->faults, FAULT_NAN, spec, step))
-            s->grad_sum[0] = NAN;
-    } else if (s->n > 0) {
-        s->rc = s->dev->ops->infer(s->dev->ctx, s->x, s->n, s->probs, &s->err);
-    }
-    s->busy_s = ht_now() - t0;
-}
-
-typedef struct worker_arg {
-    engine *g;
-    int d;
-} worker_arg;
-
-static void *worker_main(void *varg) {
-    worker_arg a = *(worker_arg *)varg;
-    free(varg);
-    engine *g = a.g;
-    engine_slot *s = &g->slots[a.d];
-    unsigned long seen = 0;
-    pthread_mutex_lock(&g->mu);
-    for (;;) {
-        while (!g->stop && g->gen == seen) pthread_cond_wait(&g->go, &g->mu);
-        if (g->stop) break;
-        seen = g->gen;
-        if (!s->dispatched) continue;
-        pthread_mutex_unlock(&g->mu);
-        slot_run(g, s);
-        pthread_mutex_lock(&g->mu);
-        s->done_gen = seen;
-        pthread_cond_broadcast(&g->done);
-    }
-    pthread_mutex_unlock(&g->mu);
-    return NULL;
+    long step = train ? g->step : 0;
+    w->faults = 0;
+    for (int k = FAULT_FAIL; k <= FAULT_CORRUPT; k++)
+        if (fault_planned(&g->faults, (fault_kind)k, s->dev->spec, step)) w->faults |= FAULT_BIT(k);
+    w->kind = g->task_kind;
+    w->n = s->n;
+    w->seed = g->seed;
+    w->epoch = g->task_epoch;
+    w->step = g->step;
+    w->send_params = s->params_stale;
+    w->go = s->dispatched;
 }
 
 // Runs the current task on every dispatched device and waits for them, at most timeout_s. A
 // device that errs or does not answer is marked failed (with an event); its positions go to
-// g->orphans. Returns the number of devices that failed in this pass.
+// g->orphans. A device that does not answer is given up: its worker keeps its own buffers and
+// closes the device if it ever comes back. Returns the number of devices that failed.
 static int dispatch(engine *g) {
+    engine_hub *h = g->hub;
+    for (int d = 0; d < g->n_devs; d++) {
+        engine_slot *s = &g->slots[d];
+        if (s->work) s->work->go = 0;
+        if (s->dispatched) work_prepare(g, s);
+    }
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     double whole = floor(g->timeout_s);
@@ -149,24 +216,38 @@ static int dispatch(engine *g) {
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000L;
     }
-    pthread_mutex_lock(&g->mu);
-    unsigned long gen = ++g->gen;
-    pthread_cond_broadcast(&g->go);
+    pthread_mutex_lock(&h->mu);
+    unsigned long gen = ++h->gen;
+    pthread_cond_broadcast(&h->go);
     for (;;) {
         int waiting = 0;
         for (int d = 0; d < g->n_devs; d++)
-            waiting += g->slots[d].dispatched && g->slots[d].done_gen != gen;
+            waiting += g->slots[d].dispatched && g->slots[d].work->done_gen != gen;
         if (!waiting) break;
-        if (pthread_cond_timedwait(&g->done, &g->mu, &deadline) == ETIMEDOUT) break;
+        if (pthread_cond_timedwait(&h->done, &h->mu, &deadline) == ETIMEDOUT) break;
     }
     int failed = 0;
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
         if (!s->dispatched) continue;
-        if (s->done_gen != gen) {
-            // Its thread is still inside the device: never touch either again.
+        engine_work *w = s->work;
+        const char *note = "";
+        if (w->done_gen != gen) {
+            // Its thread is still inside the device: leave both to it from now on.
+            w->abandoned = 1;
+            s->work = NULL;
             s->dev->hung = 1;
-            s->rc = ht_fail(&s->err, "no answer within %.0f s", g->timeout_s);
+            pthread_detach(g->threads[d]);
+            atomic_fetch_add(&stray_workers, 1);
+            s->rc = ht_fail(&s->err, "no answer within %g s", g->timeout_s);
+        } else {
+            s->rc = w->rc;
+            s->err = w->err;
+            s->busy_s = w->busy_s;
+            s->bcast_s = w->bcast_s;
+            if (w->rc == 0 && w->send_params) s->params_stale = 0;
+            if (w->rc == 0 && w->micro > 0) s->dev->micro = w->micro;
+            note = w->note;
         }
         if (s->rc < 0) {
             s->failed = 1;
@@ -177,11 +258,11 @@ static int dispatch(engine *g) {
             event(g, "%s%ld: device %s failed and was dropped: %s; its %d sample%s went to the "
                      "other devices", g->task_kind == TASK_TRAIN ? "step " : "inference, step ",
                   g->step, s->dev->spec, s->err.msg, s->n, s->n == 1 ? "" : "s");
-        } else if (s->note[0]) {
-            event(g, "step %ld: device %s: %s", g->step, s->dev->spec, s->note);
+        } else if (note[0]) {
+            event(g, "step %ld: device %s: %s", g->step, s->dev->spec, note);
         }
     }
-    pthread_mutex_unlock(&g->mu);
+    pthread_mutex_unlock(&h->mu);
     return failed;
 }
 
@@ -243,41 +324,35 @@ static void probe_idle(engine *g) {
     }
 }
 
-// Whether a slot's results hold a non-finite loss or gradient element.
-static int non_finite(const engine *g, const engine_slot *s) {
-    for (int i = 0; i < s->n; i++)
-        if (!isfinite(s->loss[i])) return 1;
-    for (size_t i = 0; i < g->m->n_params; i++)
-        if (!isfinite(s->grad_sum[i])) return 1;
+// Whether a pass's results hold a non-finite loss or gradient element.
+static int non_finite(const engine_work *w) {
+    for (int i = 0; i < w->n; i++)
+        if (!isfinite(w->loss[i])) return 1;
+    for (size_t i = 0; i < w->n_params; i++)
+        if (!isfinite(w->grad_sum[i])) return 1;
     return 0;
 }
 
-static int slot_alloc(engine *g, engine_slot *s, device *dev, ht_error *e) {
+static engine_work *work_alloc(engine *g, const device *dev, ht_error *e) {
     size_t B = (size_t)g->max_batch, in = (size_t)g->m->in_c * g->m->in_h * g->m->in_w;
-    s->dev = dev;
-    s->weights_stale = 1;
-    s->pos = ht_malloc(B, sizeof *s->pos, e);
-    s->x = ht_malloc(B * in, sizeof *s->x, e);
-    s->y = ht_calloc(B, sizeof *s->y, e);
-    s->ids = ht_malloc(B, sizeof *s->ids, e);
-    s->grad_sum = ht_malloc(g->m->n_params, sizeof *s->grad_sum, e);
-    s->loss = ht_malloc(B, sizeof *s->loss, e);
-    s->pred = ht_malloc(B, sizeof *s->pred, e);
-    s->probs = ht_malloc(B * (size_t)g->m->n_classes, sizeof *s->probs, e);
-    if (!s->pos || !s->x || !s->y || !s->ids || !s->grad_sum || !s->loss || !s->pred || !s->probs)
-        return -1;
-    return 0;
-}
-
-static void slot_free(engine_slot *s) {
-    free(s->pos);
-    free(s->x);
-    free(s->y);
-    free(s->ids);
-    free(s->grad_sum);
-    free(s->loss);
-    free(s->pred);
-    free(s->probs);
+    engine_work *w = ht_calloc(1, sizeof *w, e);
+    if (!w) return NULL;
+    w->hub = g->hub;
+    w->ops = dev->ops;
+    w->ctx = dev->ctx;
+    w->n_params = g->m->n_params;
+    w->x = ht_malloc(B * in, sizeof *w->x, e);
+    w->y = ht_calloc(B, sizeof *w->y, e);
+    w->ids = ht_malloc(B, sizeof *w->ids, e);
+    w->grad_sum = ht_malloc(g->m->n_params, sizeof *w->grad_sum, e);
+    w->loss = ht_malloc(B, sizeof *w->loss, e);
+    w->pred = ht_malloc(B, sizeof *w->pred, e);
+    w->probs = ht_malloc(B * (size_t)g->m->n_classes, sizeof *w->probs, e);
+    if (!w->x || !w->y || !w->ids || !w->grad_sum || !w->loss || !w->pred || !w->probs) {
+        work_free(w);
+        return NULL;
+    }
+    return w;
 }
 
 int engine_init(engine *g, const model *m, device *devs, int n_devs, const float *params,
@@ -294,80 +369,71 @@ int engine_init(engine *g, const model *m, device *devs, int n_devs, const float
     g->balance = BALANCE_STATIC;
     g->rebalance = 1;
     g->timeout_s = ENGINE_DEFAULT_TIMEOUT;
-    pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->go, NULL);
-    pthread_cond_init(&g->done, NULL);
-    g->params = ht_malloc(m->n_params, sizeof(float), e);
+    engine_hub *h = g->hub = ht_calloc(1, sizeof *h, e);
+    if (!h) return -1;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->go, NULL);
+    pthread_cond_init(&h->done, NULL);
+    h->refs = 1;
+    h->params = g->params = ht_malloc(m->n_params, sizeof(float), e);
     g->grad = ht_malloc(m->n_params, sizeof(float), e);
     g->orphans = ht_malloc((size_t)max_batch, sizeof *g->orphans, e);
     g->slots = ht_calloc((size_t)n_devs, sizeof *g->slots, e);
     g->threads = ht_calloc((size_t)n_devs, sizeof *g->threads, e);
     if (!g->params || !g->grad || !g->orphans || !g->slots || !g->threads ||
         optim_init(&g->opt, s, m->n_params, e) < 0) {
-        g->n_devs = 0;
         engine_free(g);
         return -1;
     }
     memcpy(g->params, params, sizeof(float) * m->n_params);
     for (int d = 0; d < n_devs; d++) {
-        if (slot_alloc(g, &g->slots[d], &devs[d], e) < 0) {
-            g->n_devs = 0;
+        engine_slot *sl = &g->slots[d];
+        sl->dev = &devs[d];
+        sl->params_stale = 1;
+        sl->pos = ht_malloc((size_t)max_batch, sizeof *sl->pos, e);
+        sl->work = sl->pos ? work_alloc(g, &devs[d], e) : NULL;
+        if (!sl->work) {
             engine_free(g);
             return ht_wrap(e, "buffers for device %s", devs[d].spec);
         }
-    }
-    for (int d = 0; d < n_devs; d++) {
-        worker_arg *a = malloc(sizeof *a);
-        if (a) {
-            a->g = g;
-            a->d = d;
-        }
-        if (!a || pthread_create(&g->threads[d], NULL, worker_main, a) != 0) {
-            free(a);
-            g->n_devs = d; // join only the ones started
+        pthread_mutex_lock(&h->mu);
+        h->refs++;
+        pthread_mutex_unlock(&h->mu);
+        if (pthread_create(&g->threads[d], NULL, worker_main, sl->work) != 0) {
+            pthread_mutex_lock(&h->mu);
+            h->refs--;
+            pthread_mutex_unlock(&h->mu);
             engine_free(g);
-            return ht_fail(e, "engine: cannot start a worker thread for device %d", d);
+            return ht_fail(e, "engine: cannot start a worker thread for device %s", devs[d].spec);
         }
+        sl->started = 1;
     }
     return 0;
 }
 
 void engine_free(engine *g) {
-    if (g->threads) {
-        pthread_mutex_lock(&g->mu);
-        g->stop = 1;
-        pthread_cond_broadcast(&g->go);
-        pthread_mutex_unlock(&g->mu);
-        for (int d = 0; d < g->n_devs; d++) {
-            if (!g->devs[d].hung) {
-                pthread_join(g->threads[d], NULL);
-                continue;
-            }
-            // A device that stopped answering may never return: wait a little, then leave
-            // its thread and buffers alone rather than free them under it.
-            struct timespec t;
-            clock_gettime(CLOCK_REALTIME, &t);
-            t.tv_sec += 2;
-            if (pthread_timedjoin_np(g->threads[d], NULL, &t) == 0) {
-                g->devs[d].hung = 0;
-            } else {
-                pthread_detach(g->threads[d]);
-                memset(&g->slots[d], 0, sizeof g->slots[d]);
-            }
-        }
-        free(g->threads);
+    engine_hub *h = g->hub;
+    if (h) {
+        pthread_mutex_lock(&h->mu);
+        h->stop = 1;
+        pthread_cond_broadcast(&h->go);
+        pthread_mutex_unlock(&h->mu);
+        // A worker given up on (work == NULL) is detached and frees its own; join the others.
+        for (int d = 0; g->slots && d < g->n_devs; d++)
+            if (g->slots[d].started && g->slots[d].work) pthread_join(g->threads[d], NULL);
     }
-    if (g->slots)
-        for (int d = 0; d < g->n_devs; d++) slot_free(&g->slots[d]);
+    for (int d = 0; g->slots && d < g->n_devs; d++) {
+        free(g->slots[d].pos);
+        work_free(g->slots[d].work);
+    }
+    free(g->threads);
     free(g->slots);
-    free(g->params);
     free(g->grad);
     free(g->orphans);
     optim_free(&g->opt);
     shard_plan_free(&g->plan);
-    pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->go);
-    pthread_cond_destroy(&g->done);
+    if (h) hub_release(h); // frees the parameters with the last worker
+    else free(g->params);
     memset(g, 0, sizeof *g);
 }
 
@@ -420,10 +486,11 @@ int engine_self_check(engine *g, const dataset *ds, const uint32_t *idx, int n, 
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
         if (!s->dispatched || s->failed) continue;
+        const engine_work *w = s->work;
         double num = 0, worst = 0;
         size_t wi = 0;
         for (size_t i = 0; i < m->n_params; i++) {
-            double diff = (double)s->grad_sum[i] - ref[i];
+            double diff = (double)w->grad_sum[i] - ref[i];
             num += diff * diff;
             if (!(fabs(diff) <= worst)) {
                 worst = fabs(diff);
@@ -433,7 +500,7 @@ int engine_self_check(engine *g, const dataset *ds, const uint32_t *idx, int n, 
         double rel = ref_norm > 0 ? sqrt(num) / ref_norm : sqrt(num);
         double lworst = 0;
         for (int i = 0; i < n; i++) {
-            double dl = fabs((double)s->loss[i] - ws.loss[i]);
+            double dl = fabs((double)w->loss[i] - ws.loss[i]);
             if (!(dl <= lworst)) lworst = dl;
         }
         if (!(rel <= tol) || !(lworst <= tol * 10)) {
@@ -456,7 +523,7 @@ int engine_self_check(engine *g, const dataset *ds, const uint32_t *idx, int n, 
             event(g, "self-check: device %s (%s) excluded: its gradient differs from the CPU "
                      "reference by %.3g (relative L2, tolerance %.3g), worst element %s%s[%zu] "
                      "%.6g vs %.6g; largest loss difference %.3g",
-                  s->dev->spec, s->dev->name, rel, tol, tensor, part, at, (double)s->grad_sum[wi],
+                  s->dev->spec, s->dev->name, rel, tol, tensor, part, at, (double)w->grad_sum[wi],
                   (double)ref[wi], lworst);
         }
     }
@@ -501,17 +568,18 @@ static int gather(engine *g, float *loss, int32_t *pred, step_stats *st) {
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
         if (!s->dispatched || s->failed) continue;
-        if (non_finite(g, s)) {
+        const engine_work *w = s->work;
+        if (non_finite(w)) {
             bad = 1;
             event(g, "step %ld: device %s returned a non-finite loss or gradient", g->step,
                   s->dev->spec);
         }
         float *acc = g->grad;
-        const float *gs = s->grad_sum;
+        const float *gs = w->grad_sum;
         for (size_t i = 0; i < g->m->n_params; i++) acc[i] += gs[i];
         for (int i = 0; i < s->n; i++) {
-            if (loss) loss[s->pos[i]] = s->loss[i];
-            if (pred) pred[s->pos[i]] = s->pred[i];
+            if (loss) loss[s->pos[i]] = w->loss[i];
+            if (pred) pred[s->pos[i]] = w->pred[i];
         }
         if (st) {
             st->busy_s[d] += s->busy_s;
@@ -566,7 +634,7 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
         float inv = 1.0f / (float)B;
         for (size_t i = 0; i < g->m->n_params; i++) g->grad[i] *= inv;
         optim_step(&g->opt, g->params, g->grad);
-        for (int d = 0; d < g->n_devs; d++) g->slots[d].weights_stale = 1;
+        for (int d = 0; d < g->n_devs; d++) g->slots[d].params_stale = 1;
     }
     double t2 = ht_now(), bcast = 0;
     for (int d = 0; d < g->n_devs; d++)
@@ -590,7 +658,7 @@ int engine_infer(engine *g, const dataset *ds, int start, int n, float *probs, h
                 engine_slot *s = &g->slots[d];
                 if (!s->dispatched || s->failed) continue;
                 for (int i = 0; i < s->n; i++)
-                    memcpy(probs + (size_t)(off + s->pos[i]) * nc, s->probs + (size_t)i * nc,
+                    memcpy(probs + (size_t)(off + s->pos[i]) * nc, s->work->probs + (size_t)i * nc,
                            sizeof(float) * nc);
             }
             if (g->n_orphans == 0) break;

@@ -49,7 +49,7 @@ typedef struct engine {
     int n_devs;
     int max_batch;
     uint64_t seed;
-    float *params;   // master weights (n_params)
+    float *params;   // master weights (n_params), shared with the workers through the hub
     float *grad;     // reduced mean gradient of the last step (n_params)
     optim opt;
     shard_plan plan; // over the active devices, for plan.len positions; remade when needed
@@ -69,19 +69,21 @@ typedef struct engine {
     int since;       // steps since the last re-plan
     // Per device, forgetting sums of 1, n, t, n*n, n*t over observed shards (the fit's input).
     double fit[ENGINE_MAX_DEVICES][5];
-    // Worker threads, one per device.
+    // Worker threads, one per device, and what they share with the engine (engine.c).
     pthread_t *threads;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    unsigned long gen;
-    int stop;
-    // The task being dispatched (read by the workers).
+    struct engine_hub *hub;
+    // The task being dispatched.
     int task_kind;
     const dataset *task_ds;
     const uint32_t *task_idx; // training: the sample of each batch position
     int task_start;           // inference: the sample of position 0
     uint32_t task_epoch;
 } engine;
+
+// Worker threads that engines gave up on (a device that stopped answering) and that are still
+// inside their device. While there are any, the process must not run library destructors
+// under them: exit with _exit after closing the files.
+int engine_stray_workers(void);
 
 // Takes the devices (not owned; keep them open until engine_free) and the initial parameters
 // (copied). Faults to inject come from $HETRAIN_FAULT (see fault.h).

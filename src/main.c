@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cl_util.h"
 #include "common.h"
@@ -494,6 +495,13 @@ int main(int argc, char **argv) {
     int rc;
     if (!strcmp(cmd, "train") || !strcmp(cmd, "predict")) {
         rc = (!strcmp(cmd, "train") ? cmd_train : cmd_predict)(argc - 1, argv + 1);
+        if (engine_stray_workers() > 0) {
+            // A device stopped answering and its thread is still inside it: releasing the
+            // OpenCL runtimes or running the libraries' exit handlers under that thread could
+            // crash. Every file is written and closed by now, so leave at once.
+            fflush(NULL);
+            _exit(rc);
+        }
         cl_runtime_release_all();
         return rc;
     }
