@@ -44,9 +44,11 @@ static const char *clblast_status_name(CLBlastStatusCode st) {
     }
 }
 
-// CLBlast 1.5's kernel cache can race when threads of several devices miss it at once
-// (CNugteren/CLBlast#486), so calls are serialised. A call only enqueues (it compiles on its
-// first use per device and shape class), so the lock is held for microseconds.
+// CLBlast 1.5's kernel cache and parameter database are process-wide and not safe for
+// concurrent use (CNugteren/CLBlast#486; ASan saw a heap-use-after-free in the database when
+// two devices' threads asked for the temp-buffer size at once), so every CLBlast call is made
+// under this lock, queries included. A call only enqueues (it compiles on its first use per
+// device and shape class), so the lock is held for microseconds.
 static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
 
 // One CLBlast row-major SGEMM, C = op(A) op(B) + beta C (alpha 1), offsets in floats.
@@ -55,8 +57,10 @@ static int gemm(cl_ops *o, const char *what, CLBlastTranspose ta, CLBlastTranspo
                 size_t b_off, size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc,
                 ht_error *e) {
     size_t need = 0;
+    pthread_mutex_lock(&clblast_lock);
     CLBlastStatusCode st = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, ta, tb, m, n, k, a_off,
                                                       lda, b_off, ldb, c_off, ldc, &o->q, &need);
+    pthread_mutex_unlock(&clblast_lock);
     if (st == CLBlastSuccess && need > o->gemm_temp_bytes) {
         cl_ops_release_temp(o);
         cl_int err;
