@@ -41,6 +41,21 @@ static int exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+// Remembers the first failed write (errno holds the reason); later ones add nothing.
+static void note_write_error(run_files *r, const char *path) {
+    if (!r->write_error[0])
+        snprintf(r->write_error, sizeof r->write_error, "%s: cannot write: %s", path,
+                 strerror(errno ? errno : EIO));
+}
+
+// Flushes f to the kernel, and with sync to the disk; 0 or -1 with errno set.
+static int flush_file(FILE *f, int sync) {
+    errno = 0;
+    if (ferror(f) || fflush(f) != 0) return -1;
+    if (sync && fsync(fileno(f)) != 0 && errno != EINVAL) return -1; // EINVAL: a pipe, a tty
+    return 0;
+}
+
 int run_files_open(run_files *r, const char *out_dir, const char *name, const char *header,
                    ht_error *e) {
     memset(r, 0, sizeof *r);
@@ -65,19 +80,37 @@ int run_files_open(run_files *r, const char *out_dir, const char *name, const ch
             return -1;
         }
         fprintf(r->metrics, "%s\n", header);
-        fflush(r->metrics);
+        if (flush_file(r->metrics, 0) < 0) {
+            note_write_error(r, r->metrics_path);
+            fclose(r->metrics);
+            fclose(r->log);
+            unlink(r->metrics_path);
+            unlink(r->log_path);
+            r->metrics = r->log = NULL;
+            return run_files_check(r, e);
+        }
         return 0;
     }
     return ht_fail(e, "%s: no free run name for %s", out_dir, name);
 }
 
-void run_files_close(run_files *r) {
+int run_files_check(const run_files *r, ht_error *e) {
+    if (r->write_error[0]) return ht_fail(e, "%s", r->write_error);
+    return 0;
+}
+
+int run_files_close(run_files *r, ht_error *e) {
     if (r->metrics) {
-        fclose(r->metrics);
+        if (flush_file(r->metrics, 1) < 0) note_write_error(r, r->metrics_path);
+        if (fclose(r->metrics) != 0) note_write_error(r, r->metrics_path);
         if (r->metrics_rows == 0) unlink(r->metrics_path);
     }
-    if (r->log) fclose(r->log);
+    if (r->log) {
+        if (flush_file(r->log, 1) < 0) note_write_error(r, r->log_path);
+        if (fclose(r->log) != 0) note_write_error(r, r->log_path);
+    }
     r->metrics = r->log = NULL;
+    return run_files_check(r, e);
 }
 
 void run_log(run_files *r, int also_stdout, const char *fmt, ...) {
@@ -86,7 +119,7 @@ void run_log(run_files *r, int also_stdout, const char *fmt, ...) {
         va_start(ap, fmt);
         vfprintf(r->log, fmt, ap);
         va_end(ap);
-        fflush(r->log);
+        if (flush_file(r->log, 0) < 0) note_write_error(r, r->log_path);
     }
     if (also_stdout) {
         va_start(ap, fmt);
@@ -96,11 +129,30 @@ void run_log(run_files *r, int also_stdout, const char *fmt, ...) {
     }
 }
 
-void run_metrics_row(run_files *r, const char *row) {
+int run_metrics_row(run_files *r, const char *row, ht_error *e) {
     fprintf(r->metrics, "%s\n", row);
-    fflush(r->metrics);
-    fsync(fileno(r->metrics));
+    if (flush_file(r->metrics, 1) < 0) {
+        note_write_error(r, r->metrics_path);
+        return run_files_check(r, e);
+    }
     r->metrics_rows++;
+    return 0;
+}
+
+int output_check(const char *path, const char *option, ht_error *e) {
+    if (!*path) return ht_fail(e, "%s: expected a file name, found \"\"", option);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return ht_fail(e, "%s %s: is a folder, expected a file name", option, path);
+    char tmp[1200];
+    if (snprintf(tmp, sizeof tmp, "%s.check.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return ht_fail(e, "%s %s: path too long", option, path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0)
+        return ht_fail(e, "%s %s: cannot create a file there: %s", option, path, strerror(errno));
+    close(fd);
+    unlink(tmp);
+    return 0;
 }
 
 int predictions_write(const char *path, const int32_t *pred, int n, ht_error *e) {

@@ -16,21 +16,35 @@ typedef struct run_files {
     FILE *metrics;
     FILE *log;
     int metrics_rows;
+    // The first write that failed (a full disk, a file size limit): it ends the run, and
+    // what was written before it stays.
+    char write_error[1300];
 } run_files;
 
 // Creates out_dir if needed and claims a run name that no existing file uses: `name`, or
 // name-2, name-3, ... when taken. Opens the metrics CSV (header written) and the log.
 int run_files_open(run_files *r, const char *out_dir, const char *name, const char *header,
                    ht_error *e);
-// Closes the files; a metrics CSV without a single row is removed (nothing to keep).
-void run_files_close(run_files *r);
+// Closes the files; a metrics CSV without a single row is removed (nothing to keep). Fails
+// when a write failed, now or before (see run_files_check).
+int run_files_close(run_files *r, ht_error *e);
 
-// printf to the log (flushed) and, when also_stdout, to stdout.
+// printf to the log (flushed) and, when also_stdout, to stdout. A failed write to the log is
+// kept for run_files_check.
 void run_log(run_files *r, int also_stdout, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-// Appends one metrics row (already formatted, no newline) and flushes it to disk.
-void run_metrics_row(run_files *r, const char *row);
+// Appends one metrics row (already formatted, no newline) and flushes it to disk; fails
+// naming the file when the write fails.
+int run_metrics_row(run_files *r, const char *row, ht_error *e);
+
+// Fails, naming the file and the reason, when any write to the run's files failed so far.
+int run_files_check(const run_files *r, ht_error *e);
+
+// Fails, naming the option and the reason, unless a file can be written at path: its folder
+// exists and takes new files (tried with a scratch file beside it, removed at once), and path
+// is not a folder. Called before the work whose result goes there.
+int output_check(const char *path, const char *option, ht_error *e);
 
 // Writes ImageId,Label (ImageId from 1) through a temporary file renamed into place.
 int predictions_write(const char *path, const int32_t *pred, int n, ht_error *e);

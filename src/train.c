@@ -126,12 +126,15 @@ typedef struct job {
     uint32_t *idx;
     float *loss;
     int32_t *pred;
+    // Where training stands: whole epochs done, and steps done of the next one.
+    int epochs_done, steps_into;
 } job;
 
 static void job_free(job *j) {
     engine_free(&j->g);
     device_close_list(j->devs, j->n_devs);
-    run_files_close(&j->rf);
+    ht_error ignore; // train_run closes the files itself and reports what failed
+    run_files_close(&j->rf, &ignore);
     dataset_free(&j->all);
     dataset_free(&j->train);
     dataset_free(&j->val);
@@ -258,9 +261,10 @@ static void metrics_header(char *buf, size_t len, const device *devs, int n) {
     if (k < len) snprintf(buf + k, len - k, ",events");
 }
 
-static void epoch_report(job *j, const train_opts *o, int ep, double loss, double acc,
-                         double vloss, double vacc, double el, double train_s,
-                         const epoch_stats *es) {
+// Writes the epoch's metrics row and log lines; fails when a write to the run's files did.
+static int epoch_report(job *j, const train_opts *o, int ep, double loss, double acc,
+                        double vloss, double vacc, double el, double train_s,
+                        const epoch_stats *es, ht_error *e) {
     const train_setup *s = &j->m.setup;
     int n = j->train.n, nd = j->n_devs;
     double busy_total = 0;
@@ -276,7 +280,7 @@ static void epoch_report(job *j, const train_opts *o, int ep, double loss, doubl
     char quoted[2100];
     csv_quote(quoted, sizeof quoted, es->events);
     if (k < sizeof row) snprintf(row + k, sizeof row - k, ",%s", es->events[0] ? quoted : "");
-    run_metrics_row(&j->rf, row);
+    if (run_metrics_row(&j->rf, row, e) < 0) return -1;
     char vtext[96] = "";
     if (j->val.n > 0) snprintf(vtext, sizeof vtext, "  val_loss %.4f  val_acc %.4f", vloss, vacc);
     run_log(&j->rf, !o->quiet, "epoch %d/%d  loss %.4f  acc %.4f%s  %.1fs  %.0f samples/s\n",
@@ -289,9 +293,10 @@ static void epoch_report(job *j, const train_opts *o, int ep, double loss, doubl
                                   j->devs[d].spec, 100.0 * es->share[d] / n, es->busy[d]);
         run_log(&j->rf, !o->quiet, "%s | sync %.2fs  idle %.1f%%\n", line, es->host, 100 * idle);
     }
+    return run_files_check(&j->rf, e);
 }
 
-static int run_epochs(job *j, const train_opts *o, int *epochs_done, ht_error *e) {
+static int run_epochs(job *j, const train_opts *o, ht_error *e) {
     const train_setup *s = &j->m.setup;
     int n = j->train.n;
     for (int ep = 0; ep < s->epochs; ep++) {
@@ -336,6 +341,7 @@ static int run_epochs(job *j, const train_opts *o, int *epochs_done, ht_error *e
                 drain_events(j, o, NULL);
                 return ht_wrap(e, "epoch %d, step %d", ep + 1, off / s->batch + 1);
             }
+            j->steps_into++;
             stats_add(&es, &st, j->n_devs);
             drain_events(j, o, &es);
             if (!st.skipped) { // a skipped step's losses may be NaN: leave them out
@@ -354,10 +360,12 @@ static int run_epochs(job *j, const train_opts *o, int *epochs_done, ht_error *e
         double vloss = NAN, vacc = NAN;
         if (j->val.n > 0 && evaluate(&j->g, &j->val, &vloss, &vacc, NULL, e) < 0)
             return ht_wrap(e, "validation after epoch %d", ep + 1);
-        epoch_report(j, o, ep, counted ? lsum / counted : NAN,
-                     counted ? (double)correct / counted : NAN, vloss, vacc, ht_now() - t0,
-                     train_s, &es);
-        *epochs_done = ep + 1;
+        if (epoch_report(j, o, ep, counted ? lsum / counted : NAN,
+                         counted ? (double)correct / counted : NAN, vloss, vacc, ht_now() - t0,
+                         train_s, &es, e) < 0)
+            return -1;
+        j->epochs_done = ep + 1;
+        j->steps_into = 0;
     }
     return 0;
 }
@@ -379,6 +387,7 @@ static int finish(job *j, const train_opts *o, ht_error *e) {
 int train_run(const train_opts *o, ht_error *e) {
     job j;
     memset(&j, 0, sizeof j);
+    if (o->save && output_check(o->save, "--save", e) < 0) return -1;
     if (job_prepare(&j, o, e) < 0) {
         job_free(&j);
         return -1;
@@ -399,6 +408,10 @@ int train_run(const train_opts *o, ht_error *e) {
         return -1;
     }
     log_header(&j, o);
+    if (run_files_check(&j.rf, e) < 0) {
+        job_free(&j);
+        return -1;
+    }
     if (!o->quiet) {
         char list[1024];
         size_t k = 0;
@@ -407,8 +420,7 @@ int train_run(const train_opts *o, ht_error *e) {
         printf("training %s on %d samples (%d validation) with %s; results in %s.*\n", j.m.name,
                j.train.n, j.val.n, list, j.rf.prefix);
     }
-    int done = 0;
-    int rc = run_epochs(&j, o, &done, e);
+    int rc = run_epochs(&j, o, e);
     if (rc == 0) rc = finish(&j, o, e);
     if (o->save) {
         // Weights are saved even after a failure, so an interrupted run can be resumed.
@@ -418,11 +430,21 @@ int train_run(const train_opts *o, ht_error *e) {
             else run_log(&j.rf, 0, "error saving weights: %s\n", se.msg);
             rc = -1;
         } else {
-            run_log(&j.rf, !o->quiet, "weights: %s (after %d epoch%s)\n", o->save, done,
-                    done == 1 ? "" : "s");
+            // Say exactly what they hold: a run stopped mid-epoch saves that epoch's steps too.
+            char part[96] = "";
+            if (j.steps_into > 0)
+                snprintf(part, sizeof part, " and %d of %d steps of epoch %d", j.steps_into,
+                         (j.train.n + j.m.setup.batch - 1) / j.m.setup.batch, j.epochs_done + 1);
+            run_log(&j.rf, !o->quiet, "weights: %s (after %d epoch%s%s)\n", o->save,
+                    j.epochs_done, j.epochs_done == 1 ? "" : "s", part);
         }
     }
     if (rc < 0) run_log(&j.rf, 0, "error: %s\n", e->msg);
+    ht_error ce;
+    if (run_files_close(&j.rf, &ce) < 0 && rc == 0) {
+        *e = ce;
+        rc = -1;
+    }
     job_free(&j);
     return rc;
 }
@@ -435,6 +457,7 @@ int predict_run(const predict_opts *o, ht_error *e) {
         ht_fail(e, "%s already exists; choose another --out or remove it", o->out);
         goto out;
     }
+    if (output_check(o->out, "--out", e) < 0) goto out;
     if (model_init(&j.m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) goto out;
     if (load_data(o->data_dir, NULL, o->test_csv, NULL, &j.test, 0, e) < 0) goto out;
     dataset_limit(&j.test, o->limit);

@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "testutil.h"
@@ -46,10 +49,142 @@ static void test_hang_mid_run(void **state) {
     free(dir);
 }
 
+// Runs the CLI under a file size limit of `kib` KiB, so that writes fail as on a full disk
+// (EFBIG; SIGXFSZ ignored, as a full disk sends no signal either). Returns the exit status.
+static int run_limited(int kib, const char *args, char **out) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "bash -c \"trap '' XFSZ; ulimit -f %d; exec '%s' %s\" 2>&1", kib,
+             HT_BINARY, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, len = 0, got;
+    char *buf = malloc(cap);
+    while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) len += got;
+    buf[len] = 0;
+    int st = pclose(p);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int count_lines(const char *path) {
+    char *text = test_read_file(path, NULL);
+    if (!text) return -1;
+    int n = 0;
+    for (const char *c = text; *c; c++) n += *c == '\n';
+    free(text);
+    return n;
+}
+
+// The log reaches the 2 KiB limit after some twenty epochs: the run stops with an error that
+// names the file, and the metrics rows written before stay. (Before, every write error was
+// ignored and the run exited 0.)
+static void test_disk_full_mid_run(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("robust-full");
+    char args[1024], path[1200];
+    snprintf(args, sizeof args,
+             "train --limit 300 --batch 150 --epochs 60 --val-split 0 --devices cpu --out '%s' --name d", dir);
+    char *out;
+    int rc = run_limited(2, args, &out);
+    if (rc != 1 || !strstr(out, "d.log: cannot write: File too large"))
+        fail_msg("exit %d, output:\n%s", rc, out);
+    free(out);
+    snprintf(path, sizeof path, "%s/d.metrics.csv", dir);
+    int rows = count_lines(path) - 1;
+    assert_in_range(rows, 5, 59);
+    snprintf(path, sizeof path, "%s/d.predictions.csv", dir);
+    assert_int_equal(count_lines(path), -1); // never reached
+    // A limit the predictions CSV (10,000 rows) cannot fit: the error names it.
+    snprintf(args, sizeof args,
+             "train --limit 300 --batch 150 --epochs 1 --val-split 0 --devices cpu --out '%s' --name p", dir);
+    rc = run_limited(16, args, &out);
+    if (rc != 1 || !strstr(out, "p.predictions.csv: cannot write: File too large"))
+        fail_msg("exit %d, output:\n%s", rc, out);
+    free(out);
+    free(dir);
+}
+
+// Starts the CLI with its output on a pipe; returns its pid and the pipe's read end.
+static pid_t spawn_cli(char *const argv[], int *out_fd) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        execv(HT_BINARY, argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    *out_fd = fds[0];
+    return pid;
+}
+
+// Reads from fd until `want` appears in what was read (or end of output); returns all of it.
+static char *read_until(int fd, char *buf, size_t *len, size_t cap, const char *want) {
+    for (;;) {
+        buf[*len] = 0;
+        if (want && strstr(buf, want)) return buf;
+        ssize_t got = read(fd, buf + *len, cap - *len - 1);
+        if (got <= 0) return buf;
+        *len += (size_t)got;
+    }
+}
+
+// Ctrl-C in the middle of epoch 2 with --save: the weights hold epoch 1 and the steps of
+// epoch 2 done before the signal, and the log says so (it said "after 1 epoch").
+static void test_interrupt_save_says_what(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("robust-int");
+    char save[1200];
+    snprintf(save, sizeof save, "%s/w.safetensors", dir);
+    char *argv[] = {"hetrain", "train", "--limit", "6000", "--batch", "50", "--epochs", "3",
+                    "--val-split", "0", "--devices", "cpu", "--out", dir, "--name", "i",
+                    "--save", save, NULL};
+    int fd;
+    pid_t pid = spawn_cli(argv, &fd);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    read_until(fd, buf, &len, cap, "epoch 1/3");
+    usleep(300000); // well inside epoch 2's 120 steps
+    kill(pid, SIGINT);
+    read_until(fd, buf, &len, cap, NULL);
+    close(fd);
+    int st;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 130 || !strstr(buf, "(after 1 epoch and ") ||
+        !strstr(buf, " of 120 steps of epoch 2)"))
+        fail_msg("status %d, output:\n%s", st, buf);
+    free(buf);
+    free(dir);
+}
+
+// --save to a folder that does not exist, or to a folder: refused before any training.
+static void test_outputs_checked_first(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("robust-out");
+    char args[1024];
+    snprintf(args, sizeof args, "train --limit 100 --epochs 1 --out '%s' --save '%s/no/such/w.safetensors'", dir, dir);
+    char *out = test_expect_cli(args, 1, "/no/such/w.safetensors: cannot create a file there");
+    assert_null(strstr(out, "epoch 1/1")); // nothing was trained
+    free(out);
+    snprintf(args, sizeof args, "train --limit 100 --epochs 1 --out '%s' --save '%s'", dir, dir);
+    free(test_expect_cli(args, 1, "is a folder, expected a file name"));
+    snprintf(args, sizeof args, "predict --load nosuch.safetensors --out '%s/no/p.csv'", dir);
+    free(test_expect_cli(args, 1, "/no/p.csv: cannot create a file there"));
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_timeout_while_working),
         cmocka_unit_test(test_hang_mid_run),
+        cmocka_unit_test(test_disk_full_mid_run),
+        cmocka_unit_test(test_interrupt_save_says_what),
+        cmocka_unit_test(test_outputs_checked_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
