@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <json.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,6 +295,12 @@ static float f16_to_float(uint16_t h) {
     return f;
 }
 
+static void convert_f64(double *d, const unsigned char *b) {
+    uint64_t u = 0;
+    for (int i = 7; i >= 0; i--) u = u << 8 | b[i];
+    memcpy(d, &u, 8);
+}
+
 static void convert(float *dst, const unsigned char *b, size_t k, st_dtype dt) {
     for (size_t j = 0; j < k; j++) {
         switch (dt) {
@@ -313,10 +320,8 @@ static void convert(float *dst, const unsigned char *b, size_t k, st_dtype dt) {
             break;
         }
         case ST_F64: {
-            uint64_t u = 0;
-            for (int i = 7; i >= 0; i--) u = u << 8 | b[8 * j + (size_t)i];
             double d;
-            memcpy(&d, &u, 8);
+            convert_f64(&d, b + 8 * j);
             dst[j] = (float)d;
             break;
         }
@@ -439,6 +444,37 @@ static int check_tiling(const char *path, const st_tensor *ts, const st_entry *e
     return rc;
 }
 
+// Weights must be finite: a NaN or an infinity would poison every step and every prediction,
+// and later show up only as a failed self-check or skipped updates. Names element i (a flat
+// index into the tensor, and its position by dimension).
+static int check_finite(const char *path, const st_tensor *t, const st_entry *en,
+                        const unsigned char *raw, const float *v, size_t k, size_t first,
+                        ht_error *e) {
+    for (size_t j = 0; j < k; j++) {
+        if (isfinite(v[j])) continue;
+        size_t i = first + j, rest = i;
+        uint64_t idx[4];
+        for (int d = t->ndim - 1; d >= 0; d--) {
+            idx[d] = t->shape[d] ? rest % t->shape[d] : 0;
+            rest = t->shape[d] ? rest / t->shape[d] : 0;
+        }
+        char where[128] = "", why[64] = "";
+        if (t->ndim > 1) {
+            char s[112];
+            fmt_shape(s, sizeof s, idx, t->ndim);
+            snprintf(where, sizeof where, " %s", s);
+        }
+        if (en->dt == ST_F64) {
+            double d;
+            convert_f64(&d, raw + 8 * j);
+            if (isfinite(d)) snprintf(why, sizeof why, " (F64 value %g is beyond float's range)", d);
+        }
+        return ht_fail(e, "%s: tensor \"%s\" element %zu%s is %s%s", path, t->name, i, where,
+                       isnan(v[j]) ? "NaN" : v[j] > 0 ? "+Inf" : "-Inf", why);
+    }
+    return 0;
+}
+
 static int read_tensor(const char *path, FILE *f, const st_tensor *t, const st_entry *en,
                        uint64_t data_start, unsigned char *chunk, float *dst, ht_error *e) {
     unsigned size = st_dtype_size[en->dt];
@@ -452,6 +488,7 @@ static int read_tensor(const char *path, FILE *f, const st_tensor *t, const st_e
             return ht_fail(e, "%s: tensor \"%s\": %s", path, t->name, why);
         }
         convert(dst, chunk, k, en->dt);
+        if (check_finite(path, t, en, chunk, dst, k, t->n - left, e)) return -1;
         dst += k;
         left -= k;
     }

@@ -13,7 +13,8 @@ int safetensors_save(const char *path, const model *m, const float *params, ht_e
 // Reads every parameter tensor of m into params. Each tensor must be present with the model's
 // shape and dtype F32 (F16/BF16/F64 are converted); extra tensors are an error naming them.
 // As for the reference reader, the tensors' byte ranges must tile the data buffer, no key may
-// appear twice in any object of the header, and __metadata__ maps strings to strings.
+// appear twice in any object of the header, and __metadata__ maps strings to strings. A NaN or
+// infinite value (also one that a conversion makes) is an error naming tensor and element.
 int safetensors_load(const char *path, const model *m, float *params, ht_error *e);
 
 #endif

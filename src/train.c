@@ -61,13 +61,16 @@ static int check_fits(const model *m, const dataset *d, const char *what, ht_err
 }
 
 // Mean loss and accuracy over a labelled set (pred may be NULL; loss/acc skipped without labels).
+// A sample whose probabilities are not all finite (weights that overflow) makes both NaN, never
+// a clamped number; *nonfinite (may be NULL) gets the first such sample, else -1.
 static int evaluate(engine *g, const dataset *d, double *loss, double *acc, int32_t *pred,
-                    ht_error *e) {
+                    int *nonfinite, ht_error *e) {
     int nc = g->m->n_classes, chunk = g->max_batch;
     float *probs = ht_malloc((size_t)chunk * nc, sizeof(float), e);
     if (!probs) return -1;
     double lsum = 0;
     long correct = 0;
+    int bad = -1;
     for (int off = 0; off < d->n; off += chunk) {
         int n = d->n - off < chunk ? d->n - off : chunk;
         if (engine_infer(g, d, off, n, probs, e) < 0) {
@@ -76,18 +79,21 @@ static int evaluate(engine *g, const dataset *d, double *loss, double *acc, int3
         }
         for (int i = 0; i < n; i++) {
             const float *p = probs + (size_t)i * nc;
-            int k = net_argmax(p, nc);
+            int k = net_argmax(p, nc), finite = 1;
+            for (int c = 0; c < nc; c++) finite &= isfinite(p[c]);
+            if (!finite && bad < 0) bad = off + i;
             if (pred) pred[off + i] = k;
             if (d->y) {
                 float py = p[d->y[off + i]];
-                lsum += -log(py > 1e-30f ? py : 1e-30f);
+                lsum += -log(py > 1e-30f ? py : 1e-30f); // only an exact 0 is clamped
                 correct += k == d->y[off + i];
             }
         }
     }
     free(probs);
-    if (loss) *loss = d->n ? lsum / d->n : NAN;
-    if (acc) *acc = d->n ? (double)correct / d->n : NAN;
+    if (loss) *loss = d->n && bad < 0 ? lsum / d->n : NAN;
+    if (acc) *acc = d->n && bad < 0 ? (double)correct / d->n : NAN;
+    if (nonfinite) *nonfinite = bad;
     return 0;
 }
 
@@ -358,7 +364,7 @@ static int run_epochs(job *j, const train_opts *o, ht_error *e) {
         progress_end(&pr);
         double train_s = ht_now() - t0;
         double vloss = NAN, vacc = NAN;
-        if (j->val.n > 0 && evaluate(&j->g, &j->val, &vloss, &vacc, NULL, e) < 0)
+        if (j->val.n > 0 && evaluate(&j->g, &j->val, &vloss, &vacc, NULL, NULL, e) < 0)
             return ht_wrap(e, "validation after epoch %d", ep + 1);
         if (epoch_report(j, o, ep, counted ? lsum / counted : NAN,
                          counted ? (double)correct / counted : NAN, vloss, vacc, ht_now() - t0,
@@ -373,7 +379,7 @@ static int run_epochs(job *j, const train_opts *o, ht_error *e) {
 static int finish(job *j, const train_opts *o, ht_error *e) {
     if (j->test.n > 0) {
         double tloss, tacc;
-        if (evaluate(&j->g, &j->test, &tloss, &tacc, j->pred, e) < 0)
+        if (evaluate(&j->g, &j->test, &tloss, &tacc, j->pred, NULL, e) < 0)
             return ht_wrap(e, "test evaluation");
         if (predictions_write(j->rf.predictions_path, j->pred, j->test.n, e) < 0) return -1;
         if (j->test.y)
@@ -474,7 +480,13 @@ int predict_run(const predict_opts *o, ht_error *e) {
     if (engine_init(&j.g, &j.m, j.devs, j.n_devs, j.params, &j.m.setup, chunk, 0, e) < 0) goto out;
     j.pred = ht_malloc((size_t)j.test.n, sizeof *j.pred, e);
     double loss, acc;
-    if (!j.pred || evaluate(&j.g, &j.test, &loss, &acc, j.pred, e) < 0) goto out;
+    int bad;
+    if (!j.pred || evaluate(&j.g, &j.test, &loss, &acc, j.pred, &bad, e) < 0) goto out;
+    if (bad >= 0) {
+        ht_fail(e, "%s: the network's output for test sample %d is not finite (the weights "
+                   "overflow it); no predictions written", o->load, bad + 1);
+        goto out;
+    }
     if (predictions_write(o->out, j.pred, j.test.n, e) < 0) goto out;
     if (j.test.y) printf("accuracy %.4f  loss %.4f  (%d samples)\n", acc, loss, j.test.n);
     printf("predictions: %s\n", o->out);

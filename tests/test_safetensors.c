@@ -103,6 +103,19 @@ static float *random_bits(size_t n, uint32_t seed) {
     return p;
 }
 
+// The same, with every NaN or infinity made finite (load refuses those): subnormals, -0 and
+// the largest floats still turn up.
+static float *finite_bits(size_t n, uint32_t seed) {
+    float *p = random_bits(n, seed);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &p[i], 4);
+        if ((u & 0x7f800000u) == 0x7f800000u) u ^= 0x00800000u; // exponent 255 -> 254
+        memcpy(&p[i], &u, 4);
+    }
+    return p;
+}
+
 // ---- writing files by hand ----
 
 static void put_le64(unsigned char *b, uint64_t v) {
@@ -182,14 +195,14 @@ static void test_round_trip(void **state) {
     test_model t;
     model_a(&t);
     assert_int_equal(t.m.n_params, 235);
-    float *src = random_bits(t.m.n_params, 12345), *dst = random_bits(t.m.n_params, 999);
+    float *src = finite_bits(t.m.n_params, 12345), *dst = random_bits(t.m.n_params, 999);
     snprintf(path, sizeof path, "%s/a.safetensors", dir);
     assert_int_equal(safetensors_save(path, &t.m, src, &e), 0);
     assert_int_equal(safetensors_load(path, &t.m, dst, &e), 0);
     assert_memory_equal(src, dst, t.m.n_params * sizeof *src);
 
     // Overwriting an existing file replaces it.
-    float *src2 = random_bits(t.m.n_params, 777);
+    float *src2 = finite_bits(t.m.n_params, 777);
     assert_int_equal(safetensors_save(path, &t.m, src2, &e), 0);
     assert_int_equal(safetensors_load(path, &t.m, dst, &e), 0);
     assert_memory_equal(src2, dst, t.m.n_params * sizeof *src);
@@ -200,7 +213,7 @@ static void test_round_trip(void **state) {
     // Larger than one I/O chunk, and a layer name that needs JSON escaping.
     tm_begin(&t, "big");
     tm_dense(&t, "fc\"odd\\name", 300, 1, 1, 200);
-    src = random_bits(t.m.n_params, 4242);
+    src = finite_bits(t.m.n_params, 4242);
     dst = calloc(t.m.n_params, sizeof *dst);
     snprintf(path, sizeof path, "%s/big.safetensors", dir);
     assert_int_equal(safetensors_save(path, &t.m, src, &e), 0);
@@ -370,13 +383,13 @@ static void test_dtype_conversion(void **state) {
     test_model t;
     model_fc(&t, 4); // weight [2,4], bias [2]
 
-    // Weight F16: 1, -2, 0x3555, 65504 (max), 2^-24 (min subnormal), -0, NaN, 2^-14 (min normal).
-    // Bias BF16: 0x4049 = 3.140625, 0xFF80 = -inf.
-    static const uint16_t w16[8] = {0x3C00, 0xC000, 0x3555, 0x7BFF, 0x0001, 0x8000, 0x7E00, 0x0400};
-    static const uint16_t b16[2] = {0x4049, 0xFF80};
+    // Weight F16: 1, -2, 0x3555, 65504 (max), 2^-24 (min subnormal), -0, -65504, 2^-14 (min
+    // normal). Bias BF16: 0x4049 = 3.140625, 0xC2F7 = -123.5. (NaN and Inf: test_non_finite.)
+    static const uint16_t w16[8] = {0x3C00, 0xC000, 0x3555, 0x7BFF, 0x0001, 0x8000, 0xFBFF, 0x0400};
+    static const uint16_t b16[2] = {0x4049, 0xC2F7};
     const float want_w[8] = {1.0f, -2.0f, 0.333251953125f, 65504.0f, 5.9604644775390625e-08f,
-                             -0.0f, NAN, 6.103515625e-05f};
-    const float want_b[2] = {3.140625f, -INFINITY};
+                             -0.0f, -65504.0f, 6.103515625e-05f};
+    const float want_b[2] = {3.140625f, -123.5f};
     unsigned char data[20];
     le16s(data, w16, 8);
     le16s(data + 16, b16, 2);
@@ -385,16 +398,15 @@ static void test_dtype_conversion(void **state) {
                           data, sizeof data);
     float p[10];
     if (safetensors_load(path, &t.m, p, &e)) fail_msg("%s", e.msg);
-    assert_true(isnan(p[6]));
     check_bits(p, want_w, 8, "F16 weight");
     check_bits(p + 8, want_b, 2, "BF16 bias");
     free(path);
 
-    // Weight F64 (rounded to nearest float), bias F16: +inf, largest subnormal 1023 * 2^-24.
+    // Weight F64 (rounded to nearest float), bias F16: -2^-24, largest subnormal 1023 * 2^-24.
     const double w64[8] = {0.1, -1e-3, 1.5, 3.0, -0.0, 1e-50, 123456789.0, -7.25};
     const float want_w64[8] = {0.1f, -1e-3f, 1.5f, 3.0f, -0.0f, 0.0f, 123456792.0f, -7.25f};
-    static const uint16_t b16b[2] = {0x7C00, 0x03FF};
-    const float want_b2[2] = {INFINITY, 6.097555160522461e-05f};
+    static const uint16_t b16b[2] = {0x8001, 0x03FF};
+    const float want_b2[2] = {-5.9604644775390625e-08f, 6.097555160522461e-05f};
     unsigned char data2[68];
     for (int i = 0; i < 8; i++) {
         uint64_t u;
@@ -409,6 +421,86 @@ static void test_dtype_conversion(void **state) {
     check_bits(p, want_w64, 8, "F64 weight");
     check_bits(p + 8, want_b2, 2, "F16 bias");
     free(path);
+    free(dir);
+}
+
+// Loads a file of model_fc(in) and expects failure with frag and params untouched.
+static void expect_bad_values(const char *dir, const char *fname, int in, const char *hdr,
+                              const void *data, size_t dlen, const char *frag) {
+    test_model t;
+    model_fc(&t, in);
+    char *path = write_st(dir, fname, hdr, data, dlen);
+    float p[16], before[16];
+    for (int i = 0; i < 16; i++) p[i] = before[i] = 7.0f + (float)i;
+    ht_error e = {{0}};
+    if (safetensors_load(path, &t.m, p, &e) != -1)
+        fail_msg("%s: loaded, expected an error with \"%s\"", fname, frag);
+    if (!strstr(e.msg, frag)) fail_msg("%s: message \"%s\" lacks \"%s\"", fname, e.msg, frag);
+    if (!strstr(e.msg, path)) fail_msg("%s: message \"%s\" does not name the file", fname, e.msg);
+    assert_memory_equal(p, before, sizeof p);
+    free(path);
+}
+
+// NaN and infinities are refused, in every dtype and after conversion, naming the tensor, the
+// element's flat index and its index by dimension.
+static void test_non_finite(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("st-nonfinite");
+    float f32[8] = {1, 2, 3, 4, NAN, 6, 7, 8}; // weight [2,3], bias [2]
+    expect_bad_values(dir, "nan32.st", 3, "{" W_OK_ "," B_OK_ "}", f32, 32,
+                      "tensor \"fc.weight\" element 4 [1,1] is NaN");
+    f32[4] = 5, f32[7] = -INFINITY;
+    expect_bad_values(dir, "inf32.st", 3, "{" W_OK_ "," B_OK_ "}", f32, 32,
+                      "tensor \"fc.bias\" element 1 is -Inf");
+
+    // F16 NaN in weight [2,4] element 6; F16 +inf and BF16 -inf in the bias.
+    unsigned char d16[20];
+    uint16_t w16[8] = {0x3C00, 0x3C00, 0x3C00, 0x3C00, 0x3C00, 0x3C00, 0x7E00, 0x3C00};
+    uint16_t b16[2] = {0x3C00, 0x3C00};
+    le16s(d16, w16, 8);
+    le16s(d16 + 16, b16, 2);
+    const char *h16 = "{" W_("F16", "[2,4]", "[0,16]") "," B_("F16", "[2]", "[16,20]") "}";
+    expect_bad_values(dir, "nan16.st", 4, h16, d16, 20,
+                      "tensor \"fc.weight\" element 6 [1,2] is NaN");
+    w16[6] = 0x3C00, b16[0] = 0x7C00;
+    le16s(d16, w16, 8);
+    le16s(d16 + 16, b16, 2);
+    expect_bad_values(dir, "inf16.st", 4, h16, d16, 20, "tensor \"fc.bias\" element 0 is +Inf");
+    b16[0] = 0x3F80, b16[1] = 0xFF80; // BF16 1, -inf
+    le16s(d16 + 16, b16, 2);
+    expect_bad_values(dir, "infbf16.st", 4,
+                      "{" W_("F16", "[2,4]", "[0,16]") "," B_("BF16", "[2]", "[16,20]") "}", d16, 20,
+                      "tensor \"fc.bias\" element 1 is -Inf");
+
+    // A finite F64 beyond float's range becomes an infinity: refused, saying why.
+    unsigned char d64[40];
+    const double w64[4] = {0, 1, 2, 1e300};
+    for (int i = 0; i < 4; i++) {
+        uint64_t u;
+        memcpy(&u, &w64[i], 8);
+        put_le64(d64 + 8 * i, u);
+    }
+    const float fb[2] = {1, 2};
+    memcpy(d64 + 32, fb, 8); // little-endian host, as in test_saved_layout
+    expect_bad_values(dir, "big64.st", 2,
+                      "{" W_("F64", "[2,2]", "[0,32]") "," B_("F32", "[2]", "[32,40]") "}", d64, 40,
+                      "tensor \"fc.weight\" element 3 [1,1] is +Inf (F64 value 1e+300 is beyond "
+                      "float's range)");
+
+    // Past the first I/O chunk: what save writes, load refuses, at the right index.
+    test_model t;
+    tm_begin(&t, "big");
+    tm_dense(&t, "fc", 300, 1, 1, 200); // weight [200,300]
+    float *src = finite_bits(t.m.n_params, 31), *dst = calloc(t.m.n_params, sizeof *dst);
+    src[20000] = NAN;
+    char path[1200];
+    ht_error e;
+    snprintf(path, sizeof path, "%s/big.safetensors", dir);
+    assert_int_equal(safetensors_save(path, &t.m, src, &e), 0);
+    assert_int_equal(safetensors_load(path, &t.m, dst, &e), -1);
+    if (!strstr(e.msg, "tensor \"fc.weight\" element 20000 [66,200] is NaN")) fail_msg("%s", e.msg);
+    free(src);
+    free(dst);
     free(dir);
 }
 
@@ -661,6 +753,7 @@ int main(void) {
         cmocka_unit_test(test_python_layout),   cmocka_unit_test(test_dtype_conversion),
         cmocka_unit_test(test_malformed),       cmocka_unit_test(test_save_errors),
         cmocka_unit_test(test_header_strictness), cmocka_unit_test(test_jsonkeys),
+        cmocka_unit_test(test_non_finite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

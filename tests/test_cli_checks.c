@@ -1,0 +1,141 @@
+// Inputs the command line must refuse with one clear line and a non-zero exit, before or
+// instead of writing anything: broken weights, bad output names, bad device specs. Runs a
+// one-dense-layer network on a few hundred Fashion-MNIST samples so each case takes a moment.
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <cmocka.h>
+
+#include <math.h>
+
+#include "model.h"
+#include "safetensors.h"
+#include "testutil.h"
+
+#define EXIT_USAGE 2
+
+#define expect_cli(args, status, want) free(test_expect_cli(args, status, want))
+
+static const char tiny_cfg[] = "[net]\nname = tiny\ninput = 1x28x28\nclasses = 10\nbatch = 50\n"
+                               "epochs = 1\nval_split = 0.2\n[dense]\nname = fc\nunits = 10\n"
+                               "[softmax]\n";
+
+typedef struct fixture {
+    char *dir, *cfg, *train, *test;
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    f->dir = test_tmpdir("cli-checks");
+    f->cfg = test_write_file(f->dir, "tiny.cfg", tiny_cfg, strlen(tiny_cfg));
+    f->train = test_write_kaggle_csv(f->dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
+                                     FASHION_DIR "/train-labels-idx1-ubyte.gz", 200, 1);
+    f->test = test_write_kaggle_csv(f->dir, "test.csv", FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                                    FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 100, 1);
+    if (!f->dir || !f->cfg || !f->train || !f->test) return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    free(f->dir), free(f->cfg), free(f->train), free(f->test);
+    free(f);
+    return 0;
+}
+
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *ent; (ent = readdir(d));)
+        if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+static int exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+// Weights for the tiny network: every value v, except weight element bad_at set to bad.
+static char *tiny_weights(const fixture *f, const char *name, float v, int bad_at, float bad) {
+    model m;
+    ht_error e;
+    if (model_init(&m, f->cfg, &e) < 0) fail_msg("%s", e.msg);
+    float *p = malloc(m.n_params * sizeof *p);
+    for (size_t i = 0; i < m.n_params; i++) p[i] = v;
+    if (bad_at >= 0) p[m.layers[0].w_off + (size_t)bad_at] = bad;
+    size_t n = strlen(f->dir) + strlen(name) + 2;
+    char *path = malloc(n);
+    snprintf(path, n, "%s/%s", f->dir, name);
+    if (safetensors_save(path, &m, p, &e) < 0) fail_msg("%s", e.msg);
+    free(p);
+    model_free(&m);
+    return path;
+}
+
+// A weights file holding a NaN is refused when it is loaded, by train (with or without the
+// self-check) and by predict alike, naming the tensor and element; nothing is written.
+static void test_non_finite_weights(void **state) {
+    fixture *f = *state;
+    char *w = tiny_weights(f, "nan.safetensors", 0.001f, 17, NAN);
+    char out[1200], args[4096];
+    snprintf(out, sizeof out, "%s/out-nan", f->dir);
+    const char *want = "nan.safetensors: tensor \"fc.weight\" element 17 [0,17] is NaN";
+    for (int check = 0; check < 2; check++) {
+        snprintf(args, sizeof args,
+                 "train --model '%s' --train '%s' --load '%s' --out '%s' --devices cpu:1 "
+                 "--no-progress%s",
+                 f->cfg, f->train, w, out, check ? "" : " --no-self-check");
+        expect_cli(args, 1, want);
+        assert_int_equal(count_files(out), 0);
+    }
+    snprintf(args, sizeof args, "predict --model '%s' --test '%s' --load '%s' --out '%s/p.csv' "
+             "--devices cpu:1", f->cfg, f->test, w, f->dir);
+    expect_cli(args, 1, want);
+    snprintf(out, sizeof out, "%s/p.csv", f->dir);
+    assert_false(exists(out));
+    free(w);
+}
+
+// Finite weights so large that the network's outputs overflow: evaluation never shows a
+// number made from NaN (the clamp of -log p used to turn it into 69.0776); predict refuses.
+static void test_overflowing_outputs(void **state) {
+    fixture *f = *state;
+    char *w = tiny_weights(f, "huge.safetensors", 3e38f, -1, 0);
+    char out[1200], args[4096];
+    snprintf(args, sizeof args, "predict --model '%s' --test '%s' --load '%s' --out '%s/q.csv' "
+             "--devices cpu:1", f->cfg, f->test, w, f->dir);
+    char *text = test_expect_cli(args, 1, "the network's output for test sample 1 is not finite");
+    assert_null(strstr(text, "69.07"));
+    free(text);
+    snprintf(out, sizeof out, "%s/q.csv", f->dir);
+    assert_false(exists(out));
+
+    snprintf(out, sizeof out, "%s/out-huge", f->dir);
+    snprintf(args, sizeof args,
+             "train --model '%s' --train '%s' --test '%s' --load '%s' --out '%s' --name h "
+             "--devices cpu:1 --no-self-check --no-progress",
+             f->cfg, f->train, f->test, w, out);
+    text = test_expect_cli(args, 0, "val_loss nan  val_acc nan");
+    assert_null(strstr(text, "69.07"));
+    assert_non_null(strstr(text, "test: loss nan  accuracy nan"));
+    free(text);
+    free(w);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_non_finite_weights),
+        cmocka_unit_test(test_overflowing_outputs),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
