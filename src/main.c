@@ -298,7 +298,10 @@ static int cmd_train(int argc, char **argv) {
             if (parse_float("--device-timeout", optarg, 0.1, 86400, 0, &f) < 0) return EXIT_USAGE;
             o.device_timeout = f;
             break;
-        case OPT_OUT: o.out_dir = optarg; break;
+        case OPT_OUT:
+            if (!*optarg) return usage_error("train", "--out: expected a folder name, found \"\"");
+            o.out_dir = optarg;
+            break;
         case OPT_NAME:
             if (!*optarg || strchr(optarg, '/'))
                 return usage_error("train", "--name: expected a file name without '/', found \"%s\"", optarg);

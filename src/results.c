@@ -10,6 +10,7 @@
 
 static int mkdir_p(const char *dir, ht_error *e) {
     char buf[1024];
+    if (!*dir) return ht_fail(e, "expected a folder name for the run's files, found \"\"");
     if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
         return ht_fail(e, "%s: path too long", dir);
     for (char *p = buf + 1; *p; p++) {

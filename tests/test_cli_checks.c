@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "model.h"
+#include "results.h"
 #include "safetensors.h"
 #include "testutil.h"
 
@@ -132,10 +133,29 @@ static void test_overflowing_outputs(void **state) {
     free(w);
 }
 
+// An empty --out is refused up front (it used to reach a folder walk that read past the name
+// into uninitialised memory); the library call refuses it too.
+static void test_empty_out(void **state) {
+    fixture *f = *state;
+    char args[4096];
+    snprintf(args, sizeof args, "train --model '%s' --train '%s' --out '' --devices cpu:1 "
+             "--no-progress", f->cfg, f->train);
+    expect_cli(args, EXIT_USAGE, "--out: expected a folder name, found \"\"");
+    snprintf(args, sizeof args, "predict --model '%s' --test '%s' --load x --out ''", f->cfg,
+             f->test);
+    expect_cli(args, 1, "--out: expected a file name, found \"\"");
+    run_files r;
+    ht_error e = {{0}};
+    assert_int_equal(run_files_open(&r, "", "run", "epoch", &e), -1);
+    if (!strstr(e.msg, "expected a folder name for the run's files, found \"\""))
+        fail_msg("%s", e.msg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_non_finite_weights),
         cmocka_unit_test(test_overflowing_outputs),
+        cmocka_unit_test(test_empty_out),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
