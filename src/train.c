@@ -207,6 +207,7 @@ static void log_header(job *j, const train_opts *o) {
     for (int d = 0; d < j->n_devs; d++)
         run_log(rf, 0, "device %s: %s, weight %g, micro-batch %d\n", j->devs[d].spec,
                 j->devs[d].name, j->devs[d].weight, j->devs[d].micro);
+    run_log(rf, 0, "device timeout: %g s per shard\n", j->g.timeout_s);
     run_log(rf, 0, "files: %s.{metrics.csv,predictions.csv,log}\n", rf->prefix);
 }
 

@@ -151,11 +151,32 @@ static void test_empty_out(void **state) {
         fail_msg("%s", e.msg);
 }
 
+// The run log states the device timeout as given: 0.5 s is not "0 s".
+static void test_timeout_logged(void **state) {
+    fixture *f = *state;
+    char out[1200], args[4096], path[1300];
+    snprintf(out, sizeof out, "%s/out-timeout", f->dir);
+    const char *given[] = {" --device-timeout 0.5", " --device-timeout 0.125", ""};
+    const char *want[] = {"device timeout: 0.5 s", "device timeout: 0.125 s",
+                          "device timeout: 600 s"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "train --model '%s' --train '%s' --out '%s' --name t%d "
+                 "--devices cpu:1 --no-progress --quiet%s", f->cfg, f->train, out, i, given[i]);
+        expect_cli(args, 0, NULL);
+        snprintf(path, sizeof path, "%s/t%d.log", out, i);
+        char *log = test_read_file(path, NULL);
+        assert_non_null(log);
+        if (!strstr(log, want[i])) fail_msg("%s lacks \"%s\":\n%s", path, want[i], log);
+        free(log);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_non_finite_weights),
         cmocka_unit_test(test_overflowing_outputs),
         cmocka_unit_test(test_empty_out),
+        cmocka_unit_test(test_timeout_logged),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
