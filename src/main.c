@@ -16,6 +16,7 @@
 #include "compare.h"
 #include "model.h"
 #include "plot.h"
+#include "results.h"
 #include "device.h"
 #include "engine.h"
 #include "train.h"
@@ -302,11 +303,12 @@ static int cmd_train(int argc, char **argv) {
             if (!*optarg) return usage_error("train", "--out: expected a folder name, found \"\"");
             o.out_dir = optarg;
             break;
-        case OPT_NAME:
-            if (!*optarg || strchr(optarg, '/'))
-                return usage_error("train", "--name: expected a file name without '/', found \"%s\"", optarg);
+        case OPT_NAME: {
+            ht_error ne;
+            if (run_name_check(optarg, &ne) < 0) return usage_error("train", "--name: %s", ne.msg);
             o.run_name = optarg;
             break;
+        }
         case OPT_SAVE: o.save = optarg; break;
         case OPT_LOAD: o.load = optarg; break;
         case OPT_PROGRESS: o.progress = 1; break;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -57,9 +58,37 @@ static int flush_file(FILE *f, int sync) {
     return 0;
 }
 
+// The longest suffix a run name gets: "-9999" for a taken name, then ".predictions.csv".
+#define RUN_NAME_SUFFIX_MAX (sizeof "-9999.predictions.csv" - 1)
+
+int run_name_check(const char *name, ht_error *e) {
+    char shown[80];
+    size_t n = strlen(name);
+    ht_escape(shown, sizeof shown, name, n);
+    if (n == 0) return ht_fail(e, "run name is empty");
+    if (name[0] == '.')
+        return ht_fail(e, "run name \"%s\" starts with '.', which would hide its files", shown);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c == '/')
+            return ht_fail(e, "run name \"%s\" contains '/' at byte %zu; expected a plain file "
+                              "name", shown, i + 1);
+        if (c < 0x20 || c == 0x7f)
+            return ht_fail(e, "run name \"%s\" contains control character 0x%02x at byte %zu",
+                           shown, c, i + 1);
+    }
+    if (n > NAME_MAX - RUN_NAME_SUFFIX_MAX)
+        return ht_fail(e, "run name \"%s\" is %zu bytes; at most %zu fit in a file name with "
+                          "\"-9999.predictions.csv\"", shown, n, NAME_MAX - RUN_NAME_SUFFIX_MAX);
+    return 0;
+}
+
 int run_files_open(run_files *r, const char *out_dir, const char *name, const char *header,
                    ht_error *e) {
     memset(r, 0, sizeof *r);
+    if (run_name_check(name, e) < 0) return -1;
+    if (strlen(out_dir) + 1 + strlen(name) + 5 >= sizeof r->prefix)
+        return ht_fail(e, "%s/%s: path too long", out_dir, name);
     if (mkdir_p(out_dir, e) < 0) return -1;
     for (int k = 1; k < 10000; k++) {
         if (k == 1) snprintf(r->prefix, sizeof r->prefix, "%s/%s", out_dir, name);

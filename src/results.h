@@ -21,6 +21,11 @@ typedef struct run_files {
     char write_error[1300];
 } run_files;
 
+// Whether `name` can name a run's files: not empty, not starting with '.' (hidden files, and
+// "." or ".." would name folders), no '/' or control characters, short enough for the longest
+// file name made from it. Fails with a message that quotes it.
+int run_name_check(const char *name, ht_error *e);
+
 // Creates out_dir if needed and claims a run name that no existing file uses: `name`, or
 // name-2, name-3, ... when taken. Opens the metrics CSV (header written) and the log.
 int run_files_open(run_files *r, const char *out_dir, const char *name, const char *header,

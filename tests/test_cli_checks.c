@@ -171,12 +171,51 @@ static void test_timeout_logged(void **state) {
     }
 }
 
+// Run names that cannot be a plain file name are refused before anything is written: "..",
+// which made hidden files "...log", any leading '.', '/', control characters, and names too
+// long for "-9999.predictions.csv" to fit. The library refuses them too.
+static void test_run_names(void **state) {
+    fixture *f = *state;
+    char out[1200], args[4096], long_name[240];
+    snprintf(out, sizeof out, "%s/out-names", f->dir);
+    memset(long_name, 'x', 235);
+    long_name[235] = 0;
+    const struct {
+        const char *name, *want;
+    } cases[] = {
+        {"..", "--name: run name \"..\" starts with '.', which would hide its files"},
+        {".", "run name \".\" starts with '.'"},
+        {".run", "run name \".run\" starts with '.'"},
+        {"", "--name: run name is empty"},
+        {"a/b", "run name \"a/b\" contains '/' at byte 2"},
+        {"a\tb", "run name \"a\\x09b\" contains control character 0x09 at byte 2"},
+        {long_name, "is 235 bytes; at most 234 fit"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(args, sizeof args, "train --model '%s' --train '%s' --out '%s' --name '%s' "
+                 "--devices cpu:1 --no-progress", f->cfg, f->train, out, cases[i].name);
+        expect_cli(args, EXIT_USAGE, cases[i].want);
+        assert_int_equal(count_files(out), 0);
+        run_files r;
+        ht_error e = {{0}};
+        assert_int_equal(run_files_open(&r, out, cases[i].name, "epoch", &e), -1);
+        if (!strstr(e.msg, cases[i].want + (cases[i].want[0] == '-' ? 8 : 0)))
+            fail_msg("run_files_open(\"%s\"): %s", cases[i].name, e.msg);
+        assert_int_equal(count_files(out), 0);
+    }
+    ht_error e;
+    assert_int_equal(run_name_check("a name, with spaces; caf\xc3\xa9", &e), 0);
+    long_name[234] = 0;
+    assert_int_equal(run_name_check(long_name, &e), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_non_finite_weights),
         cmocka_unit_test(test_overflowing_outputs),
         cmocka_unit_test(test_empty_out),
         cmocka_unit_test(test_timeout_logged),
+        cmocka_unit_test(test_run_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
