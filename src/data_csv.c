@@ -161,10 +161,13 @@ static int parse_row(const csv_reader *r, const csv_shape *sh, const char *s, si
         }
         int is_label = sh->labelled && c == 0;
         if (is_label ? !(v >= 0 && v < DATA_N_CLASSES && v == floor(v)) : !(v >= 0 && v <= 255)) {
-            int flen = (int)(t - p);
-            return ht_fail(e, "%s:%ld: column %d: expected %s, found \"%.*s\"%s", r->path,
-                           r->line, c + 1, is_label ? "a label 0..9" : "a number 0..255",
-                           flen > 40 ? 40 : flen, p, flen > 40 ? "..." : "");
+            // Quoted with its odd bytes escaped: a NUL shows as \0, not as an empty field.
+            size_t flen = (size_t)(t - p);
+            char shown[4 * 40 + 1];
+            ht_escape(shown, sizeof shown, p, flen > 40 ? 40 : flen);
+            return ht_fail(e, "%s:%ld: column %d: expected %s, found \"%s\"%s", r->path,
+                           r->line, c + 1, is_label ? "a label 0..9" : "a number 0..255", shown,
+                           flen > 40 ? "..." : "");
         }
         if (is_label) *y = (uint8_t)v;
         else *x++ = (float)v / 255.0f;

@@ -545,6 +545,34 @@ static void test_csv_malformed(void **state) {
         dataset_free(&d);
         free(p), free(text);
     }
+    // Bytes a terminal would not show are escaped in the quoted field: a NUL is not "".
+#define RAW_(s) s, sizeof s - 1 // the bytes, NULs included
+    static const struct {
+        const char *body;
+        size_t len;
+        const char *frag;
+    } raw[] = {
+        {RAW_("1,0,\0,0,0\n"), "bad.csv:2: column 3: expected a number 0..255, found \"\\0\""},
+        {RAW_("1,0,0,1\0002,0\n"), "column 4: expected a number 0..255, found \"1\\02\""},
+        {RAW_("\x01,0,0,0,0\n"), "column 1: expected a label 0..9, found \"\\x01\""},
+        {RAW_("1,\"7\",0,0,0\n"), "column 2: expected a number 0..255, found \"\\\"7\\\"\""},
+        {RAW_("1,\xff\xfe,0,0,0\n"), "column 2: expected a number 0..255, found \"\\xff\\xfe\""},
+    };
+    for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
+        size_t hl = strlen(hdr);
+        char text[128];
+        memcpy(text, hdr, hl);
+        memcpy(text + hl, raw[i].body, raw[i].len);
+        char *p = test_write_file(dir, "bad.csv", text, hl + raw[i].len);
+        dataset d;
+        ht_error e = {{0}};
+        if (dataset_load_csv(&d, p, &e) != -1) fail_msg("raw case %zu (%s) loaded", i, raw[i].frag);
+        assert_null(strchr(e.msg, '\n'));
+        expect_msg(e.msg, raw[i].frag, NULL);
+        dataset_free(&d);
+        free(p);
+    }
+#undef RAW_
     char *gone = malloc(strlen(dir) + 16);
     sprintf(gone, "%s/nope.csv", dir);
     dataset d;
