@@ -63,6 +63,26 @@ int device_open_list(device **devs, int *n, const char *specs, const model *m, i
 int64_t device_parse_bytes(const char *s);
 void device_close_list(device *devs, int n);
 
+// One item of a --devices list, parsed without opening anything.
+typedef enum device_item_kind {
+    DEVICE_ITEM_CPU,    // cpu, cpu:THREADS
+    DEVICE_ITEM_CL,     // cl:P.D
+    DEVICE_ITEM_CL_ALL, // cl:all
+    DEVICE_ITEM_GPU,    // gpu
+} device_item_kind;
+
+typedef struct device_item {
+    device_item_kind kind;
+    char name[64];      // the item without its weight and memory: "cpu:2", "cl:0.1"
+    int threads;        // cpu:THREADS; 0 for a plain cpu (it takes the unclaimed cores)
+    int platform, dev;  // cl:P.D
+    double weight;      // @W, else 1
+    int64_t mem;        // bytes from :mem=SIZE, else -1
+} device_item;
+
+// Parses one item (see registry.c for the grammar); -1 with e when it is malformed.
+int device_parse_item(const char *item, device_item *it, ht_error *e);
+
 // Implementations.
 int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint64_t mem_limit,
                     ht_error *e);

@@ -59,24 +59,11 @@ int64_t device_parse_bytes(const char *s) {
 }
 
 // Opens the OpenCL devices an item names into list[*count...]; returns -1 with e on failure.
-static int open_cl(device *list, int *count, const char *name, const char *item, double weight,
+static int open_cl(device *list, int *count, const device_item *it, const char *item,
                    uint64_t mem, const model *m, int max_batch, ht_error *e) {
     if (cl_list(e) < 0) return -1;
-    int want_all = !strcmp(name, "cl:all"), want_gpu = !strcmp(name, "gpu"), p = -1, d = -1;
-    if (!want_all && !want_gpu) {
-        char *end;
-        errno = 0;
-        long lp = strtol(name + 3, &end, 10), ld = -1;
-        if (!errno && end != name + 3 && *end == '.') {
-            char *end2;
-            ld = strtol(end + 1, &end2, 10);
-            if (end2 == end + 1 || *end2) ld = -1;
-        }
-        if (lp < 0 || ld < 0 || lp > 1000 || ld > 1000)
-            return ht_fail(e, "--devices: \"%s\": expected cl:PLATFORM.DEVICE (e.g. cl:0.0), cl:all or gpu", item);
-        p = (int)lp;
-        d = (int)ld;
-    }
+    int want_all = it->kind == DEVICE_ITEM_CL_ALL, want_gpu = it->kind == DEVICE_ITEM_GPU;
+    int p = want_all || want_gpu ? -1 : it->platform, d = want_all || want_gpu ? -1 : it->dev;
     int opened = 0;
     for (int i = 0; i < cl_n; i++) {
         const cl_dev_info *info = &cl_devs[i];
@@ -87,7 +74,7 @@ static int open_cl(device *list, int *count, const char *name, const char *item,
             if (!strcmp(list[k].spec, info->spec))
                 return ht_fail(e, "--devices: %s is selected twice", info->spec);
         if (opencl_device_open(&list[*count], info, m, max_batch, mem, e) < 0) return -1;
-        list[*count].weight = weight;
+        list[*count].weight = it->weight;
         (*count)++;
         opened++;
     }
@@ -146,38 +133,52 @@ static char *expand_auto(void) {
     return s;
 }
 
-static int open_one(device *list, int *count, const char *item, int plain_threads,
-                    const model *m, int max_batch, uint64_t mem_default, ht_error *e) {
-    device *d = &list[*count];
-    char name[64], rest[64];
+int device_parse_item(const char *item, device_item *it, ht_error *e) {
+    memset(it, 0, sizeof *it);
+    char rest[64];
     size_t len = strcspn(item, "@");
     const char *memopt = strstr(item, ":mem=");
     if (memopt && (size_t)(memopt - item) < len) len = (size_t)(memopt - item);
-    if (len >= sizeof name) return ht_fail(e, "--devices: \"%s\" is too long", item);
-    memcpy(name, item, len);
-    name[len] = 0;
+    if (len >= sizeof it->name) return ht_fail(e, "--devices: \"%s\" is too long", item);
+    memcpy(it->name, item, len);
+    it->name[len] = 0;
     // What follows the name: "@W", ":mem=SIZE", or "@W:mem=SIZE".
     size_t wlen = memopt ? (size_t)(memopt - item) - len : strlen(item + len);
     if (wlen >= sizeof rest) return ht_fail(e, "--devices: \"%s\" is too long", item);
     memcpy(rest, item + len, wlen);
     rest[wlen] = 0;
-    double weight = 1.0;
-    if (parse_weight(rest, &weight) < 0)
+    it->weight = 1.0;
+    if (parse_weight(rest, &it->weight) < 0)
         return ht_fail(e, "--devices: \"%s\": expected a weight after '@' (a number > 0), found \"%s\"",
                        item, rest + (rest[0] == '@'));
-    uint64_t mem = mem_default;
+    it->mem = -1;
     if (memopt) {
-        int64_t b = device_parse_bytes(memopt + 5);
-        if (b < 0)
+        it->mem = device_parse_bytes(memopt + 5);
+        if (it->mem < 0)
             return ht_fail(e, "--devices: \"%s\": expected mem=SIZE like 256M or 2G, found \"%s\"",
                            item, memopt + 5);
-        mem = (uint64_t)b;
     }
-    if (!strncmp(name, "cl:", 3) || !strcmp(name, "gpu"))
-        return open_cl(list, count, name, item, weight, mem, m, max_batch, e);
-    if (*count == DEVICE_MAX) return ht_fail(e, "--devices: more than %d devices", DEVICE_MAX);
-    if (strcmp(name, "cpu") == 0 || strncmp(name, "cpu:", 4) == 0) {
-        int threads = plain_threads;
+    const char *name = it->name;
+    if (!strcmp(name, "cl:all")) {
+        it->kind = DEVICE_ITEM_CL_ALL;
+    } else if (!strcmp(name, "gpu")) {
+        it->kind = DEVICE_ITEM_GPU;
+    } else if (!strncmp(name, "cl:", 3)) {
+        char *end;
+        errno = 0;
+        long lp = strtol(name + 3, &end, 10), ld = -1;
+        if (!errno && end != name + 3 && *end == '.') {
+            char *end2;
+            ld = strtol(end + 1, &end2, 10);
+            if (end2 == end + 1 || *end2) ld = -1;
+        }
+        if (lp < 0 || ld < 0 || lp > 1000 || ld > 1000)
+            return ht_fail(e, "--devices: \"%s\": expected cl:PLATFORM.DEVICE (e.g. cl:0.0), cl:all or gpu", item);
+        it->kind = DEVICE_ITEM_CL;
+        it->platform = (int)lp;
+        it->dev = (int)ld;
+    } else if (!strcmp(name, "cpu") || !strncmp(name, "cpu:", 4)) {
+        it->kind = DEVICE_ITEM_CPU;
         if (name[3] == ':') {
             char *end;
             errno = 0;
@@ -185,23 +186,37 @@ static int open_one(device *list, int *count, const char *item, int plain_thread
             if (errno || end == name + 4 || *end || t < 1 || t > 1024)
                 return ht_fail(e, "--devices: \"%s\": expected cpu:THREADS with THREADS 1..1024",
                                item);
-            threads = (int)t;
+            it->threads = (int)t;
         }
-        if (cpu_device_open(d, m, threads, max_batch, mem, e) < 0) return ht_wrap(e, "device %s", name);
-        // Specs name metrics columns and log entries, so repeated workers are numbered.
-        int same = 1;
-        for (int k = 0; k < *count; k++)
-            if (!strncmp(list[k].spec, name, strlen(name)) &&
-                (list[k].spec[strlen(name)] == 0 || list[k].spec[strlen(name)] == '#'))
-                same++;
-        if (same > 1) snprintf(d->spec, sizeof d->spec, "%.48s#%d", name, same);
-        else snprintf(d->spec, sizeof d->spec, "%s", name);
-        d->weight = weight;
-        (*count)++;
-        return 0;
+    } else {
+        return ht_fail(e, "--devices: unknown device \"%s\" (known: cpu, cpu:THREADS, cl:P.D, cl:all, "
+                          "gpu; add @WEIGHT for a capacity weight)", name);
     }
-    return ht_fail(e, "--devices: unknown device \"%s\" (known: cpu, cpu:THREADS, cl:P.D, cl:all, "
-                      "gpu; add @WEIGHT for a capacity weight)", name);
+    return 0;
+}
+
+static int open_one(device *list, int *count, const char *item, int plain_threads,
+                    const model *m, int max_batch, uint64_t mem_default, ht_error *e) {
+    device *d = &list[*count];
+    device_item it;
+    if (device_parse_item(item, &it, e) < 0) return -1;
+    uint64_t mem = it.mem >= 0 ? (uint64_t)it.mem : mem_default;
+    if (it.kind != DEVICE_ITEM_CPU) return open_cl(list, count, &it, item, mem, m, max_batch, e);
+    if (*count == DEVICE_MAX) return ht_fail(e, "--devices: more than %d devices", DEVICE_MAX);
+    const char *name = it.name;
+    int threads = it.threads ? it.threads : plain_threads;
+    if (cpu_device_open(d, m, threads, max_batch, mem, e) < 0) return ht_wrap(e, "device %s", name);
+    // Specs name metrics columns and log entries, so repeated workers are numbered.
+    int same = 1;
+    for (int k = 0; k < *count; k++)
+        if (!strncmp(list[k].spec, name, strlen(name)) &&
+            (list[k].spec[strlen(name)] == 0 || list[k].spec[strlen(name)] == '#'))
+            same++;
+    if (same > 1) snprintf(d->spec, sizeof d->spec, "%.48s#%d", name, same);
+    else snprintf(d->spec, sizeof d->spec, "%s", name);
+    d->weight = it.weight;
+    (*count)++;
+    return 0;
 }
 
 int device_open_list(device **devs, int *n, const char *specs, const model *m, int max_batch,
