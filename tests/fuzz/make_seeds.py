@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora in tests/fuzz/corpus/<harness>/: small valid inputs of each format
+and a few malformed ones. Run from anywhere; it replaces the files it writes and nothing else.
+The input framing of each harness is described at the top of its fuzz_*.c."""
+import gzip
+import json
+import os
+import shutil
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CORPUS = os.path.join(HERE, "corpus")
+
+
+def put(harness, name, data):
+    d = os.path.join(CORPUS, harness)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---- IDX: mode byte, u16 LE images length, images file, labels file ----
+
+def idx_images(n, h, w, magic=0x803):
+    hdr = struct.pack(">IIII", magic, n, h, w)
+    return hdr + bytes((i * 37) % 256 for i in range(n * h * w))
+
+
+def idx_labels(n, magic=0x801):
+    return struct.pack(">II", magic, n) + bytes(i % 10 for i in range(n))
+
+
+def idx_input(mode, images, labels=b""):
+    return bytes([mode]) + struct.pack("<H", len(images)) + images + labels
+
+
+imgs, labs = idx_images(3, 4, 5), idx_labels(3)
+put("idx", "raw_pair", idx_input(1, imgs, labs))
+put("idx", "raw_images_only", idx_input(0, imgs))
+put("idx", "gz_pair", idx_input(1 | 2 | 4, imgs, labs))            # compressed by the harness
+put("idx", "gz_cut", idx_input(1 | 2 | 4 | (5 << 3), imgs, labs))  # gzip streams cut short
+put("idx", "gz_in_file", idx_input(1, gzip.compress(imgs, mtime=0), gzip.compress(labs, mtime=0)))
+put("idx", "truncated", idx_input(1, imgs[:-3], labs))
+put("idx", "trailing", idx_input(1, imgs + b"xx", labs))
+put("idx", "bad_magic", idx_input(1, idx_images(1, 2, 2, magic=0x801), idx_labels(1)))
+put("idx", "label_range", idx_input(1, idx_images(1, 2, 2), struct.pack(">II", 0x801, 1) + b"\x0c"))
+put("idx", "count_mismatch", idx_input(1, imgs, idx_labels(2)))
+put("idx", "huge_dims", idx_input(2, struct.pack(">IIII", 0x803, 10000000, 4096, 4096)))
+
+# ---- Kaggle CSV: mode byte (bit 0 gzip), CSV ----
+
+def csv_input(mode, text):
+    return bytes([mode]) + text.encode()
+
+
+put("csv", "labelled", csv_input(0, "label,p0,p1,p2,p3\n1,0,255,3,4\n9,12,0,0,7\n"))
+put("csv", "unlabelled_crlf", csv_input(0, "\ufeffpixel0,pixel1,pixel2,pixel3\r\n0,1,2,3\r\n4,5,6,7\r\n"))
+put("csv", "gz", csv_input(1, "label,a,b,c,d,e,f,g,h,i\n3,0,0,0,1,1,1,2,2,2\n"))
+put("csv", "gz_cut", csv_input(1 | (4 << 1), "label,a,b,c,d\n3,0,0,0,1\n"))
+put("csv", "floats", csv_input(0, "label,a\n2, 12.5 \n0,1e2\n"))
+put("csv", "not_square", csv_input(0, "label,a,b,c\n1,2,3,4\n"))
+put("csv", "bad_value", csv_input(0, "label,a\n1,256\n2,nan\n"))
+put("csv", "ragged", csv_input(0, "label,a,b,c,d\n1,2,3\n1,2,3,4,5,6\n"))
+put("csv", "blank_then_data", csv_input(0, "a\n1\n\n2\n"))
+put("csv", "no_header", csv_input(0, "1,2,3,4\n"))
+
+# ---- model config: the file ----
+
+for name in ("cnn2.cfg", "cnn3.cfg"):
+    with open(os.path.join(ROOT, "models", name), "rb") as f:
+        put("config", name, f.read())
+put("config", "small.cfg", """[net]
+input = 1x8x8
+classes = 4
+optimizer = adam
+[conv]
+filters = 2
+size = 3
+stride = 2
+pad = 1
+activation = relu
+init = constant
+init_arg = 0.5
+[maxpool]
+size = 2
+stride = 1
+[dropout]
+rate = 0.1
+[connected]
+name = head
+units = 4
+bias_init = truncated_normal
+bias_arg = 0.2
+[softmax]
+""")
+put("config", "errors.cfg", "[net]\ninput = 1x28\n[conv]\nfilters = 0\n")
+put("config", "no_net.cfg", "[dense]\nunits = 3\n")
+put("config", "syntax.cfg", "[net\nkey value\n")
+
+# ---- safetensors: the file, for the harness's model (conv1 [2,1,3,3]+[2], fc1 [3,8]+[3]) ----
+
+TENSORS = [("conv1.weight", [2, 1, 3, 3]), ("conv1.bias", [2]),
+           ("fc1.weight", [3, 8]), ("fc1.bias", [3])]
+FMT = {"F32": ("<f", 4), "F64": ("<d", 8), "F16": ("<e", 2)}
+
+
+def st_file(dtype="F32", drop=None, extra=None, pad=True, metadata=True):
+    hdr, data = {}, b""
+    if metadata:
+        hdr["__metadata__"] = {"format": "pt"}
+    for name, shape in TENSORS:
+        if name == drop:
+            continue
+        n = 1
+        for s in shape:
+            n *= s
+        if dtype == "BF16":
+            raw = b"".join(struct.pack("<f", 0.25 * i)[2:] for i in range(n))
+        else:
+            f, size = FMT[dtype]
+            raw = b"".join(struct.pack(f, 0.25 * i) for i in range(n))
+        hdr[name] = {"dtype": dtype, "shape": shape,
+                     "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if extra:
+        hdr.update(extra)
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+for dt in ("F32", "F16", "BF16", "F64"):
+    put("safetensors", "valid_" + dt.lower(), st_file(dt))
+put("safetensors", "unpadded_no_metadata", st_file(pad=False, metadata=False))
+put("safetensors", "missing_tensor", st_file(drop="fc1.bias"))
+put("safetensors", "extra_tensor",
+    st_file(extra={"fc2.bias": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}}))
+good = st_file()
+put("safetensors", "truncated_data", good[:-5])
+put("safetensors", "header_len_too_big", struct.pack("<Q", 1 << 40) + good[8:])
+put("safetensors", "bad_json", struct.pack("<Q", 12) + b'{"a":[1,2,}}')
+put("safetensors", "short", b"\x05\x00\x00")
+
+# ---- device specs: the --devices string (and the --mem-limit parser) ----
+
+for i, s in enumerate(["cpu", "cpu:2@3", "cl:0.1@0.5:mem=256M", "cl:all,gpu@2", "auto",
+                       "cpu:mem=1GiB", "cpu, cl:1.0 ,gpu:mem=512KB", "256M", "1.5G",
+                       "cl:0.x", "cpu:0", "tpu@-1"]):
+    put("devices", "spec%02d" % i, s)
+
+# ---- results CSVs: file A, then optionally "\n#B\n" and file B ----
+
+fixtures = os.path.join(ROOT, "tests", "fixtures")
+for name in sorted(os.listdir(fixtures)):
+    with open(os.path.join(fixtures, name), "rb") as f:
+        put("runcsv", name, f.read())
+with open(os.path.join(fixtures, "a.predictions.csv"), "rb") as f:
+    a = f.read()
+with open(os.path.join(fixtures, "b.predictions.csv"), "rb") as f:
+    b = f.read()
+put("runcsv", "pair_predictions", a + b"\n#B\n" + b)
+with open(os.path.join(fixtures, "keras_old.csv"), "rb") as f:
+    k = f.read()
+with open(os.path.join(fixtures, "torch_reference.metrics.csv"), "rb") as f:
+    t = f.read()
+put("runcsv", "pair_metrics", k + b"\n#B\n" + t)
+put("runcsv", "quoted", '\ufeff"epoch","loss"\r\n"0","1.5"\r\n"1",""\r\n\r\n2,nan\r\n')
+put("runcsv", "bad_quote", 'epoch,loss\n0,"1.5\n')
+put("runcsv", "duplicate_epoch", "epoch,acc\n1,0.5\n1,0.6\n")
+put("runcsv", "ragged", "ImageId,Label\n1,2,3\n")
+
+# ---- HETRAIN_FAULT ----
+
+for i, s in enumerate(["fail:cl:0.1@30", "oom:cpu", "hang:cpu#2@5,nan:cpu@2,corrupt:cl:0.0",
+                       "corrupt:gpu@1", "fail:", "boom:cpu", "fail:cpu@0", "oom:cpu@x"]):
+    put("fault", "plan%02d" % i, s)
