@@ -46,6 +46,11 @@ int fault_plan_parse(fault_plan *p, const char *text, ht_error *e) {
                 break;
             }
         }
+        if (!*spec) {
+            rc = ht_fail(e, "HETRAIN_FAULT: \"%s\" names no device: expected KIND:DEVICE[@STEP]",
+                         item);
+            break;
+        }
         if (strlen(spec) >= sizeof p->f[0].spec) {
             rc = ht_fail(e, "HETRAIN_FAULT: device \"%s\" is too long", spec);
             break;

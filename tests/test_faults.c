@@ -15,6 +15,7 @@
 #include "data.h"
 #include "device.h"
 #include "engine.h"
+#include "fault.h"
 #include "model.h"
 #include "testutil.h"
 
@@ -283,6 +284,41 @@ static void test_memory_limits_same_curve(void **state) {
     free(dir);
 }
 
+// HETRAIN_FAULT's grammar: what parses, and one message per kind of mistake.
+static void test_fault_plan_grammar(void **state) {
+    (void)state;
+    fault_plan p;
+    ht_error e;
+    assert_int_equal(fault_plan_parse(&p, "fail:cl:0.1@30,corrupt:cpu#2", &e), 0);
+    assert_int_equal(p.n, 2);
+    assert_int_equal(p.f[0].kind, FAULT_FAIL);
+    assert_string_equal(p.f[0].spec, "cl:0.1");
+    assert_int_equal(p.f[0].step, 30);
+    assert_int_equal(p.f[1].kind, FAULT_CORRUPT);
+    assert_string_equal(p.f[1].spec, "cpu#2");
+    assert_int_equal(p.f[1].step, 0);
+    assert_true(fault_planned(&p, FAULT_FAIL, "cl:0.1", 30));
+    assert_false(fault_planned(&p, FAULT_FAIL, "cl:0.1", 29));
+    assert_int_equal(fault_plan_parse(&p, NULL, &e), 0);
+    assert_int_equal(p.n, 0);
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"fail", "expected KIND:DEVICE[@STEP]"},
+        {"boom:cpu", "unknown fault \"boom\""},
+        {"oom:cpu@0", "expected a step number >= 1"},
+        {"fail:@5", "\"fail\" names no device"}, // found by fuzzing: an empty device was taken
+        {"nan:@", "expected a step number >= 1"},
+        {"hang:@1,oom:cpu", "\"hang\" names no device"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        e.msg[0] = 0;
+        if (fault_plan_parse(&p, bad[i].text, &e) == 0) fail_msg("\"%s\" parsed", bad[i].text);
+        if (!strstr(e.msg, bad[i].msg))
+            fail_msg("\"%s\": expected \"%s\" in \"%s\"", bad[i].text, bad[i].msg, e.msg);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_micro_batches_equal_whole_shard),
@@ -291,6 +327,7 @@ int main(void) {
         cmocka_unit_test(test_failure_mid_run),
         cmocka_unit_test(test_non_finite_values),
         cmocka_unit_test(test_memory_limits_same_curve),
+        cmocka_unit_test(test_fault_plan_grammar),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
