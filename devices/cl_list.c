@@ -1,6 +1,6 @@
 // `hetrain devices`: the native CPU and every OpenCL device, as aligned text or JSON.
 #include <json.h>
-#include <omp.h>
+#include "ht_omp.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
 // The native CPU device: an OpenMP worker running the network over net.c with its own
 // parameter copy and a workspace sized for its micro-batch.
-#include <omp.h>
+#include "ht_omp.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

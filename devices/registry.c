@@ -7,7 +7,7 @@
 // workers and one core to drive each OpenCL GPU, shared among the plain 'cpu' items.
 #include <ctype.h>
 #include <errno.h>
-#include <omp.h>
+#include "ht_omp.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

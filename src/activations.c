@@ -27,6 +27,7 @@ static void dropout_apply(float *out, const float *in, int B, size_t N, float ra
     if (nthreads < 1) nthreads = 1;
     const float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
     const size_t total = (size_t)B * N;
+    (void)total; // read only by the OpenMP clause
 #pragma omp parallel for collapse(2) num_threads(nthreads) schedule(static) \
     if (total >= ACT_PARALLEL_MIN)
     for (int i = 0; i < B; i++) {

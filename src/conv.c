@@ -5,7 +5,7 @@
 #include "layers.h"
 
 #include <cblas.h>
-#include <omp.h>
+#include "ht_omp.h"
 #include <string.h>
 
 // A thread's slice: col (CKK x OH*OW), then dw (OC x CKK), then db (OC). Rounded up to a

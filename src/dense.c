@@ -4,7 +4,7 @@
 #include "layers.h"
 
 #include <cblas.h>
-#include <omp.h>
+#include "ht_omp.h"
 #include <string.h>
 
 // Rows or columns of C are handed out in blocks of this many, matching SGEMM's register tiles.

@@ -8,7 +8,7 @@
 // (dense and the rest) go batch-wise.
 #include "net.h"
 
-#include <omp.h>
+#include "ht_omp.h"
 #include <stdlib.h>
 #include <string.h>
 
