@@ -186,6 +186,15 @@ int device_parse_item(const char *item, device_item *it, ht_error *e) {
             if (errno || end == name + 4 || *end || t < 1 || t > 1024)
                 return ht_fail(e, "--devices: \"%s\": expected cpu:THREADS with THREADS 1..1024",
                                item);
+            // Past a few threads per core a compute-bound worker only adds switching, and when
+            // the system refuses libgomp a thread it aborts the process mid-run, after the run's
+            // files exist. 8 per core (up to the 1024 above) still lets one oversubscribe on
+            // purpose or mimic a larger machine.
+            int cores = omp_get_num_procs() > 0 ? omp_get_num_procs() : 1;
+            int most = cores > 128 ? 1024 : 8 * cores;
+            if (t > most)
+                return ht_fail(e, "--devices: \"%s\": %ld threads is too many for this machine's "
+                                  "%d cores (at most %d)", item, t, cores, most);
             it->threads = (int)t;
         }
     } else {

@@ -10,10 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include <math.h>
 
+#include "device.h"
 #include "model.h"
 #include "results.h"
 #include "safetensors.h"
@@ -209,6 +211,43 @@ static void test_run_names(void **state) {
     assert_int_equal(run_name_check(long_name, &e), 0);
 }
 
+// A CPU worker with far more threads than the machine has cores is refused while --devices is
+// read, before any file exists (libgomp used to abort mid-run if it could not get the threads,
+// leaving a header-only metrics CSV); the parser alone refuses it too.
+static void test_cpu_thread_bound(void **state) {
+    fixture *f = *state;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN); // >= what OpenMP may use under an affinity mask
+    long over = 8 * (cores > 0 ? cores : 1) + 1;
+    if (over > 1024) skip(); // the 1..1024 syntax check covers such machines
+    char out[1200], args[4096], spec[32], want[160];
+    snprintf(out, sizeof out, "%s/out-threads", f->dir);
+    snprintf(spec, sizeof spec, "cpu:%ld", over);
+    snprintf(want, sizeof want, "--devices: \"%s\": %ld threads is too many for this machine's",
+             spec, over);
+    snprintf(args, sizeof args, "train --model '%s' --train '%s' --out '%s' --devices '%s' "
+             "--no-progress", f->cfg, f->train, out, spec);
+    expect_cli(args, 1, want);
+    assert_false(exists(out));
+    snprintf(args, sizeof args, "train --model '%s' --train '%s' --out '%s' --devices 'cpu:1,%s@2' "
+             "--no-progress", f->cfg, f->train, out, spec);
+    expect_cli(args, 1, "threads is too many");
+    assert_false(exists(out));
+    char *w = tiny_weights(f, "ok.safetensors", 0.001f, -1, 0);
+    snprintf(args, sizeof args, "predict --model '%s' --test '%s' --load '%s' --out '%s/p.csv' "
+             "--devices '%s'", f->cfg, f->test, w, f->dir, spec);
+    expect_cli(args, 1, want);
+    snprintf(out, sizeof out, "%s/p.csv", f->dir);
+    assert_false(exists(out));
+    free(w);
+    device_item it;
+    ht_error e = {{0}};
+    assert_int_equal(device_parse_item(spec, &it, &e), -1);
+    if (!strstr(e.msg, want)) fail_msg("%s", e.msg);
+    snprintf(spec, sizeof spec, "cpu:%ld", over - 1);
+    if (device_parse_item(spec, &it, &e) < 0) fail_msg("%s", e.msg);
+    assert_int_equal(it.threads, over - 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_non_finite_weights),
@@ -216,6 +255,7 @@ int main(void) {
         cmocka_unit_test(test_empty_out),
         cmocka_unit_test(test_timeout_logged),
         cmocka_unit_test(test_run_names),
+        cmocka_unit_test(test_cpu_thread_bound),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
