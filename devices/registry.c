@@ -88,32 +88,23 @@ static int open_cl(device *list, int *count, const device_item *it, const char *
     return 0;
 }
 
-// The name part of "name@weight:mem=size" (no checks here).
-static void item_name(const char *item, char *name, size_t len) {
-    size_t n = strcspn(item, "@");
-    const char *memopt = strstr(item, ":mem=");
-    if (memopt && (size_t)(memopt - item) < n) n = (size_t)(memopt - item);
-    if (n >= len) n = len - 1;
-    memcpy(name, item, n);
-    name[n] = 0;
-}
-
 // Threads for each plain 'cpu' item of specs (see the grammar above).
 static int plain_cpu_threads(const char *specs) {
     int cores = omp_get_num_procs(), claimed = 0, plain = 0;
     char *copy = strdup(specs), *save = NULL;
     for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         while (isspace((unsigned char)*item)) item++;
-        char name[64];
-        item_name(item, name, sizeof name);
-        if (!strcmp(name, "cpu")) {
+        // A malformed item fails the whole list when it is opened; it claims nothing here.
+        device_item it;
+        if (device_parse_item(item, &it, NULL) < 0) continue;
+        if (it.kind == DEVICE_ITEM_CPU && !it.threads) {
             plain++;
-        } else if (!strncmp(name, "cpu:", 4)) {
-            claimed += atoi(name + 4) > 0 ? atoi(name + 4) : 0;
+        } else if (it.kind == DEVICE_ITEM_CPU) {
+            if (claimed < cores) claimed += it.threads; // no int overflow on long lists
         } else if (cl_n > 0) {
-            int all = !strcmp(name, "cl:all"), gpu = !strcmp(name, "gpu");
+            int all = it.kind == DEVICE_ITEM_CL_ALL, gpu = it.kind == DEVICE_ITEM_GPU;
             for (int i = 0; i < cl_n; i++)
-                if (!strcmp(cl_devs[i].type, "gpu") && (all || gpu || !strcmp(cl_devs[i].spec, name)))
+                if (!strcmp(cl_devs[i].type, "gpu") && (all || gpu || !strcmp(cl_devs[i].spec, it.name)))
                     claimed++;
         }
     }
