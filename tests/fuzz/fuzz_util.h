@@ -38,7 +38,9 @@ static inline const char *fuzz_tmp_path(int slot, const char *name) {
 static inline const char *fuzz_write_tmp(int slot, const char *name, const uint8_t *data,
                                          size_t size) {
     const char *path = fuzz_tmp_path(slot, name);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    // A new file each time: truncating one makes ext4 write the old contents out first.
+    unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
     if (fd < 0) {
         perror(path);
         abort();

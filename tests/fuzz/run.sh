@@ -26,7 +26,11 @@ if (($#)); then harnesses=("$@"); else
 fi
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/hetrain-fuzz.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+# The harnesses hand each input to the loaders as a file: in memory when /dev/shm allows.
+shm=${TMPDIR:-/tmp}
+[[ -d /dev/shm && -w /dev/shm ]] && shm=/dev/shm
+files=$(mktemp -d "$shm/hetrain-fuzz-files.XXXXXX")
+trap 'rm -rf "$scratch" "$files"' EXIT
 artifacts=$build/artifacts
 mkdir -p "$artifacts"
 
@@ -38,11 +42,11 @@ for h in "${harnesses[@]}"; do
   [[ -x $build/$h ]] || { echo "run.sh: no harness $h" >&2; exit 2; }
   corpus=$scratch/$h
   art=$scratch/artifacts-$h
-  mkdir -p "$corpus" "$scratch/tmp-$h" "$art"
+  mkdir -p "$corpus" "$art"
   [[ -d tests/fuzz/corpus/${h#fuzz_} ]] && cp tests/fuzz/corpus/"${h#fuzz_}"/* "$corpus"/
   log=$build/$h.log
   rc=0
-  TMPDIR=$scratch/tmp-$h "$build/$h" "$corpus" -max_total_time="$secs" \
+  TMPDIR=$files "$build/$h" "$corpus" -max_total_time="$secs" \
     -max_len="${max_len[$h]:-4096}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$art/" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
