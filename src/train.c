@@ -136,6 +136,7 @@ typedef struct job {
     int epochs_done, steps_into;
 } job;
 
+// Frees the job itself too (it is on the heap: a device's context points at j->m).
 static void job_free(job *j) {
     engine_free(&j->g);
     device_close_list(j->devs, j->n_devs);
@@ -145,11 +146,15 @@ static void job_free(job *j) {
     dataset_free(&j->train);
     dataset_free(&j->val);
     dataset_free(&j->test);
-    model_free(&j->m);
     free(j->params);
     free(j->idx);
     free(j->loss);
     free(j->pred);
+    // A worker the engine gave up on may still be inside its device, which reads the model:
+    // leave the model to the process's end (main leaves with _exit then).
+    if (engine_stray_workers() > 0) return;
+    model_free(&j->m);
+    free(j);
 }
 
 // Everything before the first step: model, data, weights, devices, engine. Nothing is written.
@@ -392,11 +397,11 @@ static int finish(job *j, const train_opts *o, ht_error *e) {
 }
 
 int train_run(const train_opts *o, ht_error *e) {
-    job j;
-    memset(&j, 0, sizeof j);
+    job *j = ht_calloc(1, sizeof *j, e);
+    if (!j) return -1;
     if (o->save && output_check(o->save, "--save", e) < 0) return -1;
-    if (job_prepare(&j, o, e) < 0) {
-        job_free(&j);
+    if (job_prepare(j, o, e) < 0) {
+        job_free(j);
         return -1;
     }
     char name[256];
@@ -406,93 +411,93 @@ int train_run(const train_opts *o, ht_error *e) {
         char stamp[32];
         time_t now = time(NULL);
         strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
-        snprintf(name, sizeof name, "%s-%s", j.m.name, stamp);
+        snprintf(name, sizeof name, "%s-%s", j->m.name, stamp);
     }
     char header[4096];
-    metrics_header(header, sizeof header, j.devs, j.n_devs);
-    if (run_files_open(&j.rf, o->out_dir ? o->out_dir : "results", name, header, e) < 0) {
-        job_free(&j);
+    metrics_header(header, sizeof header, j->devs, j->n_devs);
+    if (run_files_open(&j->rf, o->out_dir ? o->out_dir : "results", name, header, e) < 0) {
+        job_free(j);
         return -1;
     }
-    log_header(&j, o);
-    if (run_files_check(&j.rf, e) < 0) {
-        job_free(&j);
+    log_header(j, o);
+    if (run_files_check(&j->rf, e) < 0) {
+        job_free(j);
         return -1;
     }
     if (!o->quiet) {
         char list[1024];
         size_t k = 0;
-        for (int d = 0; d < j.n_devs && k < sizeof list; d++)
-            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", d ? "," : "", j.devs[d].spec);
-        printf("training %s on %d samples (%d validation) with %s; results in %s.*\n", j.m.name,
-               j.train.n, j.val.n, list, j.rf.prefix);
+        for (int d = 0; d < j->n_devs && k < sizeof list; d++)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", d ? "," : "", j->devs[d].spec);
+        printf("training %s on %d samples (%d validation) with %s; results in %s.*\n", j->m.name,
+               j->train.n, j->val.n, list, j->rf.prefix);
     }
-    int rc = run_epochs(&j, o, e);
-    if (rc == 0) rc = finish(&j, o, e);
+    int rc = run_epochs(j, o, e);
+    if (rc == 0) rc = finish(j, o, e);
     if (o->save) {
         // Weights are saved even after a failure, so an interrupted run can be resumed.
         ht_error se;
-        if (safetensors_save(o->save, &j.m, j.g.params, &se) < 0) {
+        if (safetensors_save(o->save, &j->m, j->g.params, &se) < 0) {
             if (rc == 0) *e = se;
-            else run_log(&j.rf, 0, "error saving weights: %s\n", se.msg);
+            else run_log(&j->rf, 0, "error saving weights: %s\n", se.msg);
             rc = -1;
         } else {
             // Say exactly what they hold: a run stopped mid-epoch saves that epoch's steps too.
             char part[96] = "";
-            if (j.steps_into > 0)
-                snprintf(part, sizeof part, " and %d of %d steps of epoch %d", j.steps_into,
-                         (j.train.n + j.m.setup.batch - 1) / j.m.setup.batch, j.epochs_done + 1);
-            run_log(&j.rf, !o->quiet, "weights: %s (after %d epoch%s%s)\n", o->save,
-                    j.epochs_done, j.epochs_done == 1 ? "" : "s", part);
+            if (j->steps_into > 0)
+                snprintf(part, sizeof part, " and %d of %d steps of epoch %d", j->steps_into,
+                         (j->train.n + j->m.setup.batch - 1) / j->m.setup.batch, j->epochs_done + 1);
+            run_log(&j->rf, !o->quiet, "weights: %s (after %d epoch%s%s)\n", o->save,
+                    j->epochs_done, j->epochs_done == 1 ? "" : "s", part);
         }
     }
-    if (rc < 0) run_log(&j.rf, 0, "error: %s\n", e->msg);
+    if (rc < 0) run_log(&j->rf, 0, "error: %s\n", e->msg);
     ht_error ce;
-    if (run_files_close(&j.rf, &ce) < 0 && rc == 0) {
+    if (run_files_close(&j->rf, &ce) < 0 && rc == 0) {
         *e = ce;
         rc = -1;
     }
-    job_free(&j);
+    job_free(j);
     return rc;
 }
 
 int predict_run(const predict_opts *o, ht_error *e) {
-    job j;
-    memset(&j, 0, sizeof j);
+    job *j = ht_calloc(1, sizeof *j, e);
+    if (!j) return -1;
     int rc = -1;
     if (access(o->out, F_OK) == 0) {
         ht_fail(e, "%s already exists; choose another --out or remove it", o->out);
         goto out;
     }
     if (output_check(o->out, "--out", e) < 0) goto out;
-    if (model_init(&j.m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) goto out;
-    if (load_data(o->data_dir, NULL, o->test_csv, NULL, &j.test, 0, e) < 0) goto out;
-    dataset_limit(&j.test, o->limit);
-    if (j.test.n < 1) {
+    if (model_init(&j->m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) goto out;
+    if (load_data(o->data_dir, NULL, o->test_csv, NULL, &j->test, 0, e) < 0) goto out;
+    dataset_limit(&j->test, o->limit);
+    if (j->test.n < 1) {
         ht_fail(e, "no test samples to predict");
         goto out;
     }
-    if (check_fits(&j.m, &j.test, "test data", e) < 0) goto out;
-    j.params = ht_malloc(j.m.n_params, sizeof(float), e);
-    if (!j.params || safetensors_load(o->load, &j.m, j.params, e) < 0) goto out;
-    int chunk = j.test.n < 1000 ? j.test.n : 1000;
-    if (device_open_list(&j.devs, &j.n_devs, o->devices, &j.m, chunk, o->mem_limit, e) < 0)
+    if (check_fits(&j->m, &j->test, "test data", e) < 0) goto out;
+    j->params = ht_malloc(j->m.n_params, sizeof(float), e);
+    if (!j->params || safetensors_load(o->load, &j->m, j->params, e) < 0) goto out;
+    int chunk = j->test.n < 1000 ? j->test.n : 1000;
+    if (device_open_list(&j->devs, &j->n_devs, o->devices, &j->m, chunk, o->mem_limit, e) < 0)
         goto out;
-    if (engine_init(&j.g, &j.m, j.devs, j.n_devs, j.params, &j.m.setup, chunk, 0, e) < 0) goto out;
-    j.pred = ht_malloc((size_t)j.test.n, sizeof *j.pred, e);
+    if (engine_init(&j->g, &j->m, j->devs, j->n_devs, j->params, &j->m.setup, chunk, 0, e) < 0) goto out;
+    j->pred = ht_malloc((size_t)j->test.n, sizeof *j->pred, e);
     double loss, acc;
     int bad;
-    if (!j.pred || evaluate(&j.g, &j.test, &loss, &acc, j.pred, &bad, e) < 0) goto out;
+    if (!j->pred || evaluate(&j->g, &j->test, &loss, &acc, j->pred, &bad, e) < 0) goto out;
     if (bad >= 0) {
         ht_fail(e, "%s: the network's output for test sample %d is not finite (the weights "
                    "overflow it); no predictions written", o->load, bad + 1);
         goto out;
     }
-    if (predictions_write(o->out, j.pred, j.test.n, e) < 0) goto out;
-    if (j.test.y) printf("accuracy %.4f  loss %.4f  (%d samples)\n", acc, loss, j.test.n);
+    if (predictions_write(o->out, j->pred, j->test.n, e) < 0) goto out;
+    if (j->test.y) printf("accuracy %.4f  loss %.4f  (%d samples)\n", acc, loss, j->test.n);
     printf("predictions: %s\n", o->out);
     rc = 0;
 out:
-    job_free(&j);
+    job_free(j);
     return rc;
 }
