@@ -68,6 +68,13 @@ static atomic_int stray_workers;
 
 int engine_stray_workers(void) { return atomic_load(&stray_workers); }
 
+int engine_wait_strays(double seconds) {
+    double until = ht_now() + seconds;
+    int n;
+    while ((n = atomic_load(&stray_workers)) > 0 && ht_now() < until) usleep(10000);
+    return n;
+}
+
 static void hub_release(engine_hub *h) {
     pthread_mutex_lock(&h->mu);
     int last = --h->refs == 0;

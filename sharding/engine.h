@@ -84,6 +84,9 @@ typedef struct engine {
 // inside their device. While there are any, the process must not run library destructors
 // under them: exit with _exit after closing the files.
 int engine_stray_workers(void);
+// Waits up to `seconds` for such workers to come back; returns how many are still out. Once
+// it returns 0, everything they used (the model their devices read) may be freed.
+int engine_wait_strays(double seconds);
 
 // Takes the devices (not owned; keep them open until engine_free) and the initial parameters
 // (copied). Faults to inject come from $HETRAIN_FAULT (see fault.h).

@@ -152,7 +152,7 @@ static void job_free(job *j) {
     free(j->pred);
     // A worker the engine gave up on may still be inside its device, which reads the model:
     // leave the model to the process's end (main leaves with _exit then).
-    if (engine_stray_workers() > 0) return;
+    if (engine_wait_strays(2.0) > 0) return;
     model_free(&j->m);
     free(j);
 }
