@@ -246,7 +246,8 @@ static int dispatch(engine *g) {
             s->dev->hung = 1;
             pthread_detach(g->threads[d]);
             atomic_fetch_add(&stray_workers, 1);
-            s->rc = ht_fail(&s->err, "no answer within %g s", g->timeout_s);
+            s->rc = ht_fail(&s->err, "no answer within %g s (a device only slow for shards of "
+                                     "%d samples needs a longer --device-timeout)", g->timeout_s, s->n);
         } else {
             s->rc = w->rc;
             s->err = w->err;
