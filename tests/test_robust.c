@@ -15,9 +15,29 @@
 
 #include "testutil.h"
 
-// Fashion-MNIST cut to a few thousand samples, one epoch, no validation or self-check: the
-// quickest real run.
-#define QUICK "train --epochs 1 --val-split 0 --no-self-check --balance static"
+// Fashion-MNIST cut to Kaggle CSVs of 4000 training and 1000 test images (the sanitizer
+// builds run ~12x slower: the whole test set would cost them minutes per run).
+static char train_csv[1024], test_csv[1024], data_args[2200];
+
+static int setup(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("robust-data");
+    char *train = test_write_kaggle_csv(dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
+                                        FASHION_DIR "/train-labels-idx1-ubyte.gz", 4000, 1);
+    char *test = test_write_kaggle_csv(dir, "test.csv", FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                                       FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 1000, 1);
+    if (!train || !test) return -1;
+    snprintf(train_csv, sizeof train_csv, "%s", train);
+    snprintf(test_csv, sizeof test_csv, "%s", test);
+    snprintf(data_args, sizeof data_args, "--train '%s' --test '%s'", train, test);
+    free(train);
+    free(test);
+    free(dir);
+    return 0;
+}
+
+// One epoch, no validation or self-check: the quickest real run.
+#define QUICK "train %s --epochs 1 --val-split 0 --no-self-check --balance static"
 
 // Both CPU workers get 2000 samples, which takes one core well over 0.1 s: both are given up
 // while their threads are still inside the device. The engine must neither free nor close
@@ -25,9 +45,10 @@
 static void test_timeout_while_working(void **state) {
     (void)state;
     char *dir = test_tmpdir("robust-timeout");
-    char args[1024];
+    char args[4096];
     snprintf(args, sizeof args,
-             QUICK " --limit 4000 --batch 4000 --devices cpu:1,cpu:1 --device-timeout 0.1 --out '%s'", dir);
+             QUICK " --limit 4000 --batch 4000 --devices cpu:1,cpu:1 --device-timeout 0.1 --out '%s'",
+             data_args, dir);
     char *out = test_expect_cli(args, 1, "every device has failed");
     assert_non_null(strstr(out, "no answer within 0.1 s"));
     free(out);
@@ -39,9 +60,10 @@ static void test_timeout_while_working(void **state) {
 static void test_hang_mid_run(void **state) {
     (void)state;
     char *dir = test_tmpdir("robust-hang");
-    char args[1024];
+    char args[4096];
     snprintf(args, sizeof args,
-             QUICK " --limit 800 --batch 100 --devices cpu:1,cpu:1 --device-timeout 5 --out '%s' --name h", dir);
+             QUICK " --limit 800 --batch 100 --devices cpu:1,cpu:1 --device-timeout 5 --out '%s' --name h",
+             data_args, dir);
     setenv("HETRAIN_FAULT", "hang:cpu:1#2@2", 1);
     char *out = test_expect_cli(args, 0, "step 2: device cpu:1#2 failed and was dropped: no answer within 5 s");
     unsetenv("HETRAIN_FAULT");
@@ -53,7 +75,7 @@ static void test_hang_mid_run(void **state) {
 // Runs the CLI under a file size limit of `kib` KiB, so that writes fail as on a full disk
 // (EFBIG; SIGXFSZ ignored, as a full disk sends no signal either). Returns the exit status.
 static int run_limited(int kib, const char *args, char **out) {
-    char cmd[2048];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, "bash -c \"trap '' XFSZ; ulimit -f %d; exec '%s' %s\" 2>&1", kib,
              HT_BINARY, args);
     FILE *p = popen(cmd, "r");
@@ -82,9 +104,10 @@ static int count_lines(const char *path) {
 static void test_disk_full_mid_run(void **state) {
     (void)state;
     char *dir = test_tmpdir("robust-full");
-    char args[1024], path[1200];
+    char args[4096], path[1200];
     snprintf(args, sizeof args,
-             "train --limit 300 --batch 150 --epochs 60 --val-split 0 --devices cpu --out '%s' --name d", dir);
+             "train %s --limit 50 --batch 50 --epochs 60 --val-split 0 --devices cpu --out '%s' --name d",
+             data_args, dir);
     char *out;
     int rc = run_limited(2, args, &out);
     if (rc != 1 || !strstr(out, "d.log: cannot write: File too large"))
@@ -95,10 +118,11 @@ static void test_disk_full_mid_run(void **state) {
     assert_in_range(rows, 5, 59);
     snprintf(path, sizeof path, "%s/d.predictions.csv", dir);
     assert_int_equal(count_lines(path), -1); // never reached
-    // A limit the predictions CSV (10,000 rows) cannot fit: the error names it.
+    // A limit the predictions CSV (1000 rows, ~6 KiB) cannot fit: the error names it.
     snprintf(args, sizeof args,
-             "train --limit 300 --batch 150 --epochs 1 --val-split 0 --devices cpu --out '%s' --name p", dir);
-    rc = run_limited(16, args, &out);
+             "train %s --limit 50 --batch 50 --epochs 1 --val-split 0 --devices cpu --out '%s' --name p",
+             data_args, dir);
+    rc = run_limited(4, args, &out);
     if (rc != 1 || !strstr(out, "p.predictions.csv: cannot write: File too large"))
         fail_msg("exit %d, output:\n%s", rc, out);
     free(out);
@@ -142,7 +166,8 @@ static void test_interrupt_save_says_what(void **state) {
     char *dir = test_tmpdir("robust-int");
     char save[1200];
     snprintf(save, sizeof save, "%s/w.safetensors", dir);
-    char *argv[] = {"hetrain", "train", "--limit", "6000", "--batch", "50", "--epochs", "3",
+    char *argv[] = {"hetrain", "train", "--train", train_csv, "--test", test_csv, "--batch", "50",
+                    "--epochs", "3", "--no-self-check",
                     "--val-split", "0", "--devices", "cpu", "--out", dir, "--name", "i",
                     "--save", save, NULL};
     int fd;
@@ -150,14 +175,14 @@ static void test_interrupt_save_says_what(void **state) {
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
     read_until(fd, buf, &len, cap, "epoch 1/3");
-    usleep(300000); // well inside epoch 2's 120 steps
+    usleep(300000); // inside epoch 2's 80 steps
     kill(pid, SIGINT);
     read_until(fd, buf, &len, cap, NULL);
     close(fd);
     int st;
     waitpid(pid, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 130 || !strstr(buf, "(after 1 epoch and ") ||
-        !strstr(buf, " of 120 steps of epoch 2)"))
+        !strstr(buf, " of 80 steps of epoch 2)"))
         fail_msg("status %d, output:\n%s", st, buf);
     free(buf);
     free(dir);
@@ -167,12 +192,13 @@ static void test_interrupt_save_says_what(void **state) {
 static void test_outputs_checked_first(void **state) {
     (void)state;
     char *dir = test_tmpdir("robust-out");
-    char args[1024];
-    snprintf(args, sizeof args, "train --limit 100 --epochs 1 --out '%s' --save '%s/no/such/w.safetensors'", dir, dir);
+    char args[4096];
+    snprintf(args, sizeof args, "train %s --limit 100 --epochs 1 --out '%s' --save '%s/no/such/w.safetensors'",
+             data_args, dir, dir);
     char *out = test_expect_cli(args, 1, "/no/such/w.safetensors: cannot create a file there");
     assert_null(strstr(out, "epoch 1/1")); // nothing was trained
     free(out);
-    snprintf(args, sizeof args, "train --limit 100 --epochs 1 --out '%s' --save '%s'", dir, dir);
+    snprintf(args, sizeof args, "train %s --limit 100 --epochs 1 --out '%s' --save '%s'", data_args, dir, dir);
     free(test_expect_cli(args, 1, "is a folder, expected a file name"));
     snprintf(args, sizeof args, "predict --load nosuch.safetensors --out '%s/no/p.csv'", dir);
     free(test_expect_cli(args, 1, "/no/p.csv: cannot create a file there"));
@@ -187,5 +213,5 @@ int main(void) {
         cmocka_unit_test(test_interrupt_save_says_what),
         cmocka_unit_test(test_outputs_checked_first),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, NULL);
 }
