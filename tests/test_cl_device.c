@@ -25,9 +25,10 @@
 #define TOL_PROBS 1e-4f
 #define FLOOR_PROBS 1e-3f
 // Two runs whose gradients agree to 1e-5 still drift apart: early training amplifies rounding.
-// On 600 validation samples at p ~0.65 the difference of two accuracies has sd ~0.028; a
-// broken device lands near chance (0.1) instead.
-#define TOL_RUN_ACCURACY 0.06
+// Relative difference of losses after a short run at a small learning rate: float32
+// rounding of ~1e-6 per step, grown by at most a few times over eight steps, is far below it
+// (measured: equal to 6 digits). Per-step gradients are checked by test_step_matches_cpu.
+#define TOL_RUN_LOSS 1e-4
 
 static int have_opencl(void) {
     cl_dev_info *devs = NULL;
@@ -102,7 +103,8 @@ static void test_step_matches_cpu(void **state) {
     dataset_free(&ds);
 }
 
-static double final_val_accuracy(const char *dir, const char *name) {
+// The last metrics row's training loss and validation loss.
+static void final_losses(const char *dir, const char *name, double *loss, double *vloss) {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s.metrics.csv", dir, name);
     char *csv = test_read_file(path, NULL);
@@ -110,39 +112,45 @@ static double final_val_accuracy(const char *dir, const char *name) {
     char *last = csv + strlen(csv) - 1;
     while (last > csv && last[-1] != '\n') last--;
     int ep;
-    double acc, loss, vacc;
-    assert_int_equal(sscanf(last, "%d,%lf,%lf,%lf", &ep, &acc, &loss, &vacc), 4);
+    double acc, vacc;
+    assert_int_equal(sscanf(last, "%d,%lf,%lf,%lf,%lf", &ep, &acc, loss, &vacc, vloss), 5);
     free(csv);
-    return vacc;
 }
 
+// The whole CLI run on the OpenCL device gives the CPU's numbers. Eight steps at lr 0.002
+// keep the two runs on one trajectory: the per-step gradients agree to ~1e-6 (the parity
+// tests), and so small a step cannot amplify that into a different path, unlike an epoch at
+// lr 0.05, where two correct roundings (another CPU model, PoCL's code generation) part ways.
+// The mean training loss and the validation loss then agree to TOL_RUN_LOSS relative; a
+// wrong forward kernel or a lost sample moves them by far more.
 static void test_short_run_matches_cpu(void **state) {
     (void)state;
     if (!have_opencl()) skip();
     char *dir = test_tmpdir("cl-run");
     char *train = test_write_kaggle_csv(dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
-                                        FASHION_DIR "/train-labels-idx1-ubyte.gz", 3000, 1);
+                                        FASHION_DIR "/train-labels-idx1-ubyte.gz", 320, 1);
     char *test = test_write_kaggle_csv(dir, "test.csv", FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                                       FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 200, 1);
+                                       FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 100, 1);
     assert_non_null(train);
     assert_non_null(test);
     const char *specs[] = {"cpu", "cl:0.0"};
-    double vacc[2];
+    double loss[2], vloss[2];
     for (int k = 0; k < 2; k++) {
         char args[4096], *out;
         snprintf(args, sizeof args,
-                 "train --devices %s --train '%s' --test '%s' --epochs 1 --batch 32 --lr 0.02 "
+                 "train --devices %s --train '%s' --test '%s' --epochs 1 --batch 32 --lr 0.002 "
                  "--out '%s' --name %c --no-progress", specs[k], train, test, dir, 'a' + k);
         int rc = test_run_cli(args, &out);
         if (rc != 0) fail_msg("hetrain %s failed (%d):\n%s", args, rc, out);
         printf("%s", out);
         free(out);
         char name[2] = {(char)('a' + k), 0};
-        vacc[k] = final_val_accuracy(dir, name);
+        final_losses(dir, name, &loss[k], &vloss[k]);
     }
-    printf("validation accuracy: cpu %.4f, cl:0.0 %.4f\n", vacc[0], vacc[1]);
-    assert_true(vacc[0] > 0.6);
-    assert_true(fabs(vacc[0] - vacc[1]) <= TOL_RUN_ACCURACY);
+    printf("cpu: loss %.6f val_loss %.6f; cl:0.0: loss %.6f val_loss %.6f\n", loss[0], vloss[0],
+           loss[1], vloss[1]);
+    assert_true(fabs(loss[0] - loss[1]) <= TOL_RUN_LOSS * loss[0]);
+    assert_true(fabs(vloss[0] - vloss[1]) <= TOL_RUN_LOSS * vloss[0]);
     free(train);
     free(test);
     free(dir);
