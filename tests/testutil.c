@@ -9,6 +9,7 @@
 
 #include "data.h"
 #include "model.h"
+#include "safetensors.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +18,15 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+// HT_TEST_MARGINS=1 prints every comparison's measured error beside its tolerance, passing or
+// not, to see how much room a tolerance leaves (e.g. under OPENBLAS_CORETYPE or another PoCL
+// CPU target).
+static int show_margins(void) {
+    static int show = -1;
+    if (show < 0) show = getenv("HT_TEST_MARGINS") && *getenv("HT_TEST_MARGINS") != '0';
+    return show;
+}
 
 int check_tensor(const float *a, const float *b, size_t n, float tol, float floor,
                  const char *name) {
@@ -38,33 +48,160 @@ int check_tensor(const float *a, const float *b, size_t n, float tol, float floo
                 worst, wi, (double)a[wi], (double)b[wi], (double)tol);
         return 0;
     }
+    if (show_margins())
+        printf("margin: %s: worst rel error %.3g (tol %.3g)\n", name, worst, (double)tol);
     return 1;
 }
 
-static int check_one(const float *a, const float *b, size_t n, float tol, const char *what,
-                     const char *layer, const char *part) {
+// ||a-b|| / ||b|| over n elements (||a-b|| when b is 0); *wi gets the largest |a-b|'s index.
+static double rel_l2(const float *a, const float *b, size_t n, size_t *wi) {
     double num = 0, den = 0, worst = 0;
-    size_t wi = 0;
+    *wi = 0;
     for (size_t i = 0; i < n; i++) {
         double d = (double)a[i] - (double)b[i];
         num += d * d;
         den += (double)b[i] * b[i];
         if (!(fabs(d) <= worst)) {
             worst = fabs(d);
-            wi = i;
+            *wi = i;
         }
     }
-    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static int check_one(const float *a, const float *b, size_t n, float tol, const char *what,
+                     const char *layer, const char *part) {
+    size_t wi;
+    double rel = rel_l2(a, b, n, &wi);
     if (!(rel <= tol)) {
         fprintf(stderr, "%s: %s.%s: relative L2 error %.3g (tol %.3g); worst [%zu]: %.9g vs %.9g\n",
                 what, layer, part, rel, (double)tol, wi, (double)a[wi], (double)b[wi]);
         return 0;
     }
+    if (show_margins())
+        printf("margin: %s: %s.%s: relative L2 error %.3g (tol %.3g)\n", what, layer, part, rel,
+               (double)tol);
     return 1;
+}
+
+// The last layer with parameters: the output layer.
+static int output_layer(const model *m) {
+    int out = -1;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].w_off != LAYER_NO_PARAM || m->layers[l].b_off != LAYER_NO_PARAM) out = l;
+    return out;
+}
+
+int check_step_grad(const model *m, const float *a, const float *b, const char *what) {
+    int ok = 1, out = output_layer(m);
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        float tol = l == out ? TOL_GRAD_ROUNDING : TOL_GRAD_BRANCH;
+        if (L->w_off != LAYER_NO_PARAM)
+            ok &= check_one(a + L->w_off, b + L->w_off, L->n_w, tol, what, L->name, "weight");
+        if (L->b_off != LAYER_NO_PARAM)
+            ok &= check_one(a + L->b_off, b + L->b_off, L->n_b, tol, what, L->name, "bias");
+    }
+    return ok;
 }
 
 int check_vector(const float *a, const float *b, size_t n, float tol, const char *what) {
     return check_one(a, b, n, tol, what, "all", "parameters");
+}
+
+int check_updates(const model *m, const float *a, const float *b, const float *init,
+                  float tol_out, float tol_other, const char *what) {
+    int ok = 1, out = output_layer(m);
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        float tol = l == out ? tol_out : tol_other;
+        for (int part = 0; part < 2; part++) {
+            size_t off = part ? L->b_off : L->w_off, n = part ? L->n_b : L->n_w;
+            if (off == LAYER_NO_PARAM) continue;
+            double num = 0, den = 0, wb = 0, worst = 0;
+            size_t wi = off;
+            for (size_t i = off; i < off + n; i++) {
+                double d = (double)a[i] - (double)b[i], u = (double)b[i] - (double)init[i];
+                num += d * d;
+                den += u * u;
+                wb += (double)b[i] * b[i];
+                if (!(fabs(d) <= worst)) {
+                    worst = fabs(d);
+                    wi = i;
+                }
+            }
+            // Each stored float is off by up to half an ulp, 2^-24 of itself, in each run.
+            double err = sqrt(num), allowed = tol * sqrt(den) + ldexp(sqrt(wb), -23);
+            double rel = den > 0 ? err / sqrt(den) : err;
+            const char *pn = part ? "bias" : "weight";
+            if (!(err <= allowed)) {
+                fprintf(stderr, "%s: %s.%s: update differs by %.3g of itself (tol %.3g, plus %.3g "
+                                "for the rounding of the weights); worst [%zu]: %.9g vs %.9g, "
+                                "from %.9g\n", what, L->name, pn, rel, (double)tol,
+                        den > 0 ? ldexp(sqrt(wb / den), -23) : 0, wi - off, (double)a[wi],
+                        (double)b[wi], (double)init[wi]);
+                ok = 0;
+            } else if (show_margins()) {
+                printf("margin: %s: %s.%s: update differs by %.3g of itself (tol %.3g)\n", what,
+                       L->name, pn, rel, (double)tol);
+            }
+        }
+    }
+    return ok;
+}
+
+float *test_load_params(const model *m, const char *path) {
+    float *p = malloc(sizeof(float) * m->n_params);
+    ht_error e;
+    if (!p || safetensors_load(path, m, p, &e) < 0) fail_msg("%s", e.msg);
+    return p;
+}
+
+char *test_save_params(const model *m, const float *params, const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *path = malloc(n);
+    snprintf(path, n, "%s/%s", dir, name);
+    ht_error e;
+    if (safetensors_save(path, m, params, &e) < 0) fail_msg("%s", e.msg);
+    return path;
+}
+
+// Finds the 0-based index of `name` in a comma-separated line; -1 when absent.
+static int csv_column(const char *line, const char *name) {
+    size_t len = strlen(name);
+    int i = 0;
+    for (const char *p = line; p; p = strchr(p, ','), p = p ? p + 1 : NULL, i++)
+        if (!strncmp(p, name, len) && (p[len] == ',' || p[len] == 0)) return i;
+    return -1;
+}
+
+double test_metrics_value(const char *path, int row, const char *column) {
+    char *csv = test_read_file(path, NULL);
+    if (!csv) fail_msg("%s: missing", path);
+    char *lines[1024];
+    int n = 0;
+    for (char *p = csv; *p && n < 1024;) {
+        lines[n++] = p;
+        char *nl = strchr(p, '\n');
+        if (!nl) break;
+        *nl = 0;
+        p = nl + 1;
+    }
+    int col = n > 0 ? csv_column(lines[0], column) : -1;
+    if (col < 0) fail_msg("%s: no column \"%s\"", path, column);
+    int rows = n - 1, r = row < 0 ? rows + row : row;
+    if (r < 0 || r >= rows) fail_msg("%s: no data row %d (%d rows)", path, row, rows);
+    const char *p = lines[1 + r];
+    for (int i = 0; i < col && p; i++) {
+        p = strchr(p, ',');
+        if (p) p++;
+    }
+    char *stop = NULL;
+    double v = p ? strtod(p, &stop) : 0;
+    if (!p || stop == p)
+        fail_msg("%s: data row %d has no number in column \"%s\"", path, r, column);
+    free(csv);
+    return v;
 }
 
 int check_params(const model *m, const float *a, const float *b, float tol, const char *what) {

@@ -23,6 +23,70 @@ struct model;
 int check_params(const struct model *m, const float *a, const float *b, float tol,
                  const char *what);
 
+// Two computations of one training step's mean gradient from the same weights (another
+// device, another split of the batch, micro-batches, a re-run) differ by rounding: float sums
+// in another order, with or without FMA. That is all for the output layer, whose gradient is
+// made of forward values alone (its input and the softmax's). Measured, relative L2, PoCL
+// against the CPU device: at most 1.2e-6 over 140 steps of 96 samples (both networks) with
+// PoCL generating code for plain x86-64 (no FMA) and OpenBLAS's Sandybridge kernels, the
+// farthest from this machine's AVX-512 we could make it. A broken step moves the output
+// layer's gradient by 1.9e-3 or more (one sample lost in 96 or in 1000, the smallest over 60
+// steps; a stale third of the batch 5e-2; a mean over B-1 1/(B-1)): TOL_GRAD_ROUNDING sits
+// 80x above the one and 19x below the other.
+#define TOL_GRAD_ROUNDING 1e-4f
+// Below the output layer the backward pass branches on forward values: a ReLU passes or stops
+// the gradient, a max-pool window sends it to its largest input. A value within rounding of a
+// branch (a ReLU input at 0, two near-equal inputs of a window) can go either way on the two
+// sides, and that sample's gradient then takes another path from there down. Where and how
+// often depends on the CPU, the BLAS kernel and PoCL's code generation, so no fixed step is
+// safe. Measured on the same runs: conv1/conv2 off by 1e-5..1.2e-3 in a third of the steps of
+// 96 with PoCL for x86-64, and fc2 8.1e-3 off in one step of 32 in 150 with PoCL for this
+// CPU. TOL_GRAD_BRANCH bounds those layers with 6x room; their kernels are compared op by op
+// on identical inputs in test_cl_parity, where no branch can go two ways.
+#define TOL_GRAD_BRANCH 5e-2f
+
+// Compares one step's mean gradients a and b tensor by tensor (check_params' measure): the
+// output layer's to TOL_GRAD_ROUNDING, the others' to TOL_GRAD_BRANCH. Prints each tensor off.
+int check_step_grad(const struct model *m, const float *a, const float *b, const char *what);
+
+// Compares what two runs did to the same initial weights `init`: per tensor, the difference of
+// the updates (a - init) and (b - init) relative to ||b - init||, which is what the runs'
+// gradients decided (the weights themselves are mostly init, which would hide it). Allowed:
+// tol * ||b - init|| plus 2^-23 ||b||, the rounding of the stored weights themselves (half an
+// ulp of each in each run); tol is tol_out for the output layer, tol_other for the others.
+// On failure prints the tensor and its worst element.
+int check_updates(const struct model *m, const float *a, const float *b, const float *init,
+                  float tol_out, float tol_other, const char *what);
+
+// Two short runs from the same weights (another device, another mix, another memory limit),
+// compared by their updates (check_updates). Every step adds its own rounding (above), and
+// training carries the differences on: once a branch has gone two ways the weights differ
+// beyond rounding, and more branches follow. Measured under the variants above, over runs of 2
+// to 10 steps at lr 0.01..0.05: the output layer within 1.2e-3 of its update, the others
+// within 2.5e-2, both in 10 steps of 32 with PoCL for x86-64 (in 5 steps of 32: 1e-5 and
+// 1e-3); so the runs stay at 5 steps or fewer. Broken runs measured: one sample of every PoCL
+// shard left out of the gradient 0.12..0.33 (cl:0.0, 5 steps of 32); stale weights on a
+// device with 9% of the batch: output layer 6.3e-3, the others up to 0.21. Finer faults are
+// for the step comparisons above, which see them at TOL_GRAD_ROUNDING.
+#define TOL_RUN_OUTPUT 1e-2f
+#define TOL_RUN_OTHER 1e-1f
+// Their losses, relative. A loss is a forward value, which no branch flip changes beyond
+// rounding: measured within 5e-6 of itself where the lower layers were 2.5e-2 apart (above),
+// to all 6 decimals the metrics CSV keeps elsewhere. A broken gradient barely shows in it (one
+// sample dropped per step: 2e-5); it guards the forward and inference paths.
+#define TOL_RUN_LOSS 1e-4
+
+// Loads a model's parameters from a safetensors file (malloc'd); fails the test otherwise.
+float *test_load_params(const struct model *m, const char *path);
+
+// Writes params as dir/name (safetensors) and returns the malloc'd path; fails the test otherwise.
+char *test_save_params(const struct model *m, const float *params, const char *dir,
+                       const char *name);
+
+// The number in `column` of data row `row` (0-based; -1 the last) of a metrics CSV; fails the
+// test when the file, column or row is missing.
+double test_metrics_value(const char *path, int row, const char *column);
+
 // Relative L2 error of a whole vector, ||a-b|| / ||b|| <= tol, with a message on failure.
 int check_vector(const float *a, const float *b, size_t n, float tol, const char *what);
 
