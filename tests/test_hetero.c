@@ -1,7 +1,7 @@
-// Heterogeneous data parallelism: the reduced gradient of one batch is the same whatever mix
-// of devices and weights computes it (dropout included), and a short run over a PoCL pthread
-// device, a PoCL basic (single-threaded) device and a CPU worker balances itself so the slow
-// device gets the smallest share, and learns as well as one device.
+// Heterogeneous data parallelism: the reduced gradient of a batch is the same whatever mix of
+// devices and weights computes it (dropout included), and a short run over a PoCL pthread
+// device, a PoCL basic (single-threaded) device and a CPU worker balances itself so the PoCL
+// devices get the smaller shares, and moves the weights as the same run on one device does.
 // PoCL is asked for both device kinds before anything touches OpenCL.
 #include <math.h>
 #include <setjmp.h>
@@ -20,13 +20,10 @@
 #include "model.h"
 #include "testutil.h"
 
-// Reordered float sums only (devices, threads, micro-batches): relative L2 per tensor.
-#define TOL_SHARDING 1e-5f
-// Two short runs whose gradients agree to 1e-5 still drift apart: early training amplifies
-// rounding. Their accuracies on 600 validation samples differ like two samples of a binomial
-// (sd of the difference ~0.03 at p ~0.65) plus the drift; a broken mix lands near chance
-// (0.1) instead.
-#define TOL_RUN_ACCURACY 0.08
+#define BATCH 60
+// Steps compared per mix, each on its own batch: the second runs on weights that the update
+// changed and the engine sent to the devices again.
+#define STEPS 2
 
 static char pthread_spec[16], basic_spec[16];
 
@@ -46,30 +43,62 @@ static int find_pocl(void) {
     return pthread_spec[0] && basic_spec[0];
 }
 
-static float *step_grad(const model *m, const dataset *ds, const char *spec, balance_mode bal) {
+// The CPU device's trajectory over STEPS steps from seed 3: the weights before each step and
+// the mean gradient of each.
+typedef struct reference {
+    float *params[STEPS], *grad[STEPS];
+} reference;
+
+static void batch_idx(const dataset *ds, int s, uint32_t *idx) {
+    for (int i = 0; i < BATCH; i++) idx[i] = (uint32_t)(((s * BATCH + i) * 53 + 7) % ds->n);
+}
+
+// Runs STEPS steps on `spec`, each from the reference's weights before it; with `ref->grad[0]`
+// NULL, records the reference instead. Checks each step's gradient against the reference.
+static void run_mix(const model *m, const dataset *ds, const char *spec, balance_mode bal,
+                    reference *ref) {
     ht_error e;
     device *devs;
     int n;
-    if (device_open_list(&devs, &n, spec, m, 120, 0, &e) < 0) fail_msg("%s: %s", spec, e.msg);
+    if (device_open_list(&devs, &n, spec, m, BATCH, 0, &e) < 0) fail_msg("%s: %s", spec, e.msg);
     float *p = malloc(sizeof(float) * m->n_params);
     model_init_params(m, p, 3);
     engine g;
-    if (engine_init(&g, m, devs, n, p, &m->setup, 120, 3, &e) < 0) fail_msg("%s", e.msg);
+    if (engine_init(&g, m, devs, n, p, &m->setup, BATCH, 3, &e) < 0) fail_msg("%s", e.msg);
     engine_set_balance(&g, bal, 1);
-    uint32_t idx[120];
-    for (int i = 0; i < 120; i++) idx[i] = (uint32_t)((i * 53 + 7) % ds->n);
-    if (bal == BALANCE_AUTO && engine_calibrate(&g, ds, idx, 120, &e) < 0) fail_msg("%s", e.msg);
-    step_stats st;
-    if (engine_train_step(&g, ds, idx, 120, 2, NULL, NULL, &st, &e) < 0) fail_msg("%s", e.msg);
-    int total = 0;
-    for (int d = 0; d < n; d++) total += st.share[d];
-    assert_int_equal(total, 120);
-    float *grad = malloc(sizeof(float) * m->n_params);
-    memcpy(grad, g.grad, sizeof(float) * m->n_params);
+    uint32_t idx[BATCH];
+    batch_idx(ds, 0, idx);
+    if (bal == BALANCE_AUTO && engine_calibrate(&g, ds, idx, BATCH, &e) < 0) fail_msg("%s", e.msg);
+    int record = ref->grad[0] == NULL;
+    for (int s = 0; s < STEPS; s++) {
+        batch_idx(ds, s, idx);
+        // Every device is sent the weights at the start of a step after an update, so each step
+        // starts from the reference's weights and only its own rounding is compared.
+        if (record) {
+            ref->params[s] = malloc(sizeof(float) * m->n_params);
+            memcpy(ref->params[s], g.params, sizeof(float) * m->n_params);
+        } else {
+            memcpy(g.params, ref->params[s], sizeof(float) * m->n_params);
+        }
+        step_stats st;
+        if (engine_train_step(&g, ds, idx, BATCH, 2, NULL, NULL, &st, &e) < 0)
+            fail_msg("%s", e.msg);
+        int total = 0;
+        for (int d = 0; d < n; d++) total += st.share[d];
+        assert_int_equal(total, BATCH);
+        if (record) {
+            ref->grad[s] = malloc(sizeof(float) * m->n_params);
+            memcpy(ref->grad[s], g.grad, sizeof(float) * m->n_params);
+            continue;
+        }
+        char what[512];
+        snprintf(what, sizeof what, "step %d mean gradient of %.200s (%s) vs cpu", s + 1, spec,
+                 bal == BALANCE_AUTO ? "calibrated" : "static weights");
+        assert_true(check_step_grad(m, g.grad, ref->grad[s], what));
+    }
     engine_free(&g);
     device_close_list(devs, n);
     free(p);
-    return grad;
 }
 
 static void test_sharding_invariance(void **state) {
@@ -84,7 +113,8 @@ static void test_sharding_invariance(void **state) {
                          FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&ds, 500);
-    float *ref = step_grad(&m, &ds, "cpu", BALANCE_STATIC);
+    reference ref = {0};
+    run_mix(&m, &ds, "cpu", BALANCE_STATIC, &ref);
     char mixes[6][128];
     int nm = 0;
     snprintf(mixes[nm++], 128, "cpu:1,cpu:1");
@@ -94,66 +124,49 @@ static void test_sharding_invariance(void **state) {
         snprintf(mixes[nm++], 128, "%s,%s,cpu", pthread_spec, basic_spec);
         snprintf(mixes[nm++], 128, "%s@1,%s@0.2,cpu@3", pthread_spec, basic_spec);
     }
-    for (int k = 0; k < nm; k++) {
-        for (int bal = 0; bal < 2; bal++) {
-            float *g = step_grad(&m, &ds, mixes[k], bal ? BALANCE_AUTO : BALANCE_STATIC);
-            char what[512];
-            snprintf(what, sizeof what, "mean gradient of %.200s (%s) vs cpu", mixes[k],
-                     bal ? "calibrated" : "static weights");
-            assert_true(check_params(&m, g, ref, TOL_SHARDING, what));
-            free(g);
-        }
+    for (int k = 0; k < nm; k++)
+        for (int bal = 0; bal < 2; bal++)
+            run_mix(&m, &ds, mixes[k], bal ? BALANCE_AUTO : BALANCE_STATIC, &ref);
+    for (int s = 0; s < STEPS; s++) {
+        free(ref.params[s]);
+        free(ref.grad[s]);
     }
-    free(ref);
     dataset_free(&ds);
     model_free(&m);
 }
 
-// Reads the last metrics row's val_accuracy and the named device's share column.
-static void read_metrics(const char *path, const char *share_col, double *vacc, double *share) {
-    char *csv = test_read_file(path, NULL);
-    assert_non_null(csv);
-    char *nl = strchr(csv, '\n');
-    assert_non_null(nl);
-    *nl = 0;
-    int col = -1, i = 0;
-    for (char *tok = strtok(csv, ","); tok; tok = strtok(NULL, ","), i++)
-        if (share_col && !strcmp(tok, share_col)) col = i;
-    char *row = nl + 1, *last = row;
-    for (char *p = row; *p; p++)
-        if (*p == '\n' && p[1]) last = p + 1;
-    i = 0;
-    *share = -1;
-    for (char *tok = strtok(last, ",\n"); tok; tok = strtok(NULL, ",\n"), i++) {
-        if (i == 3) *vacc = atof(tok);
-        if (i == col) *share = atof(tok);
-    }
-    free(csv);
-}
-
-static void test_three_devices_balance_and_learn(void **state) {
+// 625 samples, 125 held out: 5 steps of 100 at lr 0.01 from the same weights, on the CPU
+// device alone and on the three devices balanced automatically (calibrated at the start,
+// re-weighed after 5 steps). The self-check is off: its 8-sample probe can exclude a sound
+// device (see test_faults).
+static void test_three_devices_balance_and_match(void **state) {
     (void)state;
     if (!find_pocl()) {
         printf("SKIPPED: PoCL pthread and basic devices not found\n");
         skip();
     }
+    ht_error e;
+    model m;
+    if (model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
     char *dir = test_tmpdir("hetero");
     char *train = test_write_kaggle_csv(dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
-                                        FASHION_DIR "/train-labels-idx1-ubyte.gz", 3000, 1);
-    char *test = test_write_kaggle_csv(dir, "test.csv", FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                                       FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 100, 1);
+                                        FASHION_DIR "/train-labels-idx1-ubyte.gz", 625, 1);
     assert_non_null(train);
-    assert_non_null(test);
+    float *init = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, init, 11);
+    char *init_path = test_save_params(&m, init, dir, "init.safetensors");
     char specs[2][128];
     snprintf(specs[0], 128, "cpu");
     snprintf(specs[1], 128, "%s,%s,cpu", pthread_spec, basic_spec);
-    double vacc[2];
-    double shares[3];
+    float *w[2];
+    double loss[2], vloss[2], shares[3];
     for (int k = 0; k < 2; k++) {
         char args[4096], *out;
         snprintf(args, sizeof args,
-                 "train --devices %s --train '%s' --test '%s' --epochs 3 --batch 100 --lr 0.03 "
-                 "--out '%s' --name run%d --no-progress", specs[k], train, test, dir, k);
+                 "train --devices %s --train '%s' --epochs 1 --batch 100 --lr 0.01 --val-split 0.2 "
+                 "--load '%s' --save '%s/w%d.safetensors' --out '%s' --name run%d --no-progress "
+                 "--no-self-check",
+                 specs[k], train, init_path, dir, k, dir, k);
         int rc = test_run_cli(args, &out);
         if (rc != 0) fail_msg("hetrain %s failed (%d):\n%s", args, rc, out);
         printf("%s", out);
@@ -162,38 +175,51 @@ static void test_three_devices_balance_and_learn(void **state) {
             assert_non_null(strstr(out, "| sync "));
         }
         free(out);
-        char path[1200], col[64];
+        char path[1200];
+        snprintf(path, sizeof path, "%s/w%d.safetensors", dir, k);
+        w[k] = test_load_params(&m, path);
         snprintf(path, sizeof path, "%s/run%d.metrics.csv", dir, k);
-        double share = 0;
-        snprintf(col, sizeof col, "share_%s", k ? basic_spec : "cpu");
-        read_metrics(path, col, &vacc[k], &share);
-        if (k == 0) assert_true(fabs(share - 1.0) < 1e-9);
+        loss[k] = test_metrics_value(path, 0, "loss");
+        vloss[k] = test_metrics_value(path, 0, "val_loss");
+        if (k == 0) assert_true(fabs(test_metrics_value(path, 0, "share_cpu") - 1.0) < 1e-9);
         if (k == 1) {
             const char *names[3] = {pthread_spec, basic_spec, "cpu"};
             for (int d = 0; d < 3; d++) {
+                char col[64];
                 snprintf(col, sizeof col, "share_%s", names[d]);
-                double v;
-                read_metrics(path, col, &v, &shares[d]);
+                shares[d] = test_metrics_value(path, 0, col);
                 assert_true(shares[d] >= 0 && shares[d] <= 1);
             }
         }
     }
-    printf("shares: %s %.3f, %s %.3f, cpu %.3f; validation accuracy: cpu %.4f, mix %.4f\n",
-           pthread_spec, shares[0], basic_spec, shares[1], shares[2], vacc[0], vacc[1]);
+    printf("shares: %s %.3f, %s %.3f, cpu %.3f; loss: cpu %.6f, mix %.6f; val_loss: cpu %.6f, "
+           "mix %.6f\n", pthread_spec, shares[0], basic_spec, shares[1], shares[2], loss[0],
+           loss[1], vloss[0], vloss[1]);
     assert_true(fabs(shares[0] + shares[1] + shares[2] - 1.0) < 1e-3);
-    assert_true(shares[1] < shares[0] && shares[1] < shares[2]);
-    assert_true(vacc[0] > 0.5);
-    assert_true(fabs(vacc[0] - vacc[1]) <= TOL_RUN_ACCURACY);
+    // The native CPU worker is ~20x faster per core than PoCL on these kernels (1:15 chosen
+    // by bench/mixed.sh with both held to one core; 92% here): it must get most of the batch,
+    // where equal weights would give it a third. The two PoCL devices are not ordered: the
+    // pthread one is faster only while it has a core to itself (with the other test of
+    // `ctest -j2` on a 2-core machine it measured 0.039 against basic's 0.037).
+    assert_true(shares[2] > 0.5);
+    assert_true(shares[0] < shares[2] && shares[1] < shares[2]);
+    assert_true(check_updates(&m, w[1], w[0], init, TOL_RUN_OUTPUT, TOL_RUN_OTHER,
+                              "weights after 5 steps, three devices vs cpu"));
+    assert_true(fabs(loss[1] - loss[0]) <= TOL_RUN_LOSS * loss[0]);
+    assert_true(fabs(vloss[1] - vloss[0]) <= TOL_RUN_LOSS * vloss[0]);
+    for (int k = 0; k < 2; k++) free(w[k]);
+    free(init);
+    free(init_path);
     free(train);
-    free(test);
     free(dir);
+    model_free(&m);
 }
 
 int main(void) {
     setenv("POCL_DEVICES", "pthread basic", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharding_invariance),
-        cmocka_unit_test(test_three_devices_balance_and_learn),
+        cmocka_unit_test(test_three_devices_balance_and_match),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cl_runtime_release_all();
