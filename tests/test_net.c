@@ -18,11 +18,15 @@
 #include "rng.h"
 #include "testutil.h"
 
-// Central differences on a float network: eps and the relative tolerance (with an absolute
-// floor for near-zero gradients) sized for float32 forward passes.
-#define FD_EPS 1e-3f
+// Central differences on a float network. The loss of 3 samples (~5) carries ~3e-7 of float
+// rounding, which the quotient divides by 2 FD_EPS: ~5e-5 absolute at FD_EPS 3e-3, 1e-3 of the
+// floor. With FD_EPS 1e-3 and a floor of 5e-3 that noise was the whole tolerance: 2.8e-2
+// under OpenBLAS's Sandybridge kernels (a failure), 1.2e-2 under the default one. Now the
+// worst over the default, Haswell, Sandybridge and Prescott kernels is 2.5e-3, and a gradient
+// 3% off fails (3.0e-2). FD_EPS 1e-2 would step over ReLU and max-pool kinks (errors 0.45).
+#define FD_EPS 3e-3f
 #define TOL_NET_FD 2e-2f
-#define FLOOR_NET_FD 5e-3f
+#define FLOOR_NET_FD 5e-2f
 // Reordering float sums (micro-batches, devices) changes results only by rounding.
 #define TOL_SUM_ORDER 1e-5f
 #define FLOOR_SUM_ORDER 1e-6f
@@ -137,8 +141,9 @@ static void test_batch_composition_invariance(void **state) {
                                  FLOOR_SUM_ORDER, "per-sample loss"));
         net_backward(&ws, &m, p, parts, x + off * 64, y + off, n, &dp);
     }
-    assert_true(check_tensor(whole, parts, m.n_params, TOL_SUM_ORDER, FLOOR_SUM_ORDER,
-                             "grad(batch) vs sum of grad(parts)"));
+    // Per tensor, relative L2: an element whose terms cancel can differ by far more than
+    // TOL_SUM_ORDER of itself while the tensor agrees to 1e-7 (see check_params).
+    assert_true(check_params(&m, parts, whole, TOL_SUM_ORDER, "grad(batch) vs sum of grad(parts)"));
     // A different epoch gives different dropout masks, so a different gradient.
     float *other = calloc(m.n_params, sizeof(float));
     net_dropout d3 = {.seed = 9, .epoch = 3, .ids = ids};
@@ -195,8 +200,9 @@ static void test_engine_two_devices_equal_one(void **state) {
     float *g1 = malloc(sizeof(float) * m.n_params), *g2 = malloc(sizeof(float) * m.n_params);
     run_step(&m, &ds, "cpu:2", one, g1);
     run_step(&m, &ds, "cpu:1@3,cpu:1@1", two, g2);
-    assert_true(check_params(&m, g1, g2, TOL_SUM_ORDER, "mean gradient, 1 device vs 2"));
-    assert_true(check_params(&m, one, two, TOL_SUM_ORDER, "params after a step, 1 device vs 2"));
+    assert_true(check_step_grad(&m, g2, g1, "mean gradient, 1 device vs 2"));
+    assert_true(check_updates(&m, two, one, init, TOL_GRAD_ROUNDING, TOL_GRAD_BRANCH,
+                              "update of a step, 1 device vs 2"));
     // The step did change the weights.
     double moved = 0;
     for (size_t i = 0; i < m.n_params; i++) moved += fabs(one[i] - init[i]);
