@@ -11,9 +11,14 @@
 
 #include "testutil.h"
 
-// 6000 samples, 20% held out: 4800 / 32 = 150 steps an epoch, 300 in all. A network that
-// learns gets well past 0.75 validation accuracy on Fashion-MNIST in that time; chance is 0.1.
-#define E2E_MIN_VAL_ACCURACY 0.75
+// 6000 samples, 20% held out: 4800 / 32 = 150 steps an epoch, 300 in all. Where those 300
+// steps end depends on every rounding on the way (the BLAS kernel, the CPU), like a change of
+// seed does: over seeds 1..8, each with OpenBLAS's default and Prescott kernels, validation
+// accuracy after epoch 2 was 0.789 on average (sd 0.011, lowest 0.770), after epoch 1 0.734
+// (0.703..0.764); validation loss fell by 0.09..0.22 from epoch 1 to 2, so the loss checks
+// below have 0.14 or more of room. The accuracy bound sits 8 sd below the mean, far from that
+// spread, and far above chance (0.1), where a run that does not learn stays.
+#define E2E_MIN_VAL_ACCURACY 0.70
 
 static void test_training_learns(void **state) {
     (void)state;
