@@ -1,7 +1,7 @@
 // Heterogeneous data parallelism: the reduced gradient of a batch is the same whatever mix of
 // devices and weights computes it (dropout included), and a short run over a PoCL pthread
-// device, a PoCL basic (single-threaded) device and a CPU worker balances itself so the PoCL
-// devices get the smaller shares, and moves the weights as the same run on one device does.
+// device, a PoCL basic (single-threaded) device and a CPU worker splits its batches by the
+// weights its calibration measured, and moves the weights as the same run on one device does.
 // PoCL is asked for both device kinds before anything touches OpenCL.
 #include <math.h>
 #include <setjmp.h>
@@ -135,6 +135,25 @@ static void test_sharding_invariance(void **state) {
     model_free(&m);
 }
 
+// The weights of a "calibrated weights: SPEC@W,SPEC@W,..." line in out, in the order of
+// specs[0..n), as fractions of their sum.
+static void calibrated_weights(const char *out, const char *const *specs, int n, double *w) {
+    const char *line = strstr(out, "calibrated weights: ");
+    assert_non_null(line);
+    line += strlen("calibrated weights: ");
+    const char *end = line + strcspn(line, "\n");
+    double sum = 0;
+    for (int d = 0; d < n; d++) {
+        char want[64];
+        snprintf(want, sizeof want, "%s@", specs[d]);
+        const char *at = strstr(line, want);
+        if (!at || at > end) fail_msg("no weight for %s in: %.*s", specs[d], (int)(end - line), line);
+        w[d] = atof(at + strlen(want));
+        sum += w[d];
+    }
+    for (int d = 0; d < n; d++) w[d] /= sum;
+}
+
 // 625 samples, 125 held out: 5 steps of 100 at lr 0.01 from the same weights, on the CPU
 // device alone and on the three devices balanced automatically (calibrated at the start,
 // re-weighed after 5 steps). The self-check is off: its 8-sample probe can exclude a sound
@@ -159,7 +178,8 @@ static void test_three_devices_balance_and_match(void **state) {
     snprintf(specs[0], 128, "cpu");
     snprintf(specs[1], 128, "%s,%s,cpu", pthread_spec, basic_spec);
     float *w[2];
-    double loss[2], vloss[2], shares[3];
+    const char *names[3] = {pthread_spec, basic_spec, "cpu"};
+    double loss[2], vloss[2], shares[3], cw[3];
     for (int k = 0; k < 2; k++) {
         char args[4096], *out;
         snprintf(args, sizeof args,
@@ -171,7 +191,7 @@ static void test_three_devices_balance_and_match(void **state) {
         if (rc != 0) fail_msg("hetrain %s failed (%d):\n%s", args, rc, out);
         printf("%s", out);
         if (k == 1) {
-            assert_non_null(strstr(out, "calibrated weights:"));
+            calibrated_weights(out, names, 3, cw);
             assert_non_null(strstr(out, "| sync "));
         }
         free(out);
@@ -183,7 +203,6 @@ static void test_three_devices_balance_and_match(void **state) {
         vloss[k] = test_metrics_value(path, 0, "val_loss");
         if (k == 0) assert_true(fabs(test_metrics_value(path, 0, "share_cpu") - 1.0) < 1e-9);
         if (k == 1) {
-            const char *names[3] = {pthread_spec, basic_spec, "cpu"};
             for (int d = 0; d < 3; d++) {
                 char col[64];
                 snprintf(col, sizeof col, "share_%s", names[d]);
@@ -192,17 +211,24 @@ static void test_three_devices_balance_and_match(void **state) {
             }
         }
     }
-    printf("shares: %s %.3f, %s %.3f, cpu %.3f; loss: cpu %.6f, mix %.6f; val_loss: cpu %.6f, "
-           "mix %.6f\n", pthread_spec, shares[0], basic_spec, shares[1], shares[2], loss[0],
-           loss[1], vloss[0], vloss[1]);
+    printf("shares: %s %.3f, %s %.3f, cpu %.3f (calibrated %.3f %.3f %.3f); loss: cpu %.6f, "
+           "mix %.6f; val_loss: cpu %.6f, mix %.6f\n", pthread_spec, shares[0], basic_spec,
+           shares[1], shares[2], cw[0], cw[1], cw[2], loss[0], loss[1], vloss[0], vloss[1]);
     assert_true(fabs(shares[0] + shares[1] + shares[2] - 1.0) < 1e-3);
-    // The native CPU worker is ~20x faster per core than PoCL on these kernels (1:15 chosen
-    // by bench/mixed.sh with both held to one core; 92% here): it must get most of the batch,
-    // where equal weights would give it a third. The two PoCL devices are not ordered: the
-    // pthread one is faster only while it has a core to itself (with the other test of
-    // `ctest -j2` on a 2-core machine it measured 0.039 against basic's 0.037).
-    assert_true(shares[2] > 0.5);
-    assert_true(shares[0] < shares[2] && shares[1] < shares[2]);
+    // Each device's share of the epoch is the weight its calibration measured, to whole
+    // samples (the re-plan after step 5 comes too late to change this epoch). Which device is
+    // fastest depends on the build, the machine and its load, so no order is asserted: the
+    // native CPU worker took 83-91% in Release builds, 46-53% under ASan+UBSan, where its code
+    // is instrumented and PoCL's kernels are not; the single-threaded PoCL device got more
+    // than the pthread one there (0.32 vs 0.15) and about as much on a loaded 2-core machine.
+    // But they differ: the measured weights were 0.13 (ASan+UBSan) to 0.55 (Release) away
+    // from the equal thirds of a static split, which calibration that did nothing would keep.
+    double off_third = 0;
+    for (int d = 0; d < 3; d++) {
+        assert_true(fabs(shares[d] - cw[d]) < 0.05);
+        if (fabs(cw[d] - 1.0 / 3) > off_third) off_third = fabs(cw[d] - 1.0 / 3);
+    }
+    assert_true(off_third > 0.05);
     assert_true(check_updates(&m, w[1], w[0], init, TOL_RUN_OUTPUT, TOL_RUN_OTHER,
                               "weights after 5 steps, three devices vs cpu"));
     assert_true(fabs(loss[1] - loss[0]) <= TOL_RUN_LOSS * loss[0]);
