@@ -40,7 +40,16 @@ typedef enum balance_mode { BALANCE_AUTO, BALANCE_STATIC } balance_mode;
 #define ENGINE_REPLAN_GAIN 0.03   // re-plan only for a predicted step this much faster
 #define ENGINE_MIN_SHARE 0.005    // a device keeps at least this fraction of the largest weight
 #define ENGINE_PROBE_EVERY 20     // steps between probes of devices the plan gives no samples
-#define ENGINE_SELF_CHECK_TOL 1e-3 // relative L2 error of a device's probe gradient vs the CPU
+// The self-check compares a device's probe gradient with the CPU's tensor by tensor (relative
+// L2). The output layer's gradient is made of forward values alone, so only rounding separates
+// two sound devices there (measured <= 1.2e-6 with PoCL generating plain x86-64 code). Below
+// it, a ReLU input or a max-pool pair within rounding of its branch can send one sample's
+// gradient another way on each side (measured 2.8e-3 in conv2.bias over an 8-sample probe),
+// so those layers get room; a device computing wrong values misses either by far (a gradient
+// 1.5x too large: 0.5). Per-sample losses are forward values too.
+#define ENGINE_SELF_CHECK_TOL_OUT 1e-4
+#define ENGINE_SELF_CHECK_TOL_BRANCH 5e-2
+#define ENGINE_SELF_CHECK_TOL_LOSS 1e-3 // absolute, per sample
 #define ENGINE_DEFAULT_TIMEOUT 600.0 // seconds a device may take for one shard
 
 typedef struct engine {
@@ -102,10 +111,10 @@ void engine_set_timeout(engine *g, double seconds);
 void engine_set_nan_stop(engine *g, int stop);
 
 // Runs one forward/backward of samples idx[0..n) on every device and compares each with the
-// CPU reference (net.c); a device off by more than tol is dropped, with an event naming it and
-// its worst error. Fails only when no device is left.
-int engine_self_check(engine *g, const dataset *ds, const uint32_t *idx, int n, double tol,
-                      ht_error *e);
+// CPU reference (net.c); a device off by more than the ENGINE_SELF_CHECK_TOL_* above is
+// dropped, with an event naming it, its worst tensor and element. Fails only when no device is
+// left.
+int engine_self_check(engine *g, const dataset *ds, const uint32_t *idx, int n, ht_error *e);
 
 // Measures every device's time on shards of the batch idx[0..B) (no update) and sets the
 // weights from the fitted time model. Only meaningful with several devices.

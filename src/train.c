@@ -316,7 +316,7 @@ static int run_epochs(job *j, const train_opts *o, ht_error *e) {
         shuffle(j->idx, n, o->seed, ep);
         if (ep == 0 && !o->no_self_check) {
             int probe = s->batch < TRAIN_SELF_CHECK_SAMPLES ? s->batch : TRAIN_SELF_CHECK_SAMPLES;
-            if (engine_self_check(&j->g, &j->train, j->idx, probe, ENGINE_SELF_CHECK_TOL, e) < 0)
+            if (engine_self_check(&j->g, &j->train, j->idx, probe, e) < 0)
                 return -1;
             drain_events(j, o, NULL);
             run_log(&j->rf, 0, "self-check: %d of %d device%s agree with the CPU reference\n",

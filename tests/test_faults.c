@@ -157,7 +157,7 @@ static void test_self_check_excludes_corrupt_device(void **state) {
         uint32_t idx[BATCH]; // batch_idx fills a whole batch; the check uses the first 8
         batch_idx(idx, 0);
         ht_error e;
-        if (engine_self_check(&r.g, &data, idx, 8, ENGINE_SELF_CHECK_TOL, &e) < 0) fail_msg("%s", e.msg);
+        if (engine_self_check(&r.g, &data, idx, 8, &e) < 0) fail_msg("%s", e.msg);
         const char *ev = engine_take_events(&r.g);
         printf("%s", ev);
         assert_int_equal(engine_active(&r.g), 1);
@@ -166,7 +166,7 @@ static void test_self_check_excludes_corrupt_device(void **state) {
         run_close(&r);
         // Without the fault every device passes.
         run_open(&r, mixes[k][0], 0, NULL);
-        if (engine_self_check(&r.g, &data, idx, 8, ENGINE_SELF_CHECK_TOL, &e) < 0) fail_msg("%s", e.msg);
+        if (engine_self_check(&r.g, &data, idx, 8, &e) < 0) fail_msg("%s", e.msg);
         assert_int_equal(engine_active(&r.g), 2);
         run_close(&r);
     }
