@@ -24,23 +24,6 @@ extern const char ht_cl_embedded_source[];
 
 #define NO_PLATFORM_MSG "no OpenCL platform found"
 
-// Runs `cmd` through the shell; captures stdout (and stderr when merge) into *out. Returns the
-// exit status, -1 when it did not exit normally.
-static int run_cmd(const char *cmd, char **out) {
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t cap = 4096, len = 0, got;
-    char *buf = malloc(cap);
-    while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (cap - len < 2) buf = realloc(buf, cap *= 2);
-    }
-    buf[len] = 0;
-    int st = pclose(p);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 // The hetrain CLI with the ICD loader pointed at an empty vendors folder: no platform at all.
 static int run_cli_no_icd(const char *args, int merge_stderr, char **out) {
     char *empty = test_tmpdir("no-icd");
@@ -48,7 +31,7 @@ static int run_cli_no_icd(const char *args, int merge_stderr, char **out) {
     snprintf(cmd, sizeof cmd, "env -u OCL_ICD_FILENAMES OCL_ICD_VENDORS='%s' '%s' %s %s", empty,
              HT_BINARY, args, merge_stderr ? "2>&1" : "2>/dev/null");
     free(empty);
-    return run_cmd(cmd, out);
+    return test_run_shell(cmd, out);
 }
 
 static int count_of(const char *hay, const char *needle) {
@@ -181,7 +164,7 @@ static void test_cli_listing(void **state) {
 
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' devices --json 2>/dev/null", HT_BINARY);
-    assert_int_equal(run_cmd(cmd, &out), 0);
+    assert_int_equal(test_run_shell(cmd, &out), 0);
     json_object *root = json_tokener_parse(out);
     if (!root) fail_msg("not JSON: %s", out);
     json_object *np, *list, *v;
@@ -421,7 +404,7 @@ static int run_child(const char *kdir, const char *cdir, char **out) {
              "LSAN_OPTIONS=\"suppressions=%s/tests/lsan.supp:print_suppressions=0:$LSAN_OPTIONS\" "
              "'%s' --child-build '%s' '%s' 2>/dev/null",
              child_xdg, HT_SOURCE_DIR, self, kdir, cdir);
-    return run_cmd(cmd, out);
+    return test_run_shell(cmd, out);
 }
 
 // Files in dir: count, and the name of one (last seen) into name.

@@ -100,10 +100,8 @@ static void test_bad_files(void **state) {
 static void test_train_save_predict_round_trip(void **state) {
     (void)state;
     char *dir = test_tmpdir("cli-e2e");
-    char *train = test_write_kaggle_csv(dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
-                            FASHION_DIR "/train-labels-idx1-ubyte.gz", 300, 1);
-    char *test = test_write_kaggle_csv(dir, "test.csv", FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                           FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 120, 0);
+    char *train = test_fashion_csv(dir, FASHION_TRAIN, 300, 1);
+    char *test = test_fashion_csv(dir, FASHION_TEST, 120, 0);
     char args[4096];
     snprintf(args, sizeof args,
              "train --train '%s' --test '%s' --epochs 2 --batch 50 --val-split 0.2 --out '%s' "

@@ -37,10 +37,8 @@ static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
     f->dir = test_tmpdir("cli-checks");
     f->cfg = test_write_file(f->dir, "tiny.cfg", tiny_cfg, strlen(tiny_cfg));
-    f->train = test_write_kaggle_csv(f->dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
-                                     FASHION_DIR "/train-labels-idx1-ubyte.gz", 200, 1);
-    f->test = test_write_kaggle_csv(f->dir, "test.csv", FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                                    FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 100, 1);
+    f->train = test_fashion_csv(f->dir, FASHION_TRAIN, 200, 1);
+    f->test = test_fashion_csv(f->dir, FASHION_TEST, 100, 1);
     if (!f->dir || !f->cfg || !f->train || !f->test) return -1;
     *state = f;
     return 0;

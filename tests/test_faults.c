@@ -261,8 +261,7 @@ static void test_memory_limits_same_curve(void **state) {
         skip();
     }
     char *dir = test_tmpdir("memlimit");
-    char *train = test_write_kaggle_csv(dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
-                                        FASHION_DIR "/train-labels-idx1-ubyte.gz", 625, 1);
+    char *train = test_fashion_csv(dir, FASHION_TRAIN, 625, 1);
     assert_non_null(train);
     float *init = malloc(sizeof(float) * net.n_params);
     model_init_params(&net, init, 13);

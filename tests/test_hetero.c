@@ -168,8 +168,7 @@ static void test_three_devices_balance_and_match(void **state) {
     model m;
     if (model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
     char *dir = test_tmpdir("hetero");
-    char *train = test_write_kaggle_csv(dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
-                                        FASHION_DIR "/train-labels-idx1-ubyte.gz", 625, 1);
+    char *train = test_fashion_csv(dir, FASHION_TRAIN, 625, 1);
     assert_non_null(train);
     float *init = malloc(sizeof(float) * m.n_params);
     model_init_params(&m, init, 11);

@@ -22,10 +22,8 @@ static char train_csv[1024], test_csv[1024], data_args[2200];
 static int setup(void **state) {
     (void)state;
     char *dir = test_tmpdir("robust-data");
-    char *train = test_write_kaggle_csv(dir, "train.csv", FASHION_DIR "/train-images-idx3-ubyte.gz",
-                                        FASHION_DIR "/train-labels-idx1-ubyte.gz", 4000, 1);
-    char *test = test_write_kaggle_csv(dir, "test.csv", FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                                       FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 1000, 1);
+    char *train = test_fashion_csv(dir, FASHION_TRAIN, 4000, 1);
+    char *test = test_fashion_csv(dir, FASHION_TEST, 1000, 1);
     if (!train || !test) return -1;
     snprintf(train_csv, sizeof train_csv, "%s", train);
     snprintf(test_csv, sizeof test_csv, "%s", test);
@@ -78,15 +76,7 @@ static int run_limited(int kib, const char *args, char **out) {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "bash -c \"trap '' XFSZ; ulimit -f %d; exec '%s' %s\" 2>&1", kib,
              HT_BINARY, args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t cap = 1 << 16, len = 0, got;
-    char *buf = malloc(cap);
-    while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) len += got;
-    buf[len] = 0;
-    int st = pclose(p);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return test_run_shell(cmd, out);
 }
 
 static int count_lines(const char *path) {

@@ -105,10 +105,6 @@ int check_step_grad(const model *m, const float *a, const float *b, const char *
     return ok;
 }
 
-int check_vector(const float *a, const float *b, size_t n, float tol, const char *what) {
-    return check_one(a, b, n, tol, what, "all", "parameters");
-}
-
 int check_updates(const model *m, const float *a, const float *b, const float *init,
                   float tol_out, float tol_other, const char *what) {
     int ok = 1, out = output_layer(m);
@@ -277,12 +273,8 @@ char *test_expect_cli(const char *args, int status, const char *want) {
     return out;
 }
 
-int test_run_cli(const char *args, char **out) {
-    size_t n = strlen(args) + strlen(HT_BINARY) + 32;
-    char *cmd = malloc(n);
-    snprintf(cmd, n, "'%s' %s 2>&1", HT_BINARY, args);
+int test_run_shell(const char *cmd, char **out) {
     FILE *p = popen(cmd, "r");
-    free(cmd);
     if (!p) return -1;
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
@@ -298,8 +290,21 @@ int test_run_cli(const char *args, char **out) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-char *test_write_kaggle_csv(const char *dir, const char *name, const char *images,
-                            const char *labels, int n, int with_labels) {
+int test_run_cli(const char *args, char **out) {
+    size_t n = strlen(args) + strlen(HT_BINARY) + 32;
+    char *cmd = malloc(n);
+    snprintf(cmd, n, "'%s' %s 2>&1", HT_BINARY, args);
+    int rc = test_run_shell(cmd, out);
+    free(cmd);
+    return rc;
+}
+
+char *test_fashion_csv(const char *dir, int set, int n, int with_labels) {
+    const char *images = set == FASHION_TEST ? FASHION_DIR "/t10k-images-idx3-ubyte.gz"
+                                             : FASHION_DIR "/train-images-idx3-ubyte.gz";
+    const char *labels = set == FASHION_TEST ? FASHION_DIR "/t10k-labels-idx1-ubyte.gz"
+                                             : FASHION_DIR "/train-labels-idx1-ubyte.gz";
+    const char *name = set == FASHION_TEST ? "test.csv" : "train.csv";
     dataset d;
     ht_error e;
     if (dataset_load_idx(&d, images, labels, &e) < 0) {

@@ -87,9 +87,6 @@ char *test_save_params(const struct model *m, const float *params, const char *d
 // test when the file, column or row is missing.
 double test_metrics_value(const char *path, int row, const char *column);
 
-// Relative L2 error of a whole vector, ||a-b|| / ||b|| <= tol, with a message on failure.
-int check_vector(const float *a, const float *b, size_t n, float tol, const char *what);
-
 // A fresh empty directory under the build's test-tmp folder, unique per call; returns a static
 // buffer's copy the caller frees.
 char *test_tmpdir(const char *tag);
@@ -97,14 +94,18 @@ char *test_tmpdir(const char *tag);
 // Writes `len` bytes to dir/name and returns the malloc'd full path.
 char *test_write_file(const char *dir, const char *name, const void *data, size_t len);
 
+// Runs `cmd` through the shell and captures its stdout into a malloc'd string (*out; NULL:
+// discarded). Returns the exit status (or -1 when it did not exit normally).
+int test_run_shell(const char *cmd, char **out);
 // Runs the hetrain binary with args (a shell-quoted string) and captures stdout+stderr into a
 // malloc'd string (*out). Returns the exit status (or -1 when it did not exit normally).
 int test_run_cli(const char *args, char **out);
 
-// Writes the first n samples of an IDX image/label pair as a Kaggle CSV dir/name (with the
-// label column when with_labels) and returns the malloc'd path; NULL on failure.
-char *test_write_kaggle_csv(const char *dir, const char *name, const char *images,
-                            const char *labels, int n, int with_labels);
+// Writes the first n samples of Fashion-MNIST's training or test set as a Kaggle CSV
+// dir/train.csv or dir/test.csv (with the label column when with_labels) and returns the
+// malloc'd path; NULL on failure.
+enum { FASHION_TRAIN, FASHION_TEST };
+char *test_fashion_csv(const char *dir, int set, int n, int with_labels);
 
 // Runs the CLI and fails the current test unless it exits with `status` and its output
 // contains `want` (NULL: anything). Returns the output; the caller frees it.
