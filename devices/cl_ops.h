@@ -70,7 +70,7 @@ int clop_relu_forward(cl_ops *o, cl_mem out, cl_mem in, size_t n, ht_error *e);
 int clop_relu_backward(cl_ops *o, cl_mem din, cl_mem dout, cl_mem out, size_t n, ht_error *e);
 
 // Forward and backward are the same mask-and-scale: element e of sample i kept when
-// ht_rng_uniform(key, ids[i], e) >= rate (src/rng.h, bit for bit). ids: uint32 (B).
+// ht_rng_uniform(key, ids[i], e) >= rate (src/core/rng.h, bit for bit). ids: uint32 (B).
 int clop_dropout(cl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, uint64_t key,
                  cl_mem ids, ht_error *e);
 

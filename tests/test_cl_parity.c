@@ -1,5 +1,5 @@
 // OpenCL parity: every op of devices/cl_ops.h, forward and backward, on every OpenCL device
-// found, against the CPU reference in src/layers.h, each with a named tolerance. Outputs and
+// found, against the CPU reference in src/nn/layers.h, each with a named tolerance. Outputs and
 // scratch start as NaN (so overwrite semantics and "scratch is not kept" are checked),
 // gradients start nonzero (so accumulate semantics are), and parameters sit at nonzero
 // offsets of their flat buffer.

@@ -79,7 +79,7 @@ def parse_args(argv):
     return a
 
 
-# ---- run files (as src/results.c) ---------------------------------------------------------
+# ---- run files (as src/report/results.c) ---------------------------------------------------------
 
 class RunFiles:
     def __init__(self, out_dir, name, header):
@@ -137,7 +137,7 @@ class RunFiles:
         self.logf.close()
 
 
-# ---- optimizers (src/optim.c, float32 like hetrain) ---------------------------------------
+# ---- optimizers (src/nn/optim.c, float32 like hetrain) ---------------------------------------
 
 class Optimizer:
     """hetrain's host optimizers over a list of float32 parameter tensors.
@@ -202,7 +202,7 @@ def setup_text(s, seed):
 # ---- data ----------------------------------------------------------------------------------
 
 def load_data(a):
-    """(train x, train y, test x, test y or None) as src/train.c's load_data picks them."""
+    """(train x, train y, test x, test y or None) as src/app/train.c's load_data picks them."""
     test = (None, None)
     if a.train:
         x, y = tc.load_csv(a.train)

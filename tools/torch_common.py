@@ -5,7 +5,7 @@
   each dropout layer in hetrain's layer list (what `hetrain summary` prints in column #).
 * safetensors read/write in pure Python (F32 out; F32/F64/F16 in).
 * The data formats hetrain reads: IDX (raw or gzip, detected by content) and Kaggle CSV.
-* hetrain's random numbers (src/rng.h) bit for bit: splitmix64, the Fisher-Yates shuffle and
+* hetrain's random numbers (src/core/rng.h) bit for bit: splitmix64, the Fisher-Yates shuffle and
   split order, and the counter-based dropout uniform, vectorised with numpy uint64 (wrapping).
 
 A tool only: nothing in the build or tests needs it. Standard library, numpy and torch only.
@@ -62,7 +62,7 @@ def cnn2_forward(m, x, drop=None):
 
 NETS = {"cnn3": (cnn3, cnn3_forward), "cnn2": (cnn2, cnn2_forward)}
 
-# src/model.c's presets. Numbers are the float32 values hetrain holds (see f32 below).
+# src/nn/model.c's presets. Numbers are the float32 values hetrain holds (see f32 below).
 # init: per parameter layer, (weight scheme, weight arg, bias scheme, bias arg).
 PRESETS = {
     "cnn2d_3layer_fullconnected_3layer": dict(
@@ -280,7 +280,7 @@ def load_csv(path):
     return x.reshape(-1, 1, side, side), y
 
 
-# ---- hetrain's random numbers (src/rng.h) --------------------------------------------------
+# ---- hetrain's random numbers (src/core/rng.h) --------------------------------------------------
 
 M64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -374,5 +374,5 @@ def split_indices(n, frac, seed):
 
 
 def epoch_order(n, seed, epoch):
-    """src/train.c shuffle(): the order of the training set in epoch `epoch` (from 0)."""
+    """src/app/train.c shuffle(): the order of the training set in epoch `epoch` (from 0)."""
     return fisher_yates(n, mix64((seed & M64) ^ (0x5EED0000 + epoch)))

@@ -257,3 +257,48 @@ fail:
     dataset_free(d);
     return -1;
 }
+
+// dir/name if it exists, else dir/name.gz, into out.
+static int find_idx(char *out, size_t cap, const char *dir, const char *name, ht_error *e) {
+    static const char *const suffixes[] = {"", ".gz"};
+    for (int i = 0; i < 2; i++) {
+        int len = snprintf(out, cap, "%s/%s%s", dir, name, suffixes[i]);
+        if (len < 0 || (size_t)len >= cap) return ht_fail(e, "%s: path too long", dir);
+        struct stat st;
+        if (stat(out, &st) == 0) return 0;
+    }
+    return ht_fail(e, "%s: missing %s (or %s.gz) in this folder", dir, name, name);
+}
+
+int dataset_load_dir(dataset *train, dataset *test, const char *dir, ht_error *e) {
+    if (train) memset(train, 0, sizeof *train);
+    if (test) memset(test, 0, sizeof *test);
+    if (!train && !test) return 0;
+    struct stat st;
+    if (stat(dir, &st) != 0) return ht_fail(e, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return ht_fail(e, "%s: not a folder", dir);
+
+    char xi[4096], yi[4096];
+    if (train && (find_idx(xi, sizeof xi, dir, "train-images-idx3-ubyte", e) ||
+                  find_idx(yi, sizeof yi, dir, "train-labels-idx1-ubyte", e)))
+        return -1;
+    if (test) { // check for the test files before the slow train load
+        char tx[4096], ty[4096];
+        if (find_idx(tx, sizeof tx, dir, "t10k-images-idx3-ubyte", e) ||
+            find_idx(ty, sizeof ty, dir, "t10k-labels-idx1-ubyte", e))
+            return -1;
+        if (dataset_load_idx(test, tx, ty, e)) return -1;
+    }
+    if (!train) return 0;
+    if (dataset_load_idx(train, xi, yi, e)) goto fail;
+    if (test && (test->h != train->h || test->w != train->w)) {
+        ht_fail(e, "%s: test images are %dx%d but train images are %dx%d", dir, test->h,
+                test->w, train->h, train->w);
+        goto fail;
+    }
+    return 0;
+fail:
+    if (train) dataset_free(train);
+    if (test) dataset_free(test);
+    return -1;
+}

@@ -460,3 +460,17 @@ int model_init_config(model *m, const char *path, ht_error *err) {
     }
     return 0;
 }
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+int model_init(model *m, const char *name_or_path, ht_error *err) {
+    memset(m, 0, sizeof *m);
+    if (!name_or_path) return model_init_preset(m, NULL, err); // names the presets
+    if (ends_with(name_or_path, ".cfg") || ends_with(name_or_path, ".ini") ||
+        strchr(name_or_path, '/'))
+        return model_init_config(m, name_or_path, err);
+    return model_init_preset(m, name_or_path, err);
+}
