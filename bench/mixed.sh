@@ -57,7 +57,7 @@ measure cpu 0 "$WORK/big.csv" --devices cpu:1
 measure cl 1 "$WORK/small.csv" --devices "$CL"
 echo "together, auto balance:" >&2
 measure both 0,1 "$WORK/big.csv" --devices "$CL,cpu:1"
-auto_w=$(grep -h 'calibrated weights' "$WORK"/both-*.log | tail -n 1 | sed 's/.*weights: //')
+auto_w=$(grep -h 'calibrated capacities' "$WORK"/both-*.log | tail -n 1 | sed 's/.*capacities: //')
 sum=$(awk -v a="${R[cpu]}" -v b="${R[cl]}" 'BEGIN {print a + b}')
 ratio=$(awk -v t="${R[both]}" -v s="$sum" 'BEGIN {printf "%.3f", t / s}')
 {

@@ -22,7 +22,7 @@ typedef struct cpu_ctx {
     net_ws ws;
 } cpu_ctx;
 
-static int cpu_set_weights(void *vctx, const float *params, ht_error *e) {
+static int cpu_set_params(void *vctx, const float *params, ht_error *e) {
     (void)e;
     cpu_ctx *c = vctx;
     memcpy(c->params, params, sizeof(float) * c->m->n_params);
@@ -94,8 +94,7 @@ static void cpu_close(void *vctx) {
 }
 
 static const device_ops cpu_ops = {
-    .type = "cpu",
-    .set_weights = cpu_set_weights,
+    .set_params = cpu_set_params,
     .train_shard = cpu_train_shard,
     .infer = cpu_infer,
     .close = cpu_close,
@@ -141,9 +140,7 @@ int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint6
     d->ops = &cpu_ops;
     d->ctx = c;
     d->micro = c->micro;
-    d->threads = threads;
-    d->weight = 1.0;
-    d->mem_limit = mem_limit;
+    d->capacity = 1.0;
     snprintf(d->spec, sizeof d->spec, "cpu");
     snprintf(d->name, sizeof d->name, "native CPU, %d OpenMP thread%s", threads,
              threads == 1 ? "" : "s");

@@ -31,9 +31,8 @@ typedef struct shard_result {
 } shard_result;
 
 typedef struct device_ops {
-    const char *type; // "cpu", "opencl"
     // Copies the flat parameter buffer (model->n_params floats) to the device.
-    int (*set_weights)(void *ctx, const float *params, ht_error *e);
+    int (*set_params)(void *ctx, const float *params, ht_error *e);
     // Forward + backward of a shard with dropout on, in micro-batches that fit the device.
     int (*train_shard)(void *ctx, const shard_job *job, shard_result *res, ht_error *e);
     // Inference (dropout off): probs (n, n_classes).
@@ -46,10 +45,8 @@ typedef struct device {
     void *ctx;
     char spec[64];    // how the user selects it: "cpu", "cpu:2"
     char name[512];   // human description for logs
-    double weight;    // capacity weight: share of each batch
+    double capacity;  // relative capacity: its share of each batch is capacity / sum
     int micro;        // samples per micro-batch
-    int threads;      // host threads it uses
-    uint64_t mem_limit; // bytes it may use (0: what the device reports)
     int hung;         // stopped answering: its thread may still be inside it, never close it
 } device;
 
@@ -73,10 +70,10 @@ typedef enum device_item_kind {
 
 typedef struct device_item {
     device_item_kind kind;
-    char name[64];      // the item without its weight and memory: "cpu:2", "cl:0.1"
+    char name[64];      // the item without its capacity and memory: "cpu:2", "cl:0.1"
     int threads;        // cpu:THREADS; 0 for a plain cpu (it takes the unclaimed cores)
     int platform, dev;  // cl:P.D
-    double weight;      // @W, else 1
+    double capacity;    // @W, else 1
     int64_t mem;        // bytes from :mem=SIZE, else -1
 } device_item;
 
@@ -86,8 +83,8 @@ int device_parse_item(const char *item, device_item *it, ht_error *e);
 // Implementations.
 int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint64_t mem_limit,
                     ht_error *e);
-struct cl_dev_info;
-int opencl_device_open(device *d, const struct cl_dev_info *info, const model *m, int max_batch,
+struct ocl_dev_info;
+int opencl_device_open(device *d, const struct ocl_dev_info *info, const model *m, int max_batch,
                        uint64_t mem_limit, ht_error *e);
 
 #endif

@@ -5,23 +5,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cl_ops.h"
-#include "cl_util.h"
+#include "ocl_ops.h"
+#include "ocl_util.h"
 #include "device.h"
 #include "net.h"
 #include "rng.h"
 
 // Micro-batches larger than this buy nothing on any device we know, and keep the im2col
 // scratch of the reference networks under a few hundred MB.
-#define CL_MICRO_MAX 512
+#define OCL_MICRO_MAX 512
 
-typedef struct cl_ctx {
+typedef struct ocl_ctx {
     const model *m;
-    cl_dev_info info;
+    ocl_dev_info info;
     cl_context ctx;
     cl_program prog;
     cl_command_queue q;
-    cl_ops ops;
+    ocl_ops ops;
     int max_batch; // whole shard: the input/output staging buffers hold this many samples
     int micro;     // samples per micro-batch
     cl_mem params, grads;
@@ -30,7 +30,7 @@ typedef struct cl_ctx {
     cl_mem *act, *argmax;                               // per layer; relu/dropout alias
     cl_mem g0, g1, scratch;
     float *probs_host;                                  // (max_batch, n_classes)
-} cl_ctx;
+} ocl_ctx;
 
 // Device bytes for a micro-batch of B samples (staging for max_batch excluded).
 static size_t micro_bytes(const model *m, int B, size_t *largest) {
@@ -42,7 +42,7 @@ static size_t micro_bytes(const model *m, int B, size_t *largest) {
         if (!(L->kind == LAYER_RELU || L->kind == LAYER_DROPOUT) || l == 0) total += out;
         if (L->kind == LAYER_MAXPOOL) total += out; // int32 argmax
         if (L->kind == LAYER_CONV2D) {
-            size_t s = sizeof(float) * clop_conv2d_scratch_floats(B, L->c, L->k, L->oc, L->oh, L->ow);
+            size_t s = sizeof(float) * ocl_conv2d_scratch_floats(B, L->c, L->k, L->oc, L->oh, L->ow);
             if (s > scratch) scratch = s;
         }
         if (in > widest) widest = in;
@@ -64,11 +64,11 @@ static size_t fixed_bytes(const model *m, int max_batch) {
                                 nc * sizeof(float));
 }
 
-// The largest micro-batch (<= max_batch, CL_MICRO_MAX) whose buffers fit the budget (the
+// The largest micro-batch (<= max_batch, OCL_MICRO_MAX) whose buffers fit the budget (the
 // user's limit, else half the device's global memory) with no single buffer over the
 // device's maximum allocation.
-static int choose_micro(const model *m, const cl_dev_info *info, int max_batch, uint64_t limit) {
-    int hi = max_batch < CL_MICRO_MAX ? max_batch : CL_MICRO_MAX, best = 0;
+static int choose_micro(const model *m, const ocl_dev_info *info, int max_batch, uint64_t limit) {
+    int hi = max_batch < OCL_MICRO_MAX ? max_batch : OCL_MICRO_MAX, best = 0;
     uint64_t budget = limit ? limit : info->global_mem / 2;
     uint64_t fixed = fixed_bytes(m, max_batch);
     if (budget <= fixed) return 0;
@@ -88,10 +88,10 @@ static int choose_micro(const model *m, const cl_dev_info *info, int max_batch, 
     return best;
 }
 
-static int mk(cl_ctx *c, cl_mem *buf, size_t bytes, ht_error *e) {
+static int mk(ocl_ctx *c, cl_mem *buf, size_t bytes, ht_error *e) {
     cl_int err;
     *buf = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &err);
-    if (err != CL_SUCCESS) return cl_fail(e, "clCreateBuffer", err, c->ops.label);
+    if (err != CL_SUCCESS) return ocl_fail(e, "clCreateBuffer", err, c->ops.label);
     return 0;
 }
 
@@ -100,7 +100,7 @@ static void rel(cl_mem *buf) {
     *buf = NULL;
 }
 
-static int alloc_fixed(cl_ctx *c, ht_error *e) {
+static int alloc_fixed(ocl_ctx *c, ht_error *e) {
     const model *m = c->m;
     size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
     size_t MB = (size_t)c->max_batch;
@@ -118,7 +118,7 @@ static int alloc_fixed(cl_ctx *c, ht_error *e) {
     return 0;
 }
 
-static void free_micro(cl_ctx *c) {
+static void free_micro(ocl_ctx *c) {
     if (c->act) {
         // From the top, so an in-place layer's alias is seen before its owner is released.
         for (int l = c->m->n_layers - 1; l >= 0; l--) {
@@ -130,11 +130,11 @@ static void free_micro(cl_ctx *c) {
     }
     cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->g0, &c->g1, &c->scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
-    cl_ops_release_temp(&c->ops);
+    ocl_ops_release_temp(&c->ops);
 }
 
 // Buffers for one micro-batch of c->micro samples.
-static int alloc_micro(cl_ctx *c, ht_error *e) {
+static int alloc_micro(ocl_ctx *c, ht_error *e) {
     const model *m = c->m;
     size_t in = (size_t)m->in_c * m->in_h * m->in_w, B = (size_t)c->micro;
     if (mk(c, &c->x, B * in * sizeof(float), e) < 0 || mk(c, &c->y, B, e) < 0 ||
@@ -152,7 +152,7 @@ static int alloc_micro(cl_ctx *c, ht_error *e) {
         if (L->kind == LAYER_MAXPOOL && mk(c, &c->argmax[l], out * sizeof(int32_t), e) < 0)
             return -1;
         if (L->kind == LAYER_CONV2D) {
-            size_t sc = clop_conv2d_scratch_floats(c->micro, L->c, L->k, L->oc, L->oh, L->ow);
+            size_t sc = ocl_conv2d_scratch_floats(c->micro, L->c, L->k, L->oc, L->oh, L->ow);
             if (sc > scratch) scratch = sc;
         }
         if (inl > widest) widest = inl;
@@ -171,24 +171,24 @@ static int is_out_of_memory(cl_int err) {
 
 // After an out-of-memory error: drains the queue and reallocates for half the micro-batch
 // (again halving while even that fails). Notes what happened in note.
-static int shrink_micro(cl_ctx *c, cl_int why, char *note, size_t note_len, ht_error *e) {
+static int shrink_micro(ocl_ctx *c, cl_int why, char *note, size_t note_len, ht_error *e) {
     clFinish(c->q);
     int old = c->micro;
     for (;;) {
         if (c->micro == 1)
-            return ht_fail(e, "%s: %s even with a micro-batch of 1", c->ops.label, cl_error_name(why));
+            return ht_fail(e, "%s: %s even with a micro-batch of 1", c->ops.label, ocl_error_name(why));
         free_micro(c);
         c->micro /= 2;
-        cl_clear_error();
+        ocl_clear_error();
         if (alloc_micro(c, e) == 0) break;
-        if (!is_out_of_memory(cl_last_error())) return -1;
+        if (!is_out_of_memory(ocl_last_error())) return -1;
     }
-    snprintf(note, note_len, "%s at micro-batch %d; now %d", cl_error_name(why), old, c->micro);
+    snprintf(note, note_len, "%s at micro-batch %d; now %d", ocl_error_name(why), old, c->micro);
     return 0;
 }
 
-static void cl_close(void *vctx) {
-    cl_ctx *c = vctx;
+static void ocl_close(void *vctx) {
+    ocl_ctx *c = vctx;
     if (!c) return;
     if (c->q) clFinish(c->q);
     free_micro(c);
@@ -197,44 +197,44 @@ static void cl_close(void *vctx) {
     cl_mem *bufs[] = {&c->params, &c->grads, &c->x_all, &c->y_all, &c->ids_all, &c->loss_all,
                       &c->probs_all};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
-    cl_ops_free(&c->ops);
+    ocl_ops_free(&c->ops);
     if (c->q) clReleaseCommandQueue(c->q);
     free(c->probs_host);
     free(c);
 }
 
-static int cl_set_weights(void *vctx, const float *params, ht_error *e) {
-    cl_ctx *c = vctx;
+static int ocl_set_params(void *vctx, const float *params, ht_error *e) {
+    ocl_ctx *c = vctx;
     cl_int err = clEnqueueWriteBuffer(c->q, c->params, CL_TRUE, 0,
                                       sizeof(float) * c->m->n_params, params, 0, NULL, NULL);
-    if (err != CL_SUCCESS) return cl_fail(e, "clEnqueueWriteBuffer(weights)", err, c->ops.label);
+    if (err != CL_SUCCESS) return ocl_fail(e, "clEnqueueWriteBuffer(weights)", err, c->ops.label);
     return 0;
 }
 
-static int write_buf(cl_ctx *c, cl_mem buf, size_t bytes, const void *src, const char *what,
+static int write_buf(ocl_ctx *c, cl_mem buf, size_t bytes, const void *src, const char *what,
                      ht_error *e) {
     if (bytes == 0) return 0;
     cl_int err = clEnqueueWriteBuffer(c->q, buf, CL_FALSE, 0, bytes, src, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         char call[96];
         snprintf(call, sizeof call, "clEnqueueWriteBuffer(%s)", what);
-        return cl_fail(e, call, err, c->ops.label);
+        return ocl_fail(e, call, err, c->ops.label);
     }
     return 0;
 }
 
-static int copy_buf(cl_ctx *c, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off,
+static int copy_buf(ocl_ctx *c, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off,
                     size_t bytes, ht_error *e) {
     if (bytes == 0) return 0;
     cl_int err = clEnqueueCopyBuffer(c->q, src, dst, src_off, dst_off, bytes, 0, NULL, NULL);
-    if (err != CL_SUCCESS) return cl_fail(e, "clEnqueueCopyBuffer", err, c->ops.label);
+    if (err != CL_SUCCESS) return ocl_fail(e, "clEnqueueCopyBuffer", err, c->ops.label);
     return 0;
 }
 
 // Forward over the current micro-batch in c->x (n samples); drop NULL for inference.
-static int forward(cl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_error *e) {
+static int forward(ocl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_error *e) {
     const model *m = c->m;
-    cl_ops *o = &c->ops;
+    ocl_ops *o = &c->ops;
     cl_mem in = c->x;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
@@ -242,29 +242,29 @@ static int forward(cl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_e
         int rc = 0;
         switch (L->kind) {
         case LAYER_CONV2D:
-            rc = clop_conv2d_forward(o, out, in, c->params, L->w_off, L->b_off, n, L->c, L->h,
+            rc = ocl_conv2d_forward(o, out, in, c->params, L->w_off, L->b_off, n, L->c, L->h,
                                      L->w, L->oc, L->k, L->stride, L->pad, L->oh, L->ow,
                                      c->scratch, e);
             break;
         case LAYER_MAXPOOL:
-            rc = clop_maxpool_forward(o, out, c->argmax[l], in, n, L->c, L->h, L->w, L->k,
+            rc = ocl_maxpool_forward(o, out, c->argmax[l], in, n, L->c, L->h, L->w, L->k,
                                       L->stride, L->oh, L->ow, e);
             break;
         case LAYER_DENSE:
-            rc = clop_dense_forward(o, out, in, c->params, L->w_off, L->b_off, n,
+            rc = ocl_dense_forward(o, out, in, c->params, L->w_off, L->b_off, n,
                                     (int)layer_in_size(L), L->oc, e);
             break;
         case LAYER_RELU:
-            rc = clop_relu_forward(o, out, in, layer_out_size(L) * (size_t)n, e);
+            rc = ocl_relu_forward(o, out, in, layer_out_size(L) * (size_t)n, e);
             break;
         case LAYER_DROPOUT:
             if (keys)
-                rc = clop_dropout(o, out, in, n, layer_out_size(L), L->rate, keys[l], c->ids, e);
+                rc = ocl_dropout(o, out, in, n, layer_out_size(L), L->rate, keys[l], c->ids, e);
             else if (out != in)
                 rc = copy_buf(c, in, 0, out, 0, layer_out_size(L) * (size_t)n * sizeof(float), e);
             break;
         case LAYER_SOFTMAX_XENT:
-            rc = clop_softmax_xent_forward(o, out, c->loss, in, with_labels ? c->y : NULL, n,
+            rc = ocl_softmax_xent_forward(o, out, c->loss, in, with_labels ? c->y : NULL, n,
                                            L->oc, e);
             break;
         }
@@ -274,9 +274,9 @@ static int forward(cl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_e
     return 0;
 }
 
-static int backward(cl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
+static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
     const model *m = c->m;
-    cl_ops *o = &c->ops;
+    ocl_ops *o = &c->ops;
     cl_mem dout = c->g0, dfree = c->g1;
     for (int l = m->n_layers - 1; l >= 0; l--) {
         const layer *L = &m->layers[l];
@@ -285,29 +285,29 @@ static int backward(cl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
         int rc = 0;
         switch (L->kind) {
         case LAYER_SOFTMAX_XENT:
-            rc = clop_softmax_xent_backward(o, dfree, c->act[l], c->y, n, L->oc, e);
+            rc = ocl_softmax_xent_backward(o, dfree, c->act[l], c->y, n, L->oc, e);
             din = dfree;
             break;
         case LAYER_CONV2D:
-            rc = clop_conv2d_backward(o, din, c->grads, L->w_off, L->b_off, dout, in, c->params,
+            rc = ocl_conv2d_backward(o, din, c->grads, L->w_off, L->b_off, dout, in, c->params,
                                       n, L->c, L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh,
                                       L->ow, c->scratch, e);
             break;
         case LAYER_MAXPOOL:
             if (din)
-                rc = clop_maxpool_backward(o, din, dout, c->argmax[l], n, L->c, L->h, L->w, L->k,
+                rc = ocl_maxpool_backward(o, din, dout, c->argmax[l], n, L->c, L->h, L->w, L->k,
                                            L->stride, L->oh, L->ow, e);
             break;
         case LAYER_DENSE:
-            rc = clop_dense_backward(o, din, c->grads, L->w_off, L->b_off, dout, in, c->params,
+            rc = ocl_dense_backward(o, din, c->grads, L->w_off, L->b_off, dout, in, c->params,
                                      n, (int)layer_in_size(L), L->oc, e);
             break;
         case LAYER_RELU:
-            if (din) rc = clop_relu_backward(o, dout, dout, c->act[l], layer_out_size(L) * (size_t)n, e);
+            if (din) rc = ocl_relu_backward(o, dout, dout, c->act[l], layer_out_size(L) * (size_t)n, e);
             din = dout;
             break;
         case LAYER_DROPOUT:
-            rc = clop_dropout(o, dout, dout, n, layer_out_size(L), L->rate, keys[l], c->ids, e);
+            rc = ocl_dropout(o, dout, dout, n, layer_out_size(L), L->rate, keys[l], c->ids, e);
             din = dout;
             break;
         }
@@ -320,18 +320,18 @@ static int backward(cl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
     return 0;
 }
 
-static int read_back(cl_ctx *c, cl_mem buf, size_t bytes, void *dst, const char *what, ht_error *e) {
+static int read_back(ocl_ctx *c, cl_mem buf, size_t bytes, void *dst, const char *what, ht_error *e) {
     cl_int err = clEnqueueReadBuffer(c->q, buf, CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         char call[96];
         snprintf(call, sizeof call, "clEnqueueReadBuffer(%s)", what);
-        return cl_fail(e, call, err, c->ops.label);
+        return ocl_fail(e, call, err, c->ops.label);
     }
     return 0;
 }
 
 // Copies the current micro-batch's probabilities (and losses) into the shard staging.
-static int stash_outputs(cl_ctx *c, int off, int n, int with_loss, ht_error *e) {
+static int stash_outputs(ocl_ctx *c, int off, int n, int with_loss, ht_error *e) {
     size_t nc = (size_t)c->m->n_classes;
     cl_mem probs = c->act[c->m->n_layers - 1];
     if (copy_buf(c, probs, 0, c->probs_all, (size_t)off * nc * sizeof(float),
@@ -344,7 +344,7 @@ static int stash_outputs(cl_ctx *c, int off, int n, int with_loss, ht_error *e) 
 }
 
 // Moves micro-batch [off, off+n) of the staged shard into the micro-batch buffers.
-static int stage_micro(cl_ctx *c, int off, int n, int with_labels, ht_error *e) {
+static int stage_micro(ocl_ctx *c, int off, int n, int with_labels, ht_error *e) {
     size_t in = (size_t)c->m->in_c * c->m->in_h * c->m->in_w;
     if (copy_buf(c, c->x_all, (size_t)off * in * sizeof(float), c->x, 0, (size_t)n * in * sizeof(float), e) < 0)
         return -1;
@@ -356,18 +356,18 @@ static int stage_micro(cl_ctx *c, int off, int n, int with_labels, ht_error *e) 
 }
 
 // One attempt at a shard with the current micro-batch.
-static int train_attempt(cl_ctx *c, const shard_job *job, shard_result *res, const uint64_t *keys,
+static int train_attempt(ocl_ctx *c, const shard_job *job, shard_result *res, const uint64_t *keys,
                          ht_error *e) {
     const model *m = c->m;
     size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
     if (job->fault_oom) {
-        cl_note_error(CL_MEM_OBJECT_ALLOCATION_FAILURE);
+        ocl_note_error(CL_MEM_OBJECT_ALLOCATION_FAILURE);
         return ht_fail(e, "%s: out of memory (injected)", c->ops.label);
     }
     if (write_buf(c, c->x_all, (size_t)job->n * in * sizeof(float), job->x, "inputs", e) < 0 ||
         write_buf(c, c->y_all, (size_t)job->n, job->y, "labels", e) < 0 ||
         write_buf(c, c->ids_all, (size_t)job->n * sizeof(uint32_t), job->ids, "sample ids", e) < 0 ||
-        clop_fill(&c->ops, c->grads, 0.0f, m->n_params, e) < 0)
+        ocl_fill(&c->ops, c->grads, 0.0f, m->n_params, e) < 0)
         return -1;
     for (int off = 0; off < job->n; off += c->micro) {
         int n = job->n - off < c->micro ? job->n - off : c->micro;
@@ -383,8 +383,8 @@ static int train_attempt(cl_ctx *c, const shard_job *job, shard_result *res, con
     return 0;
 }
 
-static int cl_train_shard(void *vctx, const shard_job *job, shard_result *res, ht_error *e) {
-    cl_ctx *c = vctx;
+static int ocl_train_shard(void *vctx, const shard_job *job, shard_result *res, ht_error *e) {
+    ocl_ctx *c = vctx;
     const model *m = c->m;
     res->note[0] = 0;
     if (job->n > c->max_batch)
@@ -396,9 +396,9 @@ static int cl_train_shard(void *vctx, const shard_job *job, shard_result *res, h
     shard_job attempt = *job;
     int rc;
     for (;;) {
-        cl_clear_error();
+        ocl_clear_error();
         if ((rc = train_attempt(c, &attempt, res, keys, e)) == 0) break;
-        cl_int err = cl_last_error();
+        cl_int err = ocl_last_error();
         // Out of device memory: halve the micro-batch and run the shard again from scratch
         // (the gradient sum is refilled, so nothing is counted twice).
         if (!is_out_of_memory(err) || shrink_micro(c, err, res->note, sizeof res->note, e) < 0)
@@ -411,8 +411,8 @@ static int cl_train_shard(void *vctx, const shard_job *job, shard_result *res, h
     return rc;
 }
 
-static int cl_infer(void *vctx, const float *x, int n, float *probs, ht_error *e) {
-    cl_ctx *c = vctx;
+static int ocl_infer(void *vctx, const float *x, int n, float *probs, ht_error *e) {
+    ocl_ctx *c = vctx;
     const model *m = c->m;
     size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
     for (int base = 0; base < n; base += c->max_batch) {
@@ -436,17 +436,16 @@ fail:
 }
 
 static const device_ops opencl_ops = {
-    .type = "opencl",
-    .set_weights = cl_set_weights,
-    .train_shard = cl_train_shard,
-    .infer = cl_infer,
-    .close = cl_close,
+    .set_params = ocl_set_params,
+    .train_shard = ocl_train_shard,
+    .infer = ocl_infer,
+    .close = ocl_close,
 };
 
-int opencl_device_open(device *d, const cl_dev_info *info, const model *m, int max_batch,
+int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int max_batch,
                        uint64_t mem_limit, ht_error *e) {
     memset(d, 0, sizeof *d);
-    cl_ctx *c = ht_calloc(1, sizeof *c, e);
+    ocl_ctx *c = ht_calloc(1, sizeof *c, e);
     if (!c) return -1;
     c->m = m;
     c->info = *info;
@@ -454,18 +453,18 @@ int opencl_device_open(device *d, const cl_dev_info *info, const model *m, int m
     char label[300];
     snprintf(label, sizeof label, "%s (%s)", info->spec, info->name);
     int from_cache = 0;
-    if (cl_device_runtime(info, &c->ctx, &c->prog, &from_cache, e) < 0) {
+    if (ocl_device_runtime(info, &c->ctx, &c->prog, &from_cache, e) < 0) {
         free(c);
         return -1;
     }
     cl_int err;
     c->q = clCreateCommandQueue(c->ctx, info->device, 0, &err);
     if (err != CL_SUCCESS) {
-        cl_fail(e, "clCreateCommandQueue", err, label);
+        ocl_fail(e, "clCreateCommandQueue", err, label);
         free(c);
         return -1;
     }
-    if (cl_ops_init(&c->ops, c->ctx, c->q, c->prog, label, e) < 0) {
+    if (ocl_ops_init(&c->ops, c->ctx, c->q, c->prog, label, e) < 0) {
         clReleaseCommandQueue(c->q);
         free(c);
         return -1;
@@ -477,19 +476,17 @@ int opencl_device_open(device *d, const cl_dev_info *info, const model *m, int m
                 (unsigned long long)((mem_limit ? mem_limit : info->global_mem / 2) >> 20),
                 (unsigned long long)(info->global_mem >> 20),
                 (unsigned long long)(info->max_alloc >> 20));
-        cl_close(c);
+        ocl_close(c);
         return -1;
     }
     if (alloc_fixed(c, e) < 0 || alloc_micro(c, e) < 0) {
-        cl_close(c);
+        ocl_close(c);
         return -1;
     }
     d->ops = &opencl_ops;
     d->ctx = c;
     d->micro = c->micro;
-    d->threads = 0;
-    d->weight = 1.0;
-    d->mem_limit = mem_limit;
+    d->capacity = 1.0;
     snprintf(d->spec, sizeof d->spec, "%s", info->spec);
     snprintf(d->name, sizeof d->name, "OpenCL %s %s (%s), %u CU, %llu MiB%s", info->type,
              info->name, info->platform_name, info->compute_units,

@@ -2,7 +2,7 @@
 //   spec  := item (',' item)*
 //   item  := ('cpu' [':' THREADS] | 'cl:' P '.' D | 'cl:all' | 'gpu') ['@' WEIGHT] [':mem=' SIZE]
 //   'auto' (the default) := every OpenCL GPU, plus 'cpu'
-// cl:all opens every OpenCL device, gpu every OpenCL GPU; each gets the item's weight. A plain
+// cl:all opens every OpenCL device, gpu every OpenCL GPU; each gets the item's capacity. A plain
 // 'cpu' worker takes the cores nobody else claims: all cores, less the threads of cpu:N
 // workers and one core to drive each OpenCL GPU, shared among the plain 'cpu' items.
 #include <ctype.h>
@@ -12,32 +12,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cl_util.h"
+#include "ocl_util.h"
 #include "device.h"
 
-#define DEVICE_MAX 64
 
-// Parses "@W" at *s (if present) into *weight; returns -1 on a malformed weight.
-static int parse_weight(const char *s, double *weight) {
+// Parses "@W" at *s (if present) into *capacity; returns -1 on a malformed one.
+static int parse_capacity(const char *s, double *capacity) {
     if (*s == 0) return 0;
     if (*s != '@') return -1;
     char *end;
     errno = 0;
     double w = strtod(s + 1, &end);
     if (errno || end == s + 1 || *end || !(w > 0) || w > 1e6) return -1;
-    *weight = w;
+    *capacity = w;
     return 0;
 }
 
 // OpenCL devices, enumerated once per process.
-static cl_dev_info *cl_devs;
-static int cl_n = -1;
+static ocl_dev_info *ocl_devs;
+static int ocl_n = -1;
 
 static int cl_list(ht_error *e) {
-    if (cl_n >= 0) return 0;
+    if (ocl_n >= 0) return 0;
     int n;
-    if (cl_enumerate(&cl_devs, &n, e) < 0) return -1;
-    cl_n = n;
+    if (ocl_enumerate(&ocl_devs, &n, e) < 0) return -1;
+    ocl_n = n;
     return 0;
 }
 
@@ -65,21 +64,21 @@ static int open_cl(device *list, int *count, const device_item *it, const char *
     int want_all = it->kind == DEVICE_ITEM_CL_ALL, want_gpu = it->kind == DEVICE_ITEM_GPU;
     int p = want_all || want_gpu ? -1 : it->platform, d = want_all || want_gpu ? -1 : it->dev;
     int opened = 0;
-    for (int i = 0; i < cl_n; i++) {
-        const cl_dev_info *info = &cl_devs[i];
+    for (int i = 0; i < ocl_n; i++) {
+        const ocl_dev_info *info = &ocl_devs[i];
         int match = want_all || (want_gpu && !strcmp(info->type, "gpu")) || (info->p == p && info->d == d);
         if (!match) continue;
-        if (*count == DEVICE_MAX) return ht_fail(e, "--devices: more than %d devices", DEVICE_MAX);
+        if (*count == HT_MAX_DEVICES) return ht_fail(e, "--devices: more than %d devices", HT_MAX_DEVICES);
         for (int k = 0; k < *count; k++)
             if (!strcmp(list[k].spec, info->spec))
                 return ht_fail(e, "--devices: %s is selected twice", info->spec);
         if (opencl_device_open(&list[*count], info, m, max_batch, mem, e) < 0) return -1;
-        list[*count].weight = it->weight;
+        list[*count].capacity = it->capacity;
         (*count)++;
         opened++;
     }
     if (opened == 0) {
-        if (cl_n == 0)
+        if (ocl_n == 0)
             return ht_fail(e, "--devices: \"%s\": no OpenCL platform found (the ICD loader lists none); use cpu", item);
         if (want_gpu)
             return ht_fail(e, "--devices: \"%s\": no OpenCL GPU found (see 'hetrain devices')", item);
@@ -101,10 +100,10 @@ static int plain_cpu_threads(const char *specs) {
             plain++;
         } else if (it.kind == DEVICE_ITEM_CPU) {
             if (claimed < cores) claimed += it.threads; // no int overflow on long lists
-        } else if (cl_n > 0) {
+        } else if (ocl_n > 0) {
             int all = it.kind == DEVICE_ITEM_CL_ALL, gpu = it.kind == DEVICE_ITEM_GPU;
-            for (int i = 0; i < cl_n; i++)
-                if (!strcmp(cl_devs[i].type, "gpu") && (all || gpu || !strcmp(cl_devs[i].spec, it.name)))
+            for (int i = 0; i < ocl_n; i++)
+                if (!strcmp(ocl_devs[i].type, "gpu") && (all || gpu || !strcmp(ocl_devs[i].spec, it.name)))
                     claimed++;
         }
     }
@@ -116,10 +115,10 @@ static int plain_cpu_threads(const char *specs) {
 
 // "auto": every OpenCL GPU plus one CPU worker (malloc'd spec string).
 static char *expand_auto(void) {
-    size_t cap = 16 + (size_t)(cl_n > 0 ? cl_n : 0) * 24, k = 0;
+    size_t cap = 16 + (size_t)(ocl_n > 0 ? ocl_n : 0) * 24, k = 0;
     char *s = malloc(cap);
-    for (int i = 0; i < cl_n; i++)
-        if (!strcmp(cl_devs[i].type, "gpu")) k += (size_t)snprintf(s + k, cap - k, "%s,", cl_devs[i].spec);
+    for (int i = 0; i < ocl_n; i++)
+        if (!strcmp(ocl_devs[i].type, "gpu")) k += (size_t)snprintf(s + k, cap - k, "%s,", ocl_devs[i].spec);
     snprintf(s + k, cap - k, "cpu");
     return s;
 }
@@ -138,9 +137,9 @@ int device_parse_item(const char *item, device_item *it, ht_error *e) {
     if (wlen >= sizeof rest) return ht_fail(e, "--devices: \"%s\" is too long", item);
     memcpy(rest, item + len, wlen);
     rest[wlen] = 0;
-    it->weight = 1.0;
-    if (parse_weight(rest, &it->weight) < 0)
-        return ht_fail(e, "--devices: \"%s\": expected a weight after '@' (a number > 0), found \"%s\"",
+    it->capacity = 1.0;
+    if (parse_capacity(rest, &it->capacity) < 0)
+        return ht_fail(e, "--devices: \"%s\": expected a capacity after '@' (a number > 0), found \"%s\"",
                        item, rest + (rest[0] == '@'));
     it->mem = -1;
     if (memopt) {
@@ -190,7 +189,7 @@ int device_parse_item(const char *item, device_item *it, ht_error *e) {
         }
     } else {
         return ht_fail(e, "--devices: unknown device \"%s\" (known: cpu, cpu:THREADS, cl:P.D, cl:all, "
-                          "gpu; add @WEIGHT for a capacity weight)", name);
+                          "gpu; add @W for a capacity)", name);
     }
     return 0;
 }
@@ -202,7 +201,7 @@ static int open_one(device *list, int *count, const char *item, int plain_thread
     if (device_parse_item(item, &it, e) < 0) return -1;
     uint64_t mem = it.mem >= 0 ? (uint64_t)it.mem : mem_default;
     if (it.kind != DEVICE_ITEM_CPU) return open_cl(list, count, &it, item, mem, m, max_batch, e);
-    if (*count == DEVICE_MAX) return ht_fail(e, "--devices: more than %d devices", DEVICE_MAX);
+    if (*count == HT_MAX_DEVICES) return ht_fail(e, "--devices: more than %d devices", HT_MAX_DEVICES);
     const char *name = it.name;
     int threads = it.threads ? it.threads : plain_threads;
     if (cpu_device_open(d, m, threads, max_batch, mem, e) < 0) return ht_wrap(e, "device %s", name);
@@ -214,7 +213,7 @@ static int open_one(device *list, int *count, const char *item, int plain_thread
             same++;
     if (same > 1) snprintf(d->spec, sizeof d->spec, "%.48s#%d", name, same);
     else snprintf(d->spec, sizeof d->spec, "%s", name);
-    d->weight = it.weight;
+    d->capacity = it.capacity;
     (*count)++;
     return 0;
 }
@@ -227,7 +226,7 @@ int device_open_list(device **devs, int *n, const char *specs, const model *m, i
     if (cl_list(e) < 0) return -1;
     char *copy = !specs || !strcmp(specs, "auto") ? expand_auto() : strdup(specs);
     int plain_threads = plain_cpu_threads(copy);
-    device *list = ht_calloc(DEVICE_MAX, sizeof *list, e);
+    device *list = ht_calloc(HT_MAX_DEVICES, sizeof *list, e);
     if (!list) {
         free(copy);
         return -1;

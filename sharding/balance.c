@@ -1,17 +1,17 @@
-// Capacity weights: a least-squares time model per device (fixed + per-sample cost) with
+// Capacities: a least-squares time model per device (fixed + per-sample cost) with
 // exponential forgetting, and the shares that make all devices finish a step together.
 #include <string.h>
 
 #include "engine_internal.h"
 
-// Sets the weights of the active devices (dropped ones stay 0) and drops the cached plan.
-static void set_weights_replan(engine *g, const double *w) {
+// Sets the capacities of the active devices (dropped ones stay 0) and drops the cached plan.
+static void set_capacities_replan(engine *g, const double *w) {
     double top = 0;
     for (int d = 0; d < g->n_devs; d++)
         if (!g->slots[d].failed && w[d] > top) top = w[d];
     for (int d = 0; d < g->n_devs; d++) {
         if (g->slots[d].failed) continue;
-        g->devs[d].weight = w[d] > top * ENGINE_MIN_SHARE ? w[d] : top * ENGINE_MIN_SHARE;
+        g->devs[d].capacity = w[d] > top * ENGINE_MIN_SHARE ? w[d] : top * ENGINE_MIN_SHARE;
     }
     shard_plan_free(&g->plan);
 }
@@ -19,7 +19,7 @@ static void set_weights_replan(engine *g, const double *w) {
 void balance_reset(engine *g) { memset(g->fit, 0, sizeof g->fit); }
 
 void balance_drop(engine *g, int d) {
-    g->devs[d].weight = 0;
+    g->devs[d].capacity = 0;
     memset(g->fit[d], 0, sizeof g->fit[d]);
     shard_plan_free(&g->plan);
 }
@@ -66,8 +66,8 @@ static int fit_line(const engine *g, int d, double *a, double *b) {
 // predicts a step at least ENGINE_REPLAN_GAIN faster: every re-plan changes the shard shapes a
 // device sees, and some drivers pay for new shapes (new GEMM kernels).
 void balance_now(engine *g, int B, int force) {
-    double a[ENGINE_MAX_DEVICES], b[ENGINE_MAX_DEVICES], w[ENGINE_MAX_DEVICES];
-    int on[ENGINE_MAX_DEVICES], n = g->n_devs;
+    double a[HT_MAX_DEVICES], b[HT_MAX_DEVICES], w[HT_MAX_DEVICES];
+    int on[HT_MAX_DEVICES], n = g->n_devs;
     for (int d = 0; d < n; d++) {
         on[d] = !g->slots[d].failed;
         if (on[d] && fit_line(g, d, &a[d], &b[d]) < 0) return; // not every device measured yet
@@ -104,7 +104,7 @@ void balance_now(engine *g, int B, int force) {
         }
         if (t_now <= t_new * (1 + ENGINE_REPLAN_GAIN)) return;
     }
-    set_weights_replan(g, w);
+    set_capacities_replan(g, w);
 }
 
 void balance_observe(engine *g, int B) {
@@ -119,6 +119,6 @@ void engine_set_balance(engine *g, balance_mode mode, int rebalance) {
     g->rebalance = rebalance < 1 ? 1 : rebalance;
 }
 
-void engine_weights(const engine *g, double *w) {
-    for (int d = 0; d < g->n_devs; d++) w[d] = g->slots[d].failed ? 0 : g->devs[d].weight;
+void engine_capacities(const engine *g, double *w) {
+    for (int d = 0; d < g->n_devs; d++) w[d] = g->slots[d].failed ? 0 : g->devs[d].capacity;
 }

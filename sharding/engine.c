@@ -120,7 +120,7 @@ static void work_run(engine_work *w) {
     w->micro = 0;
     w->note[0] = 0;
     if (w->send_params) {
-        if ((w->rc = w->ops->set_weights(w->ctx, w->hub->params, &w->err)) < 0) return;
+        if ((w->rc = w->ops->set_params(w->ctx, w->hub->params, &w->err)) < 0) return;
         w->bcast_s = ht_now() - t0;
     }
     if (w->faults & FAULT_BIT(FAULT_HANG)) {
@@ -276,12 +276,12 @@ static int dispatch(engine *g) {
 
 // Plans `n` positions over the active devices (plan cached for the full batch only).
 static int plan_active(engine *g, shard_plan *p, int n, ht_error *e) {
-    double w[ENGINE_MAX_DEVICES];
+    double w[HT_MAX_DEVICES];
     int k = 0;
     for (int d = 0; d < g->n_devs; d++) {
         if (g->slots[d].failed) continue;
         g->plan_dev[k] = d;
-        w[k++] = g->devs[d].weight > 0 ? g->devs[d].weight : 1;
+        w[k++] = g->devs[d].capacity > 0 ? g->devs[d].capacity : 1;
     }
     if (k == 0) return ht_fail(e, "every device has failed; the last: %s", g->last_failure);
     return shard_plan_init(p, w, k, n, e);
@@ -366,8 +366,8 @@ static engine_work *work_alloc(engine *g, const device *dev, ht_error *e) {
 int engine_init(engine *g, const model *m, device *devs, int n_devs, const float *params,
                 const train_setup *s, int max_batch, uint64_t seed, ht_error *e) {
     memset(g, 0, sizeof *g);
-    if (n_devs < 1 || n_devs > ENGINE_MAX_DEVICES)
-        return ht_fail(e, "engine: %d devices (1..%d)", n_devs, ENGINE_MAX_DEVICES);
+    if (n_devs < 1 || n_devs > HT_MAX_DEVICES)
+        return ht_fail(e, "engine: %d devices (1..%d)", n_devs, HT_MAX_DEVICES);
     if (fault_plan_parse(&g->faults, getenv("HETRAIN_FAULT"), e) < 0) return -1;
     g->m = m;
     g->devs = devs;
@@ -555,8 +555,8 @@ int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, h
     if (B > g->max_batch) B = g->max_batch;
     balance_reset(g);
     // Some drivers compile or tune on the first launch of each new shape, so every measured
-    // round follows a warm-up round at the same shares: round 0 warms up at the given weights,
-    // round 1 measures them; round 2 warms up at the weights fitted from round 1, round 3
+    // round follows a warm-up round at the same shares: round 0 warms up at the given capacities,
+    // round 1 measures them; round 2 warms up at the capacities fitted from round 1, round 3
     // measures those. Each device is thus seen at two shard sizes, and the fit can separate
     // fixed from per-sample cost.
     for (int round = 0; round < 4; round++) {

@@ -1,6 +1,6 @@
 // The step engine: scatter a batch over the devices by the shard plan, run every shard on its
 // own thread, reduce the gradient sums in fixed device order, update on the host, and
-// broadcast the new weights. A device that fails (an error, a wrong self-check, no answer
+// broadcast the new parameters. A device that fails (an error, a wrong self-check, no answer
 // within the timeout) is dropped and its share of the step is run again on the others.
 #ifndef HETRAIN_ENGINE_H
 #define HETRAIN_ENGINE_H
@@ -18,18 +18,17 @@
 
 typedef struct engine_slot engine_slot;
 
-#define ENGINE_MAX_DEVICES 64
 
 typedef struct step_stats {
     double wall_s;   // the whole step
     double host_s;   // host reduce + update, plus the slowest broadcast
     double wait_s;   // summed time devices waited for the slowest
-    double busy_s[ENGINE_MAX_DEVICES]; // per device: broadcast + gather + compute
-    int share[ENGINE_MAX_DEVICES];     // per device: samples (re-runs of failed shares included)
+    double busy_s[HT_MAX_DEVICES]; // per device: broadcast + gather + compute
+    int share[HT_MAX_DEVICES];     // per device: samples (re-runs of failed shares included)
     int skipped;     // the update was skipped (non-finite values, --on-nan skip)
 } step_stats;
 
-// How device weights are kept: as given, or measured. Measured: each device's step time is
+// How device capacities are kept: as given, or measured. Measured: each device's step time is
 // modelled as t = a + b*n for a shard of n samples (a: launches, transfers, fixed costs; b: per
 // sample), fitted by least squares over recent steps with exponential forgetting; the shares
 // that make every device finish together are then n_d = (T - a_d) / b_d with sum n_d = B. A
@@ -38,7 +37,7 @@ typedef enum balance_mode { BALANCE_AUTO, BALANCE_STATIC } balance_mode;
 
 #define ENGINE_FORGET 0.85        // weight kept by older steps at each new one
 #define ENGINE_REPLAN_GAIN 0.03   // re-plan only for a predicted step this much faster
-#define ENGINE_MIN_SHARE 0.005    // a device keeps at least this fraction of the largest weight
+#define ENGINE_MIN_SHARE 0.005    // a device keeps at least this fraction of the largest capacity
 #define ENGINE_PROBE_EVERY 20     // steps between probes of devices the plan gives no samples
 // The self-check compares a device's probe gradient with the CPU's tensor by tensor (relative
 // L2). The output layer's gradient is made of forward values alone, so only rounding separates
@@ -58,11 +57,11 @@ typedef struct engine {
     int n_devs;
     int max_batch;
     uint64_t seed;
-    float *params;   // master weights (n_params), shared with the workers through the hub
+    float *params;   // master parameters (n_params), shared with the workers through the hub
     float *grad;     // reduced mean gradient of the last step (n_params)
     optim opt;
     shard_plan plan; // over the active devices, for plan.len positions; remade when needed
-    int plan_dev[ENGINE_MAX_DEVICES]; // plan index -> device index
+    int plan_dev[HT_MAX_DEVICES]; // plan index -> device index
     engine_slot *slots;
     int *orphans;    // batch positions whose device failed, to run again (max_batch)
     int n_orphans;
@@ -77,7 +76,7 @@ typedef struct engine {
     int rebalance;   // re-plan every this many steps (auto)
     int since;       // steps since the last re-plan
     // Per device, forgetting sums of 1, n, t, n*n, n*t over observed shards (the fit's input).
-    double fit[ENGINE_MAX_DEVICES][5];
+    double fit[HT_MAX_DEVICES][5];
     // Worker threads, one per device, and what they share with the engine (engine.c).
     pthread_t *threads;
     struct engine_hub *hub;
@@ -103,7 +102,7 @@ int engine_init(engine *g, const model *m, device *devs, int n_devs, const float
                 const train_setup *s, int max_batch, uint64_t seed, ht_error *e);
 void engine_free(engine *g);
 
-// Sets how weights are kept (engine_init's default: static; rebalance >= 1).
+// Sets how capacities are kept (engine_init's default: static; rebalance >= 1).
 void engine_set_balance(engine *g, balance_mode mode, int rebalance);
 // Seconds a device may take for one shard before it is declared hung and dropped.
 void engine_set_timeout(engine *g, double seconds);
@@ -117,14 +116,14 @@ void engine_set_nan_stop(engine *g, int stop);
 int engine_self_check(engine *g, const dataset *ds, const uint32_t *idx, int n, ht_error *e);
 
 // Measures every device's time on shards of the batch idx[0..B) (no update) and sets the
-// weights from the fitted time model. Only meaningful with several devices.
+// capacities from the fitted time model. Only meaningful with several devices.
 int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e);
 
 // Drops device d from now on, as a failure would (used by tests to build the reference run).
 void engine_drop_device(engine *g, int d);
 
-// The device weights now in use (n_devs values; 0 for a dropped device).
-void engine_weights(const engine *g, double *w);
+// The device capacities now in use (n_devs values; 0 for a dropped device).
+void engine_capacities(const engine *g, double *w);
 // Devices still taking part.
 int engine_active(const engine *g);
 // The events since the last call (lines, possibly ""); valid until the next engine call.

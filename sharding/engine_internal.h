@@ -64,6 +64,6 @@ void balance_reset(engine *g);
 void balance_observe(engine *g, int B);         // after a step: re-weigh every g->rebalance
 void balance_fit_pass(engine *g);               // add the last pass's timings to the fits
 void balance_now(engine *g, int B, int force);  // re-weigh from the fits
-void balance_drop(engine *g, int d);            // a device left: its weight goes to 0
+void balance_drop(engine *g, int d);            // a device left: its capacity goes to 0
 
 #endif

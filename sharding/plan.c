@@ -5,14 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-int shard_plan_init(shard_plan *p, const double *weights, int n_devs, int batch, ht_error *e) {
+int shard_plan_init(shard_plan *p, const double *capacity, int n_devs, int batch, ht_error *e) {
     memset(p, 0, sizeof *p);
     if (n_devs < 1 || batch < 1) return ht_fail(e, "shard plan: %d devices, batch %d", n_devs, batch);
     double total = 0;
     for (int d = 0; d < n_devs; d++) {
-        if (!(weights[d] > 0) || !isfinite(weights[d]))
-            return ht_fail(e, "shard plan: device %d has weight %g, expected > 0", d, weights[d]);
-        total += weights[d];
+        if (!(capacity[d] > 0) || !isfinite(capacity[d]))
+            return ht_fail(e, "shard plan: device %d has capacity %g, expected > 0", d, capacity[d]);
+        total += capacity[d];
     }
     p->n_devs = n_devs;
     p->len = batch;
@@ -30,7 +30,7 @@ int shard_plan_init(shard_plan *p, const double *weights, int n_devs, int batch,
     // (lowest index first on ties) until the counts add up to batch.
     int given = 0;
     for (int d = 0; d < n_devs; d++) {
-        double exact = batch * weights[d] / total;
+        double exact = batch * capacity[d] / total;
         p->count[d] = (int)floor(exact);
         rem[d] = exact - p->count[d];
         given += p->count[d];

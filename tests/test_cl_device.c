@@ -11,7 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "cl_util.h"
+#include "ocl_util.h"
 #include "data.h"
 #include "device.h"
 #include "engine.h"
@@ -28,10 +28,10 @@
 #define BATCH 96
 
 static int have_opencl(void) {
-    cl_dev_info *devs = NULL;
+    ocl_dev_info *devs = NULL;
     int n = 0;
     ht_error e;
-    if (cl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
+    if (ocl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
     free(devs);
     if (n == 0) printf("SKIPPED: no OpenCL platform found; the OpenCL device is not tested here\n");
     return n > 0;
@@ -159,6 +159,6 @@ int main(void) {
         cmocka_unit_test(test_short_run_matches_cpu),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    cl_runtime_release_all();
+    ocl_runtime_release_all();
     return rc;
 }

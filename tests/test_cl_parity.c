@@ -1,4 +1,4 @@
-// OpenCL parity: every op of devices/cl_ops.h, forward and backward, on every OpenCL device
+// OpenCL parity: every op of devices/ocl_ops.h, forward and backward, on every OpenCL device
 // found, against the CPU reference in src/nn/layers.h, each with a named tolerance. Outputs and
 // scratch start as NaN (so overwrite semantics and "scratch is not kept" are checked),
 // gradients start nonzero (so accumulate semantics are), and parameters sit at nonzero
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "cl_ops.h"
+#include "ocl_ops.h"
 #include "layers.h"
 #include "rng.h"
 #include "testutil.h"
@@ -46,7 +46,7 @@ static float sum_floor(double L) { return FLOOR_SUM * (float)sqrt(L); }
 #define PARAM_LEAD 7
 
 typedef struct env {
-    cl_ops o;
+    ocl_ops o;
     cl_context ctx;
     cl_command_queue q;
     const char *spec;
@@ -96,21 +96,21 @@ static cl_mem dbuf(env *t, const void *host, size_t bytes) {
     cl_mem m = clCreateBuffer(t->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes,
                               (void *)host, &err);
     if (err != CL_SUCCESS)
-        fail_msg("%s: clCreateBuffer(%zu): %s", t->spec, bytes, cl_error_name(err));
+        fail_msg("%s: clCreateBuffer(%zu): %s", t->spec, bytes, ocl_error_name(err));
     t->bufs[t->nbufs++] = m;
     return m;
 }
 
 static void dwrite(env *t, cl_mem m, const void *host, size_t bytes) {
     cl_int err = clEnqueueWriteBuffer(t->q, m, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
-    if (err != CL_SUCCESS) fail_msg("%s: clEnqueueWriteBuffer: %s", t->spec, cl_error_name(err));
+    if (err != CL_SUCCESS) fail_msg("%s: clEnqueueWriteBuffer: %s", t->spec, ocl_error_name(err));
 }
 
 // Blocking read into a fresh host array; also surfaces errors of the kernels before it.
 static void *dread(env *t, cl_mem m, size_t bytes) {
     void *p = hnew(t, bytes);
     cl_int err = clEnqueueReadBuffer(t->q, m, CL_TRUE, 0, bytes, p, 0, NULL, NULL);
-    if (err != CL_SUCCESS) fail_msg("%s: clEnqueueReadBuffer: %s", t->spec, cl_error_name(err));
+    if (err != CL_SUCCESS) fail_msg("%s: clEnqueueReadBuffer: %s", t->spec, ocl_error_name(err));
     return p;
 }
 
@@ -169,7 +169,7 @@ static void case_fill(env *t) {
     float *init = nans(t, n + 3), *ref = nans(t, n + 3);
     cl_mem b = dbuf(t, init, (n + 3) * sizeof(float));
     for (size_t i = 0; i < n; i++) ref[i] = -2.5f;
-    OK(t, clop_fill(&t->o, b, -2.5f, n, &t->err));
+    OK(t, ocl_fill(&t->o, b, -2.5f, n, &t->err));
     float *got = dread(t, b, (n + 3) * sizeof(float));
     expect(t, got, ref, n, TOL_EXACT, 1.0f, "fill");
     // The tail past n stays untouched (still NaN).
@@ -199,7 +199,7 @@ static void case_conv(env *t, const conv_shape *s, uint64_t seed) {
     float *in = uniform(t, nin, -1, 1, seed), *params = uniform(t, np, -0.5f, 0.5f, seed + 1);
     float *dout = uniform(t, nout, -1, 1, seed + 2), *grads0 = uniform(t, np, -1, 1, seed + 3);
     float *ws = hnew(t, conv2d_ws_floats(C, K, OC, OH, OW, 1) * sizeof(float));
-    const size_t nscr = clop_conv2d_scratch_floats(B, C, K, OC, OH, OW);
+    const size_t nscr = ocl_conv2d_scratch_floats(B, C, K, OC, OH, OW);
     // Products summed per element: out C*K*K, din at most OC*K*K, dW and db 2*B*OH*OW (two
     // backward passes).
     const float fl_out = sum_floor((double)C * K * K), fl_din = sum_floor((double)OC * K * K);
@@ -226,13 +226,13 @@ static void case_conv(env *t, const conv_shape *s, uint64_t seed) {
     float *scr_nan = nans(t, nscr);
     cl_mem d_scr = dbuf(t, scr_nan, nscr * sizeof(float));
 
-    OK(t, clop_conv2d_forward(&t->o, d_out, d_in, d_par, w_off, b_off, B, C, H, W, OC, K,
+    OK(t, ocl_conv2d_forward(&t->o, d_out, d_in, d_par, w_off, b_off, B, C, H, W, OC, K,
                               s->stride, s->pad, OH, OW, d_scr, &t->err));
     float *out = dread(t, d_out, nout * sizeof(float));
     expect(t, out, out_ref, nout, TOL_CONV, fl_out, "%s forward out", tag);
 
     dwrite(t, d_scr, scr_nan, nscr * sizeof(float));  // backward must not rely on forward's
-    OK(t, clop_conv2d_backward(&t->o, d_din, d_grads, w_off, b_off, d_dout, d_in, d_par, B, C, H,
+    OK(t, ocl_conv2d_backward(&t->o, d_din, d_grads, w_off, b_off, d_dout, d_in, d_par, B, C, H,
                                W, OC, K, s->stride, s->pad, OH, OW, d_scr, &t->err));
     float *din = dread(t, d_din, nin * sizeof(float));
     float *g1 = dread(t, d_grads, np * sizeof(float));
@@ -242,7 +242,7 @@ static void case_conv(env *t, const conv_shape *s, uint64_t seed) {
            "%s backward db", tag);
     expect(t, g1, grads0, PARAM_LEAD, TOL_EXACT, 1.0f, "%s backward: grads before w_off", tag);
 
-    OK(t, clop_conv2d_backward(&t->o, NULL, d_grads, w_off, b_off, d_dout, d_in, d_par, B, C, H,
+    OK(t, ocl_conv2d_backward(&t->o, NULL, d_grads, w_off, b_off, d_dout, d_in, d_par, B, C, H,
                                W, OC, K, s->stride, s->pad, OH, OW, d_scr, &t->err));
     float *g2 = dread(t, d_grads, np * sizeof(float));
     expect(t, g2 + w_off, grads_ref + w_off, nw, TOL_CONV, fl_grad,
@@ -276,7 +276,7 @@ static void case_maxpool(env *t, int B, int C, int H, int W, int K, int stride, 
     cl_mem d_dout = dbuf(t, dout, nout * sizeof(float));
     cl_mem d_din = dbuf(t, nans(t, nin), nin * sizeof(float));
 
-    OK(t, clop_maxpool_forward(&t->o, d_out, d_am, d_in, B, C, H, W, K, stride, OH, OW, &t->err));
+    OK(t, ocl_maxpool_forward(&t->o, d_out, d_am, d_in, B, C, H, W, K, stride, OH, OW, &t->err));
     float *out = dread(t, d_out, nout * sizeof(float));
     int32_t *am = dread(t, d_am, nout * sizeof(int32_t));
     expect(t, out, out_ref, nout, TOL_POOL, 1.0f, "%s forward out", tag);
@@ -284,7 +284,7 @@ static void case_maxpool(env *t, int B, int C, int H, int W, int K, int stride, 
     snprintf(what, sizeof what, "%s forward argmax", tag);
     expect_int(t, am, am_ref, nout, what);
 
-    OK(t, clop_maxpool_backward(&t->o, d_din, d_dout, d_am, B, C, H, W, K, stride, OH, OW,
+    OK(t, ocl_maxpool_backward(&t->o, d_din, d_dout, d_am, B, C, H, W, K, stride, OH, OW,
                                 &t->err));
     float *din = dread(t, d_din, nin * sizeof(float));
     expect(t, din, din_ref, nin, TOL_POOL, 1.0f, "%s backward din", tag);
@@ -316,11 +316,11 @@ static void case_dense(env *t, int B, int IN, int OUT, uint64_t seed) {
     cl_mem d_din = dbuf(t, nans(t, nin), nin * sizeof(float));
     cl_mem d_grads = dbuf(t, grads0, np * sizeof(float));
 
-    OK(t, clop_dense_forward(&t->o, d_out, d_in, d_par, w_off, b_off, B, IN, OUT, &t->err));
+    OK(t, ocl_dense_forward(&t->o, d_out, d_in, d_par, w_off, b_off, B, IN, OUT, &t->err));
     float *out = dread(t, d_out, nout * sizeof(float));
     expect(t, out, out_ref, nout, TOL_DENSE, fl_out, "%s forward out", tag);
 
-    OK(t, clop_dense_backward(&t->o, d_din, d_grads, w_off, b_off, d_dout, d_in, d_par, B, IN,
+    OK(t, ocl_dense_backward(&t->o, d_din, d_grads, w_off, b_off, d_dout, d_in, d_par, B, IN,
                               OUT, &t->err));
     float *din = dread(t, d_din, nin * sizeof(float));
     float *g1 = dread(t, d_grads, np * sizeof(float));
@@ -330,7 +330,7 @@ static void case_dense(env *t, int B, int IN, int OUT, uint64_t seed) {
            "%s backward db", tag);
     expect(t, g1, grads0, PARAM_LEAD, TOL_EXACT, 1.0f, "%s backward: grads before w_off", tag);
 
-    OK(t, clop_dense_backward(&t->o, NULL, d_grads, w_off, b_off, d_dout, d_in, d_par, B, IN,
+    OK(t, ocl_dense_backward(&t->o, NULL, d_grads, w_off, b_off, d_dout, d_in, d_par, B, IN,
                               OUT, &t->err));
     float *g2 = dread(t, d_grads, np * sizeof(float));
     expect(t, g2 + w_off, grads_ref + w_off, nw, TOL_DENSE, fl_grad,
@@ -352,13 +352,13 @@ static void case_relu(env *t, uint64_t seed) {
     cl_mem d_in = dbuf(t, in, n * sizeof(float)), d_out = dbuf(t, nans(t, n), n * sizeof(float));
     cl_mem d_dout = dbuf(t, dout, n * sizeof(float));
     cl_mem d_din = dbuf(t, nans(t, n), n * sizeof(float));
-    OK(t, clop_relu_forward(&t->o, d_out, d_in, n, &t->err));
-    OK(t, clop_relu_backward(&t->o, d_din, d_dout, d_out, n, &t->err));
+    OK(t, ocl_relu_forward(&t->o, d_out, d_in, n, &t->err));
+    OK(t, ocl_relu_backward(&t->o, d_din, d_dout, d_out, n, &t->err));
     expect(t, dread(t, d_out, n * sizeof(float)), out_ref, n, TOL_EXACT, 1.0f, "relu forward");
     expect(t, dread(t, d_din, n * sizeof(float)), din_ref, n, TOL_EXACT, 1.0f, "relu backward");
     // In place, as the OpenCL device runs them.
-    OK(t, clop_relu_forward(&t->o, d_in, d_in, n, &t->err));
-    OK(t, clop_relu_backward(&t->o, d_dout, d_dout, d_in, n, &t->err));
+    OK(t, ocl_relu_forward(&t->o, d_in, d_in, n, &t->err));
+    OK(t, ocl_relu_backward(&t->o, d_dout, d_dout, d_in, n, &t->err));
     expect(t, dread(t, d_in, n * sizeof(float)), out_ref, n, TOL_EXACT, 1.0f,
            "relu forward in place");
     expect(t, dread(t, d_dout, n * sizeof(float)), din_ref, n, TOL_EXACT, 1.0f,
@@ -385,7 +385,7 @@ static void case_dropout(env *t, float rate, uint64_t seed) {
 
     cl_mem d_in = dbuf(t, in, n * sizeof(float)), d_out = dbuf(t, nans(t, n), n * sizeof(float));
     cl_mem d_ids = dbuf(t, ids, sizeof ids);
-    OK(t, clop_dropout(&t->o, d_out, d_in, B, N, rate, key, d_ids, &t->err));
+    OK(t, ocl_dropout(&t->o, d_out, d_in, B, N, rate, key, d_ids, &t->err));
     float *out = dread(t, d_out, n * sizeof(float));
     size_t mask_diff = 0;
     for (size_t i = 0; i < n; i++) mask_diff += (out[i] != 0.0f) != (out_ref[i] != 0.0f);
@@ -399,7 +399,7 @@ static void case_dropout(env *t, float rate, uint64_t seed) {
     float *dout = uniform(t, n, -1, 1, seed + 1), *din_ref = hnew(t, n * sizeof(float));
     dropout_backward(din_ref, dout, B, N, rate, key, ids, 1);
     cl_mem d_dout = dbuf(t, dout, n * sizeof(float));
-    OK(t, clop_dropout(&t->o, d_dout, d_dout, B, N, rate, key, d_ids, &t->err));
+    OK(t, ocl_dropout(&t->o, d_dout, d_dout, B, N, rate, key, d_ids, &t->err));
     expect(t, dread(t, d_dout, n * sizeof(float)), din_ref, n, TOL_EXACT, 1.0f,
            "dropout %.2f backward in place", (double)rate);
     case_end(t);
@@ -423,7 +423,7 @@ static void case_softmax_xent(env *t, uint64_t seed) {
     float *sentinel = hnew(t, B * sizeof(float));
     for (int i = 0; i < B; i++) sentinel[i] = 12345.0f;
     cl_mem d_loss = dbuf(t, nans(t, B), B * sizeof(float));
-    OK(t, clop_softmax_xent_forward(&t->o, d_probs, d_loss, d_logits, d_lab, B, NC, &t->err));
+    OK(t, ocl_softmax_xent_forward(&t->o, d_probs, d_loss, d_logits, d_lab, B, NC, &t->err));
     expect(t, dread(t, d_probs, n * sizeof(float)), probs_ref, n, TOL_XENT, FLOOR_PROBS,
            "softmax_xent forward probs");
     expect(t, dread(t, d_loss, B * sizeof(float)), loss_ref, B, TOL_XENT, FLOOR_LOSS,
@@ -432,7 +432,7 @@ static void case_softmax_xent(env *t, uint64_t seed) {
     // Without labels: probabilities only, the loss buffer untouched.
     dwrite(t, d_probs, nans(t, n), n * sizeof(float));
     dwrite(t, d_loss, sentinel, B * sizeof(float));
-    OK(t, clop_softmax_xent_forward(&t->o, d_probs, d_loss, d_logits, NULL, B, NC, &t->err));
+    OK(t, ocl_softmax_xent_forward(&t->o, d_probs, d_loss, d_logits, NULL, B, NC, &t->err));
     expect(t, dread(t, d_probs, n * sizeof(float)), probs_ref, n, TOL_XENT, FLOOR_PROBS,
            "softmax_xent forward probs (no labels)");
     expect(t, dread(t, d_loss, B * sizeof(float)), sentinel, B, TOL_EXACT, 1.0f,
@@ -441,7 +441,7 @@ static void case_softmax_xent(env *t, uint64_t seed) {
     // Backward from the CPU's probabilities, so the comparison is exact.
     dwrite(t, d_probs, probs_ref, n * sizeof(float));
     cl_mem d_dl = dbuf(t, nans(t, n), n * sizeof(float));
-    OK(t, clop_softmax_xent_backward(&t->o, d_dl, d_probs, d_lab, B, NC, &t->err));
+    OK(t, ocl_softmax_xent_backward(&t->o, d_dl, d_probs, d_lab, B, NC, &t->err));
     expect(t, dread(t, d_dl, n * sizeof(float)), dl_ref, n, TOL_EXACT, 1.0f,
            "softmax_xent backward");
     case_end(t);
@@ -477,10 +477,10 @@ static void run_all_ops(env *t) {
 static void test_cl_parity_all_ops(void **state) {
     (void)state;
     ht_error e;
-    cl_dev_info *devs = NULL;
+    ocl_dev_info *devs = NULL;
     int n = 0;
-    cl_set_cache_dir(HT_TEST_TMP "/cl-cache");
-    if (cl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
+    ocl_set_cache_dir(HT_TEST_TMP "/cl-cache");
+    if (ocl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
     if (n == 0) {
         printf("SKIPPED: no OpenCL platform found; the OpenCL ops are not tested here\n");
         skip();
@@ -495,32 +495,32 @@ static void test_cl_parity_all_ops(void **state) {
         cl_program prog;
         int from_cache = 0;
         double t0 = ht_now();
-        if (cl_device_runtime(&devs[i], &t->ctx, &prog, &from_cache, &e) < 0)
+        if (ocl_device_runtime(&devs[i], &t->ctx, &prog, &from_cache, &e) < 0)
             fail_msg("%s", e.msg);
         cl_int err;
         t->q = clCreateCommandQueue(t->ctx, devs[i].device, 0, &err);
-        if (err != CL_SUCCESS) fail_msg("%s: clCreateCommandQueue: %s", label, cl_error_name(err));
-        if (cl_ops_init(&t->o, t->ctx, t->q, prog, label, &e) < 0) fail_msg("%s", e.msg);
+        if (err != CL_SUCCESS) fail_msg("%s: clCreateCommandQueue: %s", label, ocl_error_name(err));
+        if (ocl_ops_init(&t->o, t->ctx, t->q, prog, label, &e) < 0) fail_msg("%s", e.msg);
         run_all_ops(t);
         printf("%s: %d op checks failed (program %s, %.1f s)\n", label, t->fails,
                from_cache ? "from cache" : "built", ht_now() - t0);
         fails += t->fails;
-        cl_ops_free(&t->o);
+        ocl_ops_free(&t->o);
         clReleaseCommandQueue(t->q);
         free(t);
     }
     free(devs);
-    cl_runtime_release_all();
+    ocl_runtime_release_all();
     assert_int_equal(fails, 0);
 }
 
-// cl_ops_init on a program that lacks kernels fails and names the first missing one.
+// ocl_ops_init on a program that lacks kernels fails and names the first missing one.
 static void test_cl_ops_init_missing_kernel(void **state) {
     (void)state;
     ht_error e;
-    cl_dev_info *devs = NULL;
+    ocl_dev_info *devs = NULL;
     int n = 0;
-    if (cl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
+    if (ocl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
     if (n == 0) {
         free(devs);
         printf("SKIPPED: no OpenCL platform found\n");
@@ -537,8 +537,8 @@ static void test_cl_ops_init_missing_kernel(void **state) {
                      CL_SUCCESS);
     cl_command_queue q = clCreateCommandQueue(ctx, devs[0].device, 0, &err);
     assert_int_equal(err, CL_SUCCESS);
-    cl_ops o;
-    assert_int_equal(cl_ops_init(&o, ctx, q, prog, "cl:test", &e), -1);
+    ocl_ops o;
+    assert_int_equal(ocl_ops_init(&o, ctx, q, prog, "cl:test", &e), -1);
     printf("expected failure: %s\n", e.msg);
     assert_non_null(strstr(e.msg, "im2col"));
     assert_non_null(strstr(e.msg, "cl:test"));

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "cl_util.h"
+#include "ocl_util.h"
 #include "device.h"
 #include "model.h"
 #include "testutil.h"
@@ -29,20 +29,20 @@ static void test_items(void **state) {
     assert_int_equal(it.kind, DEVICE_ITEM_CPU);
     assert_string_equal(it.name, "cpu");
     assert_int_equal(it.threads, 0);
-    assert_true(it.weight == 1.0);
+    assert_true(it.capacity == 1.0);
     assert_true(it.mem == -1);
 
     assert_int_equal(device_parse_item("cpu:3@2.5:mem=256M", &it, &e), 0);
     assert_string_equal(it.name, "cpu:3");
     assert_int_equal(it.threads, 3);
-    assert_true(it.weight == 2.5);
+    assert_true(it.capacity == 2.5);
     assert_true(it.mem == 256ll << 20);
 
     assert_int_equal(device_parse_item("cl:1.2@0.5", &it, &e), 0);
     assert_int_equal(it.kind, DEVICE_ITEM_CL);
     assert_int_equal(it.platform, 1);
     assert_int_equal(it.dev, 2);
-    assert_true(it.weight == 0.5);
+    assert_true(it.capacity == 0.5);
 
     assert_int_equal(device_parse_item("cl:all:mem=1G", &it, &e), 0);
     assert_int_equal(it.kind, DEVICE_ITEM_CL_ALL);
@@ -54,8 +54,8 @@ static void test_items(void **state) {
     expect_item_error("cpu:1025", "expected cpu:THREADS with THREADS 1..1024");
     expect_item_error("cl:0", "expected cl:PLATFORM.DEVICE");
     expect_item_error("cl:0.1001", "expected cl:PLATFORM.DEVICE");
-    expect_item_error("cpu@0", "expected a weight after '@'");
-    expect_item_error("cpu@2x", "expected a weight after '@'");
+    expect_item_error("cpu@0", "expected a capacity after '@'");
+    expect_item_error("cpu@2x", "expected a capacity after '@'");
     expect_item_error("cpu:mem=0", "expected mem=SIZE");
     expect_item_error("tpu", "unknown device \"tpu\"");
     char longname[80];
@@ -96,7 +96,7 @@ static void test_lists(void **state) {
     assert_int_equal(device_open_list(&devs, &n, "cpu,tpu", &m, 8, 0, &e), -1);
     assert_non_null(strstr(e.msg, "unknown device \"tpu\""));
     model_free(&m);
-    cl_runtime_release_all();
+    ocl_runtime_release_all();
 }
 
 int main(void) {

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "cl_util.h"
+#include "ocl_util.h"
 #include "data.h"
 #include "device.h"
 #include "engine.h"
@@ -33,9 +33,9 @@ static int setup(void **state) {
                          FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&data, 1000);
-    cl_dev_info *devs;
+    ocl_dev_info *devs;
     int n;
-    if (cl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
+    if (ocl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
     free(devs);
     have_cl = n > 0;
     if (!have_cl) printf("no OpenCL platform: OpenCL cases are skipped\n");
@@ -48,7 +48,7 @@ static int teardown(void **state) {
     // A hung device's worker closes its device (which reads the model) once the engine stops.
     assert_int_equal(engine_wait_strays(10), 0);
     model_free(&net);
-    cl_runtime_release_all();
+    ocl_runtime_release_all();
     return 0;
 }
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "cl_util.h"
+#include "ocl_util.h"
 #include "data.h"
 #include "device.h"
 #include "engine.h"
@@ -29,10 +29,10 @@ static char pthread_spec[16], basic_spec[16];
 
 // Finds the PoCL pthread and basic devices' specs; returns 0 when OpenCL has neither.
 static int find_pocl(void) {
-    cl_dev_info *devs = NULL;
+    ocl_dev_info *devs = NULL;
     int n = 0;
     ht_error e;
-    if (cl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
+    if (ocl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
     for (int i = 0; i < n; i++) {
         if (!strncmp(devs[i].name, "pthread", 7) && !pthread_spec[0])
             snprintf(pthread_spec, sizeof pthread_spec, "%s", devs[i].spec);
@@ -135,12 +135,12 @@ static void test_sharding_invariance(void **state) {
     model_free(&m);
 }
 
-// The weights of a "calibrated weights: SPEC@W,SPEC@W,..." line in out, in the order of
+// The weights of a "calibrated capacities: SPEC@W,SPEC@W,..." line in out, in the order of
 // specs[0..n), as fractions of their sum.
 static void calibrated_weights(const char *out, const char *const *specs, int n, double *w) {
-    const char *line = strstr(out, "calibrated weights: ");
+    const char *line = strstr(out, "calibrated capacities: ");
     assert_non_null(line);
-    line += strlen("calibrated weights: ");
+    line += strlen("calibrated capacities: ");
     const char *end = line + strcspn(line, "\n");
     double sum = 0;
     for (int d = 0; d < n; d++) {
@@ -247,6 +247,6 @@ int main(void) {
         cmocka_unit_test(test_three_devices_balance_and_match),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    cl_runtime_release_all();
+    ocl_runtime_release_all();
     return rc;
 }

@@ -12,7 +12,7 @@
 #include "plan.h"
 #include "rng.h"
 
-static void test_equal_weights_is_index_modulo(void **state) {
+static void test_equal_capacities_is_index_modulo(void **state) {
     (void)state;
     double w[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     for (int n = 1; n <= 8; n++) {
@@ -68,22 +68,22 @@ static void test_coverage_and_proportion(void **state) {
     }
 }
 
-static void test_bad_weights_rejected(void **state) {
+static void test_bad_capacities_rejected(void **state) {
     (void)state;
     double w[2] = {1, 0};
     shard_plan p;
     ht_error e;
     assert_int_equal(shard_plan_init(&p, w, 2, 10, &e), -1);
-    assert_non_null(strstr(e.msg, "weight"));
+    assert_non_null(strstr(e.msg, "capacity"));
     double nanw[1] = {NAN};
     assert_int_equal(shard_plan_init(&p, nanw, 1, 10, &e), -1);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_equal_weights_is_index_modulo),
+        cmocka_unit_test(test_equal_capacities_is_index_modulo),
         cmocka_unit_test(test_coverage_and_proportion),
-        cmocka_unit_test(test_bad_weights_rejected),
+        cmocka_unit_test(test_bad_capacities_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cl_util.h"
+#include "ocl_util.h"
 #include "common.h"
 #include "compare.h"
 #include "model.h"
@@ -314,7 +314,7 @@ static int cmd_train(int argc, char **argv) {
         case OPT_PROGRESS: o.progress = 1; break;
         case OPT_NO_PROGRESS: o.progress = 0; break;
         case OPT_QUIET: o.quiet = 1; break;
-        case OPT_CACHE_DIR: cl_set_cache_dir(optarg); break;
+        case OPT_CACHE_DIR: ocl_set_cache_dir(optarg); break;
         case OPT_HELP: fputs(usage_train, stdout); return 0;
         case ':': return usage_error("train", "%s needs a value", argv[optind - 1]);
         default: return usage_error("train", "unknown option \"%s\"", argv[optind - 1]);
@@ -416,7 +416,7 @@ static int cmd_devices(int argc, char **argv) {
     }
     if (optind < argc) return usage_error("devices", "unexpected argument \"%s\"", argv[optind]);
     ht_error e;
-    if (cl_print_devices(stdout, json, &e) < 0) {
+    if (ocl_print_devices(stdout, json, &e) < 0) {
         fprintf(stderr, "hetrain: %s\n", e.msg);
         return 1;
     }
@@ -507,7 +507,7 @@ int main(int argc, char **argv) {
             fflush(NULL);
             _exit(rc);
         }
-        cl_runtime_release_all();
+        ocl_runtime_release_all();
         return rc;
     }
     if (!strcmp(cmd, "summary")) return cmd_summary(argc - 1, argv + 1);

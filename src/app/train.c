@@ -210,8 +210,8 @@ static void log_header(job *j, const train_opts *o) {
             o->train_csv ? o->train_csv : (o->data_dir ? o->data_dir : TRAIN_DEFAULT_DATA),
             j->train.n, j->val.n, j->test.n);
     for (int d = 0; d < j->n_devs; d++)
-        run_log(rf, 0, "device %s: %s, weight %g, micro-batch %d\n", j->devs[d].spec,
-                j->devs[d].name, j->devs[d].weight, j->devs[d].micro);
+        run_log(rf, 0, "device %s: %s, capacity %g, micro-batch %d\n", j->devs[d].spec,
+                j->devs[d].name, j->devs[d].capacity, j->devs[d].micro);
     run_log(rf, 0, "device timeout: %g s per shard\n", j->g.timeout_s);
     run_log(rf, 0, "files: %s.{metrics.csv,predictions.csv,log}\n", rf->prefix);
 }
@@ -325,13 +325,13 @@ static int run_epochs(job *j, const train_opts *o, ht_error *e) {
         if (ep == 0 && engine_active(&j->g) > 1 && o->balance == BALANCE_AUTO) {
             if (engine_calibrate(&j->g, &j->train, j->idx, s->batch, e) < 0) return -1;
             double w[64];
-            engine_weights(&j->g, w);
+            engine_capacities(&j->g, w);
             char line[1024];
             size_t m = 0;
             for (int d = 0; d < j->n_devs && m < sizeof line; d++)
                 m += (size_t)snprintf(line + m, sizeof line - m, "%s%s@%.3g", d ? "," : "",
                                       j->devs[d].spec, w[d]);
-            run_log(&j->rf, !o->quiet, "calibrated weights: %s\n", line);
+            run_log(&j->rf, !o->quiet, "calibrated capacities: %s\n", line);
             t0 = ht_now();
         }
         progress pr;
@@ -481,7 +481,7 @@ int predict_run(const predict_opts *o, ht_error *e) {
     j->params = ht_malloc(j->m.n_params, sizeof(float), e);
     if (!j->params || safetensors_load(o->load, &j->m, j->params, e) < 0) goto out;
     int chunk = j->test.n < 1000 ? j->test.n : 1000;
-    if (device_open_list(&j->devs, &j->n_devs, o->devices, &j->m, chunk, o->mem_limit, e) < 0)
+    if (device_open_list(&j->devs, &j->n_devs, o->devices, &j->m, chunk, 0, e) < 0)
         goto out;
     if (engine_init(&j->g, &j->m, j->devs, j->n_devs, j->params, &j->m.setup, chunk, 0, e) < 0) goto out;
     j->pred = ht_malloc((size_t)j->test.n, sizeof *j->pred, e);

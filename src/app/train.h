@@ -48,8 +48,7 @@ typedef struct predict_opts {
     const char *data_dir;  // uses its t10k files
     const char *test_csv;
     const char *out;       // predictions CSV path (required)
-    const char *devices;   // as for train_opts
-    uint64_t mem_limit;
+    const char *devices;   // as for train_opts (a ':mem=' per device still applies)
     int limit;
 } predict_opts;
 

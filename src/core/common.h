@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #define HT_VERSION "0.1.0"
+#define HT_MAX_DEVICES 64 // devices in one run: --devices, the engine's per-device arrays
 
 // A library call returns 0 on success and -1 on failure; on failure it has written one line
 // into err->msg (no trailing newline) naming the file/line/sample and what was wrong.

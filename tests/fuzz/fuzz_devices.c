@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         device_item it;
         ht_error e;
         if (device_parse_item(item, &it, &e) < 0) continue;
-        if (strlen(it.name) >= sizeof it.name || !(it.weight > 0 && it.weight <= 1e6) ||
+        if (strlen(it.name) >= sizeof it.name || !(it.capacity > 0 && it.capacity <= 1e6) ||
             it.mem == 0 || it.mem < -1 || it.threads < 0 || it.threads > 1024)
             abort();
         if (it.kind == DEVICE_ITEM_CL &&

@@ -1,5 +1,5 @@
 # Writes OUT: a C file defining ht_cl_embedded_source, the kernels/*.cl files concatenated in
-# name order (the same order cl_kernel_source reads them in), NUL-terminated.
+# name order (the same order ocl_kernel_source reads them in), NUL-terminated.
 # Usage: cmake -DKERNEL_DIR=... -DOUT=... -P embed_kernels.cmake
 file(GLOB files "${KERNEL_DIR}/*.cl")
 list(SORT files)

@@ -12,19 +12,19 @@
 #include "common.h"
 
 // "CL_OUT_OF_RESOURCES" for -5; "CL_UNKNOWN_ERROR(-1234)" style (static buffer) otherwise.
-const char *cl_error_name(cl_int err);
+const char *ocl_error_name(cl_int err);
 
 // Fills e with "CALL: ERRNAME on DEVICE" and returns -1. device may be NULL. Also records err
-// as this thread's last OpenCL error (see cl_last_error).
-int cl_fail(ht_error *e, const char *call, cl_int err, const char *device);
+// as this thread's last OpenCL error (see ocl_last_error).
+int ocl_fail(ht_error *e, const char *call, cl_int err, const char *device);
 
-// The error code of this thread's last cl_fail (or cl_note_error), CL_SUCCESS after
-// cl_clear_error: lets a caller tell "out of memory" from other failures without parsing text.
-cl_int cl_last_error(void);
-void cl_note_error(cl_int err);
-void cl_clear_error(void);
+// The error code of this thread's last ocl_fail (or ocl_note_error), CL_SUCCESS after
+// ocl_clear_error: lets a caller tell "out of memory" from other failures without parsing text.
+cl_int ocl_last_error(void);
+void ocl_note_error(cl_int err);
+void ocl_clear_error(void);
 
-typedef struct cl_dev_info {
+typedef struct ocl_dev_info {
     cl_platform_id platform;
     cl_device_id device;
     int p, d;              // platform and device index: selected as "cl:P.D"
@@ -40,43 +40,43 @@ typedef struct cl_dev_info {
     unsigned clock_mhz;
     uint64_t global_mem;
     uint64_t max_alloc;
-} cl_dev_info;
+} ocl_dev_info;
 
 // Every device of every platform, platforms and devices in the ICD loader's order. No platform
 // at all (CL_PLATFORM_NOT_FOUND_KHR, or zero platforms) is not an error: *n = 0, returns 0.
-int cl_enumerate(cl_dev_info **devs, int *n, ht_error *e);
+int ocl_enumerate(ocl_dev_info **devs, int *n, ht_error *e);
 
 // Number of OpenCL platforms (0 when the loader finds none, which is not an error).
-int cl_platform_count(cl_uint *np, ht_error *e);
+int ocl_platform_count(cl_uint *np, ht_error *e);
 
 // The kernel sources, kernels/*.cl concatenated in name order, from the first of: the folder
 // in $HETRAIN_KERNELS; <exe dir>/../share/hetrain/kernels; <exe dir>/kernels;
 // <exe dir>/../kernels; the source tree's kernels/ (HT_SOURCE_DIR); else the copy embedded at
 // build time. Returns a malloc'd string; origin (may be NULL) receives the folder or
 // "embedded".
-char *cl_kernel_source(char *origin, size_t origin_len, ht_error *e);
+char *ocl_kernel_source(char *origin, size_t origin_len, ht_error *e);
 
 // Folder of the program-binary cache: NULL resets to the default ($XDG_CACHE_HOME/hetrain,
 // else $HOME/.cache/hetrain); "" turns the cache off. Set once, before devices are opened.
-void cl_set_cache_dir(const char *dir);
+void ocl_set_cache_dir(const char *dir);
 
 // A device's context and built program, created on first use and shared by every later
 // caller in the process (programs are built once per device per process). The build first
 // looks in the cache (key: hash of device name, platform, driver version, source and options);
 // a miss builds from source and stores the binary. *from_cache tells which happened. A build
 // failure's message names the device and carries the build log's first lines.
-int cl_device_runtime(const cl_dev_info *dev, cl_context *ctx, cl_program *prog, int *from_cache,
+int ocl_device_runtime(const ocl_dev_info *dev, cl_context *ctx, cl_program *prog, int *from_cache,
                       ht_error *e);
 
 // Releases every shared context/program (at exit; safe to call when none exist).
-void cl_runtime_release_all(void);
+void ocl_runtime_release_all(void);
 
 // Counters for tests: programs built from source, and loaded from the cache, in this process.
-int cl_builds_from_source(void);
-int cl_builds_from_cache(void);
+int ocl_builds_from_source(void);
+int ocl_builds_from_cache(void);
 
 // Writes the listing of `hetrain devices` (the native CPU first, then every OpenCL device) as
 // text lines or JSON to f. Returns -1 only on a real OpenCL error (not on zero platforms).
-int cl_print_devices(FILE *f, int json, ht_error *e);
+int ocl_print_devices(FILE *f, int json, ht_error *e);
 
 #endif

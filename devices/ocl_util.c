@@ -1,6 +1,6 @@
 // OpenCL plumbing: error names, platform/device discovery, kernel sources, and per-device
 // programs built once per process with an on-disk binary cache.
-#include "cl_util.h"
+#include "ocl_util.h"
 
 #include <CL/cl_ext.h>
 #include <dirent.h>
@@ -19,12 +19,12 @@
 // Generated at build time from kernels/*.cl by tools/cmake/embed_kernels.cmake.
 extern const char ht_cl_embedded_source[];
 
-#define CL_BUILD_OPTIONS "-cl-std=CL1.2"
+#define OCL_BUILD_OPTIONS "-cl-std=CL1.2"
 
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-const char *cl_error_name(cl_int err) {
+const char *ocl_error_name(cl_int err) {
     switch (err) {
 #define NAME(x) \
     case x: return #x;
@@ -60,14 +60,14 @@ const char *cl_error_name(cl_int err) {
 
 static _Thread_local cl_int last_error;
 
-cl_int cl_last_error(void) { return last_error; }
-void cl_note_error(cl_int err) { last_error = err; }
-void cl_clear_error(void) { last_error = CL_SUCCESS; }
+cl_int ocl_last_error(void) { return last_error; }
+void ocl_note_error(cl_int err) { last_error = err; }
+void ocl_clear_error(void) { last_error = CL_SUCCESS; }
 
-int cl_fail(ht_error *e, const char *call, cl_int err, const char *device) {
+int ocl_fail(ht_error *e, const char *call, cl_int err, const char *device) {
     last_error = err;
-    if (device) return ht_fail(e, "%s: %s on %s", call, cl_error_name(err), device);
-    return ht_fail(e, "%s: %s", call, cl_error_name(err));
+    if (device) return ht_fail(e, "%s: %s on %s", call, ocl_error_name(err), device);
+    return ht_fail(e, "%s: %s", call, ocl_error_name(err));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -103,34 +103,34 @@ static const char *type_name(cl_device_type t) {
     return "custom";
 }
 
-static int fill_device(cl_dev_info *di, ht_error *e) {
+static int fill_device(ocl_dev_info *di, ht_error *e) {
     static const struct {
         cl_device_info what;
         const char *call;
         size_t off, cap;
     } strs[] = {
-        {CL_DEVICE_VENDOR, "clGetDeviceInfo(CL_DEVICE_VENDOR)", offsetof(cl_dev_info, vendor),
-         sizeof((cl_dev_info *)0)->vendor},
-        {CL_DEVICE_NAME, "clGetDeviceInfo(CL_DEVICE_NAME)", offsetof(cl_dev_info, name),
-         sizeof((cl_dev_info *)0)->name},
-        {CL_DRIVER_VERSION, "clGetDeviceInfo(CL_DRIVER_VERSION)", offsetof(cl_dev_info, driver),
-         sizeof((cl_dev_info *)0)->driver},
-        {CL_DEVICE_VERSION, "clGetDeviceInfo(CL_DEVICE_VERSION)", offsetof(cl_dev_info, version),
-         sizeof((cl_dev_info *)0)->version},
+        {CL_DEVICE_VENDOR, "clGetDeviceInfo(CL_DEVICE_VENDOR)", offsetof(ocl_dev_info, vendor),
+         sizeof((ocl_dev_info *)0)->vendor},
+        {CL_DEVICE_NAME, "clGetDeviceInfo(CL_DEVICE_NAME)", offsetof(ocl_dev_info, name),
+         sizeof((ocl_dev_info *)0)->name},
+        {CL_DRIVER_VERSION, "clGetDeviceInfo(CL_DRIVER_VERSION)", offsetof(ocl_dev_info, driver),
+         sizeof((ocl_dev_info *)0)->driver},
+        {CL_DEVICE_VERSION, "clGetDeviceInfo(CL_DEVICE_VERSION)", offsetof(ocl_dev_info, version),
+         sizeof((ocl_dev_info *)0)->version},
         {CL_DEVICE_OPENCL_C_VERSION, "clGetDeviceInfo(CL_DEVICE_OPENCL_C_VERSION)",
-         offsetof(cl_dev_info, c_version), sizeof((cl_dev_info *)0)->c_version},
+         offsetof(ocl_dev_info, c_version), sizeof((ocl_dev_info *)0)->c_version},
     };
     cl_int err;
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         err = info_str(NULL, di->device, strs[i].what, (char *)di + strs[i].off, strs[i].cap);
-        if (err != CL_SUCCESS) return cl_fail(e, strs[i].call, err, di->spec);
+        if (err != CL_SUCCESS) return ocl_fail(e, strs[i].call, err, di->spec);
     }
     cl_device_type type;
     cl_uint units, clock;
     cl_ulong mem, alloc;
 #define QUERY(what, var)                                                   \
     if ((err = clGetDeviceInfo(di->device, what, sizeof var, &var, NULL))) \
-        return cl_fail(e, "clGetDeviceInfo(" #what ")", err, di->spec);
+        return ocl_fail(e, "clGetDeviceInfo(" #what ")", err, di->spec);
     QUERY(CL_DEVICE_TYPE, type)
     QUERY(CL_DEVICE_MAX_COMPUTE_UNITS, units)
     QUERY(CL_DEVICE_MAX_CLOCK_FREQUENCY, clock)
@@ -146,31 +146,31 @@ static int fill_device(cl_dev_info *di, ht_error *e) {
 }
 
 // Platform count; CL_PLATFORM_NOT_FOUND_KHR (the ICD loader found no vendor) counts as none.
-int cl_platform_count(cl_uint *np, ht_error *e) {
+int ocl_platform_count(cl_uint *np, ht_error *e) {
     *np = 0;
     cl_int err = clGetPlatformIDs(0, NULL, np);
     if (err == CL_PLATFORM_NOT_FOUND_KHR) {
         *np = 0;
         return 0;
     }
-    if (err != CL_SUCCESS) return cl_fail(e, "clGetPlatformIDs", err, NULL);
+    if (err != CL_SUCCESS) return ocl_fail(e, "clGetPlatformIDs", err, NULL);
     return 0;
 }
 
-int cl_enumerate(cl_dev_info **devs, int *n, ht_error *e) {
+int ocl_enumerate(ocl_dev_info **devs, int *n, ht_error *e) {
     *devs = NULL;
     *n = 0;
     cl_uint np;
-    if (cl_platform_count(&np, e) < 0) return -1;
+    if (ocl_platform_count(&np, e) < 0) return -1;
     if (np == 0) return 0;
     cl_platform_id *plats = ht_calloc(np, sizeof *plats, e);
     if (!plats) return -1;
     cl_int err = clGetPlatformIDs(np, plats, NULL);
     if (err != CL_SUCCESS) {
         free(plats);
-        return cl_fail(e, "clGetPlatformIDs", err, NULL);
+        return ocl_fail(e, "clGetPlatformIDs", err, NULL);
     }
-    cl_dev_info *out = NULL;
+    ocl_dev_info *out = NULL;
     int count = 0;
     for (cl_uint p = 0; p < np; p++) {
         char pname[128] = "";
@@ -178,31 +178,31 @@ int cl_enumerate(cl_dev_info **devs, int *n, ht_error *e) {
         if (err != CL_SUCCESS) {
             char where[32];
             snprintf(where, sizeof where, "platform %u", p);
-            cl_fail(e, "clGetPlatformInfo(CL_PLATFORM_NAME)", err, where);
+            ocl_fail(e, "clGetPlatformInfo(CL_PLATFORM_NAME)", err, where);
             goto fail;
         }
         cl_uint nd = 0;
         err = clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd);
         if (err == CL_DEVICE_NOT_FOUND || (err == CL_SUCCESS && nd == 0)) continue;
         if (err != CL_SUCCESS) {
-            ht_fail(e, "clGetDeviceIDs: %s on platform %u (%s)", cl_error_name(err), p, pname);
+            ht_fail(e, "clGetDeviceIDs: %s on platform %u (%s)", ocl_error_name(err), p, pname);
             goto fail;
         }
         cl_device_id *ids = ht_calloc(nd, sizeof *ids, e);
         if (!ids) goto fail;
         err = clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, ids, NULL);
-        cl_dev_info *grown = err == CL_SUCCESS ? realloc(out, (count + nd) * sizeof *out) : NULL;
+        ocl_dev_info *grown = err == CL_SUCCESS ? realloc(out, (count + nd) * sizeof *out) : NULL;
         if (!grown) {
             free(ids);
             if (err != CL_SUCCESS)
-                ht_fail(e, "clGetDeviceIDs: %s on platform %u (%s)", cl_error_name(err), p, pname);
+                ht_fail(e, "clGetDeviceIDs: %s on platform %u (%s)", ocl_error_name(err), p, pname);
             else
                 ht_fail(e, "out of memory listing OpenCL devices");
             goto fail;
         }
         out = grown;
         for (cl_uint d = 0; d < nd; d++) {
-            cl_dev_info *di = &out[count];
+            ocl_dev_info *di = &out[count];
             memset(di, 0, sizeof *di);
             di->platform = plats[p];
             di->device = ids[d];
@@ -336,7 +336,7 @@ done:
     return rc;
 }
 
-char *cl_kernel_source(char *origin, size_t origin_len, ht_error *e) {
+char *ocl_kernel_source(char *origin, size_t origin_len, ht_error *e) {
     char cand[5][PATH_MAX];
     int nc = 0;
     const char *env = getenv("HETRAIN_KERNELS");
@@ -384,7 +384,7 @@ char *cl_kernel_source(char *origin, size_t origin_len, ht_error *e) {
 // Program cache and per-device runtimes
 
 // One per device that has been asked for: its context and program, released only by
-// cl_runtime_release_all. A node with ready == 0 is being built by some thread; others wait.
+// ocl_runtime_release_all. A node with ready == 0 is being built by some thread; others wait.
 typedef struct rt_node {
     cl_device_id device;
     cl_context ctx;
@@ -401,7 +401,7 @@ static int n_from_source, n_from_cache;
 static int cache_mode; // 0: default folder, 1: off, 2: cache_dir
 static char cache_dir[PATH_MAX];
 
-void cl_set_cache_dir(const char *dir) {
+void ocl_set_cache_dir(const char *dir) {
     pthread_mutex_lock(&rt_lock);
     if (!dir) {
         cache_mode = 0;
@@ -427,14 +427,14 @@ static void resolve_cache_dir(char *out, size_t cap) {
     else if (home && *home) snprintf(out, cap, "%s/.cache/hetrain", home);
 }
 
-int cl_builds_from_source(void) {
+int ocl_builds_from_source(void) {
     pthread_mutex_lock(&rt_lock);
     int n = n_from_source;
     pthread_mutex_unlock(&rt_lock);
     return n;
 }
 
-int cl_builds_from_cache(void) {
+int ocl_builds_from_cache(void) {
     pthread_mutex_lock(&rt_lock);
     int n = n_from_cache;
     pthread_mutex_unlock(&rt_lock);
@@ -451,14 +451,14 @@ static uint64_t fnv1a(uint64_t h, const char *s) {
 }
 
 // <dir>/<device name with [A-Za-z0-9._-] kept, other runs as one '_'>-<16 hex digits>.bin
-static void cache_path(char *out, size_t cap, const char *dir, const cl_dev_info *dev,
+static void cache_path(char *out, size_t cap, const char *dir, const ocl_dev_info *dev,
                        const char *src) {
     uint64_t h = 0xcbf29ce484222325ULL;
     h = fnv1a(h, dev->platform_name);
     h = fnv1a(h, dev->name);
     h = fnv1a(h, dev->driver);
     h = fnv1a(h, dev->version);
-    h = fnv1a(h, CL_BUILD_OPTIONS);
+    h = fnv1a(h, OCL_BUILD_OPTIONS);
     h = fnv1a(h, src);
     char name[65];
     size_t n = 0;
@@ -541,27 +541,27 @@ static void build_log(cl_program prog, cl_device_id dev, char *out, size_t cap) 
     free(log);
 }
 
-static int build_from_source(const cl_dev_info *dev, cl_context ctx, const char *src,
+static int build_from_source(const ocl_dev_info *dev, cl_context ctx, const char *src,
                              cl_program *prog, ht_error *e) {
     cl_int err;
     char label[160];
     snprintf(label, sizeof label, "%s (%.100s)", dev->spec, dev->name);
     *prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
-    if (err != CL_SUCCESS) return cl_fail(e, "clCreateProgramWithSource", err, label);
-    err = clBuildProgram(*prog, 1, &dev->device, CL_BUILD_OPTIONS, NULL, NULL);
+    if (err != CL_SUCCESS) return ocl_fail(e, "clCreateProgramWithSource", err, label);
+    err = clBuildProgram(*prog, 1, &dev->device, OCL_BUILD_OPTIONS, NULL, NULL);
     if (err != CL_SUCCESS) {
         char log[300];
         build_log(*prog, dev->device, log, sizeof log);
         clReleaseProgram(*prog);
         *prog = NULL;
         return ht_fail(e, "building the OpenCL kernels for %s: clBuildProgram: %s; build log: %s",
-                       label, cl_error_name(err), log);
+                       label, ocl_error_name(err), log);
     }
     return 0;
 }
 
 // Loads a cached binary and builds it; 0 on success, -1 when there is none or it does not load.
-static int build_from_cache(const cl_dev_info *dev, cl_context ctx, const char *path,
+static int build_from_cache(const ocl_dev_info *dev, cl_context ctx, const char *path,
                             cl_program *prog) {
     size_t len;
     char *bin = read_all(path, &len);
@@ -575,7 +575,7 @@ static int build_from_cache(const cl_dev_info *dev, cl_context ctx, const char *
         *prog = NULL;
         return -1;
     }
-    if (clBuildProgram(*prog, 1, &dev->device, CL_BUILD_OPTIONS, NULL, NULL) != CL_SUCCESS) {
+    if (clBuildProgram(*prog, 1, &dev->device, OCL_BUILD_OPTIONS, NULL, NULL) != CL_SUCCESS) {
         clReleaseProgram(*prog);
         *prog = NULL;
         return -1;
@@ -584,15 +584,15 @@ static int build_from_cache(const cl_dev_info *dev, cl_context ctx, const char *
 }
 
 // Creates the device's context and program (cache first, then source). dir "" means no cache.
-static int build_runtime(const cl_dev_info *dev, const char *dir, cl_context *ctx,
+static int build_runtime(const ocl_dev_info *dev, const char *dir, cl_context *ctx,
                          cl_program *prog, int *from_cache, ht_error *e) {
     cl_int err;
     char label[160];
     snprintf(label, sizeof label, "%s (%.100s)", dev->spec, dev->name);
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)dev->platform, 0};
     *ctx = clCreateContext(props, 1, &dev->device, NULL, NULL, &err);
-    if (err != CL_SUCCESS) return cl_fail(e, "clCreateContext", err, label);
-    char *src = cl_kernel_source(NULL, 0, e);
+    if (err != CL_SUCCESS) return ocl_fail(e, "clCreateContext", err, label);
+    char *src = ocl_kernel_source(NULL, 0, e);
     if (!src) {
         clReleaseContext(*ctx);
         return -1;
@@ -612,7 +612,7 @@ static int build_runtime(const cl_dev_info *dev, const char *dir, cl_context *ct
     return 0;
 }
 
-int cl_device_runtime(const cl_dev_info *dev, cl_context *ctx, cl_program *prog, int *from_cache,
+int ocl_device_runtime(const ocl_dev_info *dev, cl_context *ctx, cl_program *prog, int *from_cache,
                       ht_error *e) {
     pthread_mutex_lock(&rt_lock);
     rt_node *nd;
@@ -667,7 +667,7 @@ int cl_device_runtime(const cl_dev_info *dev, cl_context *ctx, cl_program *prog,
     return rc;
 }
 
-void cl_runtime_release_all(void) {
+void ocl_runtime_release_all(void) {
     pthread_mutex_lock(&rt_lock);
     rt_node **pp = &rt_head;
     while (*pp) {

@@ -1,9 +1,9 @@
 // The OpenCL op layer: the layers.h ops as kernels from kernels/*.cl plus CLBlast GEMMs,
 // enqueued on one in-order queue. Kernel arguments are set on every call and the kernels
-// belong to the cl_ops, so a cl_ops must not be used by two threads at once (one per device
+// belong to the ocl_ops, so a ocl_ops must not be used by two threads at once (one per device
 // thread). Kernels index with 32-bit ints, so every tensor must hold fewer than 2^31 floats;
 // the ops check that and fail with a message rather than wrap around. B == 0 does nothing.
-#include "cl_ops.h"
+#include "ocl_ops.h"
 
 #include <clblast_c.h>
 #include <limits.h>
@@ -40,7 +40,7 @@ static const char *clblast_status_name(CLBlastStatusCode st) {
     case CLBlastUnexpectedError: return "CLBlastUnexpectedError";
     default:
         // Codes above -1000 are OpenCL error codes.
-        return (int)st > -1000 ? cl_error_name((cl_int)st) : "CLBlast error";
+        return (int)st > -1000 ? ocl_error_name((cl_int)st) : "CLBlast error";
     }
 }
 
@@ -52,7 +52,7 @@ static const char *clblast_status_name(CLBlastStatusCode st) {
 static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
 
 // One CLBlast row-major SGEMM, C = op(A) op(B) + beta C (alpha 1), offsets in floats.
-static int gemm(cl_ops *o, const char *what, CLBlastTranspose ta, CLBlastTranspose tb,
+static int gemm(ocl_ops *o, const char *what, CLBlastTranspose ta, CLBlastTranspose tb,
                 size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda, cl_mem b,
                 size_t b_off, size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc,
                 ht_error *e) {
@@ -62,14 +62,14 @@ static int gemm(cl_ops *o, const char *what, CLBlastTranspose ta, CLBlastTranspo
                                                       lda, b_off, ldb, c_off, ldc, &o->q, &need);
     pthread_mutex_unlock(&clblast_lock);
     if (st == CLBlastSuccess && need > o->gemm_temp_bytes) {
-        cl_ops_release_temp(o);
+        ocl_ops_release_temp(o);
         cl_int err;
         o->gemm_temp = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, need, NULL, &err);
         if (err != CL_SUCCESS) {
             o->gemm_temp = NULL;
             char call[128];
             snprintf(call, sizeof call, "clCreateBuffer(GEMM scratch, %zu MiB, %s)", need >> 20, what);
-            return cl_fail(e, call, err, o->label);
+            return ocl_fail(e, call, err, o->label);
         }
         o->gemm_temp_bytes = need;
     }
@@ -82,7 +82,7 @@ static int gemm(cl_ops *o, const char *what, CLBlastTranspose ta, CLBlastTranspo
     }
     if (st != CLBlastSuccess) {
         // CLBlast reports OpenCL errors with their OpenCL codes (above -1000).
-        cl_note_error((int)st > -1000 ? (cl_int)st : CL_INVALID_OPERATION);
+        ocl_note_error((int)st > -1000 ? (cl_int)st : CL_INVALID_OPERATION);
         return ht_fail(e, "CLBlastSgemm (%s, %zux%zux%zu): status %d %s on %s", what, m, n, k,
                        (int)st, clblast_status_name(st), o->label);
     }
@@ -90,7 +90,7 @@ static int gemm(cl_ops *o, const char *what, CLBlastTranspose ta, CLBlastTranspo
 }
 
 // Shapes must be positive and every tensor an op touches must fit 32-bit kernel indexing.
-static int check_dims(cl_ops *o, const char *op, ht_error *e, int n, ...) {
+static int check_dims(ocl_ops *o, const char *op, ht_error *e, int n, ...) {
     va_list ap;
     va_start(ap, n);
     for (int i = 0; i < n; i++) {
@@ -105,7 +105,7 @@ static int check_dims(cl_ops *o, const char *op, ht_error *e, int n, ...) {
     return 0;
 }
 
-static int check_fits(cl_ops *o, const char *op, const char *what, double floats, ht_error *e) {
+static int check_fits(ocl_ops *o, const char *op, const char *what, double floats, ht_error *e) {
     if (floats > (double)INT_MAX)
         return ht_fail(e, "%s on %s: %s has %.0f elements, more than the kernels index (%d); "
                        "use a smaller micro-batch", op, o->label, what, floats, INT_MAX);
@@ -113,7 +113,7 @@ static int check_fits(cl_ops *o, const char *op, const char *what, double floats
 }
 
 // A float offset passed to a kernel as uint: offset + len must stay below 2^32.
-static int check_offset(cl_ops *o, const char *op, size_t off, size_t len, ht_error *e) {
+static int check_offset(ocl_ops *o, const char *op, size_t off, size_t len, ht_error *e) {
     if (off > (size_t)UINT_MAX - len)
         return ht_fail(e, "%s on %s: parameter offset %zu + %zu exceeds 32 bits", op, o->label,
                        off, len);
@@ -133,26 +133,26 @@ static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
 // Sets every argument of kernel `name`, then enqueues it over gsize (rounded up by the
 // caller) with local size lsize (NULL: the driver's choice).
-static int launch(cl_ops *o, cl_kernel k, const char *name, const karg *args, int nargs,
+static int launch(ocl_ops *o, cl_kernel k, const char *name, const karg *args, int nargs,
                   cl_uint dims, const size_t *gsize, const size_t *lsize, ht_error *e) {
     char call[96];
     for (int i = 0; i < nargs; i++) {
         cl_int err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
         if (err != CL_SUCCESS) {
             snprintf(call, sizeof call, "clSetKernelArg(%s, arg %d)", name, i);
-            return cl_fail(e, call, err, o->label);
+            return ocl_fail(e, call, err, o->label);
         }
     }
     cl_int err = clEnqueueNDRangeKernel(o->q, k, dims, NULL, gsize, lsize, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         snprintf(call, sizeof call, "clEnqueueNDRangeKernel(%s)", name);
-        return cl_fail(e, call, err, o->label);
+        return ocl_fail(e, call, err, o->label);
     }
     return 0;
 }
 
 // One work-item per element of an n-element range.
-static int launch_1d(cl_ops *o, cl_kernel k, const char *name, const karg *args, int nargs,
+static int launch_1d(ocl_ops *o, cl_kernel k, const char *name, const karg *args, int nargs,
                      size_t n, ht_error *e) {
     size_t g = round_up(n, CLOP_ROUND);
     return launch(o, k, name, args, nargs, 1, &g, NULL, e);
@@ -162,7 +162,7 @@ static int launch_1d(cl_ops *o, cl_kernel k, const char *name, const karg *args,
 
 // ---- setup ----
 
-int cl_ops_init(cl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog,
+int ocl_ops_init(ocl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog,
                 const char *label, ht_error *e) {
     memset(o, 0, sizeof *o);
     o->ctx = ctx;
@@ -196,24 +196,24 @@ int cl_ops_init(cl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog,
             *ks[i].k = NULL;
             char call[96];
             snprintf(call, sizeof call, "clCreateKernel(\"%s\")", ks[i].name);
-            cl_fail(e, call, err, o->label);
+            ocl_fail(e, call, err, o->label);
             if (err == CL_INVALID_KERNEL_NAME)
                 ht_wrap(e, "kernel \"%s\" is missing from kernels/*.cl", ks[i].name);
-            cl_ops_free(o);
+            ocl_ops_free(o);
             return -1;
         }
     }
     return 0;
 }
 
-void cl_ops_release_temp(cl_ops *o) {
+void ocl_ops_release_temp(ocl_ops *o) {
     if (o->gemm_temp) clReleaseMemObject(o->gemm_temp);
     o->gemm_temp = NULL;
     o->gemm_temp_bytes = 0;
 }
 
-void cl_ops_free(cl_ops *o) {
-    cl_ops_release_temp(o);
+void ocl_ops_free(ocl_ops *o) {
+    ocl_ops_release_temp(o);
     cl_kernel *ks[] = {&o->k_fill, &o->k_im2col, &o->k_col2im, &o->k_bias_to_nchw,
                        &o->k_nchw_to_rows, &o->k_row_sum, &o->k_maxpool_fwd, &o->k_maxpool_bwd,
                        &o->k_dense_bias, &o->k_col_sum, &o->k_relu_fwd, &o->k_relu_bwd,
@@ -226,7 +226,7 @@ void cl_ops_free(cl_ops *o) {
 
 // ---- ops ----
 
-int clop_fill(cl_ops *o, cl_mem buf, float value, size_t n, ht_error *e) {
+int ocl_fill(ocl_ops *o, cl_mem buf, float value, size_t n, ht_error *e) {
     if (n == 0) return 0;
     if (check_fits(o, "fill", "buffer", (double)n, e)) return -1;
     cl_uint n32 = (cl_uint)n;
@@ -234,12 +234,12 @@ int clop_fill(cl_ops *o, cl_mem buf, float value, size_t n, ht_error *e) {
     return launch_1d(o, o->k_fill, "fill", a, NARGS(a), n, e);
 }
 
-size_t clop_conv2d_scratch_floats(int B, int C, int K, int OC, int OH, int OW) {
+size_t ocl_conv2d_scratch_floats(int B, int C, int K, int OC, int OH, int OW) {
     const size_t n = (size_t)B * OH * OW;
     return (size_t)C * K * K * n + (size_t)OC * n;
 }
 
-static int conv_check(cl_ops *o, const char *op, int B, int C, int H, int W, int OC, int K,
+static int conv_check(ocl_ops *o, const char *op, int B, int C, int H, int W, int OC, int K,
                       int stride, int pad, int OH, int OW, size_t b_off, ht_error *e) {
     if (check_dims(o, op, e, 9, B, C, H, W, OC, K, stride, OH, OW)) return -1;
     if (pad < 0) return ht_fail(e, "%s on %s: pad is %d, expected >= 0", op, o->label, pad);
@@ -252,7 +252,7 @@ static int conv_check(cl_ops *o, const char *op, int B, int C, int H, int W, int
 }
 
 // col (CKK, N) = im2col of in, N = B*OH*OW, at scratch[0..).
-static int im2col(cl_ops *o, cl_mem col, cl_mem in, int B, int C, int H, int W, int K,
+static int im2col(ocl_ops *o, cl_mem col, cl_mem in, int B, int C, int H, int W, int K,
                   int stride, int pad, int OH, int OW, ht_error *e) {
     karg a[] = {KA(col), KA(in), KA(B),      KA(C),   KA(H),  KA(W),
                 KA(K),   KA(stride), KA(pad), KA(OH), KA(OW)};
@@ -260,7 +260,7 @@ static int im2col(cl_ops *o, cl_mem col, cl_mem in, int B, int C, int H, int W, 
     return launch(o, o->k_im2col, "im2col", a, NARGS(a), 2, g, NULL, e);
 }
 
-int clop_conv2d_forward(cl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
+int ocl_conv2d_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
                         size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
                         int pad, int OH, int OW, cl_mem scratch, ht_error *e) {
     if (B == 0) return 0;
@@ -282,21 +282,21 @@ int clop_conv2d_forward(cl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t 
 // grads[off + r] += sum of row r of m (rows, cols) from float m_off on: one work-group per
 // row, as large as the kernel allows on this device (a power of two, at most
 // CLOP_ROW_SUM_GROUP).
-static int row_sum(cl_ops *o, cl_mem grads, size_t off, cl_mem m, cl_uint m_off, int rows,
+static int row_sum(ocl_ops *o, cl_mem grads, size_t off, cl_mem m, cl_uint m_off, int rows,
                    int cols, ht_error *e) {
     cl_device_id dev;
     cl_int err = clGetCommandQueueInfo(o->q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
     if (err != CL_SUCCESS)
-        return cl_fail(e, "clGetCommandQueueInfo(CL_QUEUE_DEVICE)", err, o->label);
+        return ocl_fail(e, "clGetCommandQueueInfo(CL_QUEUE_DEVICE)", err, o->label);
     size_t kmax = 0, dmax[16] = {0};  // CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS is at least 3
     err = clGetKernelWorkGroupInfo(o->k_row_sum, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof kmax,
                                    &kmax, NULL);
     if (err != CL_SUCCESS)
-        return cl_fail(e, "clGetKernelWorkGroupInfo(row_sum, CL_KERNEL_WORK_GROUP_SIZE)", err,
+        return ocl_fail(e, "clGetKernelWorkGroupInfo(row_sum, CL_KERNEL_WORK_GROUP_SIZE)", err,
                        o->label);
     err = clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof dmax, dmax, NULL);
     if (err != CL_SUCCESS)
-        return cl_fail(e, "clGetDeviceInfo(CL_DEVICE_MAX_WORK_ITEM_SIZES)", err, o->label);
+        return ocl_fail(e, "clGetDeviceInfo(CL_DEVICE_MAX_WORK_ITEM_SIZES)", err, o->label);
     size_t ls = CLOP_ROW_SUM_GROUP;
     while (ls > 1 && (ls > kmax || ls > dmax[0])) ls /= 2;
     cl_uint off32 = (cl_uint)off;
@@ -306,7 +306,7 @@ static int row_sum(cl_ops *o, cl_mem grads, size_t off, cl_mem m, cl_uint m_off,
     return launch(o, o->k_row_sum, "row_sum", a, NARGS(a), 1, &g, &ls, e);
 }
 
-int clop_conv2d_backward(cl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
+int ocl_conv2d_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
                          cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
                          int OC, int K, int stride, int pad, int OH, int OW, cl_mem scratch,
                          ht_error *e) {
@@ -337,7 +337,7 @@ int clop_conv2d_backward(cl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size
     return launch_1d(o, o->k_col2im, "col2im", c, NARGS(c), (size_t)B * C * H * W, e);
 }
 
-static int pool_check(cl_ops *o, const char *op, int B, int C, int H, int W, int K, int stride,
+static int pool_check(ocl_ops *o, const char *op, int B, int C, int H, int W, int K, int stride,
                       int OH, int OW, ht_error *e) {
     if (check_dims(o, op, e, 8, B, C, H, W, K, stride, OH, OW)) return -1;
     // No padding: every window must lie inside the plane (the kernels do not check).
@@ -347,7 +347,7 @@ static int pool_check(cl_ops *o, const char *op, int B, int C, int H, int W, int
     return check_fits(o, op, "input", (double)B * C * H * W, e);
 }
 
-int clop_maxpool_forward(cl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B, int C, int H,
+int ocl_maxpool_forward(ocl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B, int C, int H,
                          int W, int K, int stride, int OH, int OW, ht_error *e) {
     if (B == 0) return 0;
     if (pool_check(o, "maxpool forward", B, C, H, W, K, stride, OH, OW, e)) return -1;
@@ -357,7 +357,7 @@ int clop_maxpool_forward(cl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B,
                      e);
 }
 
-int clop_maxpool_backward(cl_ops *o, cl_mem din, cl_mem dout, cl_mem argmax, int B, int C,
+int ocl_maxpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem argmax, int B, int C,
                           int H, int W, int K, int stride, int OH, int OW, ht_error *e) {
     if (B == 0) return 0;
     if (pool_check(o, "maxpool backward", B, C, H, W, K, stride, OH, OW, e)) return -1;
@@ -366,7 +366,7 @@ int clop_maxpool_backward(cl_ops *o, cl_mem din, cl_mem dout, cl_mem argmax, int
     return launch_1d(o, o->k_maxpool_bwd, "maxpool_bwd", a, NARGS(a), (size_t)B * C * H * W, e);
 }
 
-static int dense_check(cl_ops *o, const char *op, int B, int IN, int OUT, size_t b_off,
+static int dense_check(ocl_ops *o, const char *op, int B, int IN, int OUT, size_t b_off,
                        ht_error *e) {
     if (check_dims(o, op, e, 3, B, IN, OUT)) return -1;
     if (check_fits(o, op, "input", (double)B * IN, e) ||
@@ -375,7 +375,7 @@ static int dense_check(cl_ops *o, const char *op, int B, int IN, int OUT, size_t
     return check_offset(o, op, b_off, (size_t)OUT, e);
 }
 
-int clop_dense_forward(cl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
+int ocl_dense_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
                        size_t b_off, int B, int IN, int OUT, ht_error *e) {
     if (B == 0) return 0;
     if (dense_check(o, "dense forward", B, IN, OUT, b_off, e)) return -1;
@@ -389,7 +389,7 @@ int clop_dense_forward(cl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w
     return launch_1d(o, o->k_dense_bias, "dense_bias", a, NARGS(a), (size_t)B * OUT, e);
 }
 
-int clop_dense_backward(cl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
+int ocl_dense_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
                         cl_mem dout, cl_mem in, cl_mem params, int B, int IN, int OUT,
                         ht_error *e) {
     if (B == 0) return 0;
@@ -409,7 +409,7 @@ int clop_dense_backward(cl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_
                 (size_t)IN, 0.0f, din, 0, (size_t)IN, e);
 }
 
-int clop_relu_forward(cl_ops *o, cl_mem out, cl_mem in, size_t n, ht_error *e) {
+int ocl_relu_forward(ocl_ops *o, cl_mem out, cl_mem in, size_t n, ht_error *e) {
     if (n == 0) return 0;
     if (check_fits(o, "relu forward", "tensor", (double)n, e)) return -1;
     cl_uint n32 = (cl_uint)n;
@@ -417,7 +417,7 @@ int clop_relu_forward(cl_ops *o, cl_mem out, cl_mem in, size_t n, ht_error *e) {
     return launch_1d(o, o->k_relu_fwd, "relu_fwd", a, NARGS(a), n, e);
 }
 
-int clop_relu_backward(cl_ops *o, cl_mem din, cl_mem dout, cl_mem out, size_t n, ht_error *e) {
+int ocl_relu_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem out, size_t n, ht_error *e) {
     if (n == 0) return 0;
     if (check_fits(o, "relu backward", "tensor", (double)n, e)) return -1;
     cl_uint n32 = (cl_uint)n;
@@ -425,7 +425,7 @@ int clop_relu_backward(cl_ops *o, cl_mem din, cl_mem dout, cl_mem out, size_t n,
     return launch_1d(o, o->k_relu_bwd, "relu_bwd", a, NARGS(a), n, e);
 }
 
-int clop_dropout(cl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, uint64_t key,
+int ocl_dropout(ocl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, uint64_t key,
                  cl_mem ids, ht_error *e) {
     if (B == 0 || N == 0) return 0;
     if (check_dims(o, "dropout", e, 1, B) ||
@@ -439,7 +439,7 @@ int clop_dropout(cl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, 
     return launch_1d(o, o->k_dropout, "dropout", a, NARGS(a), (size_t)B * N, e);
 }
 
-int clop_softmax_xent_forward(cl_ops *o, cl_mem probs, cl_mem loss, cl_mem logits,
+int ocl_softmax_xent_forward(ocl_ops *o, cl_mem probs, cl_mem loss, cl_mem logits,
                               cl_mem labels, int B, int NC, ht_error *e) {
     if (B == 0) return 0;
     if (check_dims(o, "softmax_xent forward", e, 2, B, NC) ||
@@ -452,7 +452,7 @@ int clop_softmax_xent_forward(cl_ops *o, cl_mem probs, cl_mem loss, cl_mem logit
     return launch_1d(o, o->k_softmax_xent_fwd, "softmax_xent_fwd", a, NARGS(a), (size_t)B, e);
 }
 
-int clop_softmax_xent_backward(cl_ops *o, cl_mem dlogits, cl_mem probs, cl_mem labels, int B,
+int ocl_softmax_xent_backward(ocl_ops *o, cl_mem dlogits, cl_mem probs, cl_mem labels, int B,
                                int NC, ht_error *e) {
     if (B == 0) return 0;
     if (check_dims(o, "softmax_xent backward", e, 2, B, NC) ||

@@ -1,4 +1,4 @@
-// Tests for devices/cl_util.c: error names, device discovery on the installed ICD (PoCL in CI),
+// Tests for devices/ocl_util.c: error names, device discovery on the installed ICD (PoCL in CI),
 // `hetrain devices` with and without platforms, kernel-source lookup, and the program cache
 // across processes (this binary re-runs itself as a child to build in a fresh process).
 #include <setjmp.h>
@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cl_util.h"
+#include "ocl_util.h"
 #include "testutil.h"
 
 extern const char ht_cl_embedded_source[];
@@ -53,12 +53,12 @@ static int has_row(const char *text, const char *spec) {
 }
 
 // The first OpenCL device, or NULL (and a visible skip) when the machine has none.
-static cl_dev_info *first_device_or_skip(int *n) {
-    cl_dev_info *devs;
+static ocl_dev_info *first_device_or_skip(int *n) {
+    ocl_dev_info *devs;
     ht_error e;
-    if (cl_enumerate(&devs, n, &e) < 0) fail_msg("cl_enumerate: %s", e.msg);
+    if (ocl_enumerate(&devs, n, &e) < 0) fail_msg("ocl_enumerate: %s", e.msg);
     if (*n == 0) {
-        fprintf(stderr, "test_cl_util: no OpenCL platform/device on this machine; skipping\n");
+        fprintf(stderr, "test_ocl_util: no OpenCL platform/device on this machine; skipping\n");
         free(devs);
         skip();
     }
@@ -69,21 +69,21 @@ static cl_dev_info *first_device_or_skip(int *n) {
 
 static void test_error_names(void **state) {
     (void)state;
-    assert_string_equal(cl_error_name(CL_SUCCESS), "CL_SUCCESS");
-    assert_string_equal(cl_error_name(-5), "CL_OUT_OF_RESOURCES");
-    assert_string_equal(cl_error_name(-11), "CL_BUILD_PROGRAM_FAILURE");
-    assert_string_equal(cl_error_name(-19), "CL_KERNEL_ARG_INFO_NOT_AVAILABLE");
-    assert_string_equal(cl_error_name(-30), "CL_INVALID_VALUE");
-    assert_string_equal(cl_error_name(-68), "CL_INVALID_DEVICE_PARTITION_COUNT");
-    assert_string_equal(cl_error_name(-1001), "CL_PLATFORM_NOT_FOUND_KHR");
-    assert_string_equal(cl_error_name(-1234), "CL_UNKNOWN_ERROR(-1234)");
-    assert_string_equal(cl_error_name(-20), "CL_UNKNOWN_ERROR(-20)");
-    assert_string_equal(cl_error_name(-69), "CL_UNKNOWN_ERROR(-69)");
+    assert_string_equal(ocl_error_name(CL_SUCCESS), "CL_SUCCESS");
+    assert_string_equal(ocl_error_name(-5), "CL_OUT_OF_RESOURCES");
+    assert_string_equal(ocl_error_name(-11), "CL_BUILD_PROGRAM_FAILURE");
+    assert_string_equal(ocl_error_name(-19), "CL_KERNEL_ARG_INFO_NOT_AVAILABLE");
+    assert_string_equal(ocl_error_name(-30), "CL_INVALID_VALUE");
+    assert_string_equal(ocl_error_name(-68), "CL_INVALID_DEVICE_PARTITION_COUNT");
+    assert_string_equal(ocl_error_name(-1001), "CL_PLATFORM_NOT_FOUND_KHR");
+    assert_string_equal(ocl_error_name(-1234), "CL_UNKNOWN_ERROR(-1234)");
+    assert_string_equal(ocl_error_name(-20), "CL_UNKNOWN_ERROR(-20)");
+    assert_string_equal(ocl_error_name(-69), "CL_UNKNOWN_ERROR(-69)");
     // Every OpenCL 1.2 code has its own name.
     const char *seen[70] = {0};
     for (int c = 0; c >= -68; c--) {
         if (c <= -20 && c >= -29) continue;
-        const char *name = cl_error_name(c);
+        const char *name = ocl_error_name(c);
         assert_true(!strncmp(name, "CL_", 3));
         assert_null(strstr(name, "UNKNOWN"));
         for (int k = 0; k < -c; k++)
@@ -91,20 +91,20 @@ static void test_error_names(void **state) {
         seen[-c] = name;
     }
     ht_error e;
-    assert_int_equal(cl_fail(&e, "clFinish", -5, "cl:0.1"), -1);
+    assert_int_equal(ocl_fail(&e, "clFinish", -5, "cl:0.1"), -1);
     assert_string_equal(e.msg, "clFinish: CL_OUT_OF_RESOURCES on cl:0.1");
-    assert_int_equal(cl_fail(&e, "clGetPlatformIDs", -1001, NULL), -1);
+    assert_int_equal(ocl_fail(&e, "clGetPlatformIDs", -1001, NULL), -1);
     assert_string_equal(e.msg, "clGetPlatformIDs: CL_PLATFORM_NOT_FOUND_KHR");
 }
 
 static void test_enumerate(void **state) {
     (void)state;
     int n;
-    cl_dev_info *devs = first_device_or_skip(&n);
+    ocl_dev_info *devs = first_device_or_skip(&n);
     assert_true(n >= 1);
     assert_string_equal(devs[0].spec, "cl:0.0");
     for (int i = 0; i < n; i++) {
-        const cl_dev_info *d = &devs[i];
+        const ocl_dev_info *d = &devs[i];
         char spec[16];
         snprintf(spec, sizeof spec, "cl:%d.%d", d->p, d->d);
         assert_string_equal(d->spec, spec);
@@ -119,7 +119,7 @@ static void test_enumerate(void **state) {
         assert_true(d->global_mem >= (1u << 20));
         assert_true(d->max_alloc >= (1u << 20) && d->max_alloc <= d->global_mem);
         if (i) { // loader order: platforms ascending, devices 0, 1, ... within each
-            const cl_dev_info *prev = &devs[i - 1];
+            const ocl_dev_info *prev = &devs[i - 1];
             assert_true(d->p > prev->p || (d->p == prev->p && d->d == prev->d + 1));
         }
     }
@@ -153,7 +153,7 @@ static void test_cli_no_platform(void **state) {
 static void test_cli_listing(void **state) {
     (void)state;
     int n;
-    cl_dev_info *devs = first_device_or_skip(&n);
+    ocl_dev_info *devs = first_device_or_skip(&n);
     char *out;
     assert_int_equal(test_run_cli("devices", &out), 0);
     assert_true(has_row(out, "cpu"));
@@ -243,8 +243,8 @@ static void test_kernel_source_env(void **state) {
     setenv("HETRAIN_KERNELS", dir, 1);
     char origin[PATH_MAX], real[PATH_MAX];
     ht_error e;
-    char *src = cl_kernel_source(origin, sizeof origin, &e);
-    if (!src) fail_msg("cl_kernel_source: %s", e.msg);
+    char *src = ocl_kernel_source(origin, sizeof origin, &e);
+    if (!src) fail_msg("ocl_kernel_source: %s", e.msg);
     char want[512];
     snprintf(want, sizeof want, "%s\n%s\n", a, b);
     assert_string_equal(src, want);
@@ -259,7 +259,7 @@ static void test_kernel_source_env(void **state) {
         assert_memory_equal(emb, src, len);
         free(emb);
     } else {
-        fprintf(stderr, "test_cl_util: cmake not runnable, embedding not compared\n");
+        fprintf(stderr, "test_ocl_util: cmake not runnable, embedding not compared\n");
     }
     free(src);
     unsetenv("HETRAIN_KERNELS");
@@ -271,14 +271,14 @@ static void test_kernel_source_fallback(void **state) {
     char origin_default[PATH_MAX] = "", origin_empty[PATH_MAX] = "", origin_missing[PATH_MAX] = "";
     ht_error e;
     unsetenv("HETRAIN_KERNELS");
-    char *def = cl_kernel_source(origin_default, sizeof origin_default, &e);
+    char *def = ocl_kernel_source(origin_default, sizeof origin_default, &e);
 
     char *empty = test_tmpdir("kernels-empty");
     free(test_write_file(empty, "readme.txt", "x", 1));
     setenv("HETRAIN_KERNELS", empty, 1);
-    char *src = cl_kernel_source(origin_empty, sizeof origin_empty, &e);
+    char *src = ocl_kernel_source(origin_empty, sizeof origin_empty, &e);
     setenv("HETRAIN_KERNELS", "/nonexistent/hetrain-kernels", 1);
-    char *src2 = cl_kernel_source(origin_missing, sizeof origin_missing, &e);
+    char *src2 = ocl_kernel_source(origin_missing, sizeof origin_missing, &e);
     unsetenv("HETRAIN_KERNELS");
 
     // The empty (or missing) folder is passed over for the next candidate: the same answer as
@@ -330,31 +330,31 @@ static void test_kernel_source_fallback(void **state) {
 static const char *tiny_kernel =
     "kernel void scale(global float *x, float a) { x[get_global_id(0)] *= a; }\n";
 
-// Child mode: `test_cl_util --child-build KERNEL_DIR CACHE_DIR` (CACHE_DIR "-": the default)
+// Child mode: `test_ocl_util --child-build KERNEL_DIR CACHE_DIR` (CACHE_DIR "-": the default)
 // opens cl:0.0's runtime with those kernels and that cache, runs `scale` when the program has
 // it, and prints "source=S cache=C from_cache=F same=1 run=R" (run: 1 ok, 0 no such kernel,
 // -1 wrong result),
 // or "error: MESSAGE" with exit status 3.
 static int child_build(const char *kdir, const char *cdir) {
     setenv("HETRAIN_KERNELS", kdir, 1);
-    cl_set_cache_dir(strcmp(cdir, "-") ? cdir : NULL);
-    cl_dev_info *devs;
+    ocl_set_cache_dir(strcmp(cdir, "-") ? cdir : NULL);
+    ocl_dev_info *devs;
     int n;
     ht_error e;
-    if (cl_enumerate(&devs, &n, &e) < 0 || n == 0) {
+    if (ocl_enumerate(&devs, &n, &e) < 0 || n == 0) {
         printf("error: %s\n", n ? e.msg : "no device");
         return 3;
     }
     cl_context ctx, ctx2;
     cl_program prog, prog2;
     int fc, fc2;
-    if (cl_device_runtime(&devs[0], &ctx, &prog, &fc, &e) < 0) {
+    if (ocl_device_runtime(&devs[0], &ctx, &prog, &fc, &e) < 0) {
         printf("error: %s\n", e.msg);
         free(devs);
         return 3;
     }
     // A second caller in the same process gets the same objects, built once.
-    if (cl_device_runtime(&devs[0], &ctx2, &prog2, &fc2, &e) < 0) {
+    if (ocl_device_runtime(&devs[0], &ctx2, &prog2, &fc2, &e) < 0) {
         printf("error: second call: %s\n", e.msg);
         free(devs);
         return 3;
@@ -379,10 +379,10 @@ static int child_build(const char *kdir, const char *cdir) {
         clReleaseCommandQueue(q);
         clReleaseKernel(k);
     }
-    printf("source=%d cache=%d from_cache=%d same=%d run=%d\n", cl_builds_from_source(),
-           cl_builds_from_cache(), fc, same, run);
-    cl_runtime_release_all();
-    cl_runtime_release_all(); // a second call finds nothing and does nothing
+    printf("source=%d cache=%d from_cache=%d same=%d run=%d\n", ocl_builds_from_source(),
+           ocl_builds_from_cache(), fc, same, run);
+    ocl_runtime_release_all();
+    ocl_runtime_release_all(); // a second call finds nothing and does nothing
     free(devs);
     return 0;
 }
@@ -425,7 +425,7 @@ static int list_dir(const char *dir, char *name, size_t cap) {
 static void test_program_cache(void **state) {
     (void)state;
     int n;
-    cl_dev_info *devs = first_device_or_skip(&n);
+    ocl_dev_info *devs = first_device_or_skip(&n);
     char *kdir = test_tmpdir("kernels-tiny");
     free(test_write_file(kdir, "tiny.cl", tiny_kernel, strlen(tiny_kernel)));
     char *base = test_tmpdir("cache");
@@ -513,7 +513,7 @@ static void test_program_cache(void **state) {
 static void test_build_error(void **state) {
     (void)state;
     int n;
-    cl_dev_info *devs = first_device_or_skip(&n);
+    ocl_dev_info *devs = first_device_or_skip(&n);
     char *kdir = test_tmpdir("kernels-broken");
     child_xdg = kdir;
     const char *broken = "kernel void broken(global float *x) {\n  x[0] = undeclared_thing;\n}\n";

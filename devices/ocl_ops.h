@@ -1,5 +1,5 @@
 // The OpenCL twins of layers.h: each op enqueues kernels from kernels/*.cl (and CLBlast GEMMs)
-// on the queue of an cl_ops. Same shapes, same semantics: backward ops *accumulate* into
+// on the queue of an ocl_ops. Same shapes, same semantics: backward ops *accumulate* into
 // weight/bias gradients and *overwrite* input gradients; parameters and gradients live in one
 // flat buffer each, addressed by float offsets (w_off, b_off), as on the host. Calls are
 // asynchronous (in-order queue); errors from enqueueing are reported at once, naming the call,
@@ -10,14 +10,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cl_util.h"
+#include "ocl_util.h"
 
-typedef struct cl_ops {
+typedef struct ocl_ops {
     cl_context ctx;
     cl_command_queue q;
     cl_program prog;
     char label[300];  // "cl:0.0 (device name)" for messages
-    // Kernels, created once by cl_ops_init (names as in kernels/*.cl).
+    // Kernels, created once by ocl_ops_init (names as in kernels/*.cl).
     cl_kernel k_fill, k_im2col, k_col2im, k_bias_to_nchw, k_nchw_to_rows, k_row_sum,
         k_maxpool_fwd, k_maxpool_bwd, k_dense_bias, k_col_sum, k_relu_fwd, k_relu_bwd,
         k_dropout, k_softmax_xent_fwd, k_softmax_xent_bwd;
@@ -26,58 +26,58 @@ typedef struct cl_ops {
     // fails; owning it makes a lack of memory an ordinary, recoverable error.
     cl_mem gemm_temp;
     size_t gemm_temp_bytes;
-} cl_ops;
+} ocl_ops;
 
-int cl_ops_init(cl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog,
+int ocl_ops_init(ocl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog,
                 const char *label, ht_error *e);
-void cl_ops_free(cl_ops *o);
+void ocl_ops_free(ocl_ops *o);
 // Releases the GEMM scratch (it is made again, as large as needed, by the next GEMM).
-void cl_ops_release_temp(cl_ops *o);
+void ocl_ops_release_temp(ocl_ops *o);
 
 // buf[0..n) = value.
-int clop_fill(cl_ops *o, cl_mem buf, float value, size_t n, ht_error *e);
+int ocl_fill(ocl_ops *o, cl_mem buf, float value, size_t n, ht_error *e);
 
 // Floats of scratch the conv ops need for B samples (im2col matrix plus a (OC, B*OH*OW)
 // staging matrix for the GEMM output / the reshaped output gradient).
-size_t clop_conv2d_scratch_floats(int B, int C, int K, int OC, int OH, int OW);
+size_t ocl_conv2d_scratch_floats(int B, int C, int K, int OC, int OH, int OW);
 
 // in (B,C,H,W), weight params[w_off..] (OC,C,K,K), bias params[b_off..] (OC), out (B,OC,OH,OW).
-int clop_conv2d_forward(cl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
+int ocl_conv2d_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
                         size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
                         int pad, int OH, int OW, cl_mem scratch, ht_error *e);
 
 // grads[w_off..] += dW, grads[b_off..] += db; din (may be NULL) = input gradient.
-int clop_conv2d_backward(cl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
+int ocl_conv2d_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
                          cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
                          int OC, int K, int stride, int pad, int OH, int OW, cl_mem scratch,
                          ht_error *e);
 
 // argmax (int32, B*C*OH*OW): flat index h*W+w within the channel plane; first max wins.
-int clop_maxpool_forward(cl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B, int C, int H,
+int ocl_maxpool_forward(ocl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B, int C, int H,
                          int W, int K, int stride, int OH, int OW, ht_error *e);
-int clop_maxpool_backward(cl_ops *o, cl_mem din, cl_mem dout, cl_mem argmax, int B, int C,
+int ocl_maxpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem argmax, int B, int C,
                           int H, int W, int K, int stride, int OH, int OW, ht_error *e);
 
 // in (B,IN), weight (OUT,IN), out (B,OUT).
-int clop_dense_forward(cl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
+int ocl_dense_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
                        size_t b_off, int B, int IN, int OUT, ht_error *e);
-int clop_dense_backward(cl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
+int ocl_dense_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
                         cl_mem dout, cl_mem in, cl_mem params, int B, int IN, int OUT,
                         ht_error *e);
 
 // In place allowed (out == in, din == dout).
-int clop_relu_forward(cl_ops *o, cl_mem out, cl_mem in, size_t n, ht_error *e);
-int clop_relu_backward(cl_ops *o, cl_mem din, cl_mem dout, cl_mem out, size_t n, ht_error *e);
+int ocl_relu_forward(ocl_ops *o, cl_mem out, cl_mem in, size_t n, ht_error *e);
+int ocl_relu_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem out, size_t n, ht_error *e);
 
 // Forward and backward are the same mask-and-scale: element e of sample i kept when
 // ht_rng_uniform(key, ids[i], e) >= rate (src/core/rng.h, bit for bit). ids: uint32 (B).
-int clop_dropout(cl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, uint64_t key,
+int ocl_dropout(ocl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, uint64_t key,
                  cl_mem ids, ht_error *e);
 
 // labels: uchar (B) or NULL (then loss is not written).
-int clop_softmax_xent_forward(cl_ops *o, cl_mem probs, cl_mem loss, cl_mem logits,
+int ocl_softmax_xent_forward(ocl_ops *o, cl_mem probs, cl_mem loss, cl_mem logits,
                               cl_mem labels, int B, int NC, ht_error *e);
-int clop_softmax_xent_backward(cl_ops *o, cl_mem dlogits, cl_mem probs, cl_mem labels, int B,
+int ocl_softmax_xent_backward(ocl_ops *o, cl_mem dlogits, cl_mem probs, cl_mem labels, int B,
                                int NC, ht_error *e);
 
 #endif

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cl_util.h"
+#include "ocl_util.h"
 
 typedef struct cpu_info {
     char vendor[64];
@@ -63,7 +63,7 @@ enum {
     NCOL
 };
 
-static int print_text(FILE *f, const cpu_info *cpu, const cl_dev_info *devs, int n, cl_uint np) {
+static int print_text(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, int n, cl_uint np) {
     static const char *head[NCOL] = {"SPEC",   "TYPE",   "VENDOR",    "NAME",    "UNITS",
                                      "CLOCK",  "MEMORY", "MAX ALLOC", "OPENCL C"};
     int rows = n + 2;
@@ -82,7 +82,7 @@ static int print_text(FILE *f, const cpu_info *cpu, const cl_dev_info *devs, int
     snprintf(cell[1][COL_C], 160, "-");
     for (int i = 0; i < n; i++) {
         char(*r)[160] = cell[i + 2];
-        const cl_dev_info *d = &devs[i];
+        const ocl_dev_info *d = &devs[i];
         snprintf(r[COL_SPEC], 160, "%s", d->spec);
         snprintf(r[COL_TYPE], 160, "%s", d->type);
         snprintf(r[COL_VENDOR], 160, "%s", d->vendor);
@@ -118,7 +118,7 @@ static int print_text(FILE *f, const cpu_info *cpu, const cl_dev_info *devs, int
     return 0;
 }
 
-static int print_json(FILE *f, const cpu_info *cpu, const cl_dev_info *devs, int n, cl_uint np) {
+static int print_json(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, int n, cl_uint np) {
     json_object *root = json_object_new_object(), *list = json_object_new_array();
     if (!root || !list) {
         json_object_put(root);
@@ -136,7 +136,7 @@ static int print_json(FILE *f, const cpu_info *cpu, const cl_dev_info *devs, int
     json_object_object_add(c, "global_mem_bytes", json_object_new_int64((int64_t)cpu->memory));
     json_object_array_add(list, c);
     for (int i = 0; i < n; i++) {
-        const cl_dev_info *d = &devs[i];
+        const ocl_dev_info *d = &devs[i];
         json_object *o = json_object_new_object();
         json_object_object_add(o, "spec", json_object_new_string(d->spec));
         json_object_object_add(o, "type", json_object_new_string(d->type));
@@ -163,14 +163,14 @@ static int print_json(FILE *f, const cpu_info *cpu, const cl_dev_info *devs, int
     return 0;
 }
 
-int cl_print_devices(FILE *f, int json, ht_error *e) {
+int ocl_print_devices(FILE *f, int json, ht_error *e) {
     cpu_info cpu;
     cpu_describe(&cpu);
     cl_uint np;
-    if (cl_platform_count(&np, e) < 0) return -1;
-    cl_dev_info *devs = NULL;
+    if (ocl_platform_count(&np, e) < 0) return -1;
+    ocl_dev_info *devs = NULL;
     int n = 0;
-    if (np > 0 && cl_enumerate(&devs, &n, e) < 0) return -1;
+    if (np > 0 && ocl_enumerate(&devs, &n, e) < 0) return -1;
     int rc = json ? print_json(f, &cpu, devs, n, np) : print_text(f, &cpu, devs, n, np);
     free(devs);
     if (rc < 0) return ht_fail(e, "out of memory listing devices");
