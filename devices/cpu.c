@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "micro.h"
 #include "net.h"
 
 // Largest micro-batch a CPU worker uses: bigger buys nothing once the per-sample GEMMs are
@@ -37,18 +38,18 @@ static void record_outputs(cpu_ctx *c, const float *probs, int off, int n, shard
     }
 }
 
-// Replaces the workspace by one for a micro-batch half as large (out of memory).
-static int shrink(cpu_ctx *c, shard_result *res, const char *why, ht_error *e) {
-    if (c->micro == 1) return ht_fail(e, "%s even with a micro-batch of 1", why);
-    int old = c->micro;
+// Frees the workspace and makes one for a micro-batch of B (micro_realloc_fn).
+static int realloc_ws(void *vctx, int B, ht_error *e) {
+    cpu_ctx *c = vctx;
     net_ws_free(&c->ws);
-    c->micro /= 2;
-    while (net_ws_init(&c->ws, c->m, c->micro, c->threads, e) < 0) {
-        if (c->micro == 1) return -1;
-        c->micro /= 2;
-    }
-    snprintf(res->note, sizeof res->note, "%s at micro-batch %d; now %d", why, old, c->micro);
-    return 0;
+    c->micro = B;
+    return net_ws_init(&c->ws, c->m, B, c->threads, e) < 0 ? MICRO_OOM : 0;
+}
+
+// Out of memory: a workspace for a micro-batch half as large, noted in note.
+static int cpu_shrink(void *vctx, const char *why, char *note, size_t note_len, ht_error *e) {
+    cpu_ctx *c = vctx;
+    return micro_halve(c->micro, why, realloc_ws, c, note, note_len, e) < 0 ? -1 : 0;
 }
 
 static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, ht_error *e) {
@@ -56,7 +57,8 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
     const model *m = c->m;
     omp_set_num_threads(c->threads);
     res->note[0] = 0;
-    if (job->fault_oom && shrink(c, res, "out of memory (injected)", e) < 0) return -1;
+    if (job->fault_oom && cpu_shrink(c, "out of memory (injected)", res->note, sizeof res->note, e) < 0)
+        return -1;
     memset(res->grad_sum, 0, sizeof(float) * m->n_params);
     size_t in = (size_t)m->in_c * m->in_h * m->in_w;
     for (int off = 0; off < job->n; off += c->micro) {
@@ -100,17 +102,15 @@ static const device_ops cpu_ops = {
     .close = cpu_close,
 };
 
-// The largest micro-batch (up to `most`) whose workspace fits `budget` bytes; 0 if none does.
-static int micro_for_budget(const model *m, int most, int threads, uint64_t budget) {
-    int best = 0;
-    for (int B = 1; B <= most; B = B < 8 ? B + 1 : B + B / 8) {
-        if (net_ws_bytes(m, B, threads) > budget) break;
-        best = B;
-    }
-    if (best == most || best == 0) return best;
-    // Refine between the last fitting size and the next step.
-    while (best < most && net_ws_bytes(m, best + 1, threads) <= budget) best++;
-    return best;
+typedef struct ws_arg {
+    const model *m;
+    int threads;
+} ws_arg;
+
+// The workspace's bytes for a micro-batch of B (micro_bytes_fn).
+static size_t ws_bytes(const void *varg, int B) {
+    const ws_arg *a = varg;
+    return net_ws_bytes(a->m, B, a->threads);
 }
 
 int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint64_t mem_limit,
@@ -122,7 +122,8 @@ int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint6
     uint64_t fixed = 2 * sizeof(float) * m->n_params; // parameter copy + gradient sum
     int most = max_batch < CPU_MICRO_MAX ? max_batch : CPU_MICRO_MAX;
     if (most < 1) most = 1;
-    int micro = budget > fixed ? micro_for_budget(m, most, threads, budget - fixed) : 0;
+    ws_arg arg = {m, threads};
+    int micro = budget > fixed ? micro_fit(most, budget - fixed, ws_bytes, &arg) : 0;
     if (micro < 1)
         return ht_fail(e, "not even one sample of %s fits in %llu MiB (the workspace needs %zu "
                           "KiB a sample)", m->name, (unsigned long long)(budget >> 20),

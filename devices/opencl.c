@@ -8,6 +8,7 @@
 #include "ocl_ops.h"
 #include "ocl_util.h"
 #include "device.h"
+#include "micro.h"
 #include "net.h"
 #include "rng.h"
 
@@ -55,6 +56,18 @@ static size_t micro_bytes(const model *m, int B, size_t *largest) {
     return total;
 }
 
+typedef struct bytes_arg {
+    const model *m;
+    uint64_t max_alloc;
+} bytes_arg;
+
+// micro_bytes for micro_fit: MICRO_NEVER when one buffer exceeds the largest allocation.
+static size_t fit_bytes(const void *varg, int B) {
+    const bytes_arg *a = varg;
+    size_t largest, total = micro_bytes(a->m, B, &largest);
+    return largest > a->max_alloc ? MICRO_NEVER : total;
+}
+
 // Device bytes that do not depend on the micro-batch: weights, gradients, and the staging
 // buffers for a whole shard of max_batch samples.
 static size_t fixed_bytes(const model *m, int max_batch) {
@@ -68,21 +81,12 @@ static size_t fixed_bytes(const model *m, int max_batch) {
 // user's limit, else half the device's global memory) with no single buffer over the
 // device's maximum allocation.
 static int choose_micro(const model *m, const ocl_dev_info *info, int max_batch, uint64_t limit) {
-    int hi = max_batch < OCL_MICRO_MAX ? max_batch : OCL_MICRO_MAX, best = 0;
+    int hi = max_batch < OCL_MICRO_MAX ? max_batch : OCL_MICRO_MAX;
     uint64_t budget = limit ? limit : info->global_mem / 2;
     uint64_t fixed = fixed_bytes(m, max_batch);
     if (budget <= fixed) return 0;
-    budget -= fixed;
-    for (int B = 1; B <= hi; B = B < 8 ? B + 1 : B + B / 8) {
-        size_t largest, total = micro_bytes(m, B, &largest);
-        if (total > budget || largest > info->max_alloc) break;
-        best = B;
-    }
-    while (best > 0 && best < hi) { // refine up to the next step
-        size_t largest, total = micro_bytes(m, best + 1, &largest);
-        if (total > budget || largest > info->max_alloc) break;
-        best++;
-    }
+    bytes_arg arg = {m, info->max_alloc};
+    int best = micro_fit(hi, budget - fixed, fit_bytes, &arg);
     // Round down to a multiple of 8 when that costs little, for friendlier GEMM shapes.
     if (best > 16) best -= best % 8;
     return best;
@@ -169,22 +173,23 @@ static int is_out_of_memory(cl_int err) {
            err == CL_OUT_OF_HOST_MEMORY;
 }
 
+// Frees the micro-batch buffers and allocates them for B samples (micro_realloc_fn).
+static int realloc_micro(void *vctx, int B, ht_error *e) {
+    ocl_ctx *c = vctx;
+    free_micro(c);
+    c->micro = B;
+    ocl_clear_error();
+    if (alloc_micro(c, e) == 0) return 0;
+    return is_out_of_memory(ocl_last_error()) ? MICRO_OOM : -1;
+}
+
 // After an out-of-memory error: drains the queue and reallocates for half the micro-batch
 // (again halving while even that fails). Notes what happened in note.
-static int shrink_micro(ocl_ctx *c, cl_int why, char *note, size_t note_len, ht_error *e) {
+static int shrink_micro(ocl_ctx *c, const char *why, char *note, size_t note_len, ht_error *e) {
     clFinish(c->q);
-    int old = c->micro;
-    for (;;) {
-        if (c->micro == 1)
-            return ht_fail(e, "%s: %s even with a micro-batch of 1", c->ops.label, ocl_error_name(why));
-        free_micro(c);
-        c->micro /= 2;
-        ocl_clear_error();
-        if (alloc_micro(c, e) == 0) break;
-        if (!is_out_of_memory(ocl_last_error())) return -1;
-    }
-    snprintf(note, note_len, "%s at micro-batch %d; now %d", ocl_error_name(why), old, c->micro);
-    return 0;
+    int rc = micro_halve(c->micro, why, realloc_micro, c, note, note_len, e);
+    if (rc == MICRO_OOM) return ht_wrap(e, "%s", c->ops.label);
+    return rc < 0 ? -1 : 0;
 }
 
 static void ocl_close(void *vctx) {
@@ -401,7 +406,8 @@ static int ocl_train_shard(void *vctx, const shard_job *job, shard_result *res, 
         cl_int err = ocl_last_error();
         // Out of device memory: halve the micro-batch and run the shard again from scratch
         // (the gradient sum is refilled, so nothing is counted twice).
-        if (!is_out_of_memory(err) || shrink_micro(c, err, res->note, sizeof res->note, e) < 0)
+        if (!is_out_of_memory(err) ||
+            shrink_micro(c, ocl_error_name(err), res->note, sizeof res->note, e) < 0)
             break;
         attempt.fault_oom = 0;
     }
