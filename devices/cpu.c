@@ -46,7 +46,7 @@ static int realloc_ws(void *vctx, int B, ht_error *e) {
     return net_ws_init(&c->ws, c->m, B, c->threads, e) < 0 ? MICRO_OOM : 0;
 }
 
-// Out of memory: a workspace for a micro-batch half as large, noted in note.
+// Out of memory: a workspace for a micro-batch half as large (device_ops.shrink).
 static int cpu_shrink(void *vctx, const char *why, char *note, size_t note_len, ht_error *e) {
     cpu_ctx *c = vctx;
     return micro_halve(c->micro, why, realloc_ws, c, note, note_len, e) < 0 ? -1 : 0;
@@ -99,6 +99,7 @@ static const device_ops cpu_ops = {
     .set_params = cpu_set_params,
     .train_shard = cpu_train_shard,
     .infer = cpu_infer,
+    .shrink = cpu_shrink,
     .close = cpu_close,
 };
 

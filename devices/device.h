@@ -37,6 +37,10 @@ typedef struct device_ops {
     int (*train_shard)(void *ctx, const shard_job *job, shard_result *res, ht_error *e);
     // Inference (dropout off): probs (n, n_classes).
     int (*infer)(void *ctx, const float *x, int n, float *probs, ht_error *e);
+    // After running out of memory: halves the micro-batch (again while even that does not
+    // fit) and notes "WHY at micro-batch OLD; now NEW" in note. The next shard uses the new
+    // size and reports it in shard_result.micro. Optional (NULL: the device cannot shrink).
+    int (*shrink)(void *ctx, const char *why, char *note, size_t note_len, ht_error *e);
     void (*close)(void *ctx);
 } device_ops;
 

@@ -441,10 +441,15 @@ fail:
     return -1;
 }
 
+static int ocl_shrink(void *vctx, const char *why, char *note, size_t note_len, ht_error *e) {
+    return shrink_micro(vctx, why, note, note_len, e);
+}
+
 static const device_ops opencl_ops = {
     .set_params = ocl_set_params,
     .train_shard = ocl_train_shard,
     .infer = ocl_infer,
+    .shrink = ocl_shrink,
     .close = ocl_close,
 };
 
