@@ -1,5 +1,7 @@
-// hetrain's command line: train, predict, summary. Parses flags, prints errors, sets the exit
-// status; the work itself is in the library.
+// hetrain's command line: train, predict, summary, devices, compare, plot, version. Parses
+// flags, prints errors, sets the exit status; the work itself is in the library (train.c for
+// train and predict, src/report/ for compare and plot). The metrics CSV's columns are
+// train.c's metrics_header; the README lists them.
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -65,12 +67,14 @@ static const char *usage_train =
     "  --devices SPEC         comma list of devices to split each batch over (see 'hetrain\n"
     "                         devices'): cpu (a worker on the cores nobody else uses),\n"
     "                         cpu:THREADS, cl:P.D, cl:all, gpu (every OpenCL GPU); add @W for\n"
-    "                         a capacity weight, e.g. cl:0.0@3,cpu@1 [auto: every OpenCL GPU\n"
+    "                         a relative capacity, e.g. cl:0.0@3,cpu@1 [auto: every OpenCL GPU\n"
     "                         plus cpu]\n"
-    "  --balance auto|static  auto: measure each device's samples/s at the start and keep\n"
-    "                         re-weighing from a moving average; static: keep the @W weights\n"
-    "                         [auto]\n"
-    "  --rebalance N          under auto, re-weigh every N steps [5]\n"
+    "  --balance auto|static  auto: time every device on the first batch (fixed + per-sample\n"
+    "                         cost, fitted over two shard sizes), split each batch so all\n"
+    "                         finish together, and re-fit from the steps' timings, re-planning\n"
+    "                         when that predicts a step at least 3% faster; static: keep the\n"
+    "                         @W capacities [auto]\n"
+    "  --rebalance N          under auto, re-fit every N steps [5]\n"
     "  --mem-limit SIZE       memory each device may use (256M, 2G); a device spec can set\n"
     "                         its own with :mem=, e.g. cl:0.0@3:mem=512M [what it reports]\n"
     "  --no-self-check        skip checking every device against the CPU before training\n"
