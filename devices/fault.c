@@ -1,9 +1,13 @@
-// Parsing and matching of HETRAIN_FAULT (see fault.h).
+// HETRAIN_FAULT: parsing, matching, and the wrapper device that injects the faults (fault.h).
 #include "fault.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const struct {
     const char *name;
@@ -70,4 +74,123 @@ int fault_planned(const fault_plan *p, fault_kind kind, const char *spec, long s
             (p->f[i].step == 0 || p->f[i].step == step))
             return 1;
     return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The wrapper device
+
+typedef struct fault_dev {
+    const device_ops *ops; // the wrapped device
+    void *ctx;
+    fault_plan plan;
+    char spec[64];
+    size_t n_params;
+    unsigned hang_gen; // hang_gen when wrapped: a hang lasts until it moves on
+} fault_dev;
+
+// Bumped by fault_release_hangs.
+static atomic_uint hang_gen;
+
+void fault_release_hangs(void) { atomic_fetch_add(&hang_gen, 1); }
+
+static int planned(const fault_dev *f, fault_kind kind, long step) {
+    return fault_planned(&f->plan, kind, f->spec, step);
+}
+
+static int fault_set_params(void *vctx, const float *params, ht_error *e) {
+    fault_dev *f = vctx;
+    return f->ops->set_params(f->ctx, params, e);
+}
+
+static int fault_train_shard(void *vctx, const shard_job *job, shard_result *res, ht_error *e) {
+    fault_dev *f = vctx;
+    res->note[0] = 0;
+    if (planned(f, FAULT_HANG, job->step)) {
+        // Polled at 10 ms: released hangs come back within ~20 ms.
+        struct timespec tick = {0, 10 * 1000 * 1000};
+        while (atomic_load(&hang_gen) == f->hang_gen) nanosleep(&tick, NULL);
+        return ht_fail(e, "stopped while hung (HETRAIN_FAULT)");
+    }
+    if (planned(f, FAULT_FAIL, job->step))
+        return ht_fail(e, "injected failure (HETRAIN_FAULT) at step %ld", job->step);
+    char note[sizeof res->note] = "";
+    if (planned(f, FAULT_OOM, job->step)) {
+        // As the device itself does on a real out-of-memory error.
+        if (!f->ops->shrink)
+            return ht_fail(e, "out of memory (injected), and the device cannot shrink its "
+                              "micro-batch");
+        if (f->ops->shrink(f->ctx, "out of memory (injected)", note, sizeof note, e) < 0) return -1;
+    }
+    int rc = f->ops->train_shard(f->ctx, job, res, e);
+    if (note[0]) { // the device's own note, if any, after ours
+        char own[sizeof res->note];
+        memcpy(own, res->note, sizeof own);
+        if (own[0]) snprintf(res->note, sizeof res->note, "%.120s; %.120s", note, own);
+        else memcpy(res->note, note, sizeof note);
+    }
+    if (rc < 0) return rc;
+    if (planned(f, FAULT_CORRUPT, job->step))
+        for (size_t i = 0; i < f->n_params; i++) res->grad_sum[i] *= 1.5f;
+    if (planned(f, FAULT_NAN, job->step)) res->grad_sum[0] = NAN;
+    return 0;
+}
+
+static int fault_infer(void *vctx, const float *x, int n, float *probs, ht_error *e) {
+    fault_dev *f = vctx;
+    return f->ops->infer(f->ctx, x, n, probs, e);
+}
+
+static int fault_shrink(void *vctx, const char *why, char *note, size_t note_len, ht_error *e) {
+    fault_dev *f = vctx;
+    if (!f->ops->shrink) return ht_fail(e, "%s, and the device cannot shrink its micro-batch", why);
+    return f->ops->shrink(f->ctx, why, note, note_len, e);
+}
+
+static void fault_close(void *vctx) {
+    fault_dev *f = vctx;
+    if (!f) return;
+    if (f->ops->close) f->ops->close(f->ctx);
+    free(f);
+}
+
+static const device_ops fault_ops = {
+    .set_params = fault_set_params,
+    .train_shard = fault_train_shard,
+    .infer = fault_infer,
+    .shrink = fault_shrink,
+    .close = fault_close,
+};
+
+int fault_wrap_devices(device *devs, int n, const model *m, const char *plan_text, ht_error *e) {
+    fault_plan plan;
+    if (fault_plan_parse(&plan, plan_text, e) < 0) return -1;
+    if (plan.n == 0 || n <= 0) return 0;
+    // Every wrapper first, so that running out of memory leaves the devices as they were.
+    fault_dev **w = ht_calloc((size_t)n, sizeof *w, e);
+    if (!w) return -1;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        int named = 0;
+        for (int k = 0; k < plan.n; k++) named |= !strcmp(plan.f[k].spec, devs[i].spec);
+        if (!named) continue;
+        if (!(w[i] = ht_calloc(1, sizeof *w[i], e))) rc = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        fault_dev *f = w[i];
+        if (!f) continue;
+        if (rc < 0) {
+            free(f);
+            continue;
+        }
+        f->ops = devs[i].ops;
+        f->ctx = devs[i].ctx;
+        f->plan = plan;
+        snprintf(f->spec, sizeof f->spec, "%s", devs[i].spec);
+        f->n_params = m->n_params;
+        f->hang_gen = atomic_load(&hang_gen);
+        devs[i].ops = &fault_ops;
+        devs[i].ctx = f;
+    }
+    free(w);
+    return rc;
 }
