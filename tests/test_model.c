@@ -561,6 +561,59 @@ static void test_summary(void **state) {
     model_free(&m);
 }
 
+// The tensor table: names and PyTorch shapes in parameter order, tiling params; the output
+// layer's tensors; the tensor of a flat index.
+static void test_tensor_table(void **state) {
+    (void)state;
+    model m;
+    ht_error err = {{0}};
+    assert_int_equal(model_init(&m, "cnn3", &err), 0);
+    const model_tensor *t;
+    int n = model_tensors(&m, &t);
+    static const struct {
+        const char *name;
+        int ndim;
+        uint64_t shape[4];
+    } want[] = {
+        {"conv1.weight", 4, {32, 1, 3, 3}}, {"conv1.bias", 1, {32}},
+        {"conv2.weight", 4, {48, 32, 3, 3}}, {"conv2.bias", 1, {48}},
+        {"conv3.weight", 4, {32, 48, 3, 3}}, {"conv3.bias", 1, {32}},
+        {"fc1.weight", 2, {128, 1568}}, {"fc1.bias", 1, {128}},
+        {"fc2.weight", 2, {128, 128}}, {"fc2.bias", 1, {128}},
+        {"fc3.weight", 2, {10, 128}}, {"fc3.bias", 1, {10}},
+    };
+    assert_int_equal(n, N_OF(want));
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        assert_string_equal(t[i].name, want[i].name);
+        assert_int_equal(t[i].ndim, want[i].ndim);
+        size_t prod = 1;
+        for (int d = 0; d < t[i].ndim; d++) {
+            assert_int_equal(t[i].shape[d], want[i].shape[d]);
+            prod *= t[i].shape[d];
+        }
+        const layer *L = &m.layers[t[i].layer];
+        assert_int_equal(t[i].off, t[i].bias ? L->b_off : L->w_off);
+        assert_int_equal(t[i].n, prod);
+        assert_int_equal(t[i].off, off);
+        assert_int_equal(t[i].output, i >= 10);
+        off += t[i].n;
+    }
+    assert_int_equal(off, m.n_params);
+
+    const model_tensor *o;
+    assert_int_equal(model_output_tensors(&m, &o), 2);
+    assert_ptr_equal(o, &t[10]);
+    assert_ptr_equal(model_tensor_at(&m, 0), &t[0]);
+    assert_ptr_equal(model_tensor_at(&m, t[3].off - 1), &t[2]);
+    assert_ptr_equal(model_tensor_at(&m, t[3].off), &t[3]);
+    assert_ptr_equal(model_tensor_at(&m, m.n_params - 1), &t[11]);
+    assert_null(model_tensor_at(&m, m.n_params));
+    model_free(&m);
+    assert_int_equal(model_tensors(&m, &t), 0);
+    assert_null(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_preset_cnn3),
@@ -574,6 +627,7 @@ int main(void) {
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_config_sections),
         cmocka_unit_test(test_summary),
+        cmocka_unit_test(test_tensor_table),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

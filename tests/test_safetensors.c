@@ -18,7 +18,7 @@
 #include "safetensors.h"
 #include "testutil.h"
 
-// ---- models built by hand (model.c is not used here) ----
+// ---- models built by hand (model.c only builds their tensor table) ----
 
 #define MAX_LAYERS 8
 
@@ -50,6 +50,18 @@ static void tm_params(test_model *t, layer *L, size_t n_w, size_t n_b) {
     t->m.n_params += n_w + n_b;
 }
 
+// The tensor table (model_finish), which safetensors reads names, shapes and offsets from.
+static void tm_finish(test_model *t) {
+    ht_error e;
+    if (model_finish(&t->m, &e)) fail_msg("model_finish: %s", e.msg);
+}
+
+// Frees the table; the layers are the test's own array.
+static void tm_free(test_model *t) {
+    t->m.layers = NULL;
+    model_free(&t->m);
+}
+
 // conv k x k, pad k/2, stride 1: (c,h,w) -> (oc,h,w)
 static void tm_conv(test_model *t, const char *name, int c, int h, int w, int oc, int k) {
     layer *L = tm_add(t, LAYER_CONV2D, name, c, h, w);
@@ -76,6 +88,7 @@ static void model_a(test_model *t) {
     tm_add(t, LAYER_RELU, "relu2", 5, 1, 1);
     tm_dense(t, "classifier.4", 5, 1, 1, 3); // w 15, b 3
     tm_add(t, LAYER_SOFTMAX_XENT, "softmax", 3, 1, 1);
+    tm_finish(t);
 }
 
 // One dense layer "fc" 3 -> 2: weight [2,3] (24 bytes), bias [2] (8 bytes).
@@ -83,6 +96,7 @@ static void model_fc(test_model *t, int in) {
     tm_begin(t, "fc");
     tm_dense(t, "fc", in, 1, 1, 2);
     tm_add(t, LAYER_SOFTMAX_XENT, "softmax", 2, 1, 1);
+    tm_finish(t);
 }
 
 static uint32_t xorshift(uint32_t *s) {
@@ -209,10 +223,13 @@ static void test_round_trip(void **state) {
     free(src);
     free(src2);
     free(dst);
+    tm_free(&t);
 
     // Larger than one I/O chunk, and a layer name that needs JSON escaping.
     tm_begin(&t, "big");
     tm_dense(&t, "fc\"odd\\name", 300, 1, 1, 200);
+    tm_add(&t, LAYER_SOFTMAX_XENT, "softmax", 200, 1, 1);
+    tm_finish(&t);
     src = finite_bits(t.m.n_params, 4242);
     dst = calloc(t.m.n_params, sizeof *dst);
     snprintf(path, sizeof path, "%s/big.safetensors", dir);
@@ -222,6 +239,7 @@ static void test_round_trip(void **state) {
     free(src);
     free(dst);
     free(dir);
+    tm_free(&t);
 }
 
 // What safetensors_save writes, read back with json-c: names, shapes, offsets, alignment.
@@ -293,6 +311,7 @@ static void test_saved_layout(void **state) {
     free(buf);
     free(src);
     free(dir);
+    tm_free(&t);
 }
 
 // A file laid out byte for byte as Python's safetensors.torch.save_file writes it for a
@@ -353,6 +372,7 @@ static void test_python_layout(void **state) {
         free(path);
     }
     free(dir);
+    tm_free(&t);
 }
 
 // Header entries for model_fc(3): W_(dtype, shape, offsets), and the correct ones.
@@ -422,6 +442,7 @@ static void test_dtype_conversion(void **state) {
     check_bits(p + 8, want_b2, 2, "F16 bias");
     free(path);
     free(dir);
+    tm_free(&t);
 }
 
 // Loads a file of model_fc(in) and expects failure with frag and params untouched.
@@ -439,6 +460,7 @@ static void expect_bad_values(const char *dir, const char *fname, int in, const 
     if (!strstr(e.msg, path)) fail_msg("%s: message \"%s\" does not name the file", fname, e.msg);
     assert_memory_equal(p, before, sizeof p);
     free(path);
+    tm_free(&t);
 }
 
 // NaN and infinities are refused, in every dtype and after conversion, naming the tensor, the
@@ -491,6 +513,8 @@ static void test_non_finite(void **state) {
     test_model t;
     tm_begin(&t, "big");
     tm_dense(&t, "fc", 300, 1, 1, 200); // weight [200,300]
+    tm_add(&t, LAYER_SOFTMAX_XENT, "softmax", 200, 1, 1);
+    tm_finish(&t);
     float *src = finite_bits(t.m.n_params, 31), *dst = calloc(t.m.n_params, sizeof *dst);
     src[20000] = NAN;
     char path[1200];
@@ -502,6 +526,7 @@ static void test_non_finite(void **state) {
     free(src);
     free(dst);
     free(dir);
+    tm_free(&t);
 }
 
 // Loads hdr + dlen bytes of data into the "fc" model and expects failure mentioning frag and
@@ -523,6 +548,7 @@ static void expect_fail_len(const char *dir, const char *fname, uint64_t hlen, c
     assert_null(strchr(e.msg, '\n'));
     assert_memory_equal(p, before, sizeof p);
     free(path);
+    tm_free(&t);
 }
 
 static void expect_fail(const char *dir, const char *fname, const char *hdr, size_t dlen,
@@ -603,6 +629,7 @@ static void test_malformed(void **state) {
                 "{" W_OK_ "," B_OK_ "," ENTRY_("fc2.weight", "F32", "[1]", "[0,4]") ",\"aaa\":{}}",
                 32, "extra tensor \"fc2.weight\" is not in model fc");
     free(dir);
+    tm_free(&t);
 }
 
 // What the reference reader refuses beyond single entries: byte ranges that overlap, leave
@@ -660,6 +687,7 @@ static void test_header_strictness(void **state) {
     if (safetensors_load(ok, &t.m, p, &e)) fail_msg("%s", e.msg);
     free(ok);
     free(dir);
+    tm_free(&t);
 }
 
 // The key scanner on its own: strings holding braces and quotes, arrays of objects, surrogate
@@ -735,12 +763,21 @@ static void test_save_errors(void **state) {
     assert_non_null(strstr(e.msg, "cannot rename"));
     assert_false(has_tmp_file(dir));
 
-    // Two layers with one name would give a file with duplicate tensors.
+    tm_free(&t);
+
+    // Two layers with one name would give a file with duplicate tensors: the model's tensor
+    // table refuses them, and a model without a table is not saved.
+    tm_begin(&t, "dup");
+    tm_dense(&t, "fc", 3, 1, 1, 2);
     tm_dense(&t, "fc", 2, 1, 1, 2);
+    tm_add(&t, LAYER_SOFTMAX_XENT, "softmax", 2, 1, 1);
+    assert_int_equal(model_finish(&t.m, &e), -1);
+    assert_non_null(strstr(e.msg, "\"fc.weight\" used twice"));
+    assert_null(t.m.tensors);
     float q[14] = {0};
     snprintf(path, sizeof path, "%s/dup.safetensors", dir);
     assert_int_equal(safetensors_save(path, &t.m, q, &e), -1);
-    assert_non_null(strstr(e.msg, "\"fc.weight\" used twice"));
+    assert_non_null(strstr(e.msg, "tensor table holds 0 of its 14 parameters"));
     struct stat st;
     assert_int_equal(stat(path, &st), -1);
     assert_false(has_tmp_file(dir));

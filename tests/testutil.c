@@ -69,78 +69,61 @@ static double rel_l2(const float *a, const float *b, size_t n, size_t *wi) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static int check_one(const float *a, const float *b, size_t n, float tol, const char *what,
-                     const char *layer, const char *part) {
+static int check_one(const float *a, const float *b, const model_tensor *t, float tol,
+                     const char *what) {
     size_t wi;
-    double rel = rel_l2(a, b, n, &wi);
+    double rel = rel_l2(a + t->off, b + t->off, t->n, &wi);
     if (!(rel <= tol)) {
-        fprintf(stderr, "%s: %s.%s: relative L2 error %.3g (tol %.3g); worst [%zu]: %.9g vs %.9g\n",
-                what, layer, part, rel, (double)tol, wi, (double)a[wi], (double)b[wi]);
+        fprintf(stderr, "%s: %s: relative L2 error %.3g (tol %.3g); worst [%zu]: %.9g vs %.9g\n",
+                what, t->name, rel, (double)tol, wi, (double)a[t->off + wi],
+                (double)b[t->off + wi]);
         return 0;
     }
     if (show_margins())
-        printf("margin: %s: %s.%s: relative L2 error %.3g (tol %.3g)\n", what, layer, part, rel,
+        printf("margin: %s: %s: relative L2 error %.3g (tol %.3g)\n", what, t->name, rel,
                (double)tol);
     return 1;
 }
 
-// The last layer with parameters: the output layer.
-static int output_layer(const model *m) {
-    int out = -1;
-    for (int l = 0; l < m->n_layers; l++)
-        if (m->layers[l].w_off != LAYER_NO_PARAM || m->layers[l].b_off != LAYER_NO_PARAM) out = l;
-    return out;
-}
-
 int check_step_grad(const model *m, const float *a, const float *b, const char *what) {
-    int ok = 1, out = output_layer(m);
-    for (int l = 0; l < m->n_layers; l++) {
-        const layer *L = &m->layers[l];
-        float tol = l == out ? TOL_GRAD_ROUNDING : TOL_GRAD_BRANCH;
-        if (L->w_off != LAYER_NO_PARAM)
-            ok &= check_one(a + L->w_off, b + L->w_off, L->n_w, tol, what, L->name, "weight");
-        if (L->b_off != LAYER_NO_PARAM)
-            ok &= check_one(a + L->b_off, b + L->b_off, L->n_b, tol, what, L->name, "bias");
-    }
+    const model_tensor *ts;
+    int ok = 1, nt = model_tensors(m, &ts);
+    for (const model_tensor *t = ts; t < ts + nt; t++)
+        ok &= check_one(a, b, t, t->output ? TOL_GRAD_ROUNDING : TOL_GRAD_BRANCH, what);
     return ok;
 }
 
 int check_updates(const model *m, const float *a, const float *b, const float *init,
                   float tol_out, float tol_other, const char *what) {
-    int ok = 1, out = output_layer(m);
-    for (int l = 0; l < m->n_layers; l++) {
-        const layer *L = &m->layers[l];
-        float tol = l == out ? tol_out : tol_other;
-        for (int part = 0; part < 2; part++) {
-            size_t off = part ? L->b_off : L->w_off, n = part ? L->n_b : L->n_w;
-            if (off == LAYER_NO_PARAM) continue;
-            double num = 0, den = 0, wb = 0, worst = 0;
-            size_t wi = off;
-            for (size_t i = off; i < off + n; i++) {
-                double d = (double)a[i] - (double)b[i], u = (double)b[i] - (double)init[i];
-                num += d * d;
-                den += u * u;
-                wb += (double)b[i] * b[i];
-                if (!(fabs(d) <= worst)) {
-                    worst = fabs(d);
-                    wi = i;
-                }
+    const model_tensor *ts;
+    int ok = 1, nt = model_tensors(m, &ts);
+    for (const model_tensor *t = ts; t < ts + nt; t++) {
+        const float tol = t->output ? tol_out : tol_other;
+        const size_t off = t->off;
+        double num = 0, den = 0, wb = 0, worst = 0;
+        size_t wi = off;
+        for (size_t i = off; i < off + t->n; i++) {
+            double d = (double)a[i] - (double)b[i], u = (double)b[i] - (double)init[i];
+            num += d * d;
+            den += u * u;
+            wb += (double)b[i] * b[i];
+            if (!(fabs(d) <= worst)) {
+                worst = fabs(d);
+                wi = i;
             }
-            // Each stored float is off by up to half an ulp, 2^-24 of itself, in each run.
-            double err = sqrt(num), allowed = tol * sqrt(den) + ldexp(sqrt(wb), -23);
-            double rel = den > 0 ? err / sqrt(den) : err;
-            const char *pn = part ? "bias" : "weight";
-            if (!(err <= allowed)) {
-                fprintf(stderr, "%s: %s.%s: update differs by %.3g of itself (tol %.3g, plus %.3g "
-                                "for the rounding of the weights); worst [%zu]: %.9g vs %.9g, "
-                                "from %.9g\n", what, L->name, pn, rel, (double)tol,
-                        den > 0 ? ldexp(sqrt(wb / den), -23) : 0, wi - off, (double)a[wi],
-                        (double)b[wi], (double)init[wi]);
-                ok = 0;
-            } else if (show_margins()) {
-                printf("margin: %s: %s.%s: update differs by %.3g of itself (tol %.3g)\n", what,
-                       L->name, pn, rel, (double)tol);
-            }
+        }
+        // Each stored float is off by up to half an ulp, 2^-24 of itself, in each run.
+        double err = sqrt(num), allowed = tol * sqrt(den) + ldexp(sqrt(wb), -23);
+        double rel = den > 0 ? err / sqrt(den) : err;
+        if (!(err <= allowed)) {
+            fprintf(stderr, "%s: %s: update differs by %.3g of itself (tol %.3g, plus %.3g for "
+                            "the rounding of the weights); worst [%zu]: %.9g vs %.9g, from %.9g\n",
+                    what, t->name, rel, (double)tol, den > 0 ? ldexp(sqrt(wb / den), -23) : 0,
+                    wi - off, (double)a[wi], (double)b[wi], (double)init[wi]);
+            ok = 0;
+        } else if (show_margins()) {
+            printf("margin: %s: %s: update differs by %.3g of itself (tol %.3g)\n", what,
+                   t->name, rel, (double)tol);
         }
     }
     return ok;
@@ -201,14 +184,9 @@ double test_metrics_value(const char *path, int row, const char *column) {
 }
 
 int check_params(const model *m, const float *a, const float *b, float tol, const char *what) {
-    int ok = 1;
-    for (int l = 0; l < m->n_layers; l++) {
-        const layer *L = &m->layers[l];
-        if (L->w_off != LAYER_NO_PARAM)
-            ok &= check_one(a + L->w_off, b + L->w_off, L->n_w, tol, what, L->name, "weight");
-        if (L->b_off != LAYER_NO_PARAM)
-            ok &= check_one(a + L->b_off, b + L->b_off, L->n_b, tol, what, L->name, "bias");
-    }
+    const model_tensor *ts;
+    int ok = 1, nt = model_tensors(m, &ts);
+    for (const model_tensor *t = ts; t < ts + nt; t++) ok &= check_one(a, b, t, tol, what);
     return ok;
 }
 

@@ -13,7 +13,7 @@
 int check_tensor(const float *a, const float *b, size_t n, float tol, float floor,
                  const char *name);
 
-// Compares two parameter-sized buffers tensor by tensor (each layer's weight and bias) by
+// Compares two parameter-sized buffers tensor by tensor (model_tensors: each weight and bias) by
 // relative L2 error ||a-b|| / ||b|| <= tol. Reordered float sums (across devices, threads or
 // micro-batches) differ by rounding relative to the summands, so single elements that nearly
 // cancel can differ far more than 1e-5 of themselves while the tensor agrees to 1e-7; the

@@ -25,14 +25,6 @@ typedef enum st_dtype { ST_F32, ST_F16, ST_BF16, ST_F64 } st_dtype;
 static const char *const st_dtype_names[] = {"F32", "F16", "BF16", "F64"};
 static const unsigned st_dtype_size[] = {4, 2, 2, 8};
 
-// One parameter tensor of the model: its safetensors name, shape and place in params.
-typedef struct st_tensor {
-    char name[48];
-    int ndim;
-    uint64_t shape[4];
-    size_t off, n;
-} st_tensor;
-
 static void fmt_shape(char *buf, size_t cap, const uint64_t *d, int nd) {
     size_t len = (size_t)snprintf(buf, cap, "[");
     for (int i = 0; i < nd && len < cap; i++)
@@ -40,78 +32,16 @@ static void fmt_shape(char *buf, size_t cap, const uint64_t *d, int nd) {
     if (len < cap) snprintf(buf + len, cap - len, "]");
 }
 
-static int add_tensor(st_tensor *t, const char *path, const model *m, const layer *L,
-                      const char *suffix, size_t off, size_t n, int ndim, const int64_t *shape,
+// The model's tensor table (model_tensors), which must cover all of its parameters.
+static int tensors_of(const char *path, const model *m, const model_tensor **ts, int *nt,
                       ht_error *e) {
-    int len = (int)strnlen(L->name, sizeof L->name);
-    snprintf(t->name, sizeof t->name, "%.*s.%s", len, L->name, suffix);
-    t->off = off;
-    t->n = n;
-    t->ndim = ndim;
-    uint64_t prod = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0) return ht_fail(e, "%s: model %s: tensor \"%s\" has a negative dimension",
-                                         path, m->name, t->name);
-        t->shape[i] = (uint64_t)shape[i];
-        prod *= t->shape[i];
-    }
-    if (prod != n) {
-        char s[128];
-        fmt_shape(s, sizeof s, t->shape, ndim);
-        return ht_fail(e, "%s: model %s: tensor \"%s\" has %zu values but its shape %s needs %"
-                          PRIu64, path, m->name, t->name, n, s, prod);
-    }
-    if (off > m->n_params || n > m->n_params - off)
-        return ht_fail(e, "%s: model %s: tensor \"%s\" at offset %zu (+%zu) lies outside the %zu "
-                          "parameters", path, m->name, t->name, off, n, m->n_params);
+    *nt = model_tensors(m, ts);
+    size_t total = 0;
+    for (int i = 0; i < *nt; i++) total += (*ts)[i].n;
+    if (total != m->n_params)
+        return ht_fail(e, "%s: model %s: its tensor table holds %zu of its %zu parameters (not "
+                          "built by model_finish?)", path, m->name, total, m->n_params);
     return 0;
-}
-
-// Lists the model's parameter tensors in layer order, weight before bias. Layers whose kind
-// has no PyTorch layout here are written as flat 1-D tensors.
-static int model_tensors(const char *path, const model *m, st_tensor **out, int *count,
-                         ht_error *e) {
-    *out = NULL;
-    *count = 0;
-    if (m->n_layers < 0 || (m->n_layers && !m->layers))
-        return ht_fail(e, "%s: model %s has no layer list", path, m->name);
-    st_tensor *ts = ht_malloc((size_t)m->n_layers * 2, sizeof *ts, e);
-    if (!ts) return -1;
-    int nt = 0;
-    for (int l = 0; l < m->n_layers; l++) {
-        const layer *L = &m->layers[l];
-        int64_t ws[4], bs[1] = {L->oc};
-        int wdim;
-        if (L->kind == LAYER_CONV2D) {
-            ws[0] = L->oc, ws[1] = L->c, ws[2] = L->k, ws[3] = L->k;
-            wdim = 4;
-        } else if (L->kind == LAYER_DENSE) {
-            ws[0] = L->oc, ws[1] = (int64_t)L->c * L->h * L->w;
-            wdim = 2;
-        } else {
-            ws[0] = (int64_t)L->n_w, bs[0] = (int64_t)L->n_b;
-            wdim = 1;
-        }
-        if (L->w_off != LAYER_NO_PARAM && L->n_w > 0 &&
-            add_tensor(&ts[nt++], path, m, L, "weight", L->w_off, L->n_w, wdim, ws, e))
-            goto fail;
-        if (L->b_off != LAYER_NO_PARAM && L->n_b > 0 &&
-            add_tensor(&ts[nt++], path, m, L, "bias", L->b_off, L->n_b, 1, bs, e))
-            goto fail;
-    }
-    for (int i = 0; i < nt; i++)
-        for (int j = 0; j < i; j++)
-            if (!strcmp(ts[i].name, ts[j].name)) {
-                ht_fail(e, "%s: model %s: tensor name \"%s\" used twice (duplicate layer name)",
-                        path, m->name, ts[i].name);
-                goto fail;
-            }
-    *out = ts;
-    *count = nt;
-    return 0;
-fail:
-    free(ts);
-    return -1;
 }
 
 // ---- save ----
@@ -192,9 +122,9 @@ static void fsync_dir_of(const char *path) {
 }
 
 int safetensors_save(const char *path, const model *m, const float *params, ht_error *e) {
-    st_tensor *ts;
+    const model_tensor *ts;
     int nt;
-    if (model_tensors(path, m, &ts, &nt, e)) return -1;
+    if (tensors_of(path, m, &ts, &nt, e)) return -1;
 
     // Header: __metadata__ first, then tensors in layer order with contiguous data, padded with
     // spaces so the data starts 8-byte aligned.
@@ -272,7 +202,6 @@ done:
     free(tmp);
     free(chunk);
     free(h.s);
-    free(ts);
     return rc;
 }
 
@@ -348,7 +277,7 @@ typedef struct st_entry {
 } st_entry;
 
 // Checks one header entry against the model's tensor t and the data buffer's length.
-static int check_entry(const char *path, const st_tensor *t, json_object *ent, uint64_t data_len,
+static int check_entry(const char *path, const model_tensor *t, json_object *ent, uint64_t data_len,
                        st_entry *out, ht_error *e) {
     if (!json_object_is_type(ent, json_type_object))
         return ht_fail(e, "%s: tensor \"%s\": header entry is not a JSON object", path, t->name);
@@ -408,7 +337,7 @@ static int check_entry(const char *path, const st_tensor *t, json_object *ent, u
 
 // As the reference reader requires, the tensors' byte ranges tile the data buffer: in order of
 // their offsets each begins where the one before ended, the first at 0, the last at its end.
-static int check_tiling(const char *path, const st_tensor *ts, const st_entry *en, int nt,
+static int check_tiling(const char *path, const model_tensor *ts, const st_entry *en, int nt,
                         uint64_t data_len, ht_error *e) {
     int *order = ht_malloc((size_t)nt, sizeof *order, e);
     if (!order) return -1;
@@ -447,7 +376,7 @@ static int check_tiling(const char *path, const st_tensor *ts, const st_entry *e
 // Weights must be finite: a NaN or an infinity would poison every step and every prediction,
 // and later show up only as a failed self-check or skipped updates. Names element i (a flat
 // index into the tensor, and its position by dimension).
-static int check_finite(const char *path, const st_tensor *t, const st_entry *en,
+static int check_finite(const char *path, const model_tensor *t, const st_entry *en,
                         const unsigned char *raw, const float *v, size_t k, size_t first,
                         ht_error *e) {
     for (size_t j = 0; j < k; j++) {
@@ -475,7 +404,7 @@ static int check_finite(const char *path, const st_tensor *t, const st_entry *en
     return 0;
 }
 
-static int read_tensor(const char *path, FILE *f, const st_tensor *t, const st_entry *en,
+static int read_tensor(const char *path, FILE *f, const model_tensor *t, const st_entry *en,
                        uint64_t data_start, unsigned char *chunk, float *dst, ht_error *e) {
     unsigned size = st_dtype_size[en->dt];
     if (fseeko(f, (off_t)(data_start + en->begin), SEEK_SET))
@@ -496,7 +425,7 @@ static int read_tensor(const char *path, FILE *f, const st_tensor *t, const st_e
 }
 
 int safetensors_load(const char *path, const model *m, float *params, ht_error *e) {
-    st_tensor *ts = NULL;
+    const model_tensor *ts = NULL;
     st_entry *ents = NULL;
     int nt = 0, rc = -1;
     FILE *f = NULL;
@@ -506,7 +435,7 @@ int safetensors_load(const char *path, const model *m, float *params, ht_error *
     float *tmp = NULL;
     unsigned char *chunk = NULL;
 
-    if (model_tensors(path, m, &ts, &nt, e)) return -1;
+    if (tensors_of(path, m, &ts, &nt, e)) return -1;
     f = fopen(path, "rb");
     if (!f) {
         ht_fail(e, "%s: cannot open: %s", path, strerror(errno));
@@ -653,6 +582,5 @@ done:
     free(tmp);
     free(chunk);
     free(ents);
-    free(ts);
     return rc;
 }

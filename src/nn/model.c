@@ -2,6 +2,7 @@
 // parameter initialisers and the summary table. The config-file front end is in config.c.
 #include "model.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,7 @@ fail:
 void model_free(model *m) {
     if (!m) return;
     free(m->layers);
+    free(m->tensors);
     memset(m, 0, sizeof *m);
 }
 
@@ -309,13 +311,117 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
     return 0;
 }
 
+// ---- the tensor table ----------------------------------------------------------------------
+
+// Appends layer l's weight or bias to the table: its name, its PyTorch shape, its place.
+static int add_tensor(model *m, int l, int bias, ht_error *err) {
+    const layer *L = &m->layers[l];
+    model_tensor *t = &m->tensors[m->n_tensors];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%.*s.%s", (int)strnlen(L->name, sizeof L->name), L->name,
+             bias ? "bias" : "weight");
+    t->layer = l;
+    t->bias = bias;
+    t->off = bias ? L->b_off : L->w_off;
+    t->n = bias ? L->n_b : L->n_w;
+    int64_t shape[MODEL_TENSOR_MAX_DIMS];
+    if (bias) {
+        t->ndim = 1;
+        shape[0] = L->kind == LAYER_CONV2D || L->kind == LAYER_DENSE ? L->oc : (int64_t)L->n_b;
+    } else if (L->kind == LAYER_CONV2D) {
+        t->ndim = 4;
+        shape[0] = L->oc, shape[1] = L->c, shape[2] = L->k, shape[3] = L->k;
+    } else if (L->kind == LAYER_DENSE) {
+        t->ndim = 2;
+        shape[0] = L->oc, shape[1] = (int64_t)L->c * L->h * L->w;
+    } else {
+        t->ndim = 1;
+        shape[0] = (int64_t)L->n_w;
+    }
+    uint64_t prod = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (shape[i] < 0)
+            return ht_fail(err, "model %s: tensor \"%s\" has a negative dimension", m->name,
+                           t->name);
+        t->shape[i] = (uint64_t)shape[i];
+        prod *= t->shape[i];
+    }
+    if (prod != t->n)
+        return ht_fail(err, "model %s: tensor \"%s\" has %zu values but its shape needs %" PRIu64,
+                       m->name, t->name, t->n, prod);
+    // Tensors follow each other without gaps, as model_add lays them out.
+    size_t at = m->n_tensors ? m->tensors[m->n_tensors - 1].off + m->tensors[m->n_tensors - 1].n
+                             : 0;
+    if (t->off != at || t->n > m->n_params - at)
+        return ht_fail(err, "model %s: tensor \"%s\" at offset %zu (+%zu) does not follow the "
+                       "previous one (offset %zu) within the %zu parameters", m->name, t->name,
+                       t->off, t->n, at, m->n_params);
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, t->name))
+            return ht_fail(err, "model %s: tensor name \"%s\" used twice (duplicate layer name)",
+                           m->name, t->name);
+    m->n_tensors++;
+    return 0;
+}
+
+static int build_tensors(model *m, ht_error *err) {
+    free(m->tensors);
+    m->tensors = NULL;
+    m->n_tensors = 0;
+    if (!(m->tensors = ht_calloc((size_t)m->n_layers * 2, sizeof *m->tensors, err))) return -1;
+    int out = -1;
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        if (L->w_off != LAYER_NO_PARAM && L->n_w > 0 && add_tensor(m, l, 0, err)) return -1;
+        if (L->b_off != LAYER_NO_PARAM && L->n_b > 0 && add_tensor(m, l, 1, err)) return -1;
+        if (L->w_off != LAYER_NO_PARAM || L->b_off != LAYER_NO_PARAM) out = l;
+    }
+    size_t end = m->n_tensors ? m->tensors[m->n_tensors - 1].off + m->tensors[m->n_tensors - 1].n
+                              : 0;
+    if (end != m->n_params)
+        return ht_fail(err, "model %s: its tensors hold %zu of its %zu parameters", m->name, end,
+                       m->n_params);
+    for (int i = 0; i < m->n_tensors; i++) m->tensors[i].output = m->tensors[i].layer == out;
+    return 0;
+}
+
 int model_finish(model *m, ht_error *err) {
     if (m->n_layers == 0) return ht_fail(err, "model \"%s\" has no layers", m->name);
     const layer *last = &m->layers[m->n_layers - 1];
     if (last->kind != LAYER_SOFTMAX_XENT)
         return ht_fail(err, "layer %d (%s): the model must end with softmax over the %d classes",
                        m->n_layers - 1, kind_names[last->kind], m->n_classes);
+    if (build_tensors(m, err)) {
+        free(m->tensors);
+        m->tensors = NULL;
+        m->n_tensors = 0;
+        return -1;
+    }
     return 0;
+}
+
+int model_tensors(const model *m, const model_tensor **t) {
+    *t = m->tensors;
+    return m->n_tensors;
+}
+
+int model_output_tensors(const model *m, const model_tensor **t) {
+    int first = m->n_tensors;
+    while (first > 0 && m->tensors[first - 1].output) first--;
+    *t = first < m->n_tensors ? &m->tensors[first] : NULL;
+    return m->n_tensors - first;
+}
+
+const model_tensor *model_tensor_at(const model *m, size_t i) {
+    // The tensors tile params in order: binary search for the last one starting at or before i.
+    int lo = 0, hi = m->n_tensors;
+    if (i >= m->n_params || hi == 0) return NULL;
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (m->tensors[mid].off <= i) lo = mid;
+        else hi = mid;
+    }
+    return &m->tensors[lo];
 }
 
 int model_find_layer(const model *m, const char *name) {

@@ -44,6 +44,20 @@ typedef struct layer {
     size_t n_w, n_b;
 } layer;
 
+// One parameter tensor in the flat parameter buffer, as safetensors and PyTorch name and shape
+// it: "<layer>.weight" conv [OC,C,K,K] and dense [OUT,IN], "<layer>.bias" [OC]; a weight of
+// another kind is flat [n]. Gradients and optimizer state use the same offsets.
+#define MODEL_TENSOR_MAX_DIMS 4
+typedef struct model_tensor {
+    char name[40];    // layer name (<= 31) + ".weight"
+    int layer;        // index into model.layers
+    int bias;         // 0 weight, 1 bias
+    int output;       // 1 for the output layer's tensors (the last layer with parameters)
+    size_t off, n;    // place in params: [off, off + n)
+    int ndim;
+    uint64_t shape[MODEL_TENSOR_MAX_DIMS];
+} model_tensor;
+
 typedef struct train_setup {
     optim_kind optim;
     float lr;
@@ -64,6 +78,8 @@ typedef struct model {
     layer *layers;
     size_t n_params;
     train_setup setup;
+    model_tensor *tensors; // built by model_finish, in parameter order
+    int n_tensors;
 } model;
 
 // Sizes of one sample's input and output of layer l.
@@ -90,6 +106,18 @@ void model_init_params(const model *m, float *params, uint64_t seed);
 // Index of the layer called `name`, or -1.
 int model_find_layer(const model *m, const char *name);
 
+// The parameter tensors in layer order, weight before bias, which is also their order in
+// params (they tile it). *t points at the table model_finish built, valid until model_free;
+// returns the count (0 and *t NULL before model_finish).
+int model_tensors(const model *m, const model_tensor **t);
+
+// The output layer's tensors: the last layer with parameters, so the table's last one or two.
+// Returns the count and points *t at the first; 0 when the model has no parameters.
+int model_output_tensors(const model *m, const model_tensor **t);
+
+// The tensor holding flat parameter i, or NULL when i >= n_params (or before model_finish).
+const model_tensor *model_tensor_at(const model *m, size_t i);
+
 // Writes `hetrain summary`'s table (layer, output shape, parameters, total) to f.
 
 void model_print_summary(const model *m, FILE *f);
@@ -110,7 +138,9 @@ typedef struct layer_spec {
 } layer_spec;
 int model_begin(model *m, const char *name, int c, int h, int w, int n_classes, ht_error *err);
 int model_add(model *m, const layer_spec *s, ht_error *err);
-// Checks the model is complete (ends with softmax cross-entropy over n_classes).
+// Checks the model is complete (ends with softmax cross-entropy over n_classes) and builds
+// its tensor table (model_tensors), checking that the tensors tile the parameters under
+// distinct names. A model whose layers were filled in by hand gets its table here too.
 int model_finish(model *m, ht_error *err);
 
 #endif
