@@ -1,6 +1,6 @@
 // OpenCL parity: every op of devices/ocl_ops.h, forward and backward, on every OpenCL device
-// found, against the CPU reference in src/nn/layers.h, each with a named tolerance. Outputs and
-// scratch start as NaN (so overwrite semantics and "scratch is not kept" are checked),
+// found, against the CPU reference (tests/ref.h, layers.h), each with a named tolerance.
+// Outputs and scratch start as NaN (so overwrite semantics and "scratch is not kept" are checked),
 // gradients start nonzero (so accumulate semantics are), and parameters sit at nonzero
 // offsets of their flat buffer.
 #include <math.h>
@@ -15,6 +15,7 @@
 
 #include "ocl_ops.h"
 #include "layers.h"
+#include "ref.h"
 #include "rng.h"
 #include "testutil.h"
 
@@ -198,7 +199,7 @@ static void case_conv(env *t, const conv_shape *s, uint64_t seed) {
 
     float *in = uniform(t, nin, -1, 1, seed), *params = uniform(t, np, -0.5f, 0.5f, seed + 1);
     float *dout = uniform(t, nout, -1, 1, seed + 2), *grads0 = uniform(t, np, -1, 1, seed + 3);
-    float *ws = hnew(t, conv2d_ws_floats(C, K, OC, OH, OW, 1) * sizeof(float));
+    float *ws = hnew(t, ref_conv2d_ws_floats(C, K, OC, OH, OW, 1) * sizeof(float));
     const size_t nscr = ocl_conv2d_scratch_floats(B, C, K, OC, OH, OW);
     // Products summed per element: out C*K*K, din at most OC*K*K, dW and db 2*B*OH*OW (two
     // backward passes).
@@ -208,13 +209,13 @@ static void case_conv(env *t, const conv_shape *s, uint64_t seed) {
     // CPU reference: forward, backward with din, then again without (accumulating twice).
     float *out_ref = hnew(t, nout * sizeof(float)), *din_ref = hnew(t, nin * sizeof(float));
     float *grads_ref = copy(t, grads0, np);
-    conv2d_forward(out_ref, in, params + w_off, params + b_off, B, C, H, W, OC, K, s->stride,
-                   s->pad, OH, OW, ws, 1);
-    conv2d_backward(din_ref, grads_ref + w_off, grads_ref + b_off, dout, in, params + w_off, B, C,
-                    H, W, OC, K, s->stride, s->pad, OH, OW, ws, 1);
+    ref_conv2d_forward(out_ref, in, params + w_off, params + b_off, B, C, H, W, OC, K,
+                       s->stride, s->pad, OH, OW, ws, 1);
+    ref_conv2d_backward(din_ref, grads_ref + w_off, grads_ref + b_off, dout, in, params + w_off,
+                        B, C, H, W, OC, K, s->stride, s->pad, OH, OW, ws, 1);
     float *grads_ref1 = copy(t, grads_ref, np);
-    conv2d_backward(NULL, grads_ref + w_off, grads_ref + b_off, dout, in, params + w_off, B, C, H,
-                    W, OC, K, s->stride, s->pad, OH, OW, ws, 1);
+    ref_conv2d_backward(NULL, grads_ref + w_off, grads_ref + b_off, dout, in, params + w_off, B,
+                        C, H, W, OC, K, s->stride, s->pad, OH, OW, ws, 1);
     nontrivial(t, out_ref, nout, tag);
     nontrivial(t, din_ref, nin, tag);
 
@@ -264,8 +265,8 @@ static void case_maxpool(env *t, int B, int C, int H, int W, int K, int stride, 
 
     float *out_ref = hnew(t, nout * sizeof(float)), *din_ref = hnew(t, nin * sizeof(float));
     int32_t *am_ref = hnew(t, nout * sizeof(int32_t));
-    maxpool_forward(out_ref, am_ref, in, B, C, H, W, K, stride, OH, OW, 1);
-    maxpool_backward(din_ref, dout, am_ref, B, C, H, W, OH, OW, 1);
+    ref_maxpool_forward(out_ref, am_ref, in, B, C, H, W, K, stride, OH, OW, 1);
+    ref_maxpool_backward(din_ref, dout, am_ref, B, C, H, W, OH, OW, 1);
     nontrivial(t, din_ref, nin, tag);
 
     cl_mem d_in = dbuf(t, in, nin * sizeof(float));
@@ -397,7 +398,7 @@ static void case_dropout(env *t, float rate, uint64_t seed) {
     expect(t, out, out_ref, n, TOL_EXACT, 1.0f, "dropout %.2f forward", (double)rate);
     // Backward is the same op on the gradient, here in place.
     float *dout = uniform(t, n, -1, 1, seed + 1), *din_ref = hnew(t, n * sizeof(float));
-    dropout_backward(din_ref, dout, B, N, rate, key, ids, 1);
+    dropout_forward(din_ref, dout, B, N, rate, key, ids, 1); // backward: the same call
     cl_mem d_dout = dbuf(t, dout, n * sizeof(float));
     OK(t, ocl_dropout(&t->o, d_dout, d_dout, B, N, rate, key, d_ids, &t->err));
     expect(t, dread(t, d_dout, n * sizeof(float)), din_ref, n, TOL_EXACT, 1.0f,

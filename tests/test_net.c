@@ -1,6 +1,7 @@
 // Whole-network checks on the CPU path: finite-difference gradients through every layer kind,
-// micro-batch and batch-composition invariance (dropout included), and one engine step on
-// one device against the same step split over two devices.
+// micro-batch and batch-composition invariance (dropout included), net.c's layout planning
+// against the reference walker (ref.c) on layer orders the presets do not have, and one engine
+// step on one device against the same step split over two devices.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include "engine.h"
 #include "model.h"
 #include "net.h"
+#include "ref.h"
 #include "rng.h"
 #include "testutil.h"
 
@@ -160,6 +162,114 @@ static void test_batch_composition_invariance(void **state) {
     model_free(&m);
 }
 
+// ---- net.c's layouts on unusual layer orders ----
+
+// net.c against the reference walker (ref.c: NCHW layer functions, one layer at a time): the
+// same sums in another order (gradients summed over a batch of 3), float rounding only.
+#define TOL_NET_REF 1e-5f
+// nthreads=1 vs nthreads=2, and a batch vs its parts: out and din are computed per sample by
+// the same single-threaded calls either way; dw/db differ in the order the per-thread sums are
+// added, a few ulps (observed 4.8e-7 for one layer, test_layers), so they get twice the room.
+#define TOL_THREADS_SUM 2e-6f
+
+static void build_model(model *m, int c, int h, int w, int classes, const layer_spec *s, int n) {
+    ht_error e;
+    assert_int_equal(model_begin(m, "layouts", c, h, w, classes, &e), 0);
+    for (int i = 0; i < n; i++)
+        if (model_add(m, &s[i], &e) < 0) fail_msg("model_add %d: %s", i, e.msg);
+    if (model_finish(m, &e) < 0) fail_msg("model_finish: %s", e.msg);
+}
+
+// net_forward/net_backward against the reference with two threads; and the same gradient
+// from one thread and from the batch split over two calls.
+static void net_ref_check(const model *m, uint64_t seed) {
+    enum { B = 3 };
+    const size_t in = (size_t)m->in_c * m->in_h * m->in_w;
+    float *p = malloc(sizeof(float) * m->n_params), *gr = calloc(m->n_params, sizeof(float));
+    float *g = calloc(m->n_params, sizeof(float)), *g1 = calloc(m->n_params, sizeof(float));
+    float *gp = calloc(m->n_params, sizeof(float));
+    float *x = malloc(sizeof(float) * B * in);
+    random_fill(x, B * in, seed, 0, 1);
+    uint8_t y[B] = {0, 1, 2};
+    uint32_t ids[B] = {4, 70, 9};
+    model_init_params(m, p, seed + 1);
+    net_dropout d = {.seed = 5, .epoch = 2, .ids = ids};
+    ref_net r;
+    ref_net_init(&r, m, B);
+    ref_forward(&r, m, p, x, y, B, &d);
+    ref_backward(&r, m, p, gr, x, y, B, &d);
+    net_ws ws, ws1;
+    ht_error e;
+    assert_int_equal(net_ws_init(&ws, m, B, 2, &e), 0);
+    assert_int_equal(net_ws_init(&ws1, m, B, 1, &e), 0);
+    net_forward(&ws, m, p, x, y, B, &d);
+    assert_true(check_tensor(ws.loss, r.loss, B, TOL_NET_REF, 1.0f, "layouts network loss"));
+    net_backward(&ws, m, p, g, x, y, B, &d);
+    net_forward(&ws1, m, p, x, y, B, &d);
+    net_backward(&ws1, m, p, g1, x, y, B, &d);
+    for (int off = 0; off < B; off += 2) { // parts of 2 and 1
+        int n = B - off < 2 ? B - off : 2;
+        net_dropout dp = {.seed = 5, .epoch = 2, .ids = ids + off};
+        net_forward(&ws, m, p, x + off * in, y + off, n, &dp);
+        net_backward(&ws, m, p, gp, x + off * in, y + off, n, &dp);
+    }
+    double norm = 0;
+    for (size_t i = 0; i < m->n_params; i++) norm += fabs(gr[i]);
+    assert_true(norm > 1e-3); // not a vacuous comparison
+    assert_true(check_params(m, g, gr, TOL_NET_REF, "layouts network vs NCHW reference"));
+    assert_true(check_params(m, g1, g, TOL_THREADS_SUM, "layouts network, 1 vs 2 threads"));
+    assert_true(check_params(m, gp, g, TOL_THREADS_SUM, "layouts network, parts vs whole"));
+    net_ws_free(&ws);
+    net_ws_free(&ws1);
+    ref_net_free(&r);
+    free(p), free(gr), free(g), free(g1), free(gp), free(x);
+}
+
+// Layer orders the presets do not have: a 3-channel input (converted to channels-last), relu
+// after a pool, dropout and a stride-2 conv inside the per-sample trunk, convs after a dense
+// layer (batch-wise on 1x1 inputs whose channel stride is no multiple of 16, one with its relu
+// fused, the last feeding softmax from padded channels); and a pool first, a conv of exactly
+// 16 filters, a K=2 conv without padding.
+static void test_net_layouts(void **state) {
+    (void)state;
+    const layer_spec a[] = {
+        {.kind = LAYER_CONV2D, .filters = 4, .k = 3, .stride = 1, .pad = 1,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_MAXPOOL, .k = 2, .stride = 2},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_DROPOUT, .rate = 0.2f},
+        {.kind = LAYER_CONV2D, .filters = 5, .k = 3, .stride = 2, .pad = 1,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_DENSE, .units = 6, .w_init = INIT_LECUN_UNIFORM, .b_init = INIT_CONSTANT,
+         .b_arg = 0.05f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_CONV2D, .filters = 7, .k = 1, .stride = 1, .pad = 0,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_CONV2D, .filters = 4, .k = 1, .stride = 1, .pad = 0,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_ZEROS},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    const layer_spec b[] = {
+        {.kind = LAYER_MAXPOOL, .k = 3, .stride = 2},
+        {.kind = LAYER_CONV2D, .filters = 16, .k = 3, .stride = 1, .pad = 1,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_CONV2D, .filters = 3, .k = 2, .stride = 1, .pad = 0,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_DROPOUT, .rate = 0.3f},
+        {.kind = LAYER_DENSE, .units = 3, .w_init = INIT_LECUN_UNIFORM, .b_init = INIT_ZEROS},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    model m;
+    build_model(&m, 3, 6, 6, 4, a, (int)(sizeof a / sizeof a[0]));
+    net_ref_check(&m, 2100);
+    model_free(&m);
+    build_model(&m, 1, 9, 9, 3, b, (int)(sizeof b / sizeof b[0]));
+    net_ref_check(&m, 2200);
+    model_free(&m);
+}
+
 // One SGD step of the 3-layer reference network on 64 Fashion-MNIST samples: on one CPU
 // device, and split over two CPU devices with unequal weights.
 static void run_step(const model *m, const dataset *ds, const char *devices, float *out,
@@ -220,6 +330,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_network_finite_differences),
         cmocka_unit_test(test_batch_composition_invariance),
+        cmocka_unit_test(test_net_layouts),
         cmocka_unit_test(test_engine_two_devices_equal_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

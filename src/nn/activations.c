@@ -22,8 +22,8 @@ void relu_backward(float *din, const float *dout, const float *out, size_t n, in
 
 // Forward and backward apply the same mask and scale; the mask is a pure function of
 // (key, sample id, element), never of the batch position.
-static void dropout_apply(float *out, const float *in, int B, size_t N, float rate,
-                          uint64_t key, const uint32_t *ids, int nthreads) {
+void dropout_forward(float *out, const float *in, int B, size_t N, float rate, uint64_t key,
+                     const uint32_t *ids, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     const float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
     const size_t total = (size_t)B * N;
@@ -36,16 +36,6 @@ static void dropout_apply(float *out, const float *in, int B, size_t N, float ra
             out[k] = ht_rng_uniform(key, ids[i], (uint32_t)e) >= rate ? in[k] * scale : 0.0f;
         }
     }
-}
-
-void dropout_forward(float *out, const float *in, int B, size_t N, float rate, uint64_t key,
-                     const uint32_t *ids, int nthreads) {
-    dropout_apply(out, in, B, N, rate, key, ids, nthreads);
-}
-
-void dropout_backward(float *din, const float *dout, int B, size_t N, float rate, uint64_t key,
-                      const uint32_t *ids, int nthreads) {
-    dropout_apply(din, dout, B, N, rate, key, ids, nthreads);
 }
 
 void softmax_xent_forward(float *probs, float *loss, const float *logits, const uint8_t *labels,

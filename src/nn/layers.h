@@ -1,6 +1,10 @@
-// CPU layer math: forward/backward pairs, NCHW float32. Backward functions *accumulate* (+=)
-// into weight and bias gradients, so a device can sum per-sample gradients over micro-batches;
-// they *overwrite* the input gradient. Gradients are sums over the batch, never means.
+// CPU layer math, as the network (net.c) runs it: forward/backward pairs in float32.
+// Dense, relu, dropout and softmax see flat tensors (dense's input flattened in PyTorch's NCHW
+// order); convolution and max pooling work on channels-last (NHWC) tensors, below. The NCHW
+// reference they are checked against is test code (tests/ref.h).
+// Backward functions *accumulate* (+=) into weight and bias gradients, so a device can sum
+// per-sample gradients over micro-batches; they *overwrite* the input gradient. Gradients are
+// sums over the batch, never means.
 // Functions that parallelise use OpenMP with at most `nthreads` threads and call BLAS from
 // inside their parallel regions (OpenBLAS's OpenMP build then runs each call single-threaded).
 #ifndef HETRAIN_LAYERS_H
@@ -13,29 +17,6 @@
 static inline int conv_out_dim(int in, int k, int stride, int pad) {
     return (in + 2 * pad - k) / stride + 1;
 }
-
-// Floats of scratch memory conv2d_forward/backward need for `nthreads` threads.
-size_t conv2d_ws_floats(int C, int K, int OC, int OH, int OW, int nthreads);
-
-// in is (B,C,H,W), w is (OC,C,K,K), b is (OC), out is (B,OC,OH,OW). ws as sized above.
-void conv2d_forward(float *out, const float *in, const float *w, const float *b, int B, int C,
-                    int H, int W, int OC, int K, int stride, int pad, int OH, int OW, float *ws,
-                    int nthreads);
-
-// dout is (B,OC,OH,OW); dw (OC,C,K,K) and db (OC) are accumulated; din (B,C,H,W) is
-// overwritten, or skipped when NULL (first layer).
-void conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                     const float *w, int B, int C, int H, int W, int OC, int K, int stride,
-                     int pad, int OH, int OW, float *ws, int nthreads);
-
-// in is (B,C,H,W), out is (B,C,OH,OW); argmax (B,C,OH,OW) records the flat index h*W+w of the
-// winning input within its channel plane (first maximum wins on ties).
-void maxpool_forward(float *out, int32_t *argmax, const float *in, int B, int C, int H, int W,
-                     int K, int stride, int OH, int OW, int nthreads);
-
-// din (B,C,H,W) is overwritten: zero except at argmax positions, which receive dout.
-void maxpool_backward(float *din, const float *dout, const int32_t *argmax, int B, int C, int H,
-                      int W, int OH, int OW, int nthreads);
 
 // in is (B,IN), w is (OUT,IN) (PyTorch layout), b is (OUT), out is (B,OUT).
 void dense_forward(float *out, const float *in, const float *w, const float *b, int B, int IN,
@@ -52,12 +33,10 @@ void relu_backward(float *din, const float *dout, const float *out, size_t n, in
 
 // Inverted dropout over B samples of N elements each: element e of sample i is kept when
 // ht_rng_uniform(key, ids[i], e) >= rate, and kept values are scaled by 1/(1-rate).
-// key = ht_rng_key(seed, epoch, layer index). In-place allowed.
+// key = ht_rng_key(seed, epoch, layer index). In-place allowed. Its backward is the same call
+// on the gradient: the same mask and scale.
 void dropout_forward(float *out, const float *in, int B, size_t N, float rate, uint64_t key,
                      const uint32_t *ids, int nthreads);
-// Applies the same mask and scale to the gradient; in-place allowed.
-void dropout_backward(float *din, const float *dout, int B, size_t N, float rate, uint64_t key,
-                      const uint32_t *ids, int nthreads);
 
 // logits (B,NC) -> probs (B,NC) by a numerically stable softmax; when labels is not NULL,
 // loss[i] = -log(probs[i][labels[i]]) computed as logsumexp - logit (stable for large logits).
@@ -67,10 +46,10 @@ void softmax_xent_forward(float *probs, float *loss, const float *logits, const 
 void softmax_xent_backward(float *dlogits, const float *probs, const uint8_t *labels, int B,
                            int NC);
 
-// ---- channels-last (NHWC) fast path, the layout net.c keeps spatial activations in ----
+// ---- channels-last (NHWC), the layout net.c keeps spatial activations in ----
 // A spatial tensor is (B,H,W,Cs): channel stride Cs >= C. Convolutions write Cs =
 // conv_cpad(OC), a multiple of CONV_CPAD, and keep the pad channels at zero; weights stay in
-// PyTorch's (OC,C,K,K) layout. Results equal the NCHW functions' up to float rounding.
+// PyTorch's (OC,C,K,K) layout. Results equal the NCHW reference's up to float rounding.
 #define CONV_CPAD 16
 static inline int conv_cpad(int c) { return (c + CONV_CPAD - 1) / CONV_CPAD * CONV_CPAD; }
 
@@ -118,7 +97,7 @@ void conv2d_nhwc_scratch_reduce(float *dw, float *db, const float *scratch, size
 void maxpool_nhwc_forward(float *out, const float *in, int B, int Cs, int H, int W, int K,
                           int stride, int OH, int OW, int nthreads);
 // din (B,H,W,Cs) is overwritten: each window's gradient goes to the window's first maximum
-// in row-major order (as maxpool_forward's argmax), found again from the forward input `in`.
+// in row-major order (as the reference's argmax), found again from the forward input `in`.
 void maxpool_nhwc_backward(float *din, const float *dout, const float *in, int B, int Cs,
                            int H, int W, int K, int stride, int OH, int OW, int nthreads);
 
@@ -128,8 +107,9 @@ void maxpool_nhwc_forward_one(float *out, const float *in, int Cs, int H, int W,
 void maxpool_nhwc_backward_one(float *din, const float *dout, const float *in, int Cs, int H,
                                int W, int K, int stride, int OH, int OW);
 
-// Inverted dropout as dropout_forward/backward on (B,HW,Cs) tensors: channel c < C of
-// position p is element c*HW + p of its sample, so masks match the NCHW layout's.
+// Inverted dropout as dropout_forward on (B,HW,Cs) tensors, forward and backward: channel
+// c < C of position p is element c*HW + p of its sample, so masks match the NCHW layout's.
+// Pad channels are set to zero.
 void dropout_nhwc_apply(float *out, const float *in, int B, int C, int Cs, int HW, float rate,
                         uint64_t key, const uint32_t *ids, int nthreads);
 

@@ -1,0 +1,71 @@
+// The reference the CPU path (net.c, layers.h) and the OpenCL kernels are checked against:
+// convolution and max pooling in NCHW (im2col + SGEMM; pooling with argmax), NCHW <-> NHWC by
+// plain loops, and one walker of a model's layer list through them. Test code only: nothing in
+// the library runs NCHW convolutions. Dense, relu, dropout and softmax have one layout and one
+// implementation (layers.h, checked in test_layers against finite differences and direct
+// loops); the walker calls those as they are.
+// Conventions as layers.h's: backward accumulates (+=) into weight and bias gradients and
+// overwrites the input gradient; gradients are sums over the batch.
+#ifndef HETRAIN_TEST_REF_H
+#define HETRAIN_TEST_REF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "net.h"
+
+// Floats of scratch memory ref_conv2d_forward/backward need for `nthreads` threads.
+size_t ref_conv2d_ws_floats(int C, int K, int OC, int OH, int OW, int nthreads);
+
+// in is (B,C,H,W), w is (OC,C,K,K), b is (OC) or NULL, out is (B,OC,OH,OW). ws as sized above.
+void ref_conv2d_forward(float *out, const float *in, const float *w, const float *b, int B,
+                        int C, int H, int W, int OC, int K, int stride, int pad, int OH, int OW,
+                        float *ws, int nthreads);
+
+// dout is (B,OC,OH,OW); dw (OC,C,K,K) and db (OC) are accumulated; din (B,C,H,W) is
+// overwritten, or skipped when NULL (first layer).
+void ref_conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                         const float *w, int B, int C, int H, int W, int OC, int K, int stride,
+                         int pad, int OH, int OW, float *ws, int nthreads);
+
+// in is (B,C,H,W), out is (B,C,OH,OW); argmax (B,C,OH,OW) records the flat index h*W+w of the
+// winning input within its channel plane (first maximum in row-major order wins on ties).
+void ref_maxpool_forward(float *out, int32_t *argmax, const float *in, int B, int C, int H,
+                         int W, int K, int stride, int OH, int OW, int nthreads);
+
+// din (B,C,H,W) is overwritten: zero except at argmax positions, which receive (the sum of)
+// dout.
+void ref_maxpool_backward(float *din, const float *dout, const int32_t *argmax, int B, int C,
+                          int H, int W, int OH, int OW, int nthreads);
+
+// (B,C,HW) -> (B,HW,Cs), the pad channels c >= C set to `pad`; and back, pad channels dropped.
+void ref_to_nhwc(float *dst, const float *src, int B, int C, int Cs, int HW, float pad);
+void ref_to_nchw(float *dst, const float *src, int B, int C, int Cs, int HW);
+
+// A whole network through the functions above and layers.h's flat ones: NCHW throughout,
+// one buffer per layer, nothing fused or in place, one thread.
+typedef struct ref_net {
+    int max_batch, n_layers;
+    float **act;      // act[l]: layer l's output (B, oc, oh, ow)
+    float **dinput;   // after ref_backward, dinput[l]: gradient of layer l's input (B, c, h, w)
+    int32_t **argmax; // max-pool layers' winners
+    float *loss;      // (max_batch) per-sample loss of the last forward with labels
+    float *ws;        // scratch of the largest convolution
+} ref_net;
+
+// Allocates for batches of up to max_batch; aborts when out of memory (test code).
+void ref_net_init(ref_net *r, const model *m, int max_batch);
+void ref_net_free(ref_net *r);
+
+// As net_forward: x (B, in) in NCHW; drop NULL means inference. Returns the probabilities
+// (B, n_classes); r->loss holds each sample's loss when y is not NULL.
+const float *ref_forward(ref_net *r, const model *m, const float *params, const float *x,
+                         const uint8_t *y, int B, const net_dropout *drop);
+
+// As net_backward, after ref_forward with the same arguments: adds the batch's parameter
+// gradient to grads (n_params) and leaves every layer's input gradient in r->dinput.
+void ref_backward(ref_net *r, const model *m, const float *params, float *grads, const float *x,
+                  const uint8_t *y, int B, const net_dropout *drop);
+
+#endif
