@@ -20,9 +20,6 @@ typedef struct shard_job {
     uint32_t epoch;
     long step;            // training step this shard belongs to, from 1; 0 for passes outside
                           // training (self-check, calibration, evaluation). Faults key on it.
-    // The engine's own injection (sharding/engine.c): as if out of memory on the first
-    // micro-batch. Goes once the engine uses fault_wrap_devices (fault.h), which injects it.
-    int fault_oom;
 } shard_job;
 
 // What a device hands back for a shard.

@@ -1,4 +1,4 @@
-// The OpenCL op layer: the layers.h ops as kernels from kernels/*.cl plus CLBlast GEMMs,
+// The OpenCL op layer: the layer ops as kernels from kernels/*.cl plus CLBlast GEMMs,
 // enqueued on one in-order queue. Kernel arguments are set on every call and the kernels
 // belong to the ocl_ops, so a ocl_ops must not be used by two threads at once (one per device
 // thread). Kernels index with 32-bit ints, so every tensor must hold fewer than 2^31 floats;

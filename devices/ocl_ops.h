@@ -1,11 +1,12 @@
-// The OpenCL twins of layers.h: each op enqueues kernels from kernels/*.cl (and CLBlast GEMMs)
-// on the queue of an ocl_ops. Same shapes, same semantics: backward ops *accumulate* into
+// The OpenCL ops: each enqueues kernels from kernels/*.cl (and CLBlast GEMMs) on the queue of
+// an ocl_ops. Tensors are NCHW, as in the reference (tests/ref.h) they are checked against
+// (tests/test_parity.c): backward ops *accumulate* into
 // weight/bias gradients and *overwrite* input gradients; parameters and gradients live in one
 // flat buffer each, addressed by float offsets (w_off, b_off), as on the host. Calls are
 // asynchronous (in-order queue); errors from enqueueing are reported at once, naming the call,
 // the OpenCL error by name and the device (o->label).
-#ifndef HETRAIN_CL_OPS_H
-#define HETRAIN_CL_OPS_H
+#ifndef HETRAIN_OCL_OPS_H
+#define HETRAIN_OCL_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -365,10 +365,6 @@ static int train_attempt(ocl_ctx *c, const shard_job *job, shard_result *res, co
                          ht_error *e) {
     const model *m = c->m;
     size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
-    if (job->fault_oom) {
-        ocl_note_error(CL_MEM_OBJECT_ALLOCATION_FAILURE);
-        return ht_fail(e, "%s: out of memory (injected)", c->ops.label);
-    }
     if (write_buf(c, c->x_all, (size_t)job->n * in * sizeof(float), job->x, "inputs", e) < 0 ||
         write_buf(c, c->y_all, (size_t)job->n, job->y, "labels", e) < 0 ||
         write_buf(c, c->ids_all, (size_t)job->n * sizeof(uint32_t), job->ids, "sample ids", e) < 0 ||
@@ -398,18 +394,16 @@ static int ocl_train_shard(void *vctx, const shard_job *job, shard_result *res, 
     uint64_t *keys = ht_malloc((size_t)m->n_layers, sizeof *keys, e);
     if (!keys) return -1;
     for (int l = 0; l < m->n_layers; l++) keys[l] = ht_rng_key(job->seed, job->epoch, (uint32_t)l);
-    shard_job attempt = *job;
     int rc;
     for (;;) {
         ocl_clear_error();
-        if ((rc = train_attempt(c, &attempt, res, keys, e)) == 0) break;
+        if ((rc = train_attempt(c, job, res, keys, e)) == 0) break;
         cl_int err = ocl_last_error();
         // Out of device memory: halve the micro-batch and run the shard again from scratch
         // (the gradient sum is refilled, so nothing is counted twice).
         if (!is_out_of_memory(err) ||
             shrink_micro(c, ocl_error_name(err), res->note, sizeof res->note, e) < 0)
             break;
-        attempt.fault_oom = 0;
     }
     free(keys);
     if (rc < 0) clFinish(c->q); // nothing may still read the caller's buffers

@@ -1,21 +1,132 @@
 // Step engine: persistent worker threads (one per device), scatter/run/gather/update/broadcast,
 // and failover: a device that errs, hangs or returns wrong numbers is dropped and its share of
 // the step is run again on the devices left.
-#define _GNU_SOURCE // pthread_timedjoin_np
+//
+// Every pass (a step's shards, a re-run of failed shards, a broadcast, an inference chunk) is
+// an engine_task handed to the workers: the engine gathers each device's samples into that
+// device's own buffers, wakes the workers, waits for them up to the timeout, and copies the
+// outcome out. Nothing is shared with a worker while it runs but its own buffers and the
+// read-only master parameters of a broadcast.
+#define _GNU_SOURCE
 #include "engine.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "engine_internal.h"
-#include "net.h"
+#include "balance.h"
+#include "optim.h"
+#include "plan.h"
+
+#define ENGINE_REPLAN_GAIN 0.03 // re-plan only for a predicted step this much faster
+#define ENGINE_MIN_SHARE 0.005  // a device keeps at least this fraction of the largest capacity
+#define ENGINE_PROBE_EVERY 20   // steps between probes of devices the plan gives no samples
+
+typedef enum task_kind { TASK_TRAIN, TASK_INFER, TASK_PARAMS } task_kind;
+
+// What one pass asks of the devices. Training: idx[j] is the sample at batch position j;
+// inference: position j is sample start + j; a broadcast carries no samples.
+typedef struct engine_task {
+    task_kind kind;
+    const dataset *ds;
+    const uint32_t *idx;
+    int start;
+    uint32_t epoch;
+    long step; // the training step (from 1); 0 outside training
+} engine_task;
+
+// What the engine and its workers share. Reference-counted: a worker the engine gave up on
+// keeps it alive until it comes back, so that it never touches freed memory.
+typedef struct engine_hub {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    unsigned long gen; // pass number
+    int stop;
+    int refs;          // the engine and each running worker
+    float *params;     // the master parameters (n_params)
+} engine_hub;
+
+// Everything a worker thread touches, allocated per device on its own so that the engine can
+// give up on a worker that stopped answering (hung) and leave this to it: such a worker frees
+// it, and closes its device, when (if ever) it comes back. The engine writes the task fields
+// before a pass and reads the results after it, never while the worker runs.
+typedef struct engine_work {
+    engine_hub *hub;
+    const device_ops *ops;
+    void *ctx;
+    // The task of this pass.
+    int go;           // takes part in this pass
+    task_kind kind;
+    int n;            // samples, gathered by the engine into x, y, ids
+    uint64_t seed;
+    uint32_t epoch;
+    long step;
+    size_t n_params;
+    float *x;         // (max_batch, in)
+    uint8_t *y;
+    uint32_t *ids;
+    // The results.
+    float *grad_sum;  // (n_params)
+    float *loss;
+    int32_t *pred;
+    float *probs;     // (max_batch, n_classes)
+    int rc;
+    ht_error err;
+    char note[256];   // the device's own note from its last shard
+    int micro;        // the device's micro-batch after the shard (0: unchanged)
+    double busy_s;
+    unsigned long done_gen; // the last pass it finished
+    int abandoned;    // the engine gave up on it: the worker owns this struct now
+} engine_work;
+
+// The engine's view of a device.
+typedef struct engine_slot {
+    device *dev;
+    engine_work *work; // NULL once the device hung
+    int n;            // positions this pass
+    int *pos;         // (max_batch) batch positions of this device
+    // The outcome of the last pass, copied from work when it finished.
+    double busy_s;
+    int rc;
+    ht_error err;
+    int dispatched;   // takes part in the current pass
+    int failed;       // dropped for good
+    int started;      // its worker thread runs
+} engine_slot;
+
+struct engine {
+    const model *m;
+    device *devs;
+    int n_devs;
+    int max_batch;
+    uint64_t seed;
+    float *params;   // master parameters (n_params), read by the workers through the hub
+    float *grad;     // reduced mean gradient of the last step (n_params)
+    optim opt;
+    shard_plan plan; // over the active devices, for plan.len positions; remade when needed
+    int plan_dev[HT_MAX_DEVICES]; // plan index -> device index
+    engine_slot *slots;
+    int *orphans;    // batch positions whose device failed, to run again (max_batch)
+    int n_orphans;
+    long step;       // training steps done
+    double timeout_s;
+    int nan_stop;    // non-finite values stop the run instead of skipping the step
+    char events[4096]; // what happened since engine_take_events, one line each
+    char last_failure[600]; // the last device failure, for the error when none is left
+    balance_mode mode;
+    int rebalance;   // re-fit every this many steps (auto)
+    int since;       // steps since the last re-fit
+    balance bal;     // the devices' measured times
+    pthread_t *threads;
+    engine_hub *hub;
+};
 
 static void event(engine *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void event(engine *g, const char *fmt, ...) {
@@ -43,26 +154,74 @@ int engine_active(const engine *g) {
     return n;
 }
 
-void engine_drop_device(engine *g, int d) {
-    if (d < 0 || d >= g->n_devs || g->slots[d].failed) return;
-    g->slots[d].failed = 1;
-    balance_drop(g, d);
-    event(g, "device %s dropped on request", g->devs[d].spec);
+const float *engine_params(const engine *g) { return g->params; }
+const float *engine_grad(const engine *g) { return g->grad; }
+
+void engine_set_timeout(engine *g, double seconds) {
+    g->timeout_s = seconds > 0 ? seconds : ENGINE_DEFAULT_TIMEOUT;
+}
+void engine_set_nan_stop(engine *g, int stop) { g->nan_stop = stop; }
+void engine_set_balance(engine *g, balance_mode mode, int rebalance) {
+    g->mode = mode;
+    g->rebalance = rebalance < 1 ? 1 : rebalance;
 }
 
-void engine_set_timeout(engine *g, double seconds) { g->timeout_s = seconds > 0 ? seconds : ENGINE_DEFAULT_TIMEOUT; }
-void engine_set_nan_stop(engine *g, int stop) { g->nan_stop = stop; }
+void engine_capacities(const engine *g, double *cap) {
+    for (int d = 0; d < g->n_devs; d++) cap[d] = g->slots[d].failed ? 0 : g->devs[d].capacity;
+}
 
-// What the engine and its workers share. Reference-counted: a worker the engine gave up on
-// keeps it alive until it comes back, so that it never touches freed memory.
-struct engine_hub {
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    unsigned long gen; // pass number
-    int stop;
-    int refs;          // the engine and each running worker
-    float *params;     // the master parameters (n_params)
-};
+// Sets the capacities of the active devices (dropped ones stay 0; none below the minimum
+// share) and drops the cached plan.
+static void set_capacities(engine *g, const double *cap) {
+    double top = 0;
+    for (int d = 0; d < g->n_devs; d++)
+        if (!g->slots[d].failed && cap[d] > top) top = cap[d];
+    for (int d = 0; d < g->n_devs; d++) {
+        if (g->slots[d].failed) continue;
+        g->devs[d].capacity = cap[d] > top * ENGINE_MIN_SHARE ? cap[d] : top * ENGINE_MIN_SHARE;
+    }
+    shard_plan_free(&g->plan);
+}
+
+// Capacities from the fits for batches of B. Unless forced, the plan changes only when the fit
+// predicts a step at least ENGINE_REPLAN_GAIN faster: every re-plan changes the shard shapes a
+// device sees, and some drivers pay for new shapes (new GEMM kernels).
+static void refit(engine *g, int B, int force) {
+    int active[HT_MAX_DEVICES];
+    double cap[HT_MAX_DEVICES], now[HT_MAX_DEVICES] = {0};
+    for (int d = 0; d < g->n_devs; d++) active[d] = !g->slots[d].failed;
+    if (balance_capacities(&g->bal, active, B, cap) < 0) return; // not every device measured yet
+    if (!force && g->plan.pattern && g->plan.len == B) {
+        for (int k = 0; k < g->plan.n_devs; k++) now[g->plan_dev[k]] = g->plan.count[k];
+        if (balance_predict(&g->bal, active, now) <=
+            balance_predict(&g->bal, active, cap) * (1 + ENGINE_REPLAN_GAIN))
+            return;
+    }
+    set_capacities(g, cap);
+}
+
+// Adds the last pass's compute times to the fits.
+static void observe_pass(engine *g) {
+    for (int d = 0; d < g->n_devs; d++) {
+        engine_slot *s = &g->slots[d];
+        if (s->dispatched && !s->failed && s->rc == 0 && s->n > 0 && s->busy_s > 0)
+            balance_add(&g->bal, d, s->n, s->busy_s);
+    }
+}
+
+// A device leaves for good: no capacity, no measurements, no plan that names it.
+static void drop(engine *g, int d) {
+    g->slots[d].failed = 1;
+    g->devs[d].capacity = 0;
+    balance_forget(&g->bal, d);
+    shard_plan_free(&g->plan);
+}
+
+void engine_drop_device(engine *g, int d) {
+    if (d < 0 || d >= g->n_devs || g->slots[d].failed) return;
+    drop(g, d);
+    event(g, "device %s dropped on request", g->devs[d].spec);
+}
 
 static atomic_int stray_workers;
 
@@ -99,50 +258,22 @@ static void work_free(engine_work *w) {
     free(w);
 }
 
-// The test hook for a device that stops answering: sleeps until the engine shuts down.
-static void injected_hang(engine_hub *h) {
-    for (;;) {
-        pthread_mutex_lock(&h->mu);
-        int stop = h->stop;
-        pthread_mutex_unlock(&h->mu);
-        if (stop) return;
-        usleep(20000);
-    }
-}
-
-#define FAULT_BIT(k) (1u << (k))
-
-// Runs one pass of a worker's task on its device: parameters if asked, then the samples.
+// Runs one pass of a worker's task on its device.
 static void work_run(engine_work *w) {
     double t0 = ht_now();
     w->rc = 0;
-    w->bcast_s = 0;
     w->micro = 0;
     w->note[0] = 0;
-    if (w->send_params) {
-        if ((w->rc = w->ops->set_params(w->ctx, w->hub->params, &w->err)) < 0) return;
-        w->bcast_s = ht_now() - t0;
-    }
-    if (w->faults & FAULT_BIT(FAULT_HANG)) {
-        injected_hang(w->hub);
-        w->rc = ht_fail(&w->err, "stopped while hung (HETRAIN_FAULT)");
-        return;
-    }
-    if (w->faults & FAULT_BIT(FAULT_FAIL)) {
-        w->rc = ht_fail(&w->err, "injected failure (HETRAIN_FAULT) at step %ld", w->step);
-        return;
-    }
-    if (w->kind == TASK_TRAIN && w->n > 0) {
+    if (w->kind == TASK_PARAMS) {
+        w->rc = w->ops->set_params(w->ctx, w->hub->params, &w->err);
+    } else if (w->kind == TASK_TRAIN) {
         shard_job job = {.x = w->x, .y = w->y, .ids = w->ids, .n = w->n, .seed = w->seed,
-                         .epoch = w->epoch, .fault_oom = !!(w->faults & FAULT_BIT(FAULT_OOM))};
+                         .epoch = w->epoch, .step = w->step};
         shard_result res = {.grad_sum = w->grad_sum, .loss = w->loss, .pred = w->pred};
         w->rc = w->ops->train_shard(w->ctx, &job, &res, &w->err);
         if (w->rc == 0) w->micro = res.micro;
         snprintf(w->note, sizeof w->note, "%s", res.note);
-        if (w->rc == 0 && (w->faults & FAULT_BIT(FAULT_CORRUPT)))
-            for (size_t i = 0; i < w->n_params; i++) w->grad_sum[i] *= 1.5f;
-        if (w->rc == 0 && (w->faults & FAULT_BIT(FAULT_NAN))) w->grad_sum[0] = NAN;
-    } else if (w->n > 0) {
+    } else {
         w->rc = w->ops->infer(w->ctx, w->x, w->n, w->probs, &w->err);
     }
     w->busy_s = ht_now() - t0;
@@ -177,42 +308,37 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-// Hands the positions of device s's pass to its worker: the samples gathered, the faults to
-// inject, whether to send the parameters first.
-static void work_prepare(engine *g, engine_slot *s) {
+// Hands device s's part of task t to its worker: its samples gathered into its own buffers.
+static void work_prepare(engine *g, engine_slot *s, const engine_task *t) {
     engine_work *w = s->work;
-    const dataset *ds = g->task_ds;
-    int train = g->task_kind == TASK_TRAIN;
-    size_t in = (size_t)ds->c * ds->h * ds->w;
-    for (int i = 0; i < s->n; i++) {
-        uint32_t id = train ? g->task_idx[s->pos[i]] : (uint32_t)(g->task_start + s->pos[i]);
-        memcpy(w->x + i * in, ds->x + (size_t)id * in, sizeof(float) * in);
-        w->ids[i] = id;
-        w->y[i] = ds->y ? ds->y[id] : 0;
+    if (t->kind != TASK_PARAMS) {
+        for (int i = 0; i < s->n; i++)
+            w->ids[i] = t->kind == TASK_TRAIN ? t->idx[s->pos[i]] : (uint32_t)(t->start + s->pos[i]);
+        if (!t->ds->y) memset(w->y, 0, (size_t)s->n);
+        dataset_gather(t->ds, w->ids, s->n, w->x, w->y);
     }
-    long step = train ? g->step : 0;
-    w->faults = 0;
-    for (int k = FAULT_FAIL; k <= FAULT_CORRUPT; k++)
-        if (fault_planned(&g->faults, (fault_kind)k, s->dev->spec, step)) w->faults |= FAULT_BIT(k);
-    w->kind = g->task_kind;
+    w->kind = t->kind;
     w->n = s->n;
     w->seed = g->seed;
-    w->epoch = g->task_epoch;
-    w->step = g->step;
-    w->send_params = s->params_stale;
-    w->go = s->dispatched;
+    w->epoch = t->epoch;
+    w->step = t->step;
+    w->go = 1;
 }
 
-// Runs the current task on every dispatched device and waits for them, at most timeout_s. A
-// device that errs or does not answer is marked failed (with an event); its positions go to
-// g->orphans. A device that does not answer is given up: its worker keeps its own buffers and
-// closes the device if it ever comes back. Returns the number of devices that failed.
-static int dispatch(engine *g) {
+static const char *pass_name(const engine_task *t) {
+    return t->kind == TASK_TRAIN ? "step" : t->kind == TASK_INFER ? "inference, step" : "broadcast, step";
+}
+
+// Runs task t on every dispatched device and waits for them, at most timeout_s. A device that
+// errs or does not answer is dropped (with an event); its positions go to g->orphans. A device
+// that does not answer is given up: its worker keeps its own buffers and closes the device if
+// it ever comes back. Returns the number of devices that failed.
+static int dispatch(engine *g, const engine_task *t) {
     engine_hub *h = g->hub;
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
         if (s->work) s->work->go = 0;
-        if (s->dispatched) work_prepare(g, s);
+        if (s->dispatched) work_prepare(g, s, t);
     }
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
@@ -246,26 +372,30 @@ static int dispatch(engine *g) {
             s->dev->hung = 1;
             pthread_detach(g->threads[d]);
             atomic_fetch_add(&stray_workers, 1);
-            s->rc = ht_fail(&s->err, "no answer within %g s (a device only slow for shards of "
-                                     "%d samples needs a longer --device-timeout)", g->timeout_s, s->n);
+            if (t->kind == TASK_PARAMS)
+                s->rc = ht_fail(&s->err, "no answer within %g s", g->timeout_s);
+            else
+                s->rc = ht_fail(&s->err, "no answer within %g s (a device only slow for shards of "
+                                         "%d samples needs a longer --device-timeout)", g->timeout_s, s->n);
         } else {
             s->rc = w->rc;
             s->err = w->err;
             s->busy_s = w->busy_s;
-            s->bcast_s = w->bcast_s;
-            if (w->rc == 0 && w->send_params) s->params_stale = 0;
             if (w->rc == 0 && w->micro > 0) s->dev->micro = w->micro;
             note = w->note;
         }
         if (s->rc < 0) {
-            s->failed = 1;
             failed++;
-            balance_drop(g, d);
+            drop(g, d);
             for (int i = 0; i < s->n; i++) g->orphans[g->n_orphans++] = s->pos[i];
             snprintf(g->last_failure, sizeof g->last_failure, "%s: %s", s->dev->spec, s->err.msg);
-            event(g, "%s%ld: device %s failed and was dropped: %s; its %d sample%s went to the "
-                     "other devices", g->task_kind == TASK_TRAIN ? "step " : "inference, step ",
-                  g->step, s->dev->spec, s->err.msg, s->n, s->n == 1 ? "" : "s");
+            if (s->n > 0)
+                event(g, "%s %ld: device %s failed and was dropped: %s; its %d sample%s went to "
+                         "the other devices", pass_name(t), g->step, s->dev->spec, s->err.msg, s->n,
+                      s->n == 1 ? "" : "s");
+            else
+                event(g, "%s %ld: device %s failed and was dropped: %s", pass_name(t), g->step,
+                      s->dev->spec, s->err.msg);
         } else if (note[0]) {
             event(g, "step %ld: device %s: %s", g->step, s->dev->spec, note);
         }
@@ -274,21 +404,43 @@ static int dispatch(engine *g) {
     return failed;
 }
 
-// Plans `n` positions over the active devices (plan cached for the full batch only).
+// Sends the master parameters to every active device. Adds each device's time to st.
+static int broadcast(engine *g, step_stats *st, ht_error *e) {
+    engine_task t = {.kind = TASK_PARAMS, .step = g->step};
+    for (int d = 0; d < g->n_devs; d++) {
+        engine_slot *s = &g->slots[d];
+        s->n = 0;
+        s->dispatched = !s->failed;
+    }
+    g->n_orphans = 0;
+    dispatch(g, &t);
+    for (int d = 0; st && d < g->n_devs; d++)
+        if (g->slots[d].dispatched && !g->slots[d].failed) st->busy_s[d] += g->slots[d].busy_s;
+    if (engine_active(g) == 0)
+        return ht_fail(e, "every device has failed; the last: %s", g->last_failure);
+    return 0;
+}
+
+int engine_set_params(engine *g, const float *params, ht_error *e) {
+    memcpy(g->params, params, sizeof(float) * g->m->n_params);
+    return broadcast(g, NULL, e);
+}
+
+// Plans `n` positions over the active devices.
 static int plan_active(engine *g, shard_plan *p, int n, ht_error *e) {
-    double w[HT_MAX_DEVICES];
+    double cap[HT_MAX_DEVICES];
     int k = 0;
     for (int d = 0; d < g->n_devs; d++) {
         if (g->slots[d].failed) continue;
         g->plan_dev[k] = d;
-        w[k++] = g->devs[d].capacity > 0 ? g->devs[d].capacity : 1;
+        cap[k++] = g->devs[d].capacity > 0 ? g->devs[d].capacity : 1;
     }
     if (k == 0) return ht_fail(e, "every device has failed; the last: %s", g->last_failure);
-    return shard_plan_init(p, w, k, n, e);
+    return shard_plan_init(p, cap, k, n, e);
 }
 
 // Gives every active device its positions among `positions` (NULL: 0..n-1) and marks it
-// dispatched. Uses the cached full-batch plan when n is the batch size.
+// dispatched. Uses (and caches) the full-batch plan when `cache`.
 static int assign(engine *g, const int *positions, int n, int cache, ht_error *e) {
     shard_plan tmp, *p = &g->plan;
     if (!cache) {
@@ -306,12 +458,31 @@ static int assign(engine *g, const int *positions, int n, int cache, ht_error *e
         engine_slot *s = &g->slots[g->plan_dev[p->pattern[j]]];
         s->pos[s->n++] = positions ? positions[j] : j;
     }
-    // A device with no samples this pass sits it out: no broadcast, no launch, no wait.
+    // A device with no samples this pass sits it out: no launch, no wait.
     for (int k = 0; k < p->n_devs; k++) {
         engine_slot *s = &g->slots[g->plan_dev[k]];
         s->dispatched = s->n > 0;
     }
     if (!cache) shard_plan_free(&tmp);
+    return 0;
+}
+
+// Runs the positions that failed devices left in g->orphans on the others, until none is left;
+// after each pass, `collect` takes what it produced.
+static int rerun_orphans(engine *g, const engine_task *t, void (*collect)(engine *, void *),
+                         void *arg, ht_error *e) {
+    while (g->n_orphans > 0) {
+        int n = g->n_orphans;
+        int *left = malloc(sizeof(int) * (size_t)n);
+        if (!left) return ht_fail(e, "out of memory re-planning the failed devices' samples");
+        memcpy(left, g->orphans, sizeof(int) * (size_t)n);
+        g->n_orphans = 0;
+        int rc = assign(g, left, n, 0, e);
+        free(left);
+        if (rc < 0) return -1;
+        dispatch(g, t);
+        collect(g, arg);
+    }
     return 0;
 }
 
@@ -363,45 +534,49 @@ static engine_work *work_alloc(engine *g, const device *dev, ht_error *e) {
     return w;
 }
 
-int engine_init(engine *g, const model *m, device *devs, int n_devs, const float *params,
+int engine_open(engine **out, const model *m, device *devs, int n_devs, const float *params,
                 const train_setup *s, int max_batch, uint64_t seed, ht_error *e) {
-    memset(g, 0, sizeof *g);
+    *out = NULL;
     if (n_devs < 1 || n_devs > HT_MAX_DEVICES)
         return ht_fail(e, "engine: %d devices (1..%d)", n_devs, HT_MAX_DEVICES);
-    if (fault_plan_parse(&g->faults, getenv("HETRAIN_FAULT"), e) < 0) return -1;
+    engine *g = ht_calloc(1, sizeof *g, e);
+    if (!g) return -1;
     g->m = m;
     g->devs = devs;
     g->n_devs = n_devs;
     g->max_batch = max_batch;
     g->seed = seed;
-    g->balance = BALANCE_STATIC;
+    g->mode = BALANCE_STATIC;
     g->rebalance = 1;
     g->timeout_s = ENGINE_DEFAULT_TIMEOUT;
+    balance_reset(&g->bal, n_devs);
     engine_hub *h = g->hub = ht_calloc(1, sizeof *h, e);
-    if (!h) return -1;
+    if (!h) {
+        free(g);
+        return -1;
+    }
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->go, NULL);
     pthread_cond_init(&h->done, NULL);
     h->refs = 1;
     h->params = g->params = ht_malloc(m->n_params, sizeof(float), e);
-    g->grad = ht_malloc(m->n_params, sizeof(float), e);
+    g->grad = ht_calloc(m->n_params, sizeof(float), e);
     g->orphans = ht_malloc((size_t)max_batch, sizeof *g->orphans, e);
     g->slots = ht_calloc((size_t)n_devs, sizeof *g->slots, e);
     g->threads = ht_calloc((size_t)n_devs, sizeof *g->threads, e);
     if (!g->params || !g->grad || !g->orphans || !g->slots || !g->threads ||
         optim_init(&g->opt, s, m->n_params, e) < 0) {
-        engine_free(g);
+        engine_close(g);
         return -1;
     }
     memcpy(g->params, params, sizeof(float) * m->n_params);
     for (int d = 0; d < n_devs; d++) {
         engine_slot *sl = &g->slots[d];
         sl->dev = &devs[d];
-        sl->params_stale = 1;
         sl->pos = ht_malloc((size_t)max_batch, sizeof *sl->pos, e);
         sl->work = sl->pos ? work_alloc(g, &devs[d], e) : NULL;
         if (!sl->work) {
-            engine_free(g);
+            engine_close(g);
             return ht_wrap(e, "buffers for device %s", devs[d].spec);
         }
         pthread_mutex_lock(&h->mu);
@@ -411,15 +586,21 @@ int engine_init(engine *g, const model *m, device *devs, int n_devs, const float
             pthread_mutex_lock(&h->mu);
             h->refs--;
             pthread_mutex_unlock(&h->mu);
-            engine_free(g);
+            engine_close(g);
             return ht_fail(e, "engine: cannot start a worker thread for device %s", devs[d].spec);
         }
         sl->started = 1;
     }
+    if (broadcast(g, NULL, e) < 0) {
+        engine_close(g);
+        return -1;
+    }
+    *out = g;
     return 0;
 }
 
-void engine_free(engine *g) {
+void engine_close(engine *g) {
+    if (!g) return;
     engine_hub *h = g->hub;
     if (h) {
         pthread_mutex_lock(&h->mu);
@@ -442,45 +623,71 @@ void engine_free(engine *g) {
     shard_plan_free(&g->plan);
     if (h) hub_release(h); // frees the parameters with the last worker
     else free(g->params);
-    memset(g, 0, sizeof *g);
+    free(g);
 }
 
-static void set_task(engine *g, int kind, const dataset *ds, const uint32_t *idx, int start,
-                     uint32_t epoch) {
-    g->task_kind = kind;
-    g->task_ds = ds;
-    g->task_idx = idx;
-    g->task_start = start;
-    g->task_epoch = epoch;
+// The relative L2 difference of a[off..off+n) from b, and the index of the largest element
+// difference.
+static double rel_diff(const float *a, const float *b, size_t off, size_t n, size_t *worst_at) {
+    double num = 0, den = 0, worst = -1;
+    *worst_at = off;
+    for (size_t i = off; i < off + n; i++) {
+        double diff = (double)a[i] - b[i];
+        num += diff * diff;
+        den += (double)b[i] * b[i];
+        if (!(fabs(diff) <= worst)) {
+            worst = fabs(diff);
+            *worst_at = i;
+        }
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-int engine_self_check(engine *g, const dataset *ds, const uint32_t *idx, int n, ht_error *e) {
+// Compares device slot s's probe results with the reference's; drops it with an event when
+// they differ beyond the ENGINE_SELF_CHECK_TOL_* bounds.
+static void check_one(engine *g, int d, const float *ref_grad, const float *ref_loss, int n) {
+    const engine_work *w = g->slots[d].work;
+    const model_tensor *ts;
+    int nt = model_tensors(g->m, &ts);
+    // Per tensor, against its own tolerance; the tensor furthest over it is reported.
+    double excess = 0, rel_at = 0, tol_at = 0;
+    const model_tensor *bad = NULL;
+    size_t wi = 0;
+    for (int k = 0; k < nt; k++) {
+        double tol = ts[k].output ? ENGINE_SELF_CHECK_TOL_OUT : ENGINE_SELF_CHECK_TOL_BRANCH;
+        size_t wj;
+        double rel = rel_diff(w->grad_sum, ref_grad, ts[k].off, ts[k].n, &wj);
+        if (!(rel / tol <= excess)) {
+            excess = isnan(rel) ? INFINITY : rel / tol;
+            rel_at = rel;
+            tol_at = tol;
+            bad = &ts[k];
+            wi = wj;
+        }
+    }
+    double lworst = 0;
+    for (int i = 0; i < n; i++) {
+        double dl = fabs((double)w->loss[i] - ref_loss[i]);
+        if (!(dl <= lworst)) lworst = dl;
+    }
+    if (excess <= 1 && lworst <= ENGINE_SELF_CHECK_TOL_LOSS) return;
+    const device *dev = g->slots[d].dev;
+    drop(g, d);
+    event(g, "self-check: device %s (%s) excluded: its gradient of %s differs from the "
+             "reference by %.3g (relative L2, tolerance %.3g), worst element [%zu] %.6g vs "
+             "%.6g; largest loss difference %.3g (tolerance %.3g)",
+          dev->spec, dev->name, bad ? bad->name : "(no tensor)", rel_at, tol_at,
+          bad ? wi - bad->off : 0, (double)w->grad_sum[wi],
+          (double)ref_grad[wi], lworst, ENGINE_SELF_CHECK_TOL_LOSS);
+}
+
+int engine_self_check(engine *g, device *ref, const dataset *ds, const uint32_t *idx, int n,
+                      ht_error *e) {
     const model *m = g->m;
     if (n > g->max_batch) n = g->max_batch;
     if (n < 1) return 0;
-    // The reference: the CPU network over the same probe, dropout on as in training.
-    size_t in = (size_t)ds->c * ds->h * ds->w;
-    net_ws ws;
-    float *x = ht_malloc((size_t)n * in, sizeof(float), e);
-    uint8_t *y = ht_malloc((size_t)n, 1, e);
-    float *ref = ht_calloc(m->n_params, sizeof(float), e);
-    if (!x || !y || !ref || net_ws_init(&ws, m, n, 1, e) < 0) {
-        free(x);
-        free(y);
-        free(ref);
-        return -1;
-    }
-    dataset_gather(ds, idx, n, x, y);
-    net_dropout drop = {.seed = g->seed, .epoch = 0, .ids = idx};
-    net_forward(&ws, m, g->params, x, y, n, &drop);
-    net_backward(&ws, m, g->params, ref, x, y, n, &drop);
-    int out = 0; // the output layer: the last with parameters
-    for (int l = 0; l < m->n_layers; l++)
-        if (m->layers[l].w_off != LAYER_NO_PARAM || m->layers[l].b_off != LAYER_NO_PARAM) out = l;
-    // Every device runs the whole probe.
-    set_task(g, TASK_TRAIN, ds, idx, 0, 0);
-    long step = g->step;
-    g->step = 0; // no step fault fires during the check
+    // Every device runs the whole probe, as a pass outside training (step 0).
+    engine_task t = {.kind = TASK_TRAIN, .ds = ds, .idx = idx};
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
         s->dispatched = !s->failed;
@@ -488,104 +695,77 @@ int engine_self_check(engine *g, const dataset *ds, const uint32_t *idx, int n, 
         for (int i = 0; i < s->n; i++) s->pos[i] = i;
     }
     g->n_orphans = 0;
-    dispatch(g);
-    g->step = step;
-    for (int d = 0; d < g->n_devs; d++) {
-        engine_slot *s = &g->slots[d];
-        if (!s->dispatched || s->failed) continue;
-        const engine_work *w = s->work;
-        // Per tensor, against its own tolerance; the tensor furthest over it is reported.
-        double excess = 0, rel_at = 0, tol_at = 0;
-        const char *tensor = "?", *part = "";
-        size_t wi = 0, at = 0;
-        for (int l = 0; l < m->n_layers; l++) {
-            const layer *L = &m->layers[l];
-            double tol = l == out ? ENGINE_SELF_CHECK_TOL_OUT : ENGINE_SELF_CHECK_TOL_BRANCH;
-            for (int p = 0; p < 2; p++) {
-                size_t off = p ? L->b_off : L->w_off, cnt = p ? L->n_b : L->n_w;
-                if (off == LAYER_NO_PARAM) continue;
-                double num = 0, den = 0, worst = -1;
-                size_t wj = off;
-                for (size_t i = off; i < off + cnt; i++) {
-                    double diff = (double)w->grad_sum[i] - ref[i];
-                    num += diff * diff;
-                    den += (double)ref[i] * ref[i];
-                    if (!(fabs(diff) <= worst)) {
-                        worst = fabs(diff);
-                        wj = i;
-                    }
-                }
-                double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-                if (!(rel / tol <= excess)) {
-                    excess = isnan(rel) ? INFINITY : rel / tol;
-                    rel_at = rel;
-                    tol_at = tol;
-                    tensor = L->name;
-                    part = p ? ".bias" : ".weight";
-                    wi = wj;
-                    at = wj - off;
-                }
-            }
-        }
-        double lworst = 0;
-        for (int i = 0; i < n; i++) {
-            double dl = fabs((double)w->loss[i] - ws.loss[i]);
-            if (!(dl <= lworst)) lworst = dl;
-        }
-        if (!(excess <= 1) || !(lworst <= ENGINE_SELF_CHECK_TOL_LOSS)) {
-            s->failed = 1;
-            balance_drop(g, d);
-            event(g, "self-check: device %s (%s) excluded: its gradient of %s%s differs from the "
-                     "CPU reference by %.3g (relative L2, tolerance %.3g), worst element [%zu] "
-                     "%.6g vs %.6g; largest loss difference %.3g (tolerance %.3g)",
-                  s->dev->spec, s->dev->name, tensor, part, rel_at, tol_at, at,
-                  (double)w->grad_sum[wi], (double)ref[wi], lworst, ENGINE_SELF_CHECK_TOL_LOSS);
-        }
+    dispatch(g, &t);
+    // The reference, on the same samples (gathered as the devices got them).
+    size_t in = (size_t)ds->c * ds->h * ds->w;
+    float *x = ht_malloc((size_t)n * in, sizeof(float), e);
+    uint8_t *y = ht_malloc((size_t)n, 1, e);
+    float *grad = ht_malloc(m->n_params, sizeof(float), e), *loss = ht_malloc((size_t)n, sizeof(float), e);
+    int32_t *pred = ht_malloc((size_t)n, sizeof(int32_t), e);
+    int rc = -1;
+    if (!x || !y || !grad || !loss || !pred) goto out;
+    dataset_gather(ds, idx, n, x, y);
+    shard_job job = {.x = x, .y = y, .ids = idx, .n = n, .seed = g->seed};
+    shard_result res = {.grad_sum = grad, .loss = loss, .pred = pred};
+    if (ref->ops->set_params(ref->ctx, g->params, e) < 0 ||
+        ref->ops->train_shard(ref->ctx, &job, &res, e) < 0) {
+        ht_wrap(e, "self-check: the reference device %s", ref->spec);
+        goto out;
     }
-    net_ws_free(&ws);
+    for (int d = 0; d < g->n_devs; d++)
+        if (g->slots[d].dispatched && !g->slots[d].failed) check_one(g, d, grad, loss, n);
+    rc = 0;
+    if (engine_active(g) == 0) rc = ht_fail(e, "no device passed the self-check:\n%s", g->events);
+out:
     free(x);
     free(y);
-    free(ref);
-    if (engine_active(g) == 0) return ht_fail(e, "no device passed the self-check:\n%s", g->events);
-    return 0;
+    free(grad);
+    free(loss);
+    free(pred);
+    return rc;
 }
 
 int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e) {
     if (engine_active(g) < 2) return 0;
     if (B > g->max_batch) B = g->max_batch;
-    balance_reset(g);
+    balance_reset(&g->bal, g->n_devs);
     // Some drivers compile or tune on the first launch of each new shape, so every measured
     // round follows a warm-up round at the same shares: round 0 warms up at the given capacities,
     // round 1 measures them; round 2 warms up at the capacities fitted from round 1, round 3
     // measures those. Each device is thus seen at two shard sizes, and the fit can separate
     // fixed from per-sample cost.
+    engine_task t = {.kind = TASK_TRAIN, .ds = ds, .idx = idx};
     for (int round = 0; round < 4; round++) {
         if (assign(g, NULL, B, 1, e) < 0) return ht_wrap(e, "calibration");
-        set_task(g, TASK_TRAIN, ds, idx, 0, 0);
         g->n_orphans = 0;
-        long step = g->step;
-        g->step = 0;
-        dispatch(g);
-        g->step = step;
+        dispatch(g, &t);
         if (engine_active(g) == 0) return ht_fail(e, "calibration: every device failed");
         if (round % 2 == 0) continue;
-        balance_fit_pass(g);
-        balance_now(g, B, 1);
+        observe_pass(g);
+        refit(g, B, 1);
     }
     g->since = 0;
     return 0;
 }
 
+// What a training pass hands back, for gather.
+typedef struct step_out {
+    float *loss;
+    int32_t *pred;
+    step_stats *st;
+    int bad; // a device returned non-finite values
+} step_out;
+
 // Adds the results of the last pass to the step's gradient sum (in device order, so the sum
-// does not depend on timing) and outputs; returns 1 when a device returned non-finite values.
-static int gather(engine *g, float *loss, int32_t *pred, step_stats *st) {
-    int bad = 0;
+// does not depend on timing) and outputs.
+static void gather(engine *g, void *arg) {
+    step_out *o = arg;
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
         if (!s->dispatched || s->failed) continue;
         const engine_work *w = s->work;
         if (non_finite(w)) {
-            bad = 1;
+            o->bad = 1;
             event(g, "step %ld: device %s returned a non-finite loss or gradient", g->step,
                   s->dev->spec);
         }
@@ -593,15 +773,12 @@ static int gather(engine *g, float *loss, int32_t *pred, step_stats *st) {
         const float *gs = w->grad_sum;
         for (size_t i = 0; i < g->m->n_params; i++) acc[i] += gs[i];
         for (int i = 0; i < s->n; i++) {
-            if (loss) loss[s->pos[i]] = w->loss[i];
-            if (pred) pred[s->pos[i]] = w->pred[i];
+            if (o->loss) o->loss[s->pos[i]] = w->loss[i];
+            if (o->pred) o->pred[s->pos[i]] = w->pred[i];
         }
-        if (st) {
-            st->busy_s[d] += s->busy_s;
-            st->share[d] += s->n;
-        }
+        o->st->busy_s[d] += s->busy_s;
+        o->st->share[d] += s->n;
     }
-    return bad;
 }
 
 int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, uint32_t epoch,
@@ -612,12 +789,12 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     if (!st) st = &local;
     memset(st, 0, sizeof *st);
     g->step++;
-    set_task(g, TASK_TRAIN, ds, idx, 0, epoch);
+    engine_task t = {.kind = TASK_TRAIN, .ds = ds, .idx = idx, .epoch = epoch, .step = g->step};
     if (assign(g, NULL, B, 1, e) < 0) return -1;
-    if (g->balance == BALANCE_AUTO && g->step % ENGINE_PROBE_EVERY == 0) probe_idle(g);
+    if (g->mode == BALANCE_AUTO && g->step % ENGINE_PROBE_EVERY == 0) probe_idle(g);
     g->n_orphans = 0;
-    dispatch(g);
-    if (g->balance == BALANCE_AUTO) balance_fit_pass(g);
+    dispatch(g, &t);
+    if (g->mode == BALANCE_AUTO) observe_pass(g);
     memset(g->grad, 0, sizeof(float) * g->m->n_params);
     double slowest = 0;
     for (int d = 0; d < g->n_devs; d++)
@@ -625,68 +802,58 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
             slowest = g->slots[d].busy_s;
     for (int d = 0; d < g->n_devs; d++)
         if (g->slots[d].dispatched && !g->slots[d].failed) st->wait_s += slowest - g->slots[d].busy_s;
-    int bad = gather(g, loss, pred, st);
-    // Re-run what failed devices left undone, on the others, until nothing is left.
-    while (g->n_orphans > 0) {
-        int n = g->n_orphans;
-        int *left = malloc(sizeof(int) * (size_t)n);
-        if (!left) return ht_fail(e, "out of memory re-planning the step");
-        memcpy(left, g->orphans, sizeof(int) * (size_t)n);
-        g->n_orphans = 0;
-        int rc = assign(g, left, n, 0, e);
-        free(left);
-        if (rc < 0) return -1;
-        dispatch(g);
-        bad |= gather(g, loss, pred, st);
-    }
+    step_out o = {.loss = loss, .pred = pred, .st = st};
+    gather(g, &o);
+    if (rerun_orphans(g, &t, gather, &o, e) < 0) return -1;
     double t1 = ht_now();
-    if (bad) {
-        if (g->nan_stop)
-            return ht_fail(e, "non-finite loss or gradient (--on-nan stop)");
+    if (o.bad) {
+        if (g->nan_stop) return ht_fail(e, "non-finite loss or gradient (--on-nan stop)");
         event(g, "step %ld: update skipped (--on-nan skip)", g->step);
         st->skipped = 1;
     } else {
         float inv = 1.0f / (float)B;
         for (size_t i = 0; i < g->m->n_params; i++) g->grad[i] *= inv;
         optim_step(&g->opt, g->params, g->grad);
-        for (int d = 0; d < g->n_devs; d++) g->slots[d].params_stale = 1;
+        if (broadcast(g, st, e) < 0) return -1;
     }
-    double t2 = ht_now(), bcast = 0;
-    for (int d = 0; d < g->n_devs; d++)
-        if (g->slots[d].bcast_s > bcast) bcast = g->slots[d].bcast_s;
-    st->host_s = (t2 - t1) + bcast;
+    double t2 = ht_now();
+    st->host_s = t2 - t1;
     st->wall_s = t2 - t0;
-    balance_observe(g, B);
+    if (g->mode == BALANCE_AUTO && engine_active(g) >= 2 && ++g->since >= g->rebalance) {
+        g->since = 0;
+        refit(g, B, 0);
+    }
     return 0;
 }
 
-int engine_infer(engine *g, const dataset *ds, int start, int n, float *probs, ht_error *e) {
+// What an inference pass hands back, for take_probs.
+typedef struct infer_out {
+    float *probs;
+    int off;
+} infer_out;
+
+static void take_probs(engine *g, void *arg) {
+    infer_out *o = arg;
     int nc = g->m->n_classes;
+    for (int d = 0; d < g->n_devs; d++) {
+        engine_slot *s = &g->slots[d];
+        if (!s->dispatched || s->failed) continue;
+        for (int i = 0; i < s->n; i++)
+            memcpy(o->probs + (size_t)(o->off + s->pos[i]) * nc, s->work->probs + (size_t)i * nc,
+                   sizeof(float) * nc);
+    }
+}
+
+int engine_infer(engine *g, const dataset *ds, int start, int n, float *probs, ht_error *e) {
     for (int off = 0; off < n; off += g->max_batch) {
         int B = n - off < g->max_batch ? n - off : g->max_batch;
-        set_task(g, TASK_INFER, ds, NULL, start + off, 0);
+        engine_task t = {.kind = TASK_INFER, .ds = ds, .start = start + off};
+        infer_out o = {.probs = probs, .off = off};
         if (assign(g, NULL, B, 1, e) < 0) return ht_wrap(e, "inference");
         g->n_orphans = 0;
-        dispatch(g);
-        for (;;) {
-            for (int d = 0; d < g->n_devs; d++) {
-                engine_slot *s = &g->slots[d];
-                if (!s->dispatched || s->failed) continue;
-                for (int i = 0; i < s->n; i++)
-                    memcpy(probs + (size_t)(off + s->pos[i]) * nc, s->work->probs + (size_t)i * nc,
-                           sizeof(float) * nc);
-            }
-            if (g->n_orphans == 0) break;
-            int k = g->n_orphans;
-            int *left = malloc(sizeof(int) * (size_t)k);
-            if (!left) return ht_fail(e, "out of memory re-planning inference");
-            memcpy(left, g->orphans, sizeof(int) * (size_t)k);
-            g->n_orphans = 0;
-            int rc = assign(g, left, k, 0, e);
-            free(left);
-            if (rc < 0) return ht_wrap(e, "inference");
-            dispatch(g);
-        }
+        dispatch(g, &t);
+        take_probs(g, &o);
+        if (rerun_orphans(g, &t, take_probs, &o, e) < 0) return ht_wrap(e, "inference");
     }
     return 0;
 }

@@ -37,24 +37,6 @@ static int have_opencl(void) {
     return n > 0;
 }
 
-typedef struct side {
-    device *devs;
-    int n;
-    engine g;
-} side;
-
-static void side_open(side *sd, const model *m, const char *spec, const float *init) {
-    ht_error e;
-    if (device_open_list(&sd->devs, &sd->n, spec, m, BATCH, 0, &e) < 0) fail_msg("%s", e.msg);
-    if (engine_init(&sd->g, m, sd->devs, sd->n, init, &m->setup, BATCH, 5, &e) < 0)
-        fail_msg("%s", e.msg);
-}
-
-static void side_close(side *sd) {
-    engine_free(&sd->g);
-    device_close_list(sd->devs, sd->n);
-}
-
 static void test_step_matches_cpu(void **state) {
     (void)state;
     if (!have_opencl()) skip();
@@ -70,34 +52,34 @@ static void test_step_matches_cpu(void **state) {
         if (model_init_preset(&m, nets[k], &e) < 0) fail_msg("%s", e.msg);
         float *init = malloc(sizeof(float) * m.n_params);
         model_init_params(&m, init, 5);
-        side cpu, cl;
-        side_open(&cpu, &m, "cpu", init);
-        side_open(&cl, &m, "cl:0.0", init);
+        test_rig cpu, cl;
+        test_rig_open(&cpu, &m, "cpu", NULL, init, BATCH, 5, 0);
+        test_rig_open(&cl, &m, "cl:0.0", NULL, init, BATCH, 5, 0);
         for (int s = 0; s < STEPS; s++) {
             uint32_t idx[BATCH];
             for (int i = 0; i < BATCH; i++) idx[i] = (uint32_t)(((s * BATCH + i) * 37) % ds.n);
-            // Both start the step from the CPU's weights (every device is sent the weights at
-            // the start of a step after an update), so only this step's rounding is compared.
-            memcpy(cl.g.params, cpu.g.params, sizeof(float) * m.n_params);
-            if (engine_train_step(&cpu.g, &ds, idx, BATCH, 1, NULL, NULL, NULL, &e) < 0 ||
-                engine_train_step(&cl.g, &ds, idx, BATCH, 1, NULL, NULL, NULL, &e) < 0)
+            // Both start the step from the CPU's weights (every device is sent the parameters
+            // after an update), so only this step's rounding is compared.
+            if (engine_set_params(cl.g, engine_params(cpu.g), &e) < 0) fail_msg("%s", e.msg);
+            if (engine_train_step(cpu.g, &ds, idx, BATCH, 1, NULL, NULL, NULL, &e) < 0 ||
+                engine_train_step(cl.g, &ds, idx, BATCH, 1, NULL, NULL, NULL, &e) < 0)
                 fail_msg("%s", e.msg);
             char what[128];
             snprintf(what, sizeof what, "%s step %d mean gradient, cl:0.0 vs cpu", nets[k], s + 1);
-            assert_true(check_step_grad(&m, cl.g.grad, cpu.g.grad, what));
+            assert_true(check_step_grad(&m, engine_grad(cl.g), engine_grad(cpu.g), what));
         }
-        memcpy(cl.g.params, cpu.g.params, sizeof(float) * m.n_params);
+        if (engine_set_params(cl.g, engine_params(cpu.g), &e) < 0) fail_msg("%s", e.msg);
         float *pcpu = malloc(sizeof(float) * 150 * m.n_classes);
         float *pcl = malloc(sizeof(float) * 150 * m.n_classes);
-        if (engine_infer(&cpu.g, &ds, 0, 150, pcpu, &e) < 0 ||
-            engine_infer(&cl.g, &ds, 0, 150, pcl, &e) < 0)
+        if (engine_infer(cpu.g, &ds, 0, 150, pcpu, &e) < 0 ||
+            engine_infer(cl.g, &ds, 0, 150, pcl, &e) < 0)
             fail_msg("%s", e.msg);
         assert_true(check_tensor(pcl, pcpu, 150 * (size_t)m.n_classes, TOL_PROBS, FLOOR_PROBS,
                                  "inference probabilities, cl:0.0 vs cpu"));
         free(pcpu);
         free(pcl);
-        side_close(&cpu);
-        side_close(&cl);
+        test_rig_close(&cpu);
+        test_rig_close(&cl);
         free(init);
         model_free(&m);
     }

@@ -52,28 +52,17 @@ static int teardown(void **state) {
     return 0;
 }
 
-typedef struct run {
-    device *devs;
-    int n;
-    engine g;
-} run;
+typedef test_rig run;
 
+// The rig for every test here: net from seed 9's parameters, faults wrapped around the devices.
 static void run_open(run *r, const char *spec, uint64_t mem, const char *faults) {
-    ht_error e;
-    if (faults) setenv("HETRAIN_FAULT", faults, 1);
-    else unsetenv("HETRAIN_FAULT");
-    if (device_open_list(&r->devs, &r->n, spec, &net, BATCH, mem, &e) < 0) fail_msg("%s: %s", spec, e.msg);
     float *p = malloc(sizeof(float) * net.n_params);
     model_init_params(&net, p, 9);
-    if (engine_init(&r->g, &net, r->devs, r->n, p, &net.setup, BATCH, 9, &e) < 0) fail_msg("%s", e.msg);
-    unsetenv("HETRAIN_FAULT");
+    test_rig_open(r, &net, spec, faults, p, BATCH, 9, mem);
     free(p);
 }
 
-static void run_close(run *r) {
-    engine_free(&r->g);
-    device_close_list(r->devs, r->n);
-}
+static void run_close(run *r) { test_rig_close(r); }
 
 static void batch_idx(uint32_t *idx, int step) {
     for (int i = 0; i < BATCH; i++) idx[i] = (uint32_t)((step * BATCH + i * 7) % data.n);
@@ -86,7 +75,7 @@ static void step(run *r, int k, step_stats *st) {
     batch_idx(idx, k);
     for (int i = 0; i < BATCH; i++) loss[i] = NAN;
     ht_error e;
-    if (engine_train_step(&r->g, &data, idx, BATCH, 0, loss, NULL, st, &e) < 0) fail_msg("%s", e.msg);
+    if (engine_train_step(r->g, &data, idx, BATCH, 0, loss, NULL, st, &e) < 0) fail_msg("%s", e.msg);
     int total = 0;
     for (int d = 0; d < r->n; d++) total += st->share[d];
     assert_int_equal(total, BATCH);
@@ -112,7 +101,7 @@ static void test_micro_batches_equal_whole_shard(void **state) {
         step(&small, 0, &st);
         char what[64];
         snprintf(what, sizeof what, "%s micro-batched vs whole shard", specs[k]);
-        assert_true(check_step_grad(&net, small.g.grad, whole.g.grad, what));
+        assert_true(check_step_grad(&net, engine_grad(small.g), engine_grad(whole.g), what));
         run_close(&whole);
         run_close(&small);
     }
@@ -133,15 +122,25 @@ static void test_injected_oom_shrinks_micro_batch(void **state) {
         step_stats st;
         step(&ref, 0, &st);
         step(&oom, 0, &st);
-        const char *ev = engine_take_events(&oom.g);
+        const char *ev = engine_take_events(oom.g);
         printf("%s", ev);
         assert_non_null(strstr(ev, "micro-batch"));
         assert_int_equal(oom.devs[0].micro, before / 2);
-        assert_true(check_step_grad(&net, oom.g.grad, ref.g.grad,
+        assert_true(check_step_grad(&net, engine_grad(oom.g), engine_grad(ref.g),
                                     "gradient after an injected out-of-memory"));
         run_close(&ref);
         run_close(&oom);
     }
+}
+
+// The self-check of r's devices against a single-threaded CPU device, as train runs it.
+static void self_check(run *r, const uint32_t *idx, int n) {
+    ht_error e;
+    device *ref;
+    int nref;
+    if (device_open_list(&ref, &nref, "cpu:1", &net, n, 0, &e) < 0) fail_msg("%s", e.msg);
+    if (engine_self_check(r->g, ref, &data, idx, n, &e) < 0) fail_msg("%s", e.msg);
+    device_close_list(ref, nref);
 }
 
 // A device whose results are wrong is excluded by the self-check, with its worst error named.
@@ -156,18 +155,17 @@ static void test_self_check_excludes_corrupt_device(void **state) {
         run_open(&r, mixes[k][0], 0, fault);
         uint32_t idx[BATCH]; // batch_idx fills a whole batch; the check uses the first 8
         batch_idx(idx, 0);
-        ht_error e;
-        if (engine_self_check(&r.g, &data, idx, 8, &e) < 0) fail_msg("%s", e.msg);
-        const char *ev = engine_take_events(&r.g);
+        self_check(&r, idx, 8);
+        const char *ev = engine_take_events(r.g);
         printf("%s", ev);
-        assert_int_equal(engine_active(&r.g), 1);
+        assert_int_equal(engine_active(r.g), 1);
         assert_non_null(strstr(ev, mixes[k][1]));
         assert_non_null(strstr(ev, "excluded"));
         run_close(&r);
         // Without the fault every device passes.
         run_open(&r, mixes[k][0], 0, NULL);
-        if (engine_self_check(&r.g, &data, idx, 8, &e) < 0) fail_msg("%s", e.msg);
-        assert_int_equal(engine_active(&r.g), 2);
+        self_check(&r, idx, 8);
+        assert_int_equal(engine_active(r.g), 2);
         run_close(&r);
     }
 }
@@ -192,29 +190,29 @@ static void test_failure_mid_run(void **state) {
             // The short timeout starts once every device is warm: a first step that compiles
             // kernels on a loaded machine may take longer. 4 s leaves room for the sanitizer
             // builds too (a step here takes ~0.05 s, ~1.5 s under TSan).
-            if (s == 2) engine_set_timeout(&hit.g, 4.0);
-            if (s == 2) engine_drop_device(&ref.g, 1);
-            // Each step starts from the reference's weights (every device is sent the weights at
-            // the start of a step after an update), so only this step's rounding is compared,
-            // never two trajectories.
-            memcpy(hit.g.params, ref.g.params, sizeof(float) * net.n_params);
-            memcpy(before, ref.g.params, sizeof(float) * net.n_params);
+            if (s == 2) engine_set_timeout(hit.g, 4.0);
+            if (s == 2) engine_drop_device(ref.g, 1);
+            // Each step starts from the reference's parameters (engine_set_params broadcasts
+            // them), so only this step's rounding is compared, never two trajectories.
+            ht_error e;
+            if (engine_set_params(hit.g, engine_params(ref.g), &e) < 0) fail_msg("%s", e.msg);
+            memcpy(before, engine_params(ref.g), sizeof(float) * net.n_params);
             step(&ref, s, &st);
             step(&hit, s, &st);
             char what[96];
             snprintf(what, sizeof what, "'%s' at step 2: gradient of step %d", kinds[k], s);
-            assert_true(check_step_grad(&net, hit.g.grad, ref.g.grad, what));
+            assert_true(check_step_grad(&net, engine_grad(hit.g), engine_grad(ref.g), what));
             if (s != 2) continue;
             assert_int_equal(st.share[1], 0); // none of the failed device's work counted
             // The failure step's update was made, once (its size is the gradient's business).
             snprintf(what, sizeof what, "'%s' at step 2: update of the failure step", kinds[k]);
-            assert_true(check_updates(&net, hit.g.params, ref.g.params, before,
+            assert_true(check_updates(&net, engine_params(hit.g), engine_params(ref.g), before,
                                       TOL_GRAD_ROUNDING, TOL_GRAD_BRANCH, what));
         }
-        const char *ev = engine_take_events(&hit.g);
+        const char *ev = engine_take_events(hit.g);
         printf("%s", ev);
         assert_non_null(strstr(ev, "step 2: device"));
-        assert_int_equal(engine_active(&hit.g), 2);
+        assert_int_equal(engine_active(hit.g), 2);
         run_close(&ref);
         run_close(&hit);
     }
@@ -229,19 +227,19 @@ static void test_non_finite_values(void **state) {
     step_stats st;
     step(&r, 1, &st);
     float *before = malloc(sizeof(float) * net.n_params);
-    memcpy(before, r.g.params, sizeof(float) * net.n_params);
+    memcpy(before, engine_params(r.g), sizeof(float) * net.n_params);
     uint32_t idx[BATCH];
     batch_idx(idx, 2);
     ht_error e;
-    assert_int_equal(engine_train_step(&r.g, &data, idx, BATCH, 0, NULL, NULL, &st, &e), 0);
+    assert_int_equal(engine_train_step(r.g, &data, idx, BATCH, 0, NULL, NULL, &st, &e), 0);
     assert_int_equal(st.skipped, 1);
-    assert_memory_equal(before, r.g.params, sizeof(float) * net.n_params);
-    assert_non_null(strstr(engine_take_events(&r.g), "non-finite"));
+    assert_memory_equal(before, engine_params(r.g), sizeof(float) * net.n_params);
+    assert_non_null(strstr(engine_take_events(r.g), "non-finite"));
     run_close(&r);
     run_open(&r, "cpu", 0, "nan:cpu@1");
-    engine_set_nan_stop(&r.g, 1);
+    engine_set_nan_stop(r.g, 1);
     batch_idx(idx, 1);
-    assert_int_equal(engine_train_step(&r.g, &data, idx, BATCH, 0, NULL, NULL, &st, &e), -1);
+    assert_int_equal(engine_train_step(r.g, &data, idx, BATCH, 0, NULL, NULL, &st, &e), -1);
     assert_non_null(strstr(e.msg, "non-finite"));
     run_close(&r);
     free(before);

@@ -58,46 +58,44 @@ static void batch_idx(const dataset *ds, int s, uint32_t *idx) {
 static void run_mix(const model *m, const dataset *ds, const char *spec, balance_mode bal,
                     reference *ref) {
     ht_error e;
-    device *devs;
-    int n;
-    if (device_open_list(&devs, &n, spec, m, BATCH, 0, &e) < 0) fail_msg("%s: %s", spec, e.msg);
     float *p = malloc(sizeof(float) * m->n_params);
     model_init_params(m, p, 3);
-    engine g;
-    if (engine_init(&g, m, devs, n, p, &m->setup, BATCH, 3, &e) < 0) fail_msg("%s", e.msg);
-    engine_set_balance(&g, bal, 1);
+    test_rig rig;
+    test_rig_open(&rig, m, spec, NULL, p, BATCH, 3, 0);
+    engine *g = rig.g;
+    int n = rig.n;
+    engine_set_balance(g, bal, 1);
     uint32_t idx[BATCH];
     batch_idx(ds, 0, idx);
-    if (bal == BALANCE_AUTO && engine_calibrate(&g, ds, idx, BATCH, &e) < 0) fail_msg("%s", e.msg);
+    if (bal == BALANCE_AUTO && engine_calibrate(g, ds, idx, BATCH, &e) < 0) fail_msg("%s", e.msg);
     int record = ref->grad[0] == NULL;
     for (int s = 0; s < STEPS; s++) {
         batch_idx(ds, s, idx);
-        // Every device is sent the weights at the start of a step after an update, so each step
+        // engine_set_params broadcasts to every device, so each step
         // starts from the reference's weights and only its own rounding is compared.
         if (record) {
             ref->params[s] = malloc(sizeof(float) * m->n_params);
-            memcpy(ref->params[s], g.params, sizeof(float) * m->n_params);
+            memcpy(ref->params[s], engine_params(g), sizeof(float) * m->n_params);
         } else {
-            memcpy(g.params, ref->params[s], sizeof(float) * m->n_params);
+            if (engine_set_params(g, ref->params[s], &e) < 0) fail_msg("%s", e.msg);
         }
         step_stats st;
-        if (engine_train_step(&g, ds, idx, BATCH, 2, NULL, NULL, &st, &e) < 0)
+        if (engine_train_step(g, ds, idx, BATCH, 2, NULL, NULL, &st, &e) < 0)
             fail_msg("%s", e.msg);
         int total = 0;
         for (int d = 0; d < n; d++) total += st.share[d];
         assert_int_equal(total, BATCH);
         if (record) {
             ref->grad[s] = malloc(sizeof(float) * m->n_params);
-            memcpy(ref->grad[s], g.grad, sizeof(float) * m->n_params);
+            memcpy(ref->grad[s], engine_grad(g), sizeof(float) * m->n_params);
             continue;
         }
         char what[512];
         snprintf(what, sizeof what, "step %d mean gradient of %.200s (%s) vs cpu", s + 1, spec,
                  bal == BALANCE_AUTO ? "calibrated" : "static weights");
-        assert_true(check_step_grad(m, g.grad, ref->grad[s], what));
+        assert_true(check_step_grad(m, engine_grad(g), ref->grad[s], what));
     }
-    engine_free(&g);
-    device_close_list(devs, n);
+    test_rig_close(&rig);
     free(p);
 }
 

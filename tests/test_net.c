@@ -275,22 +275,20 @@ static void test_net_layouts(void **state) {
 static void run_step(const model *m, const dataset *ds, const char *devices, float *out,
                      float *grad) {
     ht_error e;
-    device *devs;
-    int n;
-    if (device_open_list(&devs, &n, devices, m, 64, 0, &e) < 0) fail_msg("%s", e.msg);
     float *p = malloc(sizeof(float) * m->n_params);
     model_init_params(m, p, 1);
-    engine g;
-    if (engine_init(&g, m, devs, n, p, &m->setup, 64, 1, &e) < 0) fail_msg("%s", e.msg);
+    test_rig rig;
+    test_rig_open(&rig, m, devices, NULL, p, 64, 1, 0);
+    engine *g = rig.g;
+    int n = rig.n;
     uint32_t idx[64];
     for (int i = 0; i < 64; i++) idx[i] = (uint32_t)(i * 7 % 200);
     step_stats st;
-    if (engine_train_step(&g, ds, idx, 64, 0, NULL, NULL, &st, &e) < 0) fail_msg("%s", e.msg);
-    memcpy(out, g.params, sizeof(float) * m->n_params);
-    memcpy(grad, g.grad, sizeof(float) * m->n_params);
+    if (engine_train_step(g, ds, idx, 64, 0, NULL, NULL, &st, &e) < 0) fail_msg("%s", e.msg);
+    memcpy(out, engine_params(g), sizeof(float) * m->n_params);
+    memcpy(grad, engine_grad(g), sizeof(float) * m->n_params);
     if (n == 2) assert_true(st.share[0] + st.share[1] == 64 && st.share[0] > st.share[1]);
-    engine_free(&g);
-    device_close_list(devs, n);
+    test_rig_close(&rig);
     free(p);
 }
 

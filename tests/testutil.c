@@ -8,6 +8,9 @@
 #include "testutil.h"
 
 #include "data.h"
+#include "device.h"
+#include "engine.h"
+#include "fault.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -306,3 +309,19 @@ char *test_fashion_csv(const char *dir, int set, int n, int with_labels) {
     return path;
 }
 
+void test_rig_open(test_rig *r, const model *m, const char *spec, const char *faults,
+                   const float *init, int batch, uint64_t seed, uint64_t mem_limit) {
+    ht_error e;
+    if (device_open_list(&r->devs, &r->n, spec, m, batch, mem_limit, &e) < 0)
+        fail_msg("%s: %s", spec, e.msg);
+    if (faults && fault_wrap_devices(r->devs, r->n, m, faults, &e) < 0) fail_msg("%s: %s", faults, e.msg);
+    if (engine_open(&r->g, m, r->devs, r->n, init, &m->setup, batch, seed, &e) < 0)
+        fail_msg("%s: %s", spec, e.msg);
+}
+
+void test_rig_close(test_rig *r) {
+    fault_release_hangs(); // a worker inside an injected hang comes back and closes its device
+    engine_close(r->g);
+    device_close_list(r->devs, r->n);
+    if (engine_wait_strays(30) > 0) fail_msg("a device the engine gave up on never came back");
+}

@@ -4,6 +4,7 @@
 #define HETRAIN_TESTUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 // Fashion-MNIST as installed by Debian's dataset-fashion-mnist.
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
@@ -113,5 +114,19 @@ char *test_expect_cli(const char *args, int status, const char *want);
 
 // Reads a whole file into a malloc'd NUL-terminated buffer; NULL when missing.
 char *test_read_file(const char *path, size_t *len);
+
+// Devices opened from a --devices spec, with the faults of a HETRAIN_FAULT plan (NULL: none)
+// wrapped around them, and an engine over them from parameters `init`: the set-up of every
+// engine test. Fails the test on any error.
+struct device;
+struct engine;
+typedef struct test_rig {
+    struct device *devs;
+    int n;
+    struct engine *g;
+} test_rig;
+void test_rig_open(test_rig *r, const struct model *m, const char *spec, const char *faults,
+                   const float *init, int batch, uint64_t seed, uint64_t mem_limit);
+void test_rig_close(test_rig *r);
 
 #endif

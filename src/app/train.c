@@ -13,6 +13,7 @@
 #include "data.h"
 #include "device.h"
 #include "engine.h"
+#include "fault.h"
 #include "model.h"
 #include "net.h"
 #include "progress.h"
@@ -63,9 +64,9 @@ static int check_fits(const model *m, const dataset *d, const char *what, ht_err
 // Mean loss and accuracy over a labelled set (pred may be NULL; loss/acc skipped without labels).
 // A sample whose probabilities are not all finite (weights that overflow) makes both NaN, never
 // a clamped number; *nonfinite (may be NULL) gets the first such sample, else -1.
-static int evaluate(engine *g, const dataset *d, double *loss, double *acc, int32_t *pred,
-                    int *nonfinite, ht_error *e) {
-    int nc = g->m->n_classes, chunk = g->max_batch;
+static int evaluate(engine *g, const model *m, int chunk, const dataset *d, double *loss,
+                    double *acc, int32_t *pred, int *nonfinite, ht_error *e) {
+    int nc = m->n_classes;
     float *probs = ht_malloc((size_t)chunk * nc, sizeof(float), e);
     if (!probs) return -1;
     double lsum = 0;
@@ -127,7 +128,7 @@ typedef struct job {
     float *params;
     device *devs;
     int n_devs;
-    engine g;
+    engine *g;
     run_files rf;
     uint32_t *idx;
     float *loss;
@@ -138,7 +139,7 @@ typedef struct job {
 
 // Frees the job itself too (it is on the heap: a device's context points at j->m).
 static void job_free(job *j) {
-    engine_free(&j->g);
+    engine_close(j->g);
     device_close_list(j->devs, j->n_devs);
     ht_error ignore; // train_run closes the files itself and reports what failed
     run_files_close(&j->rf, &ignore);
@@ -152,9 +153,17 @@ static void job_free(job *j) {
     free(j->pred);
     // A worker the engine gave up on may still be inside its device, which reads the model:
     // leave the model to the process's end (main leaves with _exit then).
+    fault_release_hangs(); // an injected hang (HETRAIN_FAULT) comes back now
     if (engine_wait_strays(2.0) > 0) return;
     model_free(&j->m);
     free(j);
+}
+
+// Opens the devices of spec for batches of `batch`, each behind a fault-injecting wrapper when
+// $HETRAIN_FAULT names it (fault.h; for testing the failure paths).
+static int open_devices(job *j, const char *spec, int batch, uint64_t mem_limit, ht_error *e) {
+    if (device_open_list(&j->devs, &j->n_devs, spec, &j->m, batch, mem_limit, e) < 0) return -1;
+    return fault_wrap_devices(j->devs, j->n_devs, &j->m, getenv("HETRAIN_FAULT"), e);
 }
 
 // Everything before the first step: model, data, weights, devices, engine. Nothing is written.
@@ -183,13 +192,12 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     } else {
         model_init_params(&j->m, j->params, o->seed);
     }
-    if (device_open_list(&j->devs, &j->n_devs, o->devices, &j->m, s->batch, o->mem_limit, e) < 0)
+    if (open_devices(j, o->devices, s->batch, o->mem_limit, e) < 0) return -1;
+    if (engine_open(&j->g, &j->m, j->devs, j->n_devs, j->params, s, s->batch, o->seed, e) < 0)
         return -1;
-    if (engine_init(&j->g, &j->m, j->devs, j->n_devs, j->params, s, s->batch, o->seed, e) < 0)
-        return -1;
-    engine_set_balance(&j->g, o->balance, o->rebalance > 0 ? o->rebalance : TRAIN_DEFAULT_REBALANCE);
-    engine_set_timeout(&j->g, o->device_timeout);
-    engine_set_nan_stop(&j->g, o->nan_stop);
+    engine_set_balance(j->g, o->balance, o->rebalance > 0 ? o->rebalance : TRAIN_DEFAULT_REBALANCE);
+    engine_set_timeout(j->g, o->device_timeout);
+    engine_set_nan_stop(j->g, o->nan_stop);
     j->idx = ht_malloc((size_t)j->train.n, sizeof *j->idx, e);
     j->loss = ht_malloc((size_t)s->batch, sizeof *j->loss, e);
     j->pred = ht_malloc((size_t)(j->test.n > s->batch ? j->test.n : s->batch), sizeof *j->pred, e);
@@ -212,14 +220,15 @@ static void log_header(job *j, const train_opts *o) {
     for (int d = 0; d < j->n_devs; d++)
         run_log(rf, 0, "device %s: %s, capacity %g, micro-batch %d\n", j->devs[d].spec,
                 j->devs[d].name, j->devs[d].capacity, j->devs[d].micro);
-    run_log(rf, 0, "device timeout: %g s per shard\n", j->g.timeout_s);
+    run_log(rf, 0, "device timeout: %g s per shard\n",
+            o->device_timeout > 0 ? o->device_timeout : ENGINE_DEFAULT_TIMEOUT);
     run_log(rf, 0, "files: %s.{metrics.csv,predictions.csv,log}\n", rf->prefix);
 }
 
 // Per-epoch sums of the step engine's measurements.
 typedef struct epoch_stats {
-    double busy[64];
-    long share[64];
+    double busy[HT_MAX_DEVICES];
+    long share[HT_MAX_DEVICES];
     double wait, host;
     int skipped;
     char events[1024]; // this epoch's events for the metrics CSV, "; "-separated
@@ -228,7 +237,7 @@ typedef struct epoch_stats {
 // Logs what the engine reported (device failures, smaller micro-batches, skipped steps) and
 // keeps a short form for the epoch's metrics row.
 static void drain_events(job *j, const train_opts *o, epoch_stats *es) {
-    const char *ev = engine_take_events(&j->g);
+    const char *ev = engine_take_events(j->g);
     if (!*ev) return;
     run_log(&j->rf, 0, "%s", ev);
     if (!o->quiet) fputs(ev, stderr);
@@ -308,6 +317,18 @@ static int epoch_report(job *j, const train_opts *o, int ep, double loss, double
     return run_files_check(&j->rf, e);
 }
 
+// Compares every device with a single-threaded native CPU device on `probe` samples of the
+// first epoch (engine_self_check).
+static int self_check(job *j, int probe, ht_error *e) {
+    device *ref;
+    int n;
+    if (device_open_list(&ref, &n, "cpu:1", &j->m, probe, 0, e) < 0)
+        return ht_wrap(e, "self-check: the reference device");
+    int rc = engine_self_check(j->g, ref, &j->train, j->idx, probe, e);
+    device_close_list(ref, n);
+    return rc;
+}
+
 static int run_epochs(job *j, const train_opts *o, ht_error *e) {
     const train_setup *s = &j->m.setup;
     int n = j->train.n;
@@ -316,16 +337,15 @@ static int run_epochs(job *j, const train_opts *o, ht_error *e) {
         shuffle(j->idx, n, o->seed, ep);
         if (ep == 0 && !o->no_self_check) {
             int probe = s->batch < TRAIN_SELF_CHECK_SAMPLES ? s->batch : TRAIN_SELF_CHECK_SAMPLES;
-            if (engine_self_check(&j->g, &j->train, j->idx, probe, e) < 0)
-                return -1;
+            if (self_check(j, probe, e) < 0) return -1;
             drain_events(j, o, NULL);
             run_log(&j->rf, 0, "self-check: %d of %d device%s agree with the CPU reference\n",
-                    engine_active(&j->g), j->n_devs, j->n_devs == 1 ? "" : "s");
+                    engine_active(j->g), j->n_devs, j->n_devs == 1 ? "" : "s");
         }
-        if (ep == 0 && engine_active(&j->g) > 1 && o->balance == BALANCE_AUTO) {
-            if (engine_calibrate(&j->g, &j->train, j->idx, s->batch, e) < 0) return -1;
-            double w[64];
-            engine_capacities(&j->g, w);
+        if (ep == 0 && engine_active(j->g) > 1 && o->balance == BALANCE_AUTO) {
+            if (engine_calibrate(j->g, &j->train, j->idx, s->batch, e) < 0) return -1;
+            double w[HT_MAX_DEVICES];
+            engine_capacities(j->g, w);
             char line[1024];
             size_t m = 0;
             for (int d = 0; d < j->n_devs && m < sizeof line; d++)
@@ -347,7 +367,7 @@ static int run_epochs(job *j, const train_opts *o, ht_error *e) {
             }
             int B = n - off < s->batch ? n - off : s->batch;
             step_stats st;
-            if (engine_train_step(&j->g, &j->train, j->idx + off, B, (uint32_t)ep, j->loss,
+            if (engine_train_step(j->g, &j->train, j->idx + off, B, (uint32_t)ep, j->loss,
                                   j->pred, &st, e) < 0) {
                 progress_end(&pr);
                 drain_events(j, o, NULL);
@@ -370,7 +390,7 @@ static int run_epochs(job *j, const train_opts *o, ht_error *e) {
         progress_end(&pr);
         double train_s = ht_now() - t0;
         double vloss = NAN, vacc = NAN;
-        if (j->val.n > 0 && evaluate(&j->g, &j->val, &vloss, &vacc, NULL, NULL, e) < 0)
+        if (j->val.n > 0 && evaluate(j->g, &j->m, s->batch, &j->val, &vloss, &vacc, NULL, NULL, e) < 0)
             return ht_wrap(e, "validation after epoch %d", ep + 1);
         if (epoch_report(j, o, ep, counted ? lsum / counted : NAN,
                          counted ? (double)correct / counted : NAN, vloss, vacc, ht_now() - t0,
@@ -385,7 +405,7 @@ static int run_epochs(job *j, const train_opts *o, ht_error *e) {
 static int finish(job *j, const train_opts *o, ht_error *e) {
     if (j->test.n > 0) {
         double tloss, tacc;
-        if (evaluate(&j->g, &j->test, &tloss, &tacc, j->pred, NULL, e) < 0)
+        if (evaluate(j->g, &j->m, j->m.setup.batch, &j->test, &tloss, &tacc, j->pred, NULL, e) < 0)
             return ht_wrap(e, "test evaluation");
         if (predictions_write(j->rf.predictions_path, j->pred, j->test.n, e) < 0) return -1;
         if (j->test.y)
@@ -437,7 +457,7 @@ int train_run(const train_opts *o, ht_error *e) {
     if (o->save) {
         // Weights are saved even after a failure, so an interrupted run can be resumed.
         ht_error se;
-        if (safetensors_save(o->save, &j->m, j->g.params, &se) < 0) {
+        if (safetensors_save(o->save, &j->m, engine_params(j->g), &se) < 0) {
             if (rc == 0) *e = se;
             else run_log(&j->rf, 0, "error saving weights: %s\n", se.msg);
             rc = -1;
@@ -481,13 +501,13 @@ int predict_run(const predict_opts *o, ht_error *e) {
     j->params = ht_malloc(j->m.n_params, sizeof(float), e);
     if (!j->params || safetensors_load(o->load, &j->m, j->params, e) < 0) goto out;
     int chunk = j->test.n < 1000 ? j->test.n : 1000;
-    if (device_open_list(&j->devs, &j->n_devs, o->devices, &j->m, chunk, 0, e) < 0)
+    if (open_devices(j, o->devices, chunk, 0, e) < 0)
         goto out;
-    if (engine_init(&j->g, &j->m, j->devs, j->n_devs, j->params, &j->m.setup, chunk, 0, e) < 0) goto out;
+    if (engine_open(&j->g, &j->m, j->devs, j->n_devs, j->params, &j->m.setup, chunk, 0, e) < 0) goto out;
     j->pred = ht_malloc((size_t)j->test.n, sizeof *j->pred, e);
     double loss, acc;
     int bad;
-    if (!j->pred || evaluate(&j->g, &j->test, &loss, &acc, j->pred, &bad, e) < 0) goto out;
+    if (!j->pred || evaluate(j->g, &j->m, chunk, &j->test, &loss, &acc, j->pred, &bad, e) < 0) goto out;
     if (bad >= 0) {
         ht_fail(e, "%s: the network's output for test sample %d is not finite (the weights "
                    "overflow it); no predictions written", o->load, bad + 1);

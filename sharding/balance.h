@@ -1,0 +1,33 @@
+// Capacities from measured times: each device's time for a shard of n samples is modelled as
+// t = a + b*n (a: launches, transfers, fixed costs; b: per sample), fitted by least squares over
+// recent shards with exponential forgetting; the shares that make every device finish together
+// are then n_d = (T - a_d) / b_d with sum n_d = B. A pure rate model (a = 0) wastes time whenever
+// a slow device's fixed costs matter. Pure: observations in, capacities out; no threads.
+#ifndef HETRAIN_BALANCE_H
+#define HETRAIN_BALANCE_H
+
+#include "common.h"
+
+#define BALANCE_FORGET 0.85 // weight kept by older shards at each new one
+
+typedef struct balance {
+    int n; // devices
+    // Per device, forgetting sums of 1, n, t, n*n, n*t over observed shards.
+    double fit[HT_MAX_DEVICES][5];
+} balance;
+
+void balance_reset(balance *b, int n_devs);
+// Forgets what was measured of device d (it left, or its measurements no longer apply).
+void balance_forget(balance *b, int d);
+// One shard of n samples that took device d `seconds` (compute only, no broadcast).
+void balance_add(balance *b, int d, int n, double seconds);
+
+// The capacities for batches of B over the devices with active[d] != 0, making them finish
+// together; a device that cannot even cover its fixed costs gets 0. Returns -1 (and leaves
+// cap alone) while some active device has no measurement yet.
+int balance_capacities(const balance *b, const int *active, int B, double *cap);
+
+// The predicted step time (the slowest device) when device d runs counts[d] samples.
+double balance_predict(const balance *b, const int *active, const double *counts);
+
+#endif
