@@ -56,6 +56,10 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
     (void)e; // the workspace is allocated up front: nothing here can fail
     cpu_ctx *c = vctx;
     const model *m = c->m;
+    // The thread count is the calling thread's setting: set it for the shard and give the
+    // caller its own back (the engine's host thread runs the optimiser in parallel after a
+    // self-check ran the single-threaded reference on it).
+    int caller_threads = omp_get_max_threads();
     omp_set_num_threads(c->threads);
     res->note[0] = 0;
     memset(res->grad_sum, 0, sizeof(float) * m->n_params);
@@ -69,6 +73,7 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
         net_backward(&c->ws, m, c->params, res->grad_sum, x, job->y + off, n, &drop);
     }
     res->micro = c->micro;
+    omp_set_num_threads(caller_threads);
     return 0;
 }
 
@@ -76,6 +81,7 @@ static int cpu_infer(void *vctx, const float *x, int n, float *probs, ht_error *
     (void)e;
     cpu_ctx *c = vctx;
     const model *m = c->m;
+    int caller_threads = omp_get_max_threads();
     omp_set_num_threads(c->threads);
     size_t in = (size_t)m->in_c * m->in_h * m->in_w;
     for (int off = 0; off < n; off += c->micro) {
@@ -83,6 +89,7 @@ static int cpu_infer(void *vctx, const float *x, int n, float *probs, ht_error *
         const float *p = net_forward(&c->ws, m, c->params, x + (size_t)off * in, NULL, k, NULL);
         memcpy(probs + (size_t)off * m->n_classes, p, sizeof(float) * (size_t)k * m->n_classes);
     }
+    omp_set_num_threads(caller_threads);
     return 0;
 }
 

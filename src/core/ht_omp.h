@@ -11,6 +11,7 @@
 static inline int omp_get_thread_num(void) { return 0; }
 static inline int omp_get_num_threads(void) { return 1; }
 static inline void omp_set_num_threads(int n) { (void)n; }
+static inline int omp_get_max_threads(void) { return 1; }
 static inline int omp_get_num_procs(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
