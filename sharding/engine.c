@@ -426,6 +426,43 @@ int engine_set_params(engine *g, const float *params, ht_error *e) {
     return broadcast(g, NULL, e);
 }
 
+void engine_get_state(const engine *g, engine_state *st) {
+    memset(st, 0, sizeof *st);
+    st->step = g->step;
+    st->optim_t = g->opt.t;
+    st->since = g->since;
+    st->n_devs = g->n_devs;
+    engine_capacities(g, st->capacity);
+    memcpy(st->fit, g->bal.fit, sizeof st->fit);
+}
+
+void engine_moments(const engine *g, const float **m, const float **v) {
+    *m = g->opt.m;
+    *v = g->opt.v;
+}
+
+int engine_restore(engine *g, const engine_state *st, const float *params, const float *m,
+                   const float *v, ht_error *e) {
+    size_t n = g->m->n_params;
+    if (!m != !g->opt.m || !v != !g->opt.v)
+        return ht_fail(e, "the optimiser state does not match the optimiser (%s)",
+                       g->opt.v ? "Adam needs two moments" : "SGD has one moment");
+    if (m) memcpy(g->opt.m, m, sizeof(float) * n);
+    if (v) memcpy(g->opt.v, v, sizeof(float) * n);
+    g->opt.t = st->optim_t;
+    g->step = st->step;
+    g->since = st->since;
+    if (st->n_devs == g->n_devs) {
+        int any = 0;
+        for (int d = 0; d < g->n_devs; d++) any |= !g->slots[d].failed && st->capacity[d] > 0;
+        if (any) {
+            set_capacities(g, st->capacity);
+            memcpy(g->bal.fit, st->fit, sizeof g->bal.fit);
+        }
+    }
+    return engine_set_params(g, params, e);
+}
+
 // Plans `n` positions over the active devices.
 static int plan_active(engine *g, shard_plan *p, int n, ht_error *e) {
     double cap[HT_MAX_DEVICES];

@@ -63,6 +63,28 @@ int engine_set_params(engine *g, const float *params, ht_error *e);
 // The reduced mean gradient of the last step (n_params).
 const float *engine_grad(const engine *g);
 
+// What an engine has learned beyond its parameters, for a checkpoint: with the parameters
+// and the optimiser's moments (engine_moments) it continues a run exactly where it stopped.
+typedef struct engine_state {
+    long step;      // training steps done
+    long optim_t;   // optimiser updates done (the lr decay and Adam's bias correction use it)
+    int since;      // steps since the last re-fit of the capacities
+    int n_devs;     // the devices the capacities and fits below are for, in engine order
+    double capacity[HT_MAX_DEVICES]; // 0 for a dropped device
+    double fit[HT_MAX_DEVICES][5];   // balance.h's sums
+} engine_state;
+
+void engine_get_state(const engine *g, engine_state *st);
+// The optimiser's moment buffers (n_params floats each): SGD's velocity as m and v NULL, or
+// Adam's first and second moments.
+void engine_moments(const engine *g, const float **m, const float **v);
+// Restores what engine_get_state and engine_moments gave, and the parameters (broadcast). m
+// and v must match the optimiser's (v NULL for SGD). The capacities and fits are taken only
+// when st->n_devs is this engine's device count (the caller checks the devices are the same);
+// otherwise the engine keeps its own (a run resumed on other devices balances afresh).
+int engine_restore(engine *g, const engine_state *st, const float *params, const float *m,
+                   const float *v, ht_error *e);
+
 // Runs one forward/backward of samples idx[0..n) on every device and on `ref` (a device the
 // engine does not use, e.g. a single-threaded native CPU device) and compares them; a device
 // off by more than the ENGINE_SELF_CHECK_TOL_* above is dropped, with an event naming it, its

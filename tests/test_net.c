@@ -324,8 +324,70 @@ static void test_engine_two_devices_equal_one(void **state) {
     model_free(&m);
 }
 
+// An engine restored from another's state (engine_get_state, engine_moments, parameters)
+// continues exactly: its next steps give bit-identical parameters. For SGD with momentum and
+// decay (cnn3) and Adam (cnn2), over two devices with unequal static capacities.
+static void test_engine_restore_continues_exactly(void **state) {
+    (void)state;
+    const char *nets[] = {"cnn3", "cnn2"};
+    dataset ds;
+    ht_error e;
+    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+        fail_msg("%s", e.msg);
+    dataset_limit(&ds, 400);
+    enum { B = 32, BEFORE = 3, AFTER = 2 };
+    for (int k = 0; k < 2; k++) {
+        model m;
+        if (model_init_preset(&m, nets[k], &e) < 0) fail_msg("%s", e.msg);
+        m.setup.decay = 1e-3f; // so that the restored update count matters
+        float *init = malloc(sizeof(float) * m.n_params);
+        model_init_params(&m, init, 7);
+        test_rig a, b;
+        test_rig_open(&a, &m, "cpu:1@3,cpu:1@1", NULL, init, B, 7, 0);
+        test_rig_open(&b, &m, "cpu:1@3,cpu:1@1", NULL, init, B, 7, 0);
+        uint32_t idx[B];
+        for (int s = 0; s < BEFORE + AFTER; s++) {
+            for (int i = 0; i < B; i++) idx[i] = (uint32_t)((s * B + i * 11) % ds.n);
+            if (s == BEFORE) { // b takes a's state; both go on from here
+                engine_state st;
+                const float *mm, *vv;
+                engine_get_state(a.g, &st);
+                engine_moments(a.g, &mm, &vv);
+                assert_int_equal(st.step, BEFORE);
+                assert_int_equal(st.optim_t, BEFORE);
+                if (engine_restore(b.g, &st, engine_params(a.g), mm, vv, &e) < 0) fail_msg("%s", e.msg);
+            }
+            if (engine_train_step(a.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0) fail_msg("%s", e.msg);
+            if (s >= BEFORE && engine_train_step(b.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0)
+                fail_msg("%s", e.msg);
+        }
+        assert_memory_equal(engine_params(a.g), engine_params(b.g), sizeof(float) * m.n_params);
+        // Without the moments and the update count the same steps end elsewhere.
+        test_rig c;
+        test_rig_open(&c, &m, "cpu:1@3,cpu:1@1", NULL, init, B, 7, 0);
+        test_rig_close(&a);
+        test_rig_open(&a, &m, "cpu:1@3,cpu:1@1", NULL, init, B, 7, 0);
+        for (int s = 0; s < BEFORE + AFTER; s++) {
+            for (int i = 0; i < B; i++) idx[i] = (uint32_t)((s * B + i * 11) % ds.n);
+            if (s == BEFORE && engine_set_params(c.g, engine_params(a.g), &e) < 0) fail_msg("%s", e.msg);
+            if (engine_train_step(a.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0) fail_msg("%s", e.msg);
+            if (s >= BEFORE && engine_train_step(c.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0)
+                fail_msg("%s", e.msg);
+        }
+        assert_memory_not_equal(engine_params(a.g), engine_params(c.g), sizeof(float) * m.n_params);
+        test_rig_close(&a);
+        test_rig_close(&b);
+        test_rig_close(&c);
+        free(init);
+        model_free(&m);
+    }
+    dataset_free(&ds);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_engine_restore_continues_exactly),
         cmocka_unit_test(test_network_finite_differences),
         cmocka_unit_test(test_batch_composition_invariance),
         cmocka_unit_test(test_net_layouts),
