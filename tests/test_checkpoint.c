@@ -576,6 +576,9 @@ static void test_read_errors(void **st) {
                        "\"hetrain_checkpoint\":\"2\"");
     expect_read_fail(v2, &md, "checkpoint format version \"2\" is not supported (this build reads "
                               "version 1)");
+    char *nul = patched(dir, "nul.ckpt", path, "{\\\"epoch\\\":1}", "{\\u0000h\\\":1}");
+    expect_read_fail(nul, &md, "metadata value of \"state\" holds a NUL character");
+    free(nul);
     char *nob = patched(dir, "noblob.ckpt", path, "\"optim.m,optim.v\"", "\"optim.m,optim.w\"");
     expect_read_fail(nob, &md, "optim.v [800] is in the checkpoint but not in the model");
     const unsigned char nan_le[4] = {0x00, 0x00, 0xc0, 0x7f};

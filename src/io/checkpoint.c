@@ -326,6 +326,11 @@ int checkpoint_read(const char *path, const model *m, float *params, checkpoint 
         ht_fail(e, "%s: checkpoint metadata has no \"hetrain_blobs\"", path);
         goto done;
     }
+    if (sf.meta_cut) { // values are handed out as C strings: this one would come back cut
+        ht_fail(e, "%s: metadata value of \"%s\" holds a NUL character", path,
+                ht_escape(q, sizeof q, sf.meta_cut, strlen(sf.meta_cut)));
+        goto done;
+    }
     if (!(list = strdup(blobs))) {
         ht_fail(e, "%s: out of memory", path);
         goto done;

@@ -370,6 +370,9 @@ static int parse_header(stfile *sf, uint64_t hlen, ht_error *e) {
         json_object_object_foreach(meta, mkey, mval) {
             sf->meta_kv[2 * sf->n_meta] = mkey;
             sf->meta_kv[2 * sf->n_meta + 1] = json_object_get_string(mval);
+            if (!sf->meta_cut && strlen(json_object_get_string(mval)) !=
+                                     (size_t)json_object_get_string_len(mval))
+                sf->meta_cut = mkey;
             sf->n_meta++;
         }
     }

@@ -54,6 +54,7 @@ typedef struct stfile {
     int n_names;
     const char **meta_kv; // the metadata, key and value alternately, in header order
     int n_meta;           // pairs
+    const char *meta_cut; // the first key whose value holds a NUL (cut there above), or NULL
     unsigned char *chunk; // I/O buffer
 } stfile;
 
