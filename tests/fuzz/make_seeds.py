@@ -145,6 +145,39 @@ put("safetensors", "header_len_too_big", struct.pack("<Q", 1 << 40) + good[8:])
 put("safetensors", "bad_json", struct.pack("<Q", 12) + b'{"a":[1,2,}}')
 put("safetensors", "short", b"\x05\x00\x00")
 
+# ---- checkpoint: the file, for the same model, with blobs and string metadata ----
+
+def ckpt_file(version="1", blobs=(("optim.m", 47), ("optim.v", 47)), listed=None, drop=None):
+    meta = {"format": "pt", "hetrain_checkpoint": version, "hetrain_model": "fuzz",
+            "hetrain_blobs": ",".join(n for n, _ in blobs) if listed is None else listed,
+            "state": json.dumps({"epoch": 2, "step": 7, "note": "caf\u00e9\n"})}
+    hdr, data = {"__metadata__": meta}, b""
+    for name, shape in TENSORS + [(n, [k]) for n, k in blobs]:
+        if name == drop:
+            continue
+        n = 1
+        for s in shape:
+            n *= s
+        raw = b"".join(struct.pack("<f", 0.5 * i - 3) for i in range(n))
+        hdr[name] = {"dtype": "F32", "shape": shape,
+                     "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+put("checkpoint", "adam", ckpt_file())
+put("checkpoint", "sgd", ckpt_file(blobs=(("optim.m", 47),)))
+put("checkpoint", "no_blobs", ckpt_file(blobs=()))
+put("checkpoint", "empty_blob", ckpt_file(blobs=(("optim.m", 0), ("x", 3))))
+put("checkpoint", "version_2", ckpt_file(version="2"))
+put("checkpoint", "blob_missing", ckpt_file(drop="optim.v"))
+put("checkpoint", "blob_unlisted", ckpt_file(listed="optim.m"))
+put("checkpoint", "param_missing", ckpt_file(drop="fc1.bias"))
+put("checkpoint", "weights_only", st_file())
+put("checkpoint", "truncated", ckpt_file()[:-7])
+
 # ---- device specs: the --devices string (and the --mem-limit parser) ----
 
 for i, s in enumerate(["cpu", "cpu:2@3", "cl:0.1@0.5:mem=256M", "cl:all,gpu@2", "auto",
