@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@ static const struct {
     const char *name;
     fault_kind kind;
 } kinds[] = {{"fail", FAULT_FAIL}, {"oom", FAULT_OOM}, {"hang", FAULT_HANG},
-             {"nan", FAULT_NAN},   {"corrupt", FAULT_CORRUPT}};
+             {"nan", FAULT_NAN},   {"corrupt", FAULT_CORRUPT}, {"kill", FAULT_KILL}};
 
 int fault_plan_parse(fault_plan *p, const char *text, ht_error *e) {
     memset(p, 0, sizeof *p);
@@ -35,7 +36,7 @@ int fault_plan_parse(fault_plan *p, const char *text, ht_error *e) {
         for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
             if (!strcmp(item, kinds[i].name)) k = (int)i;
         if (k < 0) {
-            rc = ht_fail(e, "HETRAIN_FAULT: unknown fault \"%s\" (fail, oom, hang, nan, corrupt)", item);
+            rc = ht_fail(e, "HETRAIN_FAULT: unknown fault \"%s\" (fail, oom, hang, nan, corrupt, kill)", item);
             break;
         }
         char *spec = colon + 1, *at = strrchr(spec, '@');
@@ -105,6 +106,7 @@ static int fault_set_params(void *vctx, const float *params, ht_error *e) {
 static int fault_train_shard(void *vctx, const shard_job *job, shard_result *res, ht_error *e) {
     fault_dev *f = vctx;
     res->note[0] = 0;
+    if (planned(f, FAULT_KILL, job->step)) raise(SIGKILL); // as a power loss or the OOM killer
     if (planned(f, FAULT_HANG, job->step)) {
         // Polled at 10 ms: released hangs come back within ~20 ms.
         struct timespec tick = {0, 10 * 1000 * 1000};

@@ -12,6 +12,8 @@
 //                  | nan      the shard's gradient sum gets a NaN, at STEP
 //                  | corrupt  every shard's gradient sum is 1.5 times the true one, in and out
 //                  |          of training (self-check and calibration too)
+//                  | kill     the whole process is killed (SIGKILL) as the shard starts, at
+//                  |          STEP: a power loss, the OOM killer, a preempted node
 // DEVICE_SPEC is a device's spec as the registry gives it ("cpu:1#2", "cl:0.0"). STEP is
 // shard_job.step, the training step from 1 over the whole run; without it the fault fires at
 // step 1 (corrupt: always). Shards outside training (step 0) see only corrupt.
@@ -23,7 +25,9 @@
 #include "device.h"
 #include "model.h"
 
-typedef enum fault_kind { FAULT_FAIL, FAULT_OOM, FAULT_HANG, FAULT_NAN, FAULT_CORRUPT } fault_kind;
+typedef enum fault_kind {
+    FAULT_FAIL, FAULT_OOM, FAULT_HANG, FAULT_NAN, FAULT_CORRUPT, FAULT_KILL
+} fault_kind;
 
 #define FAULT_MAX 16
 

@@ -294,6 +294,41 @@ static int check_blobs(const stfile *sf, char **bn, int nb, stfile_entry *ents, 
     return 0;
 }
 
+// Whether an open file is a checkpoint this build reads: the format marker and version, the
+// blob list, and metadata values that survive as C strings.
+static int check_marker(const stfile *sf, const char *path, ht_error *e) {
+    const char *ver = stfile_meta(sf, "hetrain_checkpoint");
+    char q[64];
+    if (!ver)
+        return ht_fail(e, "%s: not a hetrain checkpoint (no \"hetrain_checkpoint\" in its "
+                          "metadata; a weights file?)", path);
+    if (strcmp(ver, CHECKPOINT_VERSION))
+        return ht_fail(e, "%s: checkpoint format version \"%s\" is not supported (this build "
+                          "reads version %s)", path, ht_escape(q, sizeof q, ver, strlen(ver)),
+                       CHECKPOINT_VERSION);
+    if (!stfile_meta(sf, "hetrain_blobs"))
+        return ht_fail(e, "%s: checkpoint metadata has no \"hetrain_blobs\"", path);
+    if (sf->meta_cut) // values are handed out as C strings: this one would come back cut
+        return ht_fail(e, "%s: metadata value of \"%s\" holds a NUL character", path,
+                       ht_escape(q, sizeof q, sf->meta_cut, strlen(sf->meta_cut)));
+    return 0;
+}
+
+int checkpoint_read_meta(const char *path, checkpoint *c, ht_error *e) {
+    memset(c, 0, sizeof *c);
+    stfile sf;
+    if (stfile_open(&sf, path, e)) return -1;
+    int rc = check_marker(&sf, path, e);
+    if (rc == 0 && !(c->meta_kv = ht_calloc(2 * (size_t)sf.n_meta + 1, sizeof *c->meta_kv, e)))
+        rc = -1;
+    for (int i = 0; rc == 0 && i < 2 * sf.n_meta; i++)
+        if (!(c->meta_kv[i] = strdup(sf.meta_kv[i]))) rc = ht_fail(e, "%s: out of memory", path);
+    if (rc == 0) c->n_meta = sf.n_meta;
+    stfile_close(&sf);
+    if (rc) checkpoint_free(c);
+    return rc ? -1 : 0;
+}
+
 int checkpoint_read(const char *path, const model *m, float *params, checkpoint *c, ht_error *e) {
     memset(c, 0, sizeof *c);
     const model_tensor *ts;
@@ -307,30 +342,10 @@ int checkpoint_read(const char *path, const model *m, float *params, checkpoint 
     float *tmp = NULL;
     checkpoint out = {0};
 
-    const char *ver = stfile_meta(&sf, "hetrain_checkpoint");
     const char *blobs = stfile_meta(&sf, "hetrain_blobs");
     const char *from = stfile_meta(&sf, "hetrain_model");
     char q[64];
-    if (!ver) {
-        ht_fail(e, "%s: not a hetrain checkpoint (no \"hetrain_checkpoint\" in its metadata; a "
-                   "weights file?)", path);
-        goto done;
-    }
-    if (strcmp(ver, CHECKPOINT_VERSION)) {
-        ht_fail(e, "%s: checkpoint format version \"%s\" is not supported (this build reads "
-                   "version %s)", path, ht_escape(q, sizeof q, ver, strlen(ver)),
-                CHECKPOINT_VERSION);
-        goto done;
-    }
-    if (!blobs) {
-        ht_fail(e, "%s: checkpoint metadata has no \"hetrain_blobs\"", path);
-        goto done;
-    }
-    if (sf.meta_cut) { // values are handed out as C strings: this one would come back cut
-        ht_fail(e, "%s: metadata value of \"%s\" holds a NUL character", path,
-                ht_escape(q, sizeof q, sf.meta_cut, strlen(sf.meta_cut)));
-        goto done;
-    }
+    if (check_marker(&sf, path, e)) goto done;
     if (!(list = strdup(blobs))) {
         ht_fail(e, "%s: out of memory", path);
         goto done;

@@ -60,6 +60,9 @@ typedef struct checkpoint {
 // on success) and *c. Errors are one line naming the file.
 int checkpoint_read(const char *path, const model *m, float *params, checkpoint *c, ht_error *e);
 void checkpoint_free(checkpoint *c);
+// Reads only the metadata of the checkpoint at path (after the same format checks), for a
+// caller that learns from it which model to build; *c then has no blobs.
+int checkpoint_read_meta(const char *path, checkpoint *c, ht_error *e);
 
 // The metadata value of key, or NULL.
 const char *checkpoint_meta(const checkpoint *c, const char *key);

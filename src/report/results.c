@@ -124,6 +124,38 @@ int run_files_open(run_files *r, const char *out_dir, const char *name, const ch
     return ht_fail(e, "%s: no free run name for %s", out_dir, name);
 }
 
+int run_files_resume(run_files *r, const char *prefix, const char *metrics, int rows, ht_error *e) {
+    memset(r, 0, sizeof *r);
+    if (strlen(prefix) + 20 >= sizeof r->prefix) return ht_fail(e, "%s: path too long", prefix);
+    snprintf(r->prefix, sizeof r->prefix, "%s", prefix);
+    snprintf(r->metrics_path, sizeof r->metrics_path, "%s.metrics.csv", prefix);
+    snprintf(r->predictions_path, sizeof r->predictions_path, "%s.predictions.csv", prefix);
+    snprintf(r->log_path, sizeof r->log_path, "%s.log", prefix);
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", r->metrics_path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return ht_fail(e, "%s: cannot create: %s", tmp, strerror(errno));
+    size_t len = strlen(metrics);
+    int bad = fwrite(metrics, 1, len, f) != len || flush_file(f, 1) < 0;
+    if (fclose(f) != 0) bad = 1;
+    if (bad || rename(tmp, r->metrics_path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        return ht_fail(e, "%s: cannot write: %s", r->metrics_path, strerror(err));
+    }
+    r->metrics = fopen(r->metrics_path, "a");
+    r->log = r->metrics ? fopen(r->log_path, "a") : NULL;
+    if (!r->metrics || !r->log) {
+        int err = errno;
+        const char *which = r->metrics ? r->log_path : r->metrics_path;
+        if (r->metrics) fclose(r->metrics);
+        r->metrics = NULL;
+        return ht_fail(e, "%s: cannot open: %s", which, strerror(err));
+    }
+    r->metrics_rows = rows;
+    return 0;
+}
+
 int run_files_check(const run_files *r, ht_error *e) {
     if (r->write_error[0]) return ht_fail(e, "%s", r->write_error);
     return 0;

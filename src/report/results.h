@@ -30,6 +30,11 @@ int run_name_check(const char *name, ht_error *e);
 // name-2, name-3, ... when taken. Opens the metrics CSV (header written) and the log.
 int run_files_open(run_files *r, const char *out_dir, const char *name, const char *header,
                    ht_error *e);
+// Reopens the files of the run at `prefix` ("<out>/<name>") to continue it: the metrics CSV is
+// rewritten (through a temporary file renamed into place) to hold exactly `metrics` (its header
+// and the rows a checkpoint recorded; rows a killed run wrote after that checkpoint go), and
+// is then appended to; the log is appended to.
+int run_files_resume(run_files *r, const char *prefix, const char *metrics, int rows, ht_error *e);
 // Closes the files; a metrics CSV without a single row is removed (nothing to keep). Fails
 // when a write failed, now or before (see run_files_check).
 int run_files_close(run_files *r, ht_error *e);
