@@ -86,6 +86,12 @@ static const char *usage_train =
     "  --name NAME            run name [<model>-<date>-<time>]; a taken name gets -2, -3, ...\n"
     "  --save FILE            write the final weights as safetensors (PyTorch names/layouts)\n"
     "  --load FILE            start from weights in a safetensors file\n"
+    "  --checkpoint-every N   write <out>/<name>.ckpt every N steps too [at the end of every\n"
+    "                         epoch and at a stop]; a failed write then stops the run\n"
+    "  --resume RUN           continue the run <out>/<name> (or its .ckpt) where its last\n"
+    "                         checkpoint left it, appending to its files; only options that\n"
+    "                         change where it runs (--devices, --mem-limit, --device-timeout,\n"
+    "                         --balance, progress, cache, --save) may be given with it\n"
     "  --progress             always show the progress bar (default: only on a terminal)\n"
     "  --no-progress          never show it\n"
     "  --quiet                no per-epoch lines on stdout (the log still has them)\n"
@@ -95,8 +101,9 @@ static const char *usage_train =
     "\n"
     "A device that fails during training (an OpenCL error, a lost device, no answer) is dropped\n"
     "and its share of the step is run on the others; the log and the metrics CSV's events\n"
-    "column say so. Ctrl-C stops after the current step; the metrics rows written so far are\n"
-    "kept and --save still writes the weights.\n";
+    "column say so. Ctrl-C or SIGTERM stops after the current step and writes a checkpoint\n"
+    "(exit status 130 or 143); the metrics rows written so far are kept and --save still\n"
+    "writes the weights.\n";
 
 static const char *usage_predict =
     "usage: hetrain predict --load FILE.safetensors --out FILE.csv [OPTIONS]\n"
@@ -198,10 +205,11 @@ static int parse_float(const char *flag, const char *s, double lo, double hi, in
     return 0;
 }
 
-static void on_sigint(int sig) {
-    (void)sig;
-    train_interrupted = 1;
-    signal(SIGINT, SIG_DFL); // a second Ctrl-C kills at once
+// SIGINT or SIGTERM: stop after the current step (writing a checkpoint); a second one kills.
+static void on_stop_signal(int sig) {
+    train_interrupted = sig;
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
 }
 
 static char *join_args(int argc, char **argv) {
@@ -220,7 +228,8 @@ enum {
     OPT_MODEL = 1000, OPT_DATA, OPT_TRAIN, OPT_TEST, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_VAL,
     OPT_SEED, OPT_LIMIT, OPT_DEVICES, OPT_OUT, OPT_NAME, OPT_SAVE, OPT_LOAD, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_BALANCE, OPT_REBALANCE, OPT_JSON, OPT_CACHE_DIR,
-    OPT_MEM_LIMIT, OPT_NO_SELF_CHECK, OPT_ON_NAN, OPT_DEVICE_TIMEOUT
+    OPT_MEM_LIMIT, OPT_NO_SELF_CHECK, OPT_ON_NAN, OPT_DEVICE_TIMEOUT, OPT_CHECKPOINT_EVERY,
+    OPT_RESUME
 };
 
 static int cmd_train(int argc, char **argv) {
@@ -240,6 +249,8 @@ static int cmd_train(int argc, char **argv) {
         {"no-self-check", no_argument, 0, OPT_NO_SELF_CHECK},
         {"on-nan", required_argument, 0, OPT_ON_NAN},
         {"device-timeout", required_argument, 0, OPT_DEVICE_TIMEOUT},
+        {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
+        {"resume", required_argument, 0, OPT_RESUME},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
     train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1};
     long v;
@@ -248,33 +259,39 @@ static int cmd_train(int argc, char **argv) {
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
-        case OPT_MODEL: o.model = optarg; break;
-        case OPT_DATA: o.data_dir = optarg; break;
-        case OPT_TRAIN: o.train_csv = optarg; break;
-        case OPT_TEST: o.test_csv = optarg; break;
+        case OPT_MODEL: o.model = optarg; o.given |= TRAIN_GIVEN_MODEL; break;
+        case OPT_DATA: o.data_dir = optarg; o.given |= TRAIN_GIVEN_DATA; break;
+        case OPT_TRAIN: o.train_csv = optarg; o.given |= TRAIN_GIVEN_DATA; break;
+        case OPT_TEST: o.test_csv = optarg; o.given |= TRAIN_GIVEN_DATA; break;
         case OPT_EPOCHS:
             if (parse_int("--epochs", optarg, 1, 100000, &v) < 0) return EXIT_USAGE;
             o.epochs = (int)v;
+            o.given |= TRAIN_GIVEN_EPOCHS;
             break;
         case OPT_BATCH:
             if (parse_int("--batch", optarg, 1, 1000000, &v) < 0) return EXIT_USAGE;
             o.batch = (int)v;
+            o.given |= TRAIN_GIVEN_BATCH;
             break;
         case OPT_LR:
             if (parse_float("--lr", optarg, 0, 100, 0, &f) < 0) return EXIT_USAGE;
             o.lr = (float)f;
+            o.given |= TRAIN_GIVEN_LR;
             break;
         case OPT_VAL:
             if (parse_float("--val-split", optarg, 0, 1, 1, &f) < 0) return EXIT_USAGE;
             o.val_split = (float)f;
+            o.given |= TRAIN_GIVEN_VAL;
             break;
         case OPT_SEED:
             if (parse_int("--seed", optarg, 0, LONG_MAX, &v) < 0) return EXIT_USAGE;
             o.seed = (uint64_t)v;
+            o.given |= TRAIN_GIVEN_SEED;
             break;
         case OPT_LIMIT:
             if (parse_int("--limit", optarg, 1, INT_MAX, &v) < 0) return EXIT_USAGE;
             o.limit = (int)v;
+            o.given |= TRAIN_GIVEN_LIMIT;
             break;
         case OPT_DEVICES: o.devices = optarg; break;
         case OPT_BALANCE:
@@ -306,19 +323,26 @@ static int cmd_train(int argc, char **argv) {
         case OPT_OUT:
             if (!*optarg) return usage_error("train", "--out: expected a folder name, found \"\"");
             o.out_dir = optarg;
+            o.given |= TRAIN_GIVEN_OUT;
             break;
         case OPT_NAME: {
             ht_error ne;
             if (run_name_check(optarg, &ne) < 0) return usage_error("train", "--name: %s", ne.msg);
             o.run_name = optarg;
+            o.given |= TRAIN_GIVEN_NAME;
             break;
         }
         case OPT_SAVE: o.save = optarg; break;
-        case OPT_LOAD: o.load = optarg; break;
+        case OPT_LOAD: o.load = optarg; o.given |= TRAIN_GIVEN_LOAD; break;
         case OPT_PROGRESS: o.progress = 1; break;
         case OPT_NO_PROGRESS: o.progress = 0; break;
         case OPT_QUIET: o.quiet = 1; break;
         case OPT_CACHE_DIR: ocl_set_cache_dir(optarg); break;
+        case OPT_CHECKPOINT_EVERY:
+            if (parse_int("--checkpoint-every", optarg, 1, INT_MAX, &v) < 0) return EXIT_USAGE;
+            o.checkpoint_every = (int)v;
+            break;
+        case OPT_RESUME: o.resume = optarg; break;
         case OPT_HELP: fputs(usage_train, stdout); return 0;
         case ':': return usage_error("train", "%s needs a value", argv[optind - 1]);
         default: return usage_error("train", "unknown option \"%s\"", argv[optind - 1]);
@@ -329,13 +353,14 @@ static int cmd_train(int argc, char **argv) {
         return usage_error("train", "--train and --data both name training data; give one");
     char *cmdline = join_args(argc + 1, argv - 1);
     o.command_line = cmdline;
-    signal(SIGINT, on_sigint);
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
     ht_error e;
     int rc = train_run(&o, &e);
     free(cmdline);
     if (rc < 0) {
         fprintf(stderr, "hetrain: %s\n", e.msg);
-        return train_interrupted ? EXIT_INTERRUPTED : 1;
+        return train_interrupted ? 128 + train_interrupted : 1;
     }
     return 0;
 }

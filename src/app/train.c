@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "data.h"
 #include "device.h"
 #include "engine.h"
+#include "checkpoint.h"
 #include "fault.h"
 #include "model.h"
 #include "net.h"
@@ -133,8 +135,20 @@ typedef struct job {
     uint32_t *idx;
     float *loss;
     int32_t *pred;
-    // Where training stands: whole epochs done, and steps done of the next one.
+    // Where training stands: whole epochs done, and steps done of the next one, with that
+    // epoch's sums so far (a checkpoint keeps them, so a resumed epoch reports the same row).
     int epochs_done, steps_into;
+    double lsum, epoch_s;
+    long correct, seen, counted;
+    // The metrics CSV as written so far (header and rows), for checkpoints.
+    char *metrics;
+    size_t metrics_len, metrics_cap;
+    int metrics_rows;
+    char ckpt_path[1200];
+    int ckpt_warned;        // a failed checkpoint was reported (default checkpoints only)
+    int ckpt_count;
+    double ckpt_s;          // time spent writing checkpoints
+    int resumed_caps;       // the capacities came from a checkpoint: no calibration
 } job;
 
 // Frees the job itself too (it is on the heap: a device's context points at j->m).
@@ -151,6 +165,7 @@ static void job_free(job *j) {
     free(j->idx);
     free(j->loss);
     free(j->pred);
+    free(j->metrics);
     // A worker the engine gave up on may still be inside its device, which reads the model:
     // leave the model to the process's end (main leaves with _exit then).
     fault_release_hangs(); // an injected hang (HETRAIN_FAULT) comes back now
@@ -273,6 +288,23 @@ static void stats_add(epoch_stats *es, const step_stats *st, int n_devs) {
     es->skipped += st->skipped;
 }
 
+// Appends a line to the job's copy of the metrics CSV.
+static int metrics_keep(job *j, const char *line, ht_error *e) {
+    size_t n = strlen(line);
+    if (j->metrics_len + n + 2 > j->metrics_cap) {
+        size_t cap = (j->metrics_cap ? j->metrics_cap * 2 : 4096) + n;
+        char *p = realloc(j->metrics, cap);
+        if (!p) return ht_fail(e, "out of memory keeping the metrics rows");
+        j->metrics = p;
+        j->metrics_cap = cap;
+    }
+    memcpy(j->metrics + j->metrics_len, line, n);
+    j->metrics_len += n;
+    j->metrics[j->metrics_len++] = '\n';
+    j->metrics[j->metrics_len] = 0;
+    return 0;
+}
+
 // The metrics CSV header: Keras's CSVLogger columns, hetrain's timing, then per device.
 static void metrics_header(char *buf, size_t len, const device *devs, int n) {
     size_t k = (size_t)snprintf(buf, len, "epoch,accuracy,loss,val_accuracy,val_loss,time_s,"
@@ -291,17 +323,43 @@ static int epoch_report(job *j, const train_opts *o, int ep, double loss, double
     double busy_total = 0;
     for (int d = 0; d < nd; d++) busy_total += es->busy[d];
     double idle = busy_total + es->wait > 0 ? es->wait / (busy_total + es->wait) : 0;
-    char row[4096], vpart[128] = ",";
-    if (j->val.n > 0) snprintf(vpart, sizeof vpart, "%.6f,%.6f", vacc, vloss);
-    size_t k = (size_t)snprintf(row, sizeof row, "%d,%.6f,%.6f,%s,%.3f,%.1f,%.3f,%.4f", ep, acc,
-                                loss, vpart, el, n / train_s, es->host, idle);
-    for (int d = 0; d < nd && k < sizeof row; d++)
-        k += (size_t)snprintf(row + k, sizeof row - k, ",%.4f,%.3f", (double)es->share[d] / n,
-                              es->busy[d]);
-    char quoted[2100];
+    // The row follows the header's columns by name (a run resumed on other devices has the
+    // columns of both sets; a device not in this process gets empty fields).
+    char row[4096], quoted[2100];
     csv_quote(quoted, sizeof quoted, es->events);
-    if (k < sizeof row) snprintf(row + k, sizeof row - k, ",%s", es->events[0] ? quoted : "");
-    if (run_metrics_row(&j->rf, row, e) < 0) return -1;
+    const char *hdr = j->metrics;
+    size_t k = 0;
+    for (const char *c = hdr; *c && *c != '\n' && k < sizeof row;) {
+        size_t len = strcspn(c, ",\n");
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)len, c);
+        char v[2200] = "";
+        int vd = -1, busy = 0;
+        for (int d = 0; d < nd; d++) {
+            char a[96], b[96];
+            snprintf(a, sizeof a, "share_%s", j->devs[d].spec);
+            snprintf(b, sizeof b, "busy_s_%s", j->devs[d].spec);
+            if (!strcmp(name, a)) vd = d;
+            if (!strcmp(name, b)) vd = d, busy = 1;
+        }
+        if (!strcmp(name, "epoch")) snprintf(v, sizeof v, "%d", ep);
+        else if (!strcmp(name, "accuracy")) snprintf(v, sizeof v, "%.6f", acc);
+        else if (!strcmp(name, "loss")) snprintf(v, sizeof v, "%.6f", loss);
+        else if (!strcmp(name, "val_accuracy") && j->val.n > 0) snprintf(v, sizeof v, "%.6f", vacc);
+        else if (!strcmp(name, "val_loss") && j->val.n > 0) snprintf(v, sizeof v, "%.6f", vloss);
+        else if (!strcmp(name, "time_s")) snprintf(v, sizeof v, "%.3f", el);
+        else if (!strcmp(name, "samples_per_s")) snprintf(v, sizeof v, "%.1f", n / train_s);
+        else if (!strcmp(name, "sync_s")) snprintf(v, sizeof v, "%.3f", es->host);
+        else if (!strcmp(name, "idle_frac")) snprintf(v, sizeof v, "%.4f", idle);
+        else if (!strcmp(name, "events")) snprintf(v, sizeof v, "%s", es->events[0] ? quoted : "");
+        else if (vd >= 0 && busy) snprintf(v, sizeof v, "%.3f", es->busy[vd]);
+        else if (vd >= 0) snprintf(v, sizeof v, "%.4f", (double)es->share[vd] / n);
+        k += (size_t)snprintf(row + k, sizeof row - k, "%s%s", c == hdr ? "" : ",", v);
+        c += len;
+        if (*c == ',') c++;
+    }
+    if (run_metrics_row(&j->rf, row, e) < 0 || metrics_keep(j, row, e) < 0) return -1;
+    j->metrics_rows++;
     char vtext[96] = "";
     if (j->val.n > 0) snprintf(vtext, sizeof vtext, "  val_loss %.4f  val_acc %.4f", vloss, vacc);
     run_log(&j->rf, !o->quiet, "epoch %d/%d  loss %.4f  acc %.4f%s  %.1fs  %.0f samples/s\n",
@@ -329,20 +387,138 @@ static int self_check(job *j, int probe, ht_error *e) {
     return rc;
 }
 
-static int run_epochs(job *j, const train_opts *o, ht_error *e) {
+// A checkpoint's metadata: string keys and values (the values of the short ones kept here).
+#define META_MAX 40
+typedef struct meta {
+    const char *kv[2 * META_MAX];
+    char val[META_MAX][96];
+    char *owned[8]; // long values (lists, the metrics CSV), freed with the meta
+    int n, n_owned;
+} meta;
+
+static void meta_set(meta *m, const char *key, const char *value) {
+    if (m->n == META_MAX) return;
+    m->kv[2 * m->n] = key;
+    m->kv[2 * m->n + 1] = value;
+    m->n++;
+}
+
+static void meta_fmt(meta *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void meta_fmt(meta *m, const char *key, const char *fmt, ...) {
+    if (m->n == META_MAX) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->val[m->n], sizeof m->val[m->n], fmt, ap);
+    va_end(ap);
+    meta_set(m, key, m->val[m->n]);
+}
+
+// A comma list of n doubles at full precision, owned by m.
+static void meta_doubles(meta *m, const char *key, const double *v, int n) {
+    char *buf = malloc((size_t)n * 26 + 1);
+    if (!buf || m->n_owned == 8) {
+        free(buf);
+        return;
+    }
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n; i++) k += (size_t)sprintf(buf + k, "%s%.17g", i ? "," : "", v[i]);
+    m->owned[m->n_owned++] = buf;
+    meta_set(m, key, buf);
+}
+
+static void meta_free(meta *m) {
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+}
+
+// Writes the job's checkpoint: parameters, optimiser moments, and in the metadata the options
+// that define the run, where it stands (epoch, step, the epoch's sums `es`, NULL at an epoch's
+// end), the engine's state and the metrics CSV so far. Returns 1 when written, 0 when a default
+// checkpoint failed (reported once; training goes on), -1 when an asked-for one failed.
+static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, ht_error *e) {
     const train_setup *s = &j->m.setup;
-    int n = j->train.n;
-    for (int ep = 0; ep < s->epochs; ep++) {
+    meta m = {0};
+    meta_set(&m, "model", o->model ? o->model : TRAIN_DEFAULT_MODEL);
+    meta_set(&m, "data", o->data_dir ? o->data_dir : "");
+    meta_set(&m, "train", o->train_csv ? o->train_csv : "");
+    meta_set(&m, "test", o->test_csv ? o->test_csv : "");
+    meta_fmt(&m, "limit", "%d", o->limit);
+    meta_fmt(&m, "epochs", "%d", s->epochs);
+    meta_fmt(&m, "batch", "%d", s->batch);
+    meta_fmt(&m, "lr", "%.9g", (double)s->lr);
+    meta_fmt(&m, "val_split", "%.9g", (double)s->val_split);
+    meta_fmt(&m, "seed", "%llu", (unsigned long long)o->seed);
+    meta_fmt(&m, "epochs_done", "%d", j->epochs_done);
+    meta_fmt(&m, "steps_into", "%d", j->steps_into);
+    meta_fmt(&m, "loss_sum", "%.17g", j->lsum);
+    meta_fmt(&m, "correct", "%ld", j->correct);
+    meta_fmt(&m, "seen", "%ld", j->seen);
+    meta_fmt(&m, "counted", "%ld", j->counted);
+    meta_fmt(&m, "epoch_s", "%.17g", j->epoch_s);
+    engine_state gs;
+    engine_get_state(j->g, &gs);
+    meta_fmt(&m, "step", "%ld", gs.step);
+    meta_fmt(&m, "optim_t", "%ld", gs.optim_t);
+    meta_fmt(&m, "since", "%d", gs.since);
+    char devs[HT_MAX_DEVICES * 66 + 1] = "";
+    size_t k = 0;
+    for (int d = 0; d < j->n_devs; d++)
+        k += (size_t)snprintf(devs + k, sizeof devs - k, "%s%s", d ? "," : "", j->devs[d].spec);
+    meta_set(&m, "devices", devs);
+    meta_doubles(&m, "capacity", gs.capacity, j->n_devs);
+    meta_doubles(&m, "fit", &gs.fit[0][0], 5 * j->n_devs);
+    double sums[2 + 2 * HT_MAX_DEVICES] = {0};
+    if (es) {
+        sums[0] = es->wait;
+        sums[1] = es->host;
+        for (int d = 0; d < j->n_devs; d++) {
+            sums[2 + 2 * d] = es->busy[d];
+            sums[3 + 2 * d] = (double)es->share[d];
+        }
+    }
+    meta_doubles(&m, "epoch_stats", sums, 2 + 2 * j->n_devs);
+    meta_set(&m, "metrics", j->metrics ? j->metrics : "");
+    meta_fmt(&m, "metrics_rows", "%d", j->metrics_rows);
+    const float *mm, *vv;
+    engine_moments(j->g, &mm, &vv);
+    ckpt_blob blobs[2] = {{"optim.m", mm, j->m.n_params}, {"optim.v", vv, j->m.n_params}};
+    double t0 = ht_now();
+    ht_error ce;
+    int rc = checkpoint_write(j->ckpt_path, &j->m, engine_params(j->g), blobs, vv ? 2 : 1, m.kv,
+                              m.n, &ce);
+    meta_free(&m);
+    if (rc == 0) {
+        j->ckpt_s += ht_now() - t0;
+        j->ckpt_count++;
+        return 1;
+    }
+    if (o->checkpoint_every > 0) {
+        *e = ce;
+        return ht_wrap(e, "checkpoint (asked for by --checkpoint-every)");
+    }
+    if (!j->ckpt_warned) {
+        run_log(&j->rf, 0, "warning: %s; training goes on without checkpoints\n", ce.msg);
+        fprintf(stderr, "hetrain: warning: %s; training goes on without checkpoints (with "
+                        "--checkpoint-every a failed checkpoint stops the run)\n", ce.msg);
+        j->ckpt_warned = 1;
+    }
+    return 0;
+}
+
+static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_error *e) {
+    const train_setup *s = &j->m.setup;
+    int n = j->train.n, start = j->epochs_done;
+    for (int ep = start; ep < s->epochs; ep++) {
         double t0 = ht_now();
         shuffle(j->idx, n, o->seed, ep);
-        if (ep == 0 && !o->no_self_check) {
+        if (ep == start && !o->no_self_check) {
             int probe = s->batch < TRAIN_SELF_CHECK_SAMPLES ? s->batch : TRAIN_SELF_CHECK_SAMPLES;
             if (self_check(j, probe, e) < 0) return -1;
             drain_events(j, o, NULL);
             run_log(&j->rf, 0, "self-check: %d of %d device%s agree with the CPU reference\n",
                     engine_active(j->g), j->n_devs, j->n_devs == 1 ? "" : "s");
         }
-        if (ep == 0 && engine_active(j->g) > 1 && o->balance == BALANCE_AUTO) {
+        if (ep == start && !j->resumed_caps && engine_active(j->g) > 1 && o->balance == BALANCE_AUTO) {
             if (engine_calibrate(j->g, &j->train, j->idx, s->batch, e) < 0) return -1;
             double w[HT_MAX_DEVICES];
             engine_capacities(j->g, w);
@@ -354,16 +530,26 @@ static int run_epochs(job *j, const train_opts *o, ht_error *e) {
             run_log(&j->rf, !o->quiet, "calibrated capacities: %s\n", line);
             t0 = ht_now();
         }
-        progress pr;
-        progress_begin(&pr, o->progress, ep + 1, s->epochs, n);
-        double lsum = 0;
-        long correct = 0, seen = 0, counted = 0;
         epoch_stats es;
         memset(&es, 0, sizeof es);
-        for (int off = 0; off < n; off += s->batch) {
+        if (ep == start && j->steps_into > 0) {
+            if (resumed) es = *resumed; // the resumed epoch's sums so far
+        } else {
+            j->steps_into = 0;
+            j->lsum = j->epoch_s = 0;
+            j->correct = j->seen = j->counted = 0;
+        }
+        t0 -= j->epoch_s; // time the epoch took before a checkpoint it resumes from
+        progress pr;
+        progress_begin(&pr, o->progress, ep + 1, s->epochs, n);
+        for (int off = j->steps_into * s->batch; off < n; off += s->batch) {
             if (train_interrupted) {
                 progress_end(&pr);
-                return ht_fail(e, "interrupted in epoch %d after %ld samples", ep + 1, seen);
+                j->epoch_s = ht_now() - t0;
+                int saved = save_checkpoint(j, o, &es, e);
+                if (saved < 0) return -1;
+                return ht_fail(e, "interrupted in epoch %d after %ld samples%s%s", ep + 1, j->seen,
+                               saved ? "; checkpoint: " : "", saved ? j->ckpt_path : "");
             }
             int B = n - off < s->batch ? n - off : s->batch;
             step_stats st;
@@ -378,26 +564,37 @@ static int run_epochs(job *j, const train_opts *o, ht_error *e) {
             drain_events(j, o, &es);
             if (!st.skipped) { // a skipped step's losses may be NaN: leave them out
                 for (int i = 0; i < B; i++) {
-                    lsum += j->loss[i];
-                    correct += j->pred[i] == j->train.y[j->idx[off + i]];
+                    j->lsum += j->loss[i];
+                    j->correct += j->pred[i] == j->train.y[j->idx[off + i]];
                 }
-                counted += B;
+                j->counted += B;
             }
-            seen += B;
-            progress_update(&pr, seen, counted ? lsum / counted : NAN,
-                            counted ? (double)correct / counted : NAN);
+            j->seen += B;
+            progress_update(&pr, j->seen, j->counted ? j->lsum / j->counted : NAN,
+                            j->counted ? (double)j->correct / j->counted : NAN);
+            if (o->checkpoint_every > 0 && off + B < n) {
+                engine_state gs;
+                engine_get_state(j->g, &gs);
+                if (gs.step % o->checkpoint_every == 0) {
+                    j->epoch_s = ht_now() - t0;
+                    if (save_checkpoint(j, o, &es, e) < 0) return -1;
+                }
+            }
         }
         progress_end(&pr);
         double train_s = ht_now() - t0;
         double vloss = NAN, vacc = NAN;
         if (j->val.n > 0 && evaluate(j->g, &j->m, s->batch, &j->val, &vloss, &vacc, NULL, NULL, e) < 0)
             return ht_wrap(e, "validation after epoch %d", ep + 1);
-        if (epoch_report(j, o, ep, counted ? lsum / counted : NAN,
-                         counted ? (double)correct / counted : NAN, vloss, vacc, ht_now() - t0,
-                         train_s, &es, e) < 0)
+        if (epoch_report(j, o, ep, j->counted ? j->lsum / j->counted : NAN,
+                         j->counted ? (double)j->correct / j->counted : NAN, vloss, vacc,
+                         ht_now() - t0, train_s, &es, e) < 0)
             return -1;
         j->epochs_done = ep + 1;
         j->steps_into = 0;
+        j->lsum = j->epoch_s = 0;
+        j->correct = j->seen = j->counted = 0;
+        if (save_checkpoint(j, o, NULL, e) < 0) return -1;
     }
     return 0;
 }
@@ -416,30 +613,234 @@ static int finish(job *j, const train_opts *o, ht_error *e) {
     return 0;
 }
 
-int train_run(const train_opts *o, ht_error *e) {
+// The run a checkpoint continues: `arg` is the run's prefix (<out>/<name>) or its .ckpt.
+static int resume_paths(const char *arg, char *prefix, char *path, ht_error *e) {
+    size_t n = strlen(arg);
+    if (n > 5 && !strcmp(arg + n - 5, ".ckpt")) n -= 5;
+    if (n > 1000) return ht_fail(e, "--resume: path too long");
+    sprintf(prefix, "%.*s", (int)n, arg);
+    sprintf(path, "%s.ckpt", prefix);
+    return 0;
+}
+
+static long meta_long(const checkpoint *c, const char *key) {
+    const char *v = checkpoint_meta(c, key);
+    return v ? strtol(v, NULL, 10) : 0;
+}
+
+static double meta_double(const checkpoint *c, const char *key) {
+    const char *v = checkpoint_meta(c, key);
+    return v ? strtod(v, NULL) : 0;
+}
+
+// Up to n comma-separated doubles of key into v; returns how many there were.
+static int meta_list(const checkpoint *c, const char *key, double *v, int n) {
+    const char *p = checkpoint_meta(c, key);
+    int k = 0;
+    while (p && *p && k < n) {
+        char *end;
+        v[k++] = strtod(p, &end);
+        p = *end == ',' ? end + 1 : end;
+        if (end == p && *p != ',') break;
+    }
+    return k;
+}
+
+// The options of the run the checkpoint continues: those that define it come from the
+// checkpoint, and one given on the command line that differs is refused, naming it. Options
+// that only say where and how it runs are the command line's.
+static int resume_options(const train_opts *o, const checkpoint *c, train_opts *r, ht_error *e) {
+    *r = *o;
+    const char *model = checkpoint_meta(c, "model"), *data = checkpoint_meta(c, "data");
+    const char *train = checkpoint_meta(c, "train"), *test = checkpoint_meta(c, "test");
+    if (!model || !data || !train || !test || !checkpoint_meta(c, "epochs_done"))
+        return ht_fail(e, "%s: not a hetrain training checkpoint (no run options in it)", o->resume);
+    struct {
+        unsigned flag;
+        const char *option;
+        int differs;
+    } checks[] = {
+        {TRAIN_GIVEN_MODEL, "--model", o->model && strcmp(o->model, model)},
+        {TRAIN_GIVEN_DATA, "--data", o->data_dir && strcmp(o->data_dir, data)},
+        {TRAIN_GIVEN_DATA, "--train", o->train_csv && strcmp(o->train_csv, train)},
+        {TRAIN_GIVEN_DATA, "--test", o->test_csv && strcmp(o->test_csv, test)},
+        {TRAIN_GIVEN_EPOCHS, "--epochs", o->epochs != meta_long(c, "epochs")},
+        {TRAIN_GIVEN_BATCH, "--batch", o->batch != meta_long(c, "batch")},
+        {TRAIN_GIVEN_LR, "--lr", o->lr != (float)meta_double(c, "lr")},
+        {TRAIN_GIVEN_VAL, "--val-split", o->val_split != (float)meta_double(c, "val_split")},
+        {TRAIN_GIVEN_SEED, "--seed", o->seed != strtoull(checkpoint_meta(c, "seed") ?
+                                                          checkpoint_meta(c, "seed") : "0", NULL, 10)},
+        {TRAIN_GIVEN_LIMIT, "--limit", o->limit != meta_long(c, "limit")},
+        {TRAIN_GIVEN_LOAD, "--load", 1},
+        {TRAIN_GIVEN_OUT, "--out", 1},
+        {TRAIN_GIVEN_NAME, "--name", 1},
+    };
+    for (size_t k = 0; k < sizeof checks / sizeof checks[0]; k++)
+        if ((o->given & checks[k].flag) && checks[k].differs)
+            return ht_fail(e, "--resume: %s differs from the run being resumed (%s); a resumed run "
+                              "keeps the options that define it and its files", checks[k].option,
+                           o->resume);
+    r->model = model;
+    r->data_dir = *data ? data : NULL;
+    r->train_csv = *train ? train : NULL;
+    r->test_csv = *test ? test : NULL;
+    r->epochs = (int)meta_long(c, "epochs");
+    r->batch = (int)meta_long(c, "batch");
+    r->lr = (float)meta_double(c, "lr");
+    r->val_split = (float)meta_double(c, "val_split");
+    r->seed = strtoull(checkpoint_meta(c, "seed") ? checkpoint_meta(c, "seed") : "0", NULL, 10);
+    r->limit = (int)meta_long(c, "limit");
+    r->load = NULL;
+    return 0;
+}
+
+// Puts the job where the checkpoint left it: parameters, optimiser, engine state (capacities
+// only on the same devices), position and sums, and the run's files reopened.
+static int resume_from(job *j, const train_opts *o, const checkpoint *c, const char *prefix,
+                       epoch_stats *es, ht_error *e);
+static int resume_state(job *j, const train_opts *o, const char *prefix, epoch_stats *es,
+                        ht_error *e) {
+    const char *path = j->ckpt_path;
+    checkpoint full, *c = &full;
+    if (checkpoint_read(path, &j->m, j->params, c, e) < 0) return -1;
+    int rc = resume_from(j, o, c, prefix, es, e);
+    checkpoint_free(c);
+    return rc;
+}
+
+static int resume_from(job *j, const train_opts *o, const checkpoint *c, const char *prefix,
+                       epoch_stats *es, ht_error *e) {
+    const char *path = j->ckpt_path;
+    size_t nm = 0, nv = 0;
+    const float *mm = checkpoint_blob(c, "optim.m", &nm), *vv = checkpoint_blob(c, "optim.v", &nv);
+    if (!mm || nm != j->m.n_params || (vv && nv != j->m.n_params))
+        return ht_fail(e, "%s: the optimiser state is missing or of the wrong size", path);
+    engine_state st = {0};
+    st.step = meta_long(c, "step");
+    st.optim_t = meta_long(c, "optim_t");
+    st.since = (int)meta_long(c, "since");
+    // The same devices in the same order keep their capacities and timings.
+    char devs[HT_MAX_DEVICES * 66 + 1] = "";
+    size_t k = 0;
+    for (int d = 0; d < j->n_devs; d++)
+        k += (size_t)snprintf(devs + k, sizeof devs - k, "%s%s", d ? "," : "", j->devs[d].spec);
+    const char *was = checkpoint_meta(c, "devices");
+    int same = was && !strcmp(was, devs);
+    if (same && meta_list(c, "capacity", st.capacity, j->n_devs) == j->n_devs &&
+        meta_list(c, "fit", &st.fit[0][0], 5 * j->n_devs) == 5 * j->n_devs)
+        st.n_devs = j->n_devs;
+    if (engine_restore(j->g, &st, j->params, mm, vv, e) < 0) return ht_wrap(e, "%s", path);
+    j->resumed_caps = st.n_devs > 0;
+    j->epochs_done = (int)meta_long(c, "epochs_done");
+    j->steps_into = (int)meta_long(c, "steps_into");
+    j->lsum = meta_double(c, "loss_sum");
+    j->correct = meta_long(c, "correct");
+    j->seen = meta_long(c, "seen");
+    j->counted = meta_long(c, "counted");
+    j->epoch_s = meta_double(c, "epoch_s");
+    memset(es, 0, sizeof *es);
+    double sums[2 + 2 * HT_MAX_DEVICES];
+    if (same && meta_list(c, "epoch_stats", sums, 2 + 2 * j->n_devs) == 2 + 2 * j->n_devs) {
+        es->wait = sums[0];
+        es->host = sums[1];
+        for (int d = 0; d < j->n_devs; d++) {
+            es->busy[d] = sums[2 + 2 * d];
+            es->share[d] = (long)sums[3 + 2 * d];
+        }
+    }
+    // The metrics CSV as the checkpoint knew it; a header that lacks this run's devices gets
+    // their columns at the end, and the rows empty fields for them.
+    const char *csv = checkpoint_meta(c, "metrics");
+    if (!csv || !*csv) return ht_fail(e, "%s: no metrics header in the checkpoint", path);
+    char header[4096], extra[4096] = "";
+    size_t hl = strcspn(csv, "\n");
+    snprintf(header, sizeof header, "%.*s", (int)hl, csv);
+    int added = 0;
+    for (int d = 0; d < j->n_devs; d++) {
+        char col[96];
+        snprintf(col, sizeof col, ",share_%s,", j->devs[d].spec);
+        char h2[4100];
+        snprintf(h2, sizeof h2, ",%s,", header);
+        if (strstr(h2, col)) continue;
+        size_t x = strlen(extra);
+        snprintf(extra + x, sizeof extra - x, ",share_%s,busy_s_%s", j->devs[d].spec, j->devs[d].spec);
+        added += 2;
+    }
+    j->metrics_rows = (int)meta_long(c, "metrics_rows");
+    for (const char *p = csv; *p;) {
+        size_t n = strcspn(p, "\n");
+        char line[8192];
+        snprintf(line, sizeof line, "%.*s%s", (int)n, p, p == csv ? extra : "");
+        if (p != csv)
+            for (int a = 0; a < added && strlen(line) + 1 < sizeof line; a++) strcat(line, ",");
+        if (metrics_keep(j, line, e) < 0) return -1;
+        p += n + (p[n] == '\n');
+    }
+    if (run_files_resume(&j->rf, prefix, j->metrics, j->metrics_rows, e) < 0) return -1;
+    int steps = (j->train.n + j->m.setup.batch - 1) / j->m.setup.batch;
+    if (j->epochs_done >= j->m.setup.epochs)
+        run_log(&j->rf, !o->quiet, "resumed from %s: all %d epochs were done; the test "
+                "evaluation follows\n", path, j->m.setup.epochs);
+    else
+        run_log(&j->rf, !o->quiet, "resumed from %s: epoch %d of %d after step %d of %d, on "
+                "%s%s\n", path, j->epochs_done + 1, j->m.setup.epochs, j->steps_into, steps,
+                devs, same ? "" : " (other devices than before: capacities measured afresh)");
+    if (o->command_line) run_log(&j->rf, 0, "command: %s\n", o->command_line);
+    return 0;
+}
+
+// train_run with the metadata of the checkpoint it resumes from in *ck (the options in use point
+// into it, so the caller frees it after the run).
+static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
     job *j = ht_calloc(1, sizeof *j, e);
     if (!j) return -1;
-    if (o->save && output_check(o->save, "--save", e) < 0) return -1;
+    train_opts ro;
+    const train_opts *o = given;
+    char prefix[1100];
+    epoch_stats res_es, *resumed_es = NULL;
+    if (given->resume) {
+        if (resume_paths(given->resume, prefix, j->ckpt_path, e) < 0 ||
+            checkpoint_read_meta(j->ckpt_path, ck, e) < 0 || resume_options(given, ck, &ro, e) < 0) {
+            free(j);
+            return -1;
+        }
+        o = &ro;
+    }
+    if (o->save && output_check(o->save, "--save", e) < 0) {
+        free(j);
+        return -1;
+    }
     if (job_prepare(j, o, e) < 0) {
         job_free(j);
         return -1;
     }
-    char name[256];
-    if (o->run_name) {
-        snprintf(name, sizeof name, "%s", o->run_name);
+    if (o->resume) {
+        int rc = resume_state(j, o, prefix, &res_es, e);
+        if (rc < 0) {
+            job_free(j);
+            return -1;
+        }
+        resumed_es = &res_es;
     } else {
-        char stamp[32];
-        time_t now = time(NULL);
-        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
-        snprintf(name, sizeof name, "%s-%s", j->m.name, stamp);
+        char name[256];
+        if (o->run_name) {
+            snprintf(name, sizeof name, "%s", o->run_name);
+        } else {
+            char stamp[32];
+            time_t now = time(NULL);
+            strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
+            snprintf(name, sizeof name, "%s-%s", j->m.name, stamp);
+        }
+        char header[4096];
+        metrics_header(header, sizeof header, j->devs, j->n_devs);
+        if (run_files_open(&j->rf, o->out_dir ? o->out_dir : "results", name, header, e) < 0 ||
+            metrics_keep(j, header, e) < 0) {
+            job_free(j);
+            return -1;
+        }
+        snprintf(j->ckpt_path, sizeof j->ckpt_path, "%s.ckpt", j->rf.prefix);
+        log_header(j, o);
     }
-    char header[4096];
-    metrics_header(header, sizeof header, j->devs, j->n_devs);
-    if (run_files_open(&j->rf, o->out_dir ? o->out_dir : "results", name, header, e) < 0) {
-        job_free(j);
-        return -1;
-    }
-    log_header(j, o);
     if (run_files_check(&j->rf, e) < 0) {
         job_free(j);
         return -1;
@@ -452,7 +853,7 @@ int train_run(const train_opts *o, ht_error *e) {
         printf("training %s on %d samples (%d validation) with %s; results in %s.*\n", j->m.name,
                j->train.n, j->val.n, list, j->rf.prefix);
     }
-    int rc = run_epochs(j, o, e);
+    int rc = run_epochs(j, o, resumed_es, e);
     if (rc == 0) rc = finish(j, o, e);
     if (o->save) {
         // Weights are saved even after a failure, so an interrupted run can be resumed.
@@ -471,6 +872,9 @@ int train_run(const train_opts *o, ht_error *e) {
                     j->epochs_done, j->epochs_done == 1 ? "" : "s", part);
         }
     }
+    if (j->ckpt_count > 0)
+        run_log(&j->rf, 0, "checkpoints: %d written to %s, %.3f s in all\n", j->ckpt_count,
+                j->ckpt_path, j->ckpt_s);
     if (rc < 0) run_log(&j->rf, 0, "error: %s\n", e->msg);
     ht_error ce;
     if (run_files_close(&j->rf, &ce) < 0 && rc == 0) {
@@ -478,6 +882,14 @@ int train_run(const train_opts *o, ht_error *e) {
         rc = -1;
     }
     job_free(j);
+    return rc;
+}
+
+int train_run(const train_opts *o, ht_error *e) {
+    checkpoint ck;
+    memset(&ck, 0, sizeof ck);
+    int rc = run_job(o, &ck, e);
+    checkpoint_free(&ck);
     return rc;
 }
 

@@ -12,6 +12,15 @@
 #define TRAIN_DEFAULT_REBALANCE 5
 #define TRAIN_SELF_CHECK_SAMPLES 8
 
+// The options that define a run (what it computes), as given on the command line: a resumed
+// run takes them from its checkpoint and refuses them.
+enum {
+    TRAIN_GIVEN_MODEL = 1 << 0, TRAIN_GIVEN_DATA = 1 << 1, TRAIN_GIVEN_EPOCHS = 1 << 2,
+    TRAIN_GIVEN_BATCH = 1 << 3, TRAIN_GIVEN_LR = 1 << 4, TRAIN_GIVEN_VAL = 1 << 5,
+    TRAIN_GIVEN_SEED = 1 << 6, TRAIN_GIVEN_LIMIT = 1 << 7, TRAIN_GIVEN_LOAD = 1 << 8,
+    TRAIN_GIVEN_OUT = 1 << 9, TRAIN_GIVEN_NAME = 1 << 10,
+};
+
 typedef struct train_opts {
     const char *model;     // preset name or config path
     const char *data_dir;  // IDX folder (default TRAIN_DEFAULT_DATA) unless train_csv is given
@@ -37,6 +46,9 @@ typedef struct train_opts {
     int progress;          // -1: when stderr is a terminal; 0 never; 1 always
     int quiet;             // no per-epoch lines on stdout
     const char *command_line; // for the run log
+    int checkpoint_every;  // steps between checkpoints (0: at each epoch's end and a stop only)
+    const char *resume;    // a run prefix or .ckpt to continue
+    unsigned given;        // TRAIN_GIVEN_* of the options given
 } train_opts;
 
 // Trains; returns 0, or -1 with e filled (results written so far are kept).
@@ -54,7 +66,8 @@ typedef struct predict_opts {
 
 int predict_run(const predict_opts *o, ht_error *e);
 
-// Set from a signal handler: stop after the current step, keeping what was written.
+// Set from a signal handler to the signal's number: stop after the current step, write a
+// checkpoint, keep what was written.
 extern volatile int train_interrupted;
 
 #endif

@@ -1,0 +1,313 @@
+// Checkpoints and resume through the CLI. A run killed at any instant (SIGKILL at a step, in
+// the middle of writing a checkpoint) or stopped by SIGTERM, then resumed, ends with the same
+// bits and the same metrics as a run that never stopped; resumed on other devices it stays on
+// the run's trajectory; a resume that would change the run, or a damaged checkpoint, is refused
+// with a clear message.
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "model.h"
+#include "testutil.h"
+
+static char dir[1024], train_csv[1100], data_args[2400];
+
+// 600 training images (480 after the 20% split: 10 steps of 50 an epoch) and 100 test images.
+static int setup(void **state) {
+    (void)state;
+    char *d = test_tmpdir("resume");
+    char *train = test_fashion_csv(d, FASHION_TRAIN, 600, 1);
+    char *test = test_fashion_csv(d, FASHION_TEST, 100, 1);
+    if (!train || !test) return -1;
+    snprintf(dir, sizeof dir, "%s", d);
+    snprintf(train_csv, sizeof train_csv, "%s", train);
+    snprintf(data_args, sizeof data_args, "--train '%s' --test '%s'", train, test);
+    free(d);
+    free(train);
+    free(test);
+    return 0;
+}
+
+// What defines the run, and where it runs (given again on resume).
+#define RUN "train %s --epochs 3 --batch 50 --val-split 0.2"
+#define WHERE "--devices cpu:1,cpu:1@2 --balance static --no-self-check --no-progress --quiet"
+
+// The metrics CSV's columns that do not depend on timing (epoch, accuracy, loss, val_*).
+static char *det_columns(const char *path) {
+    char *text = test_read_file(path, NULL);
+    if (!text) fail_msg("%s: missing", path);
+    char *out = malloc(strlen(text) + 1), *o = out;
+    for (char *line = text; *line;) {
+        size_t n = strcspn(line, "\n");
+        int commas = 0;
+        for (size_t i = 0; i < n && commas < 5; i++) {
+            if (line[i] == ',') commas++;
+            if (commas < 5) *o++ = line[i];
+        }
+        *o++ = '\n';
+        line += n + (line[n] == '\n');
+    }
+    *o = 0;
+    free(text);
+    return out;
+}
+
+static void expect_same_file(const char *a, const char *b) {
+    size_t na, nb;
+    char *x = test_read_file(a, &na), *y = test_read_file(b, &nb);
+    if (!x || !y) fail_msg("missing %s or %s", a, b);
+    if (na != nb || memcmp(x, y, na)) fail_msg("%s and %s differ", a, b);
+    free(x);
+    free(y);
+}
+
+// The exit status the shell reports for a process killed by SIGKILL (or the checkpoint
+// writer's test hook, which exits as if it were).
+#define KILLED (128 + SIGKILL)
+
+// Runs hetrain with args under the fault plan `faults` (NULL: none); returns its output.
+static int run(const char *faults, const char *args, char **out) {
+    if (faults) setenv("HETRAIN_FAULT", faults, 1);
+    int rc = test_run_cli(args, out);
+    unsetenv("HETRAIN_FAULT");
+    return rc;
+}
+
+// The uninterrupted reference run, once.
+static void reference(void) {
+    static int done;
+    if (done) return;
+    char args[8192], *out;
+    snprintf(args, sizeof args, RUN " " WHERE " --out '%s' --name ref --save '%s/ref.safetensors'",
+             data_args, dir, dir);
+    if (run(NULL, args, &out) != 0) fail_msg("reference run failed:\n%s", out);
+    free(out);
+    done = 1;
+}
+
+// Resumes run `name` until it completes and checks it against the reference: the same final
+// weights, bit for bit, and the same metrics.
+static void resume_and_compare(const char *name) {
+    char args[8192], *out;
+    snprintf(args, sizeof args, "train --resume '%s/%s' " WHERE " --save '%s/%s.safetensors'", dir,
+             name, dir, name);
+    int rc = run(NULL, args, &out);
+    if (rc != 0) fail_msg("resume of %s: exit %d\n%s", name, rc, out);
+    free(out);
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/%s.log", dir, name);
+    char *log = test_read_file(a, NULL);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "resumed from"));
+    free(log);
+    snprintf(a, sizeof a, "%s/ref.safetensors", dir);
+    snprintf(b, sizeof b, "%s/%s.safetensors", dir, name);
+    expect_same_file(a, b);
+    snprintf(a, sizeof a, "%s/ref.metrics.csv", dir);
+    snprintf(b, sizeof b, "%s/%s.metrics.csv", dir, name);
+    char *x = det_columns(a), *y = det_columns(b);
+    if (strcmp(x, y)) fail_msg("metrics of %s differ:\n%s\nvs reference\n%s", name, y, x);
+    free(x);
+    free(y);
+}
+
+// SIGKILL at several steps (mid-epoch, the first step after an epoch's checkpoint, a later
+// epoch), with checkpoints every 3 steps or only at epochs' ends: each resumes to the
+// reference's bits.
+static void test_kill_and_resume(void **state) {
+    (void)state;
+    reference();
+    const struct {
+        const char *name, *fault, *every;
+    } cases[] = {
+        {"k4", "kill:cpu:1@4", " --checkpoint-every 3"},
+        {"k11", "kill:cpu:1@11", " --checkpoint-every 3"},
+        {"k17", "kill:cpu:1@17", ""},
+        {"k23", "kill:cpu:1#2@23", " --checkpoint-every 7"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char args[8192], *out;
+        snprintf(args, sizeof args, RUN " " WHERE "%s --out '%s' --name %s", data_args,
+                 cases[k].every, dir, cases[k].name);
+        int rc = run(cases[k].fault, args, &out);
+        if (rc != KILLED) fail_msg("%s: expected the run to be killed, exit %d\n%s", cases[k].name, rc, out);
+        free(out);
+        resume_and_compare(cases[k].name);
+    }
+}
+
+// Killed while writing a checkpoint: the one before stays valid, and the run resumes from it.
+static void test_kill_while_writing_checkpoint(void **state) {
+    (void)state;
+    reference();
+    char args[8192], *out;
+    snprintf(args, sizeof args, RUN " " WHERE " --checkpoint-every 3 --out '%s' --name kw",
+             data_args, dir);
+    assert_int_equal(run("kill:cpu:1@5", args, &out), KILLED); // a checkpoint of step 3 exists
+    free(out);
+    // Resumed, it dies halfway through writing its first checkpoint (step 6).
+    snprintf(args, sizeof args, "train --resume '%s/kw' " WHERE, dir);
+    setenv("HETRAIN_CKPT_DIE_AFTER", "4096", 1);
+    int rc = run(NULL, args, &out);
+    unsetenv("HETRAIN_CKPT_DIE_AFTER");
+    if (rc != KILLED) fail_msg("expected death while writing, exit %d\n%s", rc, out);
+    free(out);
+    resume_and_compare("kw");
+}
+
+// SIGTERM (as from timeout or a batch scheduler) stops after the step with a checkpoint and
+// exit status 143; the run resumes from it to the end.
+static void test_sigterm_writes_checkpoint(void **state) {
+    (void)state;
+    char out_dir[1200];
+    snprintf(out_dir, sizeof out_dir, "%s/term", dir);
+    char *argv[] = {"hetrain", "train", "--train", train_csv, "--limit", "100", "--epochs", "60",
+                    "--batch", "50", "--val-split", "0", "--devices", "cpu:1", "--no-self-check",
+                    "--no-progress", "--out", out_dir, "--name", "t", NULL};
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        execv(HT_BINARY, argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    buf[0] = 0;
+    while (!strstr(buf, "epoch 1/60")) {
+        ssize_t got = read(fds[0], buf + len, cap - len - 1);
+        if (got <= 0) break;
+        len += (size_t)got;
+        buf[len] = 0;
+    }
+    kill(pid, SIGTERM);
+    for (ssize_t got; (got = read(fds[0], buf + len, cap - len - 1)) > 0;) len += (size_t)got;
+    buf[len] = 0;
+    close(fds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 143 || !strstr(buf, "checkpoint: "))
+        fail_msg("status %d, output:\n%s", st, buf);
+    free(buf);
+    char args[2048], *out;
+    snprintf(args, sizeof args, "train --resume '%s/t.ckpt' --devices cpu:1 --no-self-check "
+             "--no-progress --quiet", out_dir);
+    int rc = run(NULL, args, &out);
+    if (rc != 0) fail_msg("exit %d\n%s", rc, out);
+    free(out);
+    char path[1300];
+    snprintf(path, sizeof path, "%s/t.metrics.csv", out_dir);
+    assert_int_equal((int)test_metrics_value(path, -1, "epoch"), 59);
+}
+
+// Whether an OpenCL device cl:0.0 is there (PoCL in CI).
+static int have_cl(void) {
+    char *out;
+    int rc = test_run_cli("devices", &out);
+    int yes = rc == 0 && strstr(out, "cl:0.0");
+    free(out);
+    return yes;
+}
+
+// Resumed on other devices, a run continues the same trajectory: its final weights match the
+// uninterrupted run's within the tolerance of runs on different devices (testutil.h).
+static void test_resume_on_other_devices(void **state) {
+    (void)state;
+    const char *mix = have_cl() ? "cpu:1,cl:0.0" : "cpu:1,cpu:1";
+    char args[8192], *out;
+    const char *common = "--limit 250 --epochs 1 --batch 50 --val-split 0 --lr 0.01 "
+                         "--no-self-check --no-progress --quiet --balance static";
+    snprintf(args, sizeof args, "train %s %s --devices cpu:1 --out '%s' --name od0 --save '%s/od0.safetensors'",
+             data_args, common, dir, dir);
+    if (run(NULL, args, &out) != 0) fail_msg("%s", out);
+    free(out);
+    snprintf(args, sizeof args, "train %s %s --devices cpu:1 --checkpoint-every 1 --out '%s' --name od1",
+             data_args, common, dir);
+    assert_int_equal(run("kill:cpu:1@4", args, &out), KILLED);
+    free(out);
+    snprintf(args, sizeof args, "train --resume '%s/od1' --devices %s --balance static "
+             "--no-self-check --no-progress --save '%s/od1.safetensors'", dir, mix, dir);
+    int rc = run(NULL, args, &out);
+    if (rc != 0 || !strstr(out, "other devices")) fail_msg("exit %d\n%s", rc, out);
+    free(out);
+    ht_error e;
+    model m;
+    if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
+    float *init = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, init, 1);
+    char p0[1200], p1[1200];
+    snprintf(p0, sizeof p0, "%s/od0.safetensors", dir);
+    snprintf(p1, sizeof p1, "%s/od1.safetensors", dir);
+    float *a = test_load_params(&m, p0), *b = test_load_params(&m, p1);
+    assert_true(check_updates(&m, b, a, init, TOL_RUN_OUTPUT, TOL_RUN_OTHER,
+                              "weights after 5 steps, resumed at step 4 on other devices"));
+    free(a);
+    free(b);
+    free(init);
+    model_free(&m);
+}
+
+// A resume that would change the run is refused, naming the option; a damaged, foreign or
+// missing checkpoint is a one-line error; nothing is written.
+static void test_resume_refusals(void **state) {
+    (void)state;
+    reference(); // its checkpoint: dir/ref.ckpt
+    const char *changes[][2] = {
+        {"--batch 20", "--batch"},        {"--lr 0.5", "--lr"},
+        {"--seed 5", "--seed"},           {"--epochs 9", "--epochs"},
+        {"--model cnn2", "--model"},      {"--limit 100", "--limit"},
+        {"--name other", "--name"},       {"--val-split 0.5", "--val-split"},
+    };
+    for (size_t k = 0; k < sizeof changes / sizeof changes[0]; k++) {
+        char args[2048];
+        snprintf(args, sizeof args, "train --resume '%s/ref' %s " WHERE, dir, changes[k][0]);
+        char *out = test_expect_cli(args, 1, changes[k][1]);
+        assert_non_null(strstr(out, "differs from the run being resumed"));
+        free(out);
+    }
+    // Damaged: the first half of the checkpoint.
+    char src[1200], path[1200], args[2048];
+    snprintf(src, sizeof src, "%s/ref.ckpt", dir);
+    size_t n;
+    char *bytes = test_read_file(src, &n);
+    assert_non_null(bytes);
+    free(test_write_file(dir, "half.ckpt", bytes, n / 2));
+    free(bytes);
+    snprintf(path, sizeof path, "%s/half.ckpt", dir);
+    snprintf(args, sizeof args, "train --resume '%s' " WHERE, path);
+    free(test_expect_cli(args, 1, "half.ckpt"));
+    // Foreign: a weights file is not a checkpoint.
+    bytes = test_read_file(strcat(strcpy(src, dir), "/ref.safetensors"), &n);
+    free(test_write_file(dir, "weights.ckpt", bytes, n));
+    free(bytes);
+    snprintf(args, sizeof args, "train --resume '%s/weights.ckpt' " WHERE, dir);
+    free(test_expect_cli(args, 1, "weights.ckpt"));
+    snprintf(args, sizeof args, "train --resume '%s/none' " WHERE, dir);
+    free(test_expect_cli(args, 1, "none.ckpt"));
+}
+
+int main(void) {
+    setenv("POCL_DEVICES", "pthread", 0);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kill_and_resume),
+        cmocka_unit_test(test_kill_while_writing_checkpoint),
+        cmocka_unit_test(test_sigterm_writes_checkpoint),
+        cmocka_unit_test(test_resume_on_other_devices),
+        cmocka_unit_test(test_resume_refusals),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
