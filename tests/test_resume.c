@@ -300,6 +300,25 @@ static void test_resume_refusals(void **state) {
     free(test_expect_cli(args, 1, "none.ckpt"));
 }
 
+// A full disk (a 1 MiB file size limit: the log and CSVs fit, a 2 MB checkpoint does not): a
+// default checkpoint that fails is a warning and the run completes; one asked for with
+// --checkpoint-every stops the run with an error naming the file.
+static void test_checkpoint_disk_full(void **state) {
+    (void)state;
+    const char *cases[][2] = {{"", "warning: "}, {" --checkpoint-every 2", "checkpoint (asked for"}};
+    for (int k = 0; k < 2; k++) {
+        char cmd[8192], *out;
+        snprintf(cmd, sizeof cmd,
+                 "bash -c \"trap '' XFSZ; ulimit -f 1024; exec '%s' train %s --epochs 1 --batch 50 "
+                 "--val-split 0 --limit 200 --devices cpu:1 --no-self-check --no-progress --out '%s' "
+                 "--name full%d%s\" 2>&1", HT_BINARY, data_args, dir, k, cases[k][0]);
+        int rc = test_run_shell(cmd, &out);
+        if (rc != (k == 0 ? 0 : 1) || !strstr(out, cases[k][1]) || !strstr(out, ".ckpt"))
+            fail_msg("case %d: exit %d\n%s", k, rc, out);
+        free(out);
+    }
+}
+
 int main(void) {
     setenv("POCL_DEVICES", "pthread", 0);
     const struct CMUnitTest tests[] = {
@@ -308,6 +327,7 @@ int main(void) {
         cmocka_unit_test(test_sigterm_writes_checkpoint),
         cmocka_unit_test(test_resume_on_other_devices),
         cmocka_unit_test(test_resume_refusals),
+        cmocka_unit_test(test_checkpoint_disk_full),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
