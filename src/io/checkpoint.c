@@ -11,22 +11,12 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "safetensors.h"
 #include "stfile.h"
 
 #define BLOB_NAME_MAX 63
 #define OWN_KEYS 4 // format, hetrain_checkpoint, hetrain_model, hetrain_blobs
 
-// The model's tensor table (model_tensors), which must cover all of its parameters.
-static int tensors_of(const char *path, const model *m, const model_tensor **ts, int *nt,
-                      ht_error *e) {
-    *nt = model_tensors(m, ts);
-    size_t total = 0;
-    for (int i = 0; i < *nt; i++) total += (*ts)[i].n;
-    if (total != m->n_params)
-        return ht_fail(e, "%s: model %s: its tensor table holds %zu of its %zu parameters (not "
-                          "built by model_finish?)", path, m->name, total, m->n_params);
-    return 0;
-}
 
 static int model_has(const model_tensor *ts, int nt, const char *name) {
     for (int i = 0; i < nt; i++)
@@ -110,7 +100,7 @@ int checkpoint_write(const char *path, const model *m, const float *params, cons
                      int n_blobs, const char *const *meta_kv, int n_meta, ht_error *e) {
     const model_tensor *ts;
     int nt;
-    if (tensors_of(path, m, &ts, &nt, e)) return -1;
+    if (safetensors_tensors(path, m, &ts, &nt, e)) return -1;
     if (n_blobs < 0 || n_meta < 0)
         return ht_fail(e, "%s: n_blobs %d, n_meta %d: counts cannot be negative", path,
                        n_blobs, n_meta);
@@ -333,7 +323,7 @@ int checkpoint_read(const char *path, const model *m, float *params, checkpoint 
     memset(c, 0, sizeof *c);
     const model_tensor *ts;
     int nt;
-    if (tensors_of(path, m, &ts, &nt, e)) return -1;
+    if (safetensors_tensors(path, m, &ts, &nt, e)) return -1;
     stfile sf;
     if (stfile_open(&sf, path, e)) return -1;
     int rc = -1, nb = 0;

@@ -7,8 +7,7 @@
 
 #include "stfile.h"
 
-// The model's tensor table (model_tensors), which must cover all of its parameters.
-static int tensors_of(const char *path, const model *m, const model_tensor **ts, int *nt,
+int safetensors_tensors(const char *path, const model *m, const model_tensor **ts, int *nt,
                       ht_error *e) {
     *nt = model_tensors(m, ts);
     size_t total = 0;
@@ -22,7 +21,7 @@ static int tensors_of(const char *path, const model *m, const model_tensor **ts,
 int safetensors_save(const char *path, const model *m, const float *params, ht_error *e) {
     const model_tensor *ts;
     int nt;
-    if (tensors_of(path, m, &ts, &nt, e)) return -1;
+    if (safetensors_tensors(path, m, &ts, &nt, e)) return -1;
     stfile_tensor *st = ht_malloc((size_t)nt + 1, sizeof *st, e);
     if (!st) return -1;
     for (int i = 0; i < nt; i++)
@@ -36,7 +35,7 @@ int safetensors_save(const char *path, const model *m, const float *params, ht_e
 int safetensors_load(const char *path, const model *m, float *params, ht_error *e) {
     const model_tensor *ts;
     int nt;
-    if (tensors_of(path, m, &ts, &nt, e)) return -1;
+    if (safetensors_tensors(path, m, &ts, &nt, e)) return -1;
     stfile sf;
     if (stfile_open(&sf, path, e)) return -1;
     int rc = -1;

@@ -17,4 +17,9 @@ int safetensors_save(const char *path, const model *m, const float *params, ht_e
 // infinite value (also one that a conversion makes) is an error naming tensor and element.
 int safetensors_load(const char *path, const model *m, float *params, ht_error *e);
 
+// The model's tensor table (model_tensors), failing (naming path) unless it covers all of the
+// model's parameters, as every file of m's parameters needs. Also for checkpoint.c.
+int safetensors_tensors(const char *path, const model *m, const model_tensor **ts, int *nt,
+                        ht_error *e);
+
 #endif
