@@ -1,4 +1,4 @@
-// Fuzzes the checkpoint reader (checkpoint_read) against fuzz_safetensors' model: conv1.weight
+// Fuzzes the checkpoint reader (checkpoint_read) against fuzz_model.h's model: conv1.weight
 // [2,1,3,3], conv1.bias [2], fc1.weight [3,8], fc1.bias [3]. The input is the file. A failed
 // read must leave the parameters and the checkpoint untouched; whatever reads must write back
 // (checkpoint_write, the caller's metadata and blobs as read) and read again bit for bit.
@@ -7,24 +7,14 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "fuzz_model.h"
 #include "fuzz_util.h"
 
 static model net;
 static float *params, *before, *again;
 
 static void build_model(void) {
-    ht_error e;
-    const layer_spec layers[] = {
-        {.kind = LAYER_CONV2D, .filters = 2, .k = 3, .pad = -1, .w_init = INIT_GLOROT_UNIFORM},
-        {.kind = LAYER_RELU},
-        {.kind = LAYER_MAXPOOL, .k = 2},
-        {.kind = LAYER_DENSE, .units = 3, .w_init = INIT_LECUN_UNIFORM},
-        {.kind = LAYER_SOFTMAX_XENT},
-    };
-    if (model_begin(&net, "fuzz", 1, 4, 4, 3, &e)) abort();
-    for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++)
-        if (model_add(&net, &layers[i], &e)) abort();
-    if (model_finish(&net, &e)) abort();
+    fuzz_small_model(&net);
     params = malloc(net.n_params * sizeof *params);
     before = malloc(net.n_params * sizeof *before);
     again = malloc(net.n_params * sizeof *again);
