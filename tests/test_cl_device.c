@@ -28,13 +28,7 @@
 #define BATCH 96
 
 static int have_opencl(void) {
-    ocl_dev_info *devs = NULL;
-    int n = 0;
-    ht_error e;
-    if (ocl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
-    free(devs);
-    if (n == 0) printf("SKIPPED: no OpenCL platform found; the OpenCL device is not tested here\n");
-    return n > 0;
+    return test_have_opencl("SKIPPED: the OpenCL device is not tested here");
 }
 
 static void test_step_matches_cpu(void **state) {

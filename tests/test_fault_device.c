@@ -45,12 +45,7 @@ static int setup(void **state) {
         y[i] = (uint8_t)(i % 10);
         ids[i] = (uint32_t)i;
     }
-    ocl_dev_info *devs;
-    int n;
-    if (ocl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
-    free(devs);
-    have_cl = n > 0;
-    if (!have_cl) printf("no OpenCL platform: OpenCL cases are skipped\n");
+    have_cl = test_have_opencl("OpenCL cases are skipped");
     return 0;
 }
 

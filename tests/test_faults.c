@@ -33,12 +33,7 @@ static int setup(void **state) {
                          FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&data, 1000);
-    ocl_dev_info *devs;
-    int n;
-    if (ocl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
-    free(devs);
-    have_cl = n > 0;
-    if (!have_cl) printf("no OpenCL platform: OpenCL cases are skipped\n");
+    have_cl = test_have_opencl("OpenCL cases are skipped");
     return 0;
 }
 

@@ -214,20 +214,11 @@ static void test_sigterm_writes_checkpoint(void **state) {
     assert_int_equal((int)test_metrics_value(path, -1, "epoch"), 59);
 }
 
-// Whether an OpenCL device cl:0.0 is there (PoCL in CI).
-static int have_cl(void) {
-    char *out;
-    int rc = test_run_cli("devices", &out);
-    int yes = rc == 0 && strstr(out, "cl:0.0");
-    free(out);
-    return yes;
-}
-
 // Resumed on other devices, a run continues the same trajectory: its final weights match the
 // uninterrupted run's within the tolerance of runs on different devices (testutil.h).
 static void test_resume_on_other_devices(void **state) {
     (void)state;
-    const char *mix = have_cl() ? "cpu:1,cl:0.0" : "cpu:1,cpu:1";
+    const char *mix = test_have_opencl("resuming on cpu:1,cpu:1 instead") ? "cpu:1,cl:0.0" : "cpu:1,cpu:1";
     char args[8192], *out;
     const char *common = "--limit 250 --epochs 1 --batch 50 --val-split 0 --lr 0.01 "
                          "--no-self-check --no-progress --quiet --balance static";

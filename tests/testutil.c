@@ -11,6 +11,7 @@
 #include "device.h"
 #include "engine.h"
 #include "fault.h"
+#include "ocl_util.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -324,4 +325,14 @@ void test_rig_close(test_rig *r) {
     engine_close(r->g);
     device_close_list(r->devs, r->n);
     if (engine_wait_strays(30) > 0) fail_msg("a device the engine gave up on never came back");
+}
+
+int test_have_opencl(const char *without) {
+    ocl_dev_info *devs = NULL;
+    int n = 0;
+    ht_error e;
+    if (ocl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
+    free(devs);
+    if (n == 0) printf("no OpenCL platform: %s\n", without);
+    return n > 0;
 }

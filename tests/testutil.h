@@ -129,4 +129,8 @@ void test_rig_open(test_rig *r, const struct model *m, const char *spec, const c
                    const float *init, int batch, uint64_t seed, uint64_t mem_limit);
 void test_rig_close(test_rig *r);
 
+// Whether any OpenCL device is there (PoCL in CI); when none is, prints "no OpenCL platform:
+// <without>" so the skipped part is visible.
+int test_have_opencl(const char *without);
+
 #endif
