@@ -18,22 +18,12 @@
 #include "model.h"
 #include "testutil.h"
 
-static char dir[1024], train_csv[1100], data_args[2400];
+static test_csv_data data;
 
 // 600 training images (480 after the 20% split: 10 steps of 50 an epoch) and 100 test images.
 static int setup(void **state) {
     (void)state;
-    char *d = test_tmpdir("resume");
-    char *train = test_fashion_csv(d, FASHION_TRAIN, 600, 1);
-    char *test = test_fashion_csv(d, FASHION_TEST, 100, 1);
-    if (!train || !test) return -1;
-    snprintf(dir, sizeof dir, "%s", d);
-    snprintf(train_csv, sizeof train_csv, "%s", train);
-    snprintf(data_args, sizeof data_args, "--train '%s' --test '%s'", train, test);
-    free(d);
-    free(train);
-    free(test);
-    return 0;
+    return test_csv_data_init(&data, "resume", 600, 100);
 }
 
 // What defines the run, and where it runs (given again on resume).
@@ -87,7 +77,7 @@ static void reference(void) {
     if (done) return;
     char args[8192], *out;
     snprintf(args, sizeof args, RUN " " WHERE " --out '%s' --name ref --save '%s/ref.safetensors'",
-             data_args, dir, dir);
+             data.args, data.dir, data.dir);
     if (run(NULL, args, &out) != 0) fail_msg("reference run failed:\n%s", out);
     free(out);
     done = 1;
@@ -97,22 +87,22 @@ static void reference(void) {
 // weights, bit for bit, and the same metrics.
 static void resume_and_compare(const char *name) {
     char args[8192], *out;
-    snprintf(args, sizeof args, "train --resume '%s/%s' " WHERE " --save '%s/%s.safetensors'", dir,
-             name, dir, name);
+    snprintf(args, sizeof args, "train --resume '%s/%s' " WHERE " --save '%s/%s.safetensors'", data.dir,
+             name, data.dir, name);
     int rc = run(NULL, args, &out);
     if (rc != 0) fail_msg("resume of %s: exit %d\n%s", name, rc, out);
     free(out);
     char a[1200], b[1200];
-    snprintf(a, sizeof a, "%s/%s.log", dir, name);
+    snprintf(a, sizeof a, "%s/%s.log", data.dir, name);
     char *log = test_read_file(a, NULL);
     assert_non_null(log);
     assert_non_null(strstr(log, "resumed from"));
     free(log);
-    snprintf(a, sizeof a, "%s/ref.safetensors", dir);
-    snprintf(b, sizeof b, "%s/%s.safetensors", dir, name);
+    snprintf(a, sizeof a, "%s/ref.safetensors", data.dir);
+    snprintf(b, sizeof b, "%s/%s.safetensors", data.dir, name);
     expect_same_file(a, b);
-    snprintf(a, sizeof a, "%s/ref.metrics.csv", dir);
-    snprintf(b, sizeof b, "%s/%s.metrics.csv", dir, name);
+    snprintf(a, sizeof a, "%s/ref.metrics.csv", data.dir);
+    snprintf(b, sizeof b, "%s/%s.metrics.csv", data.dir, name);
     char *x = det_columns(a), *y = det_columns(b);
     if (strcmp(x, y)) fail_msg("metrics of %s differ:\n%s\nvs reference\n%s", name, y, x);
     free(x);
@@ -135,8 +125,8 @@ static void test_kill_and_resume(void **state) {
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char args[8192], *out;
-        snprintf(args, sizeof args, RUN " " WHERE "%s --out '%s' --name %s", data_args,
-                 cases[k].every, dir, cases[k].name);
+        snprintf(args, sizeof args, RUN " " WHERE "%s --out '%s' --name %s", data.args,
+                 cases[k].every, data.dir, cases[k].name);
         int rc = run(cases[k].fault, args, &out);
         if (rc != KILLED) fail_msg("%s: expected the run to be killed, exit %d\n%s", cases[k].name, rc, out);
         free(out);
@@ -150,11 +140,11 @@ static void test_kill_while_writing_checkpoint(void **state) {
     reference();
     char args[8192], *out;
     snprintf(args, sizeof args, RUN " " WHERE " --checkpoint-every 3 --out '%s' --name kw",
-             data_args, dir);
+             data.args, data.dir);
     assert_int_equal(run("kill:cpu:1@5", args, &out), KILLED); // a checkpoint of step 3 exists
     free(out);
     // Resumed, it dies halfway through writing its first checkpoint (step 6).
-    snprintf(args, sizeof args, "train --resume '%s/kw' " WHERE, dir);
+    snprintf(args, sizeof args, "train --resume '%s/kw' " WHERE, data.dir);
     setenv("HETRAIN_CKPT_DIE_AFTER", "4096", 1);
     int rc = run(NULL, args, &out);
     unsetenv("HETRAIN_CKPT_DIE_AFTER");
@@ -168,8 +158,8 @@ static void test_kill_while_writing_checkpoint(void **state) {
 static void test_sigterm_writes_checkpoint(void **state) {
     (void)state;
     char out_dir[1200];
-    snprintf(out_dir, sizeof out_dir, "%s/term", dir);
-    char *argv[] = {"hetrain", "train", "--train", train_csv, "--limit", "100", "--epochs", "60",
+    snprintf(out_dir, sizeof out_dir, "%s/term", data.dir);
+    char *argv[] = {"hetrain", "train", "--train", data.train, "--limit", "100", "--epochs", "60",
                     "--batch", "50", "--val-split", "0", "--devices", "cpu:1", "--no-self-check",
                     "--no-progress", "--out", out_dir, "--name", "t", NULL};
     int fds[2];
@@ -223,15 +213,15 @@ static void test_resume_on_other_devices(void **state) {
     const char *common = "--limit 250 --epochs 1 --batch 50 --val-split 0 --lr 0.01 "
                          "--no-self-check --no-progress --quiet --balance static";
     snprintf(args, sizeof args, "train %s %s --devices cpu:1 --out '%s' --name od0 --save '%s/od0.safetensors'",
-             data_args, common, dir, dir);
+             data.args, common, data.dir, data.dir);
     if (run(NULL, args, &out) != 0) fail_msg("%s", out);
     free(out);
     snprintf(args, sizeof args, "train %s %s --devices cpu:1 --checkpoint-every 1 --out '%s' --name od1",
-             data_args, common, dir);
+             data.args, common, data.dir);
     assert_int_equal(run("kill:cpu:1@4", args, &out), KILLED);
     free(out);
     snprintf(args, sizeof args, "train --resume '%s/od1' --devices %s --balance static "
-             "--no-self-check --no-progress --save '%s/od1.safetensors'", dir, mix, dir);
+             "--no-self-check --no-progress --save '%s/od1.safetensors'", data.dir, mix, data.dir);
     int rc = run(NULL, args, &out);
     if (rc != 0 || !strstr(out, "other devices")) fail_msg("exit %d\n%s", rc, out);
     free(out);
@@ -241,8 +231,8 @@ static void test_resume_on_other_devices(void **state) {
     float *init = malloc(sizeof(float) * m.n_params);
     model_init_params(&m, init, 1);
     char p0[1200], p1[1200];
-    snprintf(p0, sizeof p0, "%s/od0.safetensors", dir);
-    snprintf(p1, sizeof p1, "%s/od1.safetensors", dir);
+    snprintf(p0, sizeof p0, "%s/od0.safetensors", data.dir);
+    snprintf(p1, sizeof p1, "%s/od1.safetensors", data.dir);
     float *a = test_load_params(&m, p0), *b = test_load_params(&m, p1);
     assert_true(check_updates(&m, b, a, init, TOL_RUN_OUTPUT, TOL_RUN_OTHER,
                               "weights after 5 steps, resumed at step 4 on other devices"));
@@ -256,7 +246,7 @@ static void test_resume_on_other_devices(void **state) {
 // missing checkpoint is a one-line error; nothing is written.
 static void test_resume_refusals(void **state) {
     (void)state;
-    reference(); // its checkpoint: dir/ref.ckpt
+    reference(); // its checkpoint: data.dir/ref.ckpt
     const char *changes[][2] = {
         {"--batch 20", "--batch"},        {"--lr 0.5", "--lr"},
         {"--seed 5", "--seed"},           {"--epochs 9", "--epochs"},
@@ -265,29 +255,30 @@ static void test_resume_refusals(void **state) {
     };
     for (size_t k = 0; k < sizeof changes / sizeof changes[0]; k++) {
         char args[2048];
-        snprintf(args, sizeof args, "train --resume '%s/ref' %s " WHERE, dir, changes[k][0]);
+        snprintf(args, sizeof args, "train --resume '%s/ref' %s " WHERE, data.dir, changes[k][0]);
         char *out = test_expect_cli(args, 1, changes[k][1]);
         assert_non_null(strstr(out, "differs from the run being resumed"));
         free(out);
     }
     // Damaged: the first half of the checkpoint.
     char src[1200], path[1200], args[2048];
-    snprintf(src, sizeof src, "%s/ref.ckpt", dir);
+    snprintf(src, sizeof src, "%s/ref.ckpt", data.dir);
     size_t n;
     char *bytes = test_read_file(src, &n);
     assert_non_null(bytes);
-    free(test_write_file(dir, "half.ckpt", bytes, n / 2));
+    free(test_write_file(data.dir, "half.ckpt", bytes, n / 2));
     free(bytes);
-    snprintf(path, sizeof path, "%s/half.ckpt", dir);
+    snprintf(path, sizeof path, "%s/half.ckpt", data.dir);
     snprintf(args, sizeof args, "train --resume '%s' " WHERE, path);
     free(test_expect_cli(args, 1, "half.ckpt"));
     // Foreign: a weights file is not a checkpoint.
-    bytes = test_read_file(strcat(strcpy(src, dir), "/ref.safetensors"), &n);
-    free(test_write_file(dir, "weights.ckpt", bytes, n));
+    snprintf(src, sizeof src, "%s/ref.safetensors", data.dir);
+    bytes = test_read_file(src, &n);
+    free(test_write_file(data.dir, "weights.ckpt", bytes, n));
     free(bytes);
-    snprintf(args, sizeof args, "train --resume '%s/weights.ckpt' " WHERE, dir);
+    snprintf(args, sizeof args, "train --resume '%s/weights.ckpt' " WHERE, data.dir);
     free(test_expect_cli(args, 1, "weights.ckpt"));
-    snprintf(args, sizeof args, "train --resume '%s/none' " WHERE, dir);
+    snprintf(args, sizeof args, "train --resume '%s/none' " WHERE, data.dir);
     free(test_expect_cli(args, 1, "none.ckpt"));
 }
 
@@ -302,7 +293,7 @@ static void test_checkpoint_disk_full(void **state) {
         snprintf(cmd, sizeof cmd,
                  "bash -c \"trap '' XFSZ; ulimit -f 1024; exec '%s' train %s --epochs 1 --batch 50 "
                  "--val-split 0 --limit 200 --devices cpu:1 --no-self-check --no-progress --out '%s' "
-                 "--name full%d%s\" 2>&1", HT_BINARY, data_args, dir, k, cases[k][0]);
+                 "--name full%d%s\" 2>&1", HT_BINARY, data.args, data.dir, k, cases[k][0]);
         int rc = test_run_shell(cmd, &out);
         if (rc != (k == 0 ? 0 : 1) || !strstr(out, cases[k][1]) || !strstr(out, ".ckpt"))
             fail_msg("case %d: exit %d\n%s", k, rc, out);

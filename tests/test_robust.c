@@ -17,21 +17,11 @@
 
 // Fashion-MNIST cut to Kaggle CSVs of 4000 training and 1000 test images (the sanitizer
 // builds run ~12x slower: the whole test set would cost them minutes per run).
-static char train_csv[1024], test_csv[1024], data_args[2200];
+static test_csv_data data;
 
 static int setup(void **state) {
     (void)state;
-    char *dir = test_tmpdir("robust-data");
-    char *train = test_fashion_csv(dir, FASHION_TRAIN, 4000, 1);
-    char *test = test_fashion_csv(dir, FASHION_TEST, 1000, 1);
-    if (!train || !test) return -1;
-    snprintf(train_csv, sizeof train_csv, "%s", train);
-    snprintf(test_csv, sizeof test_csv, "%s", test);
-    snprintf(data_args, sizeof data_args, "--train '%s' --test '%s'", train, test);
-    free(train);
-    free(test);
-    free(dir);
-    return 0;
+    return test_csv_data_init(&data, "robust-data", 4000, 1000);
 }
 
 // One epoch, no validation or self-check: the quickest real run.
@@ -46,7 +36,7 @@ static void test_timeout_while_working(void **state) {
     char args[4096];
     snprintf(args, sizeof args,
              QUICK " --limit 4000 --batch 4000 --devices cpu:1,cpu:1 --device-timeout 0.1 --out '%s'",
-             data_args, dir);
+             data.args, dir);
     char *out = test_expect_cli(args, 1, "every device has failed");
     assert_non_null(strstr(out, "no answer within 0.1 s"));
     free(out);
@@ -61,7 +51,7 @@ static void test_hang_mid_run(void **state) {
     char args[4096];
     snprintf(args, sizeof args,
              QUICK " --limit 800 --batch 100 --devices cpu:1,cpu:1 --device-timeout 5 --out '%s' --name h",
-             data_args, dir);
+             data.args, dir);
     setenv("HETRAIN_FAULT", "hang:cpu:1#2@2", 1);
     char *out = test_expect_cli(args, 0, "step 2: device cpu:1#2 failed and was dropped: no answer within 5 s");
     unsetenv("HETRAIN_FAULT");
@@ -97,7 +87,7 @@ static void test_disk_full_mid_run(void **state) {
     char args[4096], path[1200];
     snprintf(args, sizeof args,
              "train %s --limit 50 --batch 50 --epochs 60 --val-split 0 --devices cpu --out '%s' --name d",
-             data_args, dir);
+             data.args, dir);
     char *out;
     int rc = run_limited(2, args, &out);
     if (rc != 1 || !strstr(out, "d.log: cannot write: File too large"))
@@ -111,7 +101,7 @@ static void test_disk_full_mid_run(void **state) {
     // A limit the predictions CSV (1000 rows, ~6 KiB) cannot fit: the error names it.
     snprintf(args, sizeof args,
              "train %s --limit 50 --batch 50 --epochs 1 --val-split 0 --devices cpu --out '%s' --name p",
-             data_args, dir);
+             data.args, dir);
     rc = run_limited(4, args, &out);
     if (rc != 1 || !strstr(out, "p.predictions.csv: cannot write: File too large"))
         fail_msg("exit %d, output:\n%s", rc, out);
@@ -156,7 +146,7 @@ static void test_interrupt_save_says_what(void **state) {
     char *dir = test_tmpdir("robust-int");
     char save[1200];
     snprintf(save, sizeof save, "%s/w.safetensors", dir);
-    char *argv[] = {"hetrain", "train", "--train", train_csv, "--test", test_csv, "--batch", "50",
+    char *argv[] = {"hetrain", "train", "--train", data.train, "--test", data.test, "--batch", "50",
                     "--epochs", "3", "--no-self-check",
                     "--val-split", "0", "--devices", "cpu", "--out", dir, "--name", "i",
                     "--save", save, NULL};
@@ -184,11 +174,11 @@ static void test_outputs_checked_first(void **state) {
     char *dir = test_tmpdir("robust-out");
     char args[4096];
     snprintf(args, sizeof args, "train %s --limit 100 --epochs 1 --out '%s' --save '%s/no/such/w.safetensors'",
-             data_args, dir, dir);
+             data.args, dir, dir);
     char *out = test_expect_cli(args, 1, "/no/such/w.safetensors: cannot create a file there");
     assert_null(strstr(out, "epoch 1/1")); // nothing was trained
     free(out);
-    snprintf(args, sizeof args, "train %s --limit 100 --epochs 1 --out '%s' --save '%s'", data_args, dir, dir);
+    snprintf(args, sizeof args, "train %s --limit 100 --epochs 1 --out '%s' --save '%s'", data.args, dir, dir);
     free(test_expect_cli(args, 1, "is a folder, expected a file name"));
     snprintf(args, sizeof args, "predict --load nosuch.safetensors --out '%s/no/p.csv'", dir);
     free(test_expect_cli(args, 1, "/no/p.csv: cannot create a file there"));

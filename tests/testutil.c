@@ -336,3 +336,20 @@ int test_have_opencl(const char *without) {
     if (n == 0) printf("no OpenCL platform: %s\n", without);
     return n > 0;
 }
+
+int test_csv_data_init(test_csv_data *d, const char *tag, int n_train, int n_test) {
+    char *dir = test_tmpdir(tag);
+    char *train = test_fashion_csv(dir, FASHION_TRAIN, n_train, 1);
+    char *test = test_fashion_csv(dir, FASHION_TEST, n_test, 1);
+    int ok = train && test;
+    if (ok) {
+        snprintf(d->dir, sizeof d->dir, "%s", dir);
+        snprintf(d->train, sizeof d->train, "%s", train);
+        snprintf(d->test, sizeof d->test, "%s", test);
+        snprintf(d->args, sizeof d->args, "--train '%s' --test '%s'", train, test);
+    }
+    free(dir);
+    free(train);
+    free(test);
+    return ok ? 0 : -1;
+}

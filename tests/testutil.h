@@ -133,4 +133,12 @@ void test_rig_close(test_rig *r);
 // <without>" so the skipped part is visible.
 int test_have_opencl(const char *without);
 
+// A fresh folder with the first n_train / n_test Fashion-MNIST images as Kaggle CSVs
+// (test_fashion_csv, with labels) and the CLI arguments naming them ("--train '...' --test
+// '...'"): the data of the tests that run the CLI.
+typedef struct test_csv_data {
+    char dir[1024], train[1100], test[1100], args[2400];
+} test_csv_data;
+int test_csv_data_init(test_csv_data *d, const char *tag, int n_train, int n_test);
+
 #endif
