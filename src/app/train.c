@@ -532,13 +532,9 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
         }
         epoch_stats es;
         memset(&es, 0, sizeof es);
-        if (ep == start && j->steps_into > 0) {
-            if (resumed) es = *resumed; // the resumed epoch's sums so far
-        } else {
-            j->steps_into = 0;
-            j->lsum = j->epoch_s = 0;
-            j->correct = j->seen = j->counted = 0;
-        }
+        // The job's sums are this epoch's: zero, or a resumed epoch's so far (reset at the end
+        // of every epoch, below).
+        if (ep == start && j->steps_into > 0 && resumed) es = *resumed;
         t0 -= j->epoch_s; // time the epoch took before a checkpoint it resumes from
         progress pr;
         progress_begin(&pr, o->progress, ep + 1, s->epochs, n);
@@ -637,11 +633,11 @@ static double meta_double(const checkpoint *c, const char *key) {
 static int meta_list(const checkpoint *c, const char *key, double *v, int n) {
     const char *p = checkpoint_meta(c, key);
     int k = 0;
-    while (p && *p && k < n) {
-        char *end;
-        v[k++] = strtod(p, &end);
-        p = *end == ',' ? end + 1 : end;
-        if (end == p && *p != ',') break;
+    for (char *end; p && *p && k < n; p = end + 1) {
+        double x = strtod(p, &end);
+        if (end == p) break; // not a number: the count tells the caller
+        v[k++] = x;
+        if (*end != ',') break;
     }
     return k;
 }
@@ -655,6 +651,7 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
     const char *train = checkpoint_meta(c, "train"), *test = checkpoint_meta(c, "test");
     if (!model || !data || !train || !test || !checkpoint_meta(c, "epochs_done"))
         return ht_fail(e, "%s: not a hetrain training checkpoint (no run options in it)", o->resume);
+    uint64_t seed = strtoull(checkpoint_meta(c, "seed") ? checkpoint_meta(c, "seed") : "0", NULL, 10);
     struct {
         unsigned flag;
         const char *option;
@@ -668,8 +665,7 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
         {TRAIN_GIVEN_BATCH, "--batch", o->batch != meta_long(c, "batch")},
         {TRAIN_GIVEN_LR, "--lr", o->lr != (float)meta_double(c, "lr")},
         {TRAIN_GIVEN_VAL, "--val-split", o->val_split != (float)meta_double(c, "val_split")},
-        {TRAIN_GIVEN_SEED, "--seed", o->seed != strtoull(checkpoint_meta(c, "seed") ?
-                                                          checkpoint_meta(c, "seed") : "0", NULL, 10)},
+        {TRAIN_GIVEN_SEED, "--seed", o->seed != seed},
         {TRAIN_GIVEN_LIMIT, "--limit", o->limit != meta_long(c, "limit")},
         {TRAIN_GIVEN_LOAD, "--load", 1},
         {TRAIN_GIVEN_OUT, "--out", 1},
@@ -688,7 +684,7 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
     r->batch = (int)meta_long(c, "batch");
     r->lr = (float)meta_double(c, "lr");
     r->val_split = (float)meta_double(c, "val_split");
-    r->seed = strtoull(checkpoint_meta(c, "seed") ? checkpoint_meta(c, "seed") : "0", NULL, 10);
+    r->seed = seed;
     r->limit = (int)meta_long(c, "limit");
     r->load = NULL;
     return 0;
