@@ -1,0 +1,73 @@
+// ranks.h under mpirun -np 3 (ctest runs it so): the ordered sum gives every rank the bits of
+// ((r0 + r1) + r2), broadcasts and gathers carry rank 0's and every rank's values.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "ranks.h"
+#include "rng.h"
+
+// Rank r's i-th value: varied magnitudes, so the order of the sum shows in the bits.
+static float value(int r, size_t i) {
+    uint64_t x = ht_mix64((uint64_t)r * 1000003u + i);
+    return (float)((double)(x >> 40) / (1 << 24) - 0.5) * (float)(1 << (i % 20));
+}
+
+static void test_sum_ordered(void **state) {
+    (void)state;
+    int size = ranks_size(), rank = ranks_rank();
+    const char *world = getenv("OMPI_COMM_WORLD_SIZE"); // set by Open MPI's mpirun
+    assert_non_null(world);
+    assert_int_equal(size, atoi(world));
+    assert_true(size > 1);
+    enum { N = 100003 };
+    float *buf = malloc(sizeof(float) * N), *want = malloc(sizeof(float) * N);
+    for (size_t i = 0; i < N; i++) {
+        buf[i] = value(rank, i);
+        float s = value(0, i);
+        for (int r = 1; r < size; r++) s += value(r, i);
+        want[i] = s;
+    }
+    ht_error e;
+    if (ranks_sum_ordered(buf, N, &e) < 0) fail_msg("%s", e.msg);
+    assert_memory_equal(buf, want, sizeof(float) * N);
+    free(buf);
+    free(want);
+}
+
+static void test_bcast_and_gather(void **state) {
+    (void)state;
+    int size = ranks_size(), rank = ranks_rank();
+    ht_error e;
+    float v[3] = {(float)rank, 1.5f * rank, -2.0f};
+    if (ranks_bcast(v, 3, &e) < 0) fail_msg("%s", e.msg);
+    assert_true(v[0] == 0 && v[1] == 0 && v[2] == -2.0f);
+    double mine[2] = {rank, 10.0 * rank}, *all = malloc(sizeof(double) * 2 * (size_t)size);
+    if (ranks_allgather(mine, all, 2, &e) < 0) fail_msg("%s", e.msg);
+    for (int r = 0; r < size; r++) assert_true(all[2 * r] == r && all[2 * r + 1] == 10.0 * r);
+    free(all);
+    char text[32] = "";
+    if (rank == 0) strcpy(text, "from rank 0");
+    if (ranks_bcast_text(text, sizeof text, &e) < 0) fail_msg("%s", e.msg);
+    assert_string_equal(text, "from rank 0");
+}
+
+int main(int argc, char **argv) {
+    ht_error e;
+    if (ranks_init(&argc, &argv, &e) < 0) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sum_ordered),
+        cmocka_unit_test(test_bcast_and_gather),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    ranks_finalize();
+    return rc;
+}
