@@ -24,6 +24,7 @@
 #include "balance.h"
 #include "optim.h"
 #include "plan.h"
+#include "ranks.h"
 
 #define ENGINE_REPLAN_GAIN 0.03 // re-plan only for a predicted step this much faster
 #define ENGINE_MIN_SHARE 0.005  // a device keeps at least this fraction of the largest capacity
@@ -114,6 +115,8 @@ struct engine {
     int plan_dev[HT_MAX_DEVICES]; // plan index -> device index
     engine_slot *slots;
     int *orphans;    // batch positions whose device failed, to run again (max_batch)
+    uint8_t *own;    // (max_batch) positions this rank computed in the current step
+    int span;        // training steps are planned and reduced over every rank (ranks.h)
     int n_orphans;
     long step;       // training steps done
     double timeout_s;
@@ -161,6 +164,7 @@ void engine_set_timeout(engine *g, double seconds) {
     g->timeout_s = seconds > 0 ? seconds : ENGINE_DEFAULT_TIMEOUT;
 }
 void engine_set_nan_stop(engine *g, int stop) { g->nan_stop = stop; }
+void engine_span_ranks(engine *g, int on) { g->span = on && ranks_size() > 1; }
 void engine_set_balance(engine *g, balance_mode mode, int rebalance) {
     g->mode = mode;
     g->rebalance = rebalance < 1 ? 1 : rebalance;
@@ -476,6 +480,38 @@ static int plan_active(engine *g, shard_plan *p, int n, ht_error *e) {
     return shard_plan_init(p, cap, k, n, e);
 }
 
+// The plan of a whole batch over the active devices of every rank, in (rank, device) order:
+// each rank gathers every rank's capacities and makes the same plan; g->plan_dev maps a plan
+// index to a device of this rank, or -1 for another rank's. One rank: plan_active.
+static int plan_global(engine *g, shard_plan *p, int n, ht_error *e) {
+    int R = ranks_size(), me = ranks_rank();
+    if (R == 1 || !g->span) return plan_active(g, p, n, e);
+    double mine[HT_MAX_DEVICES] = {0}, *all = ht_malloc((size_t)R * HT_MAX_DEVICES, sizeof(double), e);
+    if (!all) return -1;
+    for (int d = 0; d < g->n_devs; d++)
+        if (!g->slots[d].failed) mine[d] = g->devs[d].capacity > 0 ? g->devs[d].capacity : 1;
+    if (ranks_allgather(mine, all, HT_MAX_DEVICES, e) < 0) {
+        free(all);
+        return -1;
+    }
+    double cap[HT_MAX_DEVICES];
+    int k = 0, rc = 0;
+    for (int r = 0; r < R && rc == 0; r++)
+        for (int d = 0; d < HT_MAX_DEVICES && rc == 0; d++) {
+            if (!(all[(size_t)r * HT_MAX_DEVICES + d] > 0)) continue;
+            if (k == HT_MAX_DEVICES) {
+                rc = ht_fail(e, "more than %d devices over all ranks", HT_MAX_DEVICES);
+                break;
+            }
+            g->plan_dev[k] = r == me ? d : -1;
+            cap[k++] = all[(size_t)r * HT_MAX_DEVICES + d];
+        }
+    free(all);
+    if (rc < 0) return -1;
+    if (k == 0) return ht_fail(e, "every device of every rank has failed");
+    return shard_plan_init(p, cap, k, n, e);
+}
+
 // Gives every active device its positions among `positions` (NULL: 0..n-1) and marks it
 // dispatched. Uses (and caches) the full-batch plan when `cache`.
 static int assign(engine *g, const int *positions, int n, int cache, ht_error *e) {
@@ -483,23 +519,24 @@ static int assign(engine *g, const int *positions, int n, int cache, ht_error *e
     if (!cache) {
         if (plan_active(g, &tmp, n, e) < 0) return -1;
         p = &tmp;
-    } else if (!(g->plan.pattern && g->plan.len == n)) {
+    } else if (g->span || !(g->plan.pattern && g->plan.len == n)) {
+        // Over several ranks the plan is made again for every batch, from every rank's
+        // capacities now: a rank alone cannot know that another one's changed.
         shard_plan_free(&g->plan);
-        if (plan_active(g, &g->plan, n, e) < 0) return -1;
+        if (plan_global(g, &g->plan, n, e) < 0) return -1;
     }
     for (int d = 0; d < g->n_devs; d++) {
         g->slots[d].n = 0;
         g->slots[d].dispatched = 0;
     }
     for (int j = 0; j < n; j++) {
-        engine_slot *s = &g->slots[g->plan_dev[p->pattern[j]]];
+        int d = g->plan_dev[p->pattern[j]];
+        if (d < 0) continue; // another rank's
+        engine_slot *s = &g->slots[d];
         s->pos[s->n++] = positions ? positions[j] : j;
     }
     // A device with no samples this pass sits it out: no launch, no wait.
-    for (int k = 0; k < p->n_devs; k++) {
-        engine_slot *s = &g->slots[g->plan_dev[k]];
-        s->dispatched = s->n > 0;
-    }
+    for (int d = 0; d < g->n_devs; d++) g->slots[d].dispatched = g->slots[d].n > 0;
     if (!cache) shard_plan_free(&tmp);
     return 0;
 }
@@ -586,6 +623,7 @@ int engine_open(engine **out, const model *m, device *devs, int n_devs, const fl
     g->mode = BALANCE_STATIC;
     g->rebalance = 1;
     g->timeout_s = ENGINE_DEFAULT_TIMEOUT;
+    g->span = ranks_size() > 1;
     balance_reset(&g->bal, n_devs);
     engine_hub *h = g->hub = ht_calloc(1, sizeof *h, e);
     if (!h) {
@@ -599,9 +637,10 @@ int engine_open(engine **out, const model *m, device *devs, int n_devs, const fl
     h->params = g->params = ht_malloc(m->n_params, sizeof(float), e);
     g->grad = ht_calloc(m->n_params, sizeof(float), e);
     g->orphans = ht_malloc((size_t)max_batch, sizeof *g->orphans, e);
+    g->own = ht_calloc((size_t)max_batch, 1, e);
     g->slots = ht_calloc((size_t)n_devs, sizeof *g->slots, e);
     g->threads = ht_calloc((size_t)n_devs, sizeof *g->threads, e);
-    if (!g->params || !g->grad || !g->orphans || !g->slots || !g->threads ||
+    if (!g->params || !g->grad || !g->orphans || !g->own || !g->slots || !g->threads ||
         optim_init(&g->opt, s, m->n_params, e) < 0) {
         engine_close(g);
         return -1;
@@ -656,6 +695,7 @@ void engine_close(engine *g) {
     free(g->slots);
     free(g->grad);
     free(g->orphans);
+    free(g->own);
     optim_free(&g->opt);
     shard_plan_free(&g->plan);
     if (h) hub_release(h); // frees the parameters with the last worker
@@ -812,10 +852,36 @@ static void gather(engine *g, void *arg) {
         for (int i = 0; i < s->n; i++) {
             if (o->loss) o->loss[s->pos[i]] = w->loss[i];
             if (o->pred) o->pred[s->pos[i]] = w->pred[i];
+            g->own[s->pos[i]] = 1;
         }
         o->st->busy_s[d] += s->busy_s;
         o->st->share[d] += s->n;
     }
+}
+
+// Over several ranks: the gradient sums of every rank added in rank order, and every position's
+// loss and prediction (each computed on one rank), the same on every rank. Which positions this
+// rank computed: those of its devices' shards, re-runs included.
+static int reduce_ranks(engine *g, step_out *o, int B, ht_error *e) {
+    if (ranks_sum_ordered(g->grad, g->m->n_params, e) < 0) return -1;
+    float *lp = ht_calloc(2 * (size_t)B + 1, sizeof(float), e);
+    if (!lp) return -1;
+    for (int j = 0; j < B; j++)
+        if (g->own[j]) {
+            lp[j] = o->loss ? o->loss[j] : 0;
+            lp[B + j] = o->pred ? (float)o->pred[j] : 0;
+        }
+    lp[2 * B] = o->bad ? 1.0f : 0.0f;
+    int rc = ranks_sum_ordered(lp, 2 * (size_t)B + 1, e);
+    if (rc == 0) {
+        for (int j = 0; j < B; j++) {
+            if (o->loss) o->loss[j] = lp[j];
+            if (o->pred) o->pred[j] = (int32_t)lp[B + j];
+        }
+        o->bad = lp[2 * B] > 0;
+    }
+    free(lp);
+    return rc;
 }
 
 int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, uint32_t epoch,
@@ -840,8 +906,10 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     for (int d = 0; d < g->n_devs; d++)
         if (g->slots[d].dispatched && !g->slots[d].failed) st->wait_s += slowest - g->slots[d].busy_s;
     step_out o = {.loss = loss, .pred = pred, .st = st};
+    memset(g->own, 0, (size_t)B);
     gather(g, &o);
     if (rerun_orphans(g, &t, gather, &o, e) < 0) return -1;
+    if (g->span && reduce_ranks(g, &o, B, e) < 0) return -1;
     double t1 = ht_now();
     if (o.bad) {
         if (g->nan_stop) return ht_fail(e, "non-finite loss or gradient (--on-nan stop)");

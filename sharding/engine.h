@@ -55,6 +55,10 @@ void engine_set_balance(engine *g, balance_mode mode, int rebalance);
 void engine_set_timeout(engine *g, double seconds);
 // Non-finite loss or gradient from a device: stop (1) or skip the step (0, default).
 void engine_set_nan_stop(engine *g, int stop);
+// Whether training steps span every rank of the job (ranks.h): one plan over every rank's
+// devices, gradient sums added in rank order, the same update everywhere. Default: on under
+// mpirun with more than one rank.
+void engine_span_ranks(engine *g, int on);
 
 // The master parameters (n_params), as of the last update.
 const float *engine_params(const engine *g);
