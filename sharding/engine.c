@@ -117,6 +117,7 @@ struct engine {
     int *orphans;    // batch positions whose device failed, to run again (max_batch)
     uint8_t *own;    // (max_batch) positions this rank computed in the current step
     int span;        // training steps are planned and reduced over every rank (ranks.h)
+    int plan_global; // the cached plan is plan_global's
     int n_orphans;
     long step;       // training steps done
     double timeout_s;
@@ -196,7 +197,8 @@ static void refit(engine *g, int B, int force) {
     for (int d = 0; d < g->n_devs; d++) active[d] = !g->slots[d].failed;
     if (balance_capacities(&g->bal, active, B, cap) < 0) return; // not every device measured yet
     if (!force && g->plan.pattern && g->plan.len == B) {
-        for (int k = 0; k < g->plan.n_devs; k++) now[g->plan_dev[k]] = g->plan.count[k];
+        for (int k = 0; k < g->plan.n_devs; k++)
+            if (g->plan_dev[k] >= 0) now[g->plan_dev[k]] = g->plan.count[k];
         if (balance_predict(&g->bal, active, now) <=
             balance_predict(&g->bal, active, cap) * (1 + ENGINE_REPLAN_GAIN))
             return;
@@ -513,17 +515,24 @@ static int plan_global(engine *g, shard_plan *p, int n, ht_error *e) {
 }
 
 // Gives every active device its positions among `positions` (NULL: 0..n-1) and marks it
-// dispatched. Uses (and caches) the full-batch plan when `cache`.
+// dispatched. Uses (and caches) the full-batch plan when `cache`; a training batch spanning
+// the ranks (`global`) is planned over every rank's devices.
+static int assign_in(engine *g, const int *positions, int n, int cache, int global, ht_error *e);
 static int assign(engine *g, const int *positions, int n, int cache, ht_error *e) {
+    return assign_in(g, positions, n, cache, 0, e);
+}
+static int assign_in(engine *g, const int *positions, int n, int cache, int global, ht_error *e) {
     shard_plan tmp, *p = &g->plan;
     if (!cache) {
         if (plan_active(g, &tmp, n, e) < 0) return -1;
         p = &tmp;
-    } else if (g->span || !(g->plan.pattern && g->plan.len == n)) {
+    } else if (global || g->plan_global || !(g->plan.pattern && g->plan.len == n)) {
         // Over several ranks the plan is made again for every batch, from every rank's
         // capacities now: a rank alone cannot know that another one's changed.
         shard_plan_free(&g->plan);
-        if (plan_global(g, &g->plan, n, e) < 0) return -1;
+        if ((global ? plan_global(g, &g->plan, n, e) : plan_active(g, &g->plan, n, e)) < 0)
+            return -1;
+        g->plan_global = global;
     }
     for (int d = 0; d < g->n_devs; d++) {
         g->slots[d].n = 0;
@@ -893,7 +902,7 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     memset(st, 0, sizeof *st);
     g->step++;
     engine_task t = {.kind = TASK_TRAIN, .ds = ds, .idx = idx, .epoch = epoch, .step = g->step};
-    if (assign(g, NULL, B, 1, e) < 0) return -1;
+    if (assign_in(g, NULL, B, 1, g->span, e) < 0) return -1;
     if (g->mode == BALANCE_AUTO && g->step % ENGINE_PROBE_EVERY == 0) probe_idle(g);
     g->n_orphans = 0;
     dispatch(g, &t);

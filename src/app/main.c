@@ -21,6 +21,7 @@
 #include "results.h"
 #include "device.h"
 #include "engine.h"
+#include "ranks.h"
 #include "train.h"
 
 #define EXIT_USAGE 2
@@ -528,7 +529,14 @@ int main(int argc, char **argv) {
     // Each command parses its own options from argv[1..].
     int rc;
     if (!strcmp(cmd, "train") || !strcmp(cmd, "predict")) {
+        // Under mpirun every rank trains with its own devices (ranks.h); alone, MPI stays off.
+        ht_error re;
+        if (!strcmp(cmd, "train") && ranks_init(&argc, &argv, &re) < 0) {
+            fprintf(stderr, "hetrain: %s\n", re.msg);
+            return 1;
+        }
         rc = (!strcmp(cmd, "train") ? cmd_train : cmd_predict)(argc - 1, argv + 1);
+        ranks_finalize();
         if (engine_stray_workers() > 0) {
             // A device stopped answering and its thread is still inside it: releasing the
             // OpenCL runtimes or running the libraries' exit handlers under that thread could

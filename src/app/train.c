@@ -19,6 +19,7 @@
 #include "model.h"
 #include "net.h"
 #include "progress.h"
+#include "ranks.h"
 #include "results.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -358,7 +359,8 @@ static int epoch_report(job *j, const train_opts *o, int ep, double loss, double
         c += len;
         if (*c == ',') c++;
     }
-    if (run_metrics_row(&j->rf, row, e) < 0 || metrics_keep(j, row, e) < 0) return -1;
+    if ((j->rf.metrics && run_metrics_row(&j->rf, row, e) < 0) || metrics_keep(j, row, e) < 0)
+        return -1;
     j->metrics_rows++;
     char vtext[96] = "";
     if (j->val.n > 0) snprintf(vtext, sizeof vtext, "  val_loss %.4f  val_acc %.4f", vloss, vacc);
@@ -437,6 +439,7 @@ static void meta_free(meta *m) {
 // checkpoint failed (reported once; training goes on), -1 when an asked-for one failed.
 static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, ht_error *e) {
     const train_setup *s = &j->m.setup;
+    if (ranks_rank() > 0) return 0; // rank 0 writes the job's checkpoint
     meta m = {0};
     meta_set(&m, "model", o->model ? o->model : TRAIN_DEFAULT_MODEL);
     meta_set(&m, "data", o->data_dir ? o->data_dir : "");
@@ -600,7 +603,8 @@ static int finish(job *j, const train_opts *o, ht_error *e) {
         double tloss, tacc;
         if (evaluate(j->g, &j->m, j->m.setup.batch, &j->test, &tloss, &tacc, j->pred, NULL, e) < 0)
             return ht_wrap(e, "test evaluation");
-        if (predictions_write(j->rf.predictions_path, j->pred, j->test.n, e) < 0) return -1;
+        if (ranks_rank() == 0 && predictions_write(j->rf.predictions_path, j->pred, j->test.n, e) < 0)
+            return -1;
         if (j->test.y)
             run_log(&j->rf, !o->quiet, "test: loss %.4f  accuracy %.4f  (%d samples)\n", tloss,
                     tacc, j->test.n);
@@ -790,8 +794,21 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
 static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
     job *j = ht_calloc(1, sizeof *j, e);
     if (!j) return -1;
-    train_opts ro;
+    train_opts ro, follower;
     const train_opts *o = given;
+    if (ranks_rank() > 0) { // rank 0 speaks and writes for the job; the others only train
+        follower = *given;
+        follower.quiet = 1;
+        follower.progress = 0;
+        follower.save = NULL;
+        follower.balance = BALANCE_STATIC;
+        given = o = &follower;
+    }
+    if (ranks_size() > 1 && given->balance == BALANCE_AUTO) { // not yet measured across ranks
+        follower = *given;
+        follower.balance = BALANCE_STATIC;
+        given = o = &follower;
+    }
     char prefix[1100];
     epoch_stats res_es, *resumed_es = NULL;
     if (given->resume) {
@@ -829,7 +846,8 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
         }
         char header[4096];
         metrics_header(header, sizeof header, j->devs, j->n_devs);
-        if (run_files_open(&j->rf, o->out_dir ? o->out_dir : "results", name, header, e) < 0 ||
+        if ((ranks_rank() == 0 &&
+             run_files_open(&j->rf, o->out_dir ? o->out_dir : "results", name, header, e) < 0) ||
             metrics_keep(j, header, e) < 0) {
             job_free(j);
             return -1;
