@@ -69,7 +69,9 @@ static const char *usage_train =
     "                         devices'): cpu (a worker on the cores nobody else uses),\n"
     "                         cpu:THREADS, cl:P.D, cl:all, gpu (every OpenCL GPU); add @W for\n"
     "                         a relative capacity, e.g. cl:0.0@3,cpu@1 [auto: every OpenCL GPU\n"
-    "                         plus cpu]\n"
+    "                         plus cpu]. Under mpirun, KEY=SPEC gives the devices of the\n"
+    "                         ranks on host KEY, or of rank KEY when KEY is a number\n"
+    "                         (repeat --devices; a SPEC without KEY= is for every other rank)\n"
     "  --balance auto|static  auto: time every device on the first batch (fixed + per-sample\n"
     "                         cost, fitted over two shard sizes), split each batch so all\n"
     "                         finish together, and re-fit from the steps' timings, re-planning\n"
@@ -294,7 +296,11 @@ static int cmd_train(int argc, char **argv) {
             o.limit = (int)v;
             o.given |= TRAIN_GIVEN_LIMIT;
             break;
-        case OPT_DEVICES: o.devices = optarg; break;
+        case OPT_DEVICES:
+            if (o.n_devices_by == TRAIN_DEVICES_BY_MAX)
+                return usage_error("train", "--devices: more than %d", TRAIN_DEVICES_BY_MAX);
+            o.devices_by[o.n_devices_by++] = optarg;
+            break;
         case OPT_BALANCE:
             if (!strcmp(optarg, "auto")) o.balance = BALANCE_AUTO;
             else if (!strcmp(optarg, "static")) o.balance = BALANCE_STATIC;

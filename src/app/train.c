@@ -791,11 +791,48 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
 
 // train_run with the metadata of the checkpoint it resumes from in *ck (the options in use point
 // into it, so the caller frees it after the run).
+// This rank's --devices: the KEY=SPEC naming its rank, else the one naming its host, else a
+// SPEC without a key. NULL (the default devices) when none applies.
+static const char *devices_of_rank(const train_opts *o, ht_error *e, int *bad) {
+    char host[256] = "", rank[16];
+    gethostname(host, sizeof host - 1);
+    snprintf(rank, sizeof rank, "%d", ranks_rank());
+    const char *by_rank = NULL, *by_host = NULL, *plain = NULL;
+    *bad = 0;
+    for (int i = 0; i < o->n_devices_by; i++) {
+        const char *v = o->devices_by[i], *eq = strchr(v, '=');
+        if (!eq) {
+            if (plain) {
+                *bad = 1;
+                ht_fail(e, "--devices: \"%s\" and \"%s\" both apply to every rank; give one, or "
+                           "KEY=SPEC for a host or rank", plain, v);
+                return NULL;
+            }
+            plain = v;
+            continue;
+        }
+        size_t k = (size_t)(eq - v);
+        if (k == strlen(rank) && !strncmp(v, rank, k)) by_rank = eq + 1;
+        else if (k == strlen(host) && !strncmp(v, host, k)) by_host = eq + 1;
+    }
+    return by_rank ? by_rank : by_host ? by_host : plain;
+}
+
 static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
     job *j = ht_calloc(1, sizeof *j, e);
     if (!j) return -1;
-    train_opts ro, follower;
+    train_opts ro, follower, mine;
     const train_opts *o = given;
+    if (given->n_devices_by > 0) {
+        int bad;
+        mine = *given;
+        mine.devices = devices_of_rank(given, e, &bad);
+        if (bad) {
+            free(j);
+            return -1;
+        }
+        given = o = &mine;
+    }
     if (ranks_rank() > 0) { // rank 0 speaks and writes for the job; the others only train
         follower = *given;
         follower.quiet = 1;

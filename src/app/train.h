@@ -21,6 +21,8 @@ enum {
     TRAIN_GIVEN_OUT = 1 << 9, TRAIN_GIVEN_NAME = 1 << 10,
 };
 
+#define TRAIN_DEVICES_BY_MAX 16
+
 typedef struct train_opts {
     const char *model;     // preset name or config path
     const char *data_dir;  // IDX folder (default TRAIN_DEFAULT_DATA) unless train_csv is given
@@ -33,6 +35,8 @@ typedef struct train_opts {
     uint64_t seed;
     int limit;             // 0: all training samples
     const char *devices;   // NULL or "auto": every OpenCL GPU plus a CPU worker
+    const char *devices_by[TRAIN_DEVICES_BY_MAX]; // --devices as given: [KEY=]SPEC, KEY a host
+    int n_devices_by;                             // name or a rank number (under mpirun)
     uint64_t mem_limit;    // bytes per device without its own ':mem=' (0: what it reports)
     int no_self_check;     // skip the check of every device against the CPU before training
     int nan_stop;          // a non-finite loss/gradient stops the run (else the step is skipped)
