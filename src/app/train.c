@@ -725,7 +725,9 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
     for (int d = 0; d < j->n_devs; d++)
         k += (size_t)snprintf(devs + k, sizeof devs - k, "%s%s", d ? "," : "", j->devs[d].spec);
     const char *was = checkpoint_meta(c, "devices");
-    int same = was && !strcmp(was, devs);
+    // Over several ranks the checkpoint holds rank 0's devices only: the capacities come from
+    // --devices again (balance is static there for now).
+    int same = was && !strcmp(was, devs) && ranks_size() == 1;
     if (same && meta_list(c, "capacity", st.capacity, j->n_devs) == j->n_devs &&
         meta_list(c, "fit", &st.fit[0][0], 5 * j->n_devs) == 5 * j->n_devs)
         st.n_devs = j->n_devs;
