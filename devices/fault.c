@@ -9,12 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static const struct {
     const char *name;
     fault_kind kind;
 } kinds[] = {{"fail", FAULT_FAIL}, {"oom", FAULT_OOM}, {"hang", FAULT_HANG},
-             {"nan", FAULT_NAN},   {"corrupt", FAULT_CORRUPT}, {"kill", FAULT_KILL}};
+             {"nan", FAULT_NAN},   {"corrupt", FAULT_CORRUPT}, {"kill", FAULT_KILL},
+             {"term", FAULT_TERM}};
 
 int fault_plan_parse(fault_plan *p, const char *text, ht_error *e) {
     memset(p, 0, sizeof *p);
@@ -36,7 +38,7 @@ int fault_plan_parse(fault_plan *p, const char *text, ht_error *e) {
         for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
             if (!strcmp(item, kinds[i].name)) k = (int)i;
         if (k < 0) {
-            rc = ht_fail(e, "HETRAIN_FAULT: unknown fault \"%s\" (fail, oom, hang, nan, corrupt, kill)", item);
+            rc = ht_fail(e, "HETRAIN_FAULT: unknown fault \"%s\" (fail, oom, hang, nan, corrupt, kill, term)", item);
             break;
         }
         char *spec = colon + 1, *at = strrchr(spec, '@');
@@ -107,6 +109,7 @@ static int fault_train_shard(void *vctx, const shard_job *job, shard_result *res
     fault_dev *f = vctx;
     res->note[0] = 0;
     if (planned(f, FAULT_KILL, job->step)) raise(SIGKILL); // as a power loss or the OOM killer
+    if (planned(f, FAULT_TERM, job->step)) kill(getpid(), SIGTERM); // to the process, not this thread
     if (planned(f, FAULT_HANG, job->step)) {
         // Polled at 10 ms: released hangs come back within ~20 ms.
         struct timespec tick = {0, 10 * 1000 * 1000};

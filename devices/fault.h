@@ -14,6 +14,8 @@
 //                  |          of training (self-check and calibration too)
 //                  | kill     the whole process is killed (SIGKILL) as the shard starts, at
 //                  |          STEP: a power loss, the OOM killer, a preempted node
+//                  | term     the process is asked to stop (SIGTERM to itself) as the shard
+//                  |          starts, at STEP: a scheduler's or mpirun's stop request
 // DEVICE_SPEC is a device's spec as the registry gives it ("cpu:1#2", "cl:0.0"). STEP is
 // shard_job.step, the training step from 1 over the whole run; without it the fault fires at
 // step 1 (corrupt: always). Shards outside training (step 0) see only corrupt.
@@ -26,7 +28,7 @@
 #include "model.h"
 
 typedef enum fault_kind {
-    FAULT_FAIL, FAULT_OOM, FAULT_HANG, FAULT_NAN, FAULT_CORRUPT, FAULT_KILL
+    FAULT_FAIL, FAULT_OOM, FAULT_HANG, FAULT_NAN, FAULT_CORRUPT, FAULT_KILL, FAULT_TERM
 } fault_kind;
 
 #define FAULT_MAX 16

@@ -109,7 +109,8 @@ struct engine {
     int max_batch;
     uint64_t seed;
     float *params;   // master parameters (n_params), read by the workers through the hub
-    float *grad;     // reduced mean gradient of the last step (n_params)
+    float *grad;     // reduced mean gradient of the last step (n_params), then, over several
+                     // ranks, the rest of the step's one reduction (reduce_ranks)
     optim opt;
     shard_plan plan; // over the active devices, for plan.len positions; remade when needed
     int plan_dev[HT_MAX_DEVICES]; // plan index -> device index
@@ -117,6 +118,8 @@ struct engine {
     int *orphans;    // batch positions whose device failed, to run again (max_batch)
     uint8_t *own;    // (max_batch) positions this rank computed in the current step
     int span;        // training steps are planned and reduced over every rank (ranks.h)
+    const volatile int *stop_flag; // the job's stop request (a signal), engine_watch_stop
+    int stop_agreed; // over several ranks: some rank's stop_flag was set at the last step
     int plan_global; // the cached plan is plan_global's
     int n_orphans;
     long step;       // training steps done
@@ -166,6 +169,11 @@ void engine_set_timeout(engine *g, double seconds) {
 }
 void engine_set_nan_stop(engine *g, int stop) { g->nan_stop = stop; }
 void engine_span_ranks(engine *g, int on) { g->span = on && ranks_size() > 1; }
+void engine_watch_stop(engine *g, const volatile int *flag) { g->stop_flag = flag; }
+int engine_stopping(const engine *g) {
+    if (g->span) return g->stop_agreed;
+    return g->stop_flag && *g->stop_flag;
+}
 void engine_set_balance(engine *g, balance_mode mode, int rebalance) {
     g->mode = mode;
     g->rebalance = rebalance < 1 ? 1 : rebalance;
@@ -188,10 +196,16 @@ static void set_capacities(engine *g, const double *cap) {
     shard_plan_free(&g->plan);
 }
 
+static void refit_ranks(engine *g, int B, int force);
+
 // Capacities from the fits for batches of B. Unless forced, the plan changes only when the fit
 // predicts a step at least ENGINE_REPLAN_GAIN faster: every re-plan changes the shard shapes a
 // device sees, and some drivers pay for new shapes (new GEMM kernels).
 static void refit(engine *g, int B, int force) {
+    if (g->span) {
+        refit_ranks(g, B, force);
+        return;
+    }
     int active[HT_MAX_DEVICES];
     double cap[HT_MAX_DEVICES], now[HT_MAX_DEVICES] = {0};
     for (int d = 0; d < g->n_devs; d++) active[d] = !g->slots[d].failed;
@@ -204,6 +218,57 @@ static void refit(engine *g, int B, int force) {
             return;
     }
     set_capacities(g, cap);
+}
+
+// refit over every rank's devices: every rank gathers every rank's fits and computes the same
+// global capacities (in plan_global's (rank, device) order), keeping its own devices'. The
+// plan itself is made from the capacities every rank then has (plan_global), so the ranks
+// agree on it even if their arithmetic differed.
+static void refit_ranks(engine *g, int B, int force) {
+    enum { PER = 6 * HT_MAX_DEVICES }; // 5 fit sums and an active flag per device
+    int R = ranks_size(), me = ranks_rank();
+    double mine[PER] = {0}, *all = malloc(sizeof(double) * (size_t)R * PER);
+    ht_error e;
+    if (!all) return; // the capacities stay as they are
+    for (int d = 0; d < g->n_devs; d++) {
+        memcpy(&mine[5 * d], g->bal.fit[d], sizeof g->bal.fit[d]);
+        mine[5 * HT_MAX_DEVICES + d] = !g->slots[d].failed;
+    }
+    // A failed gather leaves the capacities alone; the step's own reduction reports the error.
+    if (ranks_allgather(mine, all, PER, &e) < 0) {
+        free(all);
+        return;
+    }
+    balance glob;
+    int loc[HT_MAX_DEVICES], active[HT_MAX_DEVICES], k = 0;
+    balance_reset(&glob, HT_MAX_DEVICES);
+    for (int r = 0; r < R; r++)
+        for (int d = 0; d < HT_MAX_DEVICES; d++) {
+            const double *a = all + (size_t)r * PER;
+            if (!(a[5 * HT_MAX_DEVICES + d] > 0)) continue;
+            if (k == HT_MAX_DEVICES) { // plan_global refuses this many
+                free(all);
+                return;
+            }
+            memcpy(glob.fit[k], &a[5 * d], sizeof glob.fit[k]);
+            loc[k] = r == me ? d : -1;
+            active[k++] = 1;
+        }
+    free(all);
+    glob.n = k;
+    double cap[HT_MAX_DEVICES], now[HT_MAX_DEVICES] = {0}, top = 0;
+    if (k == 0 || balance_capacities(&glob, active, B, cap) < 0) return;
+    if (!force && g->plan.pattern && g->plan.len == B && g->plan.n_devs == k) {
+        for (int i = 0; i < k; i++) now[i] = g->plan.count[i];
+        if (balance_predict(&glob, active, now) <=
+            balance_predict(&glob, active, cap) * (1 + ENGINE_REPLAN_GAIN))
+            return;
+    }
+    for (int i = 0; i < k; i++) top = cap[i] > top ? cap[i] : top;
+    for (int i = 0; i < k; i++)
+        if (loc[i] >= 0)
+            g->devs[loc[i]].capacity = cap[i] > top * ENGINE_MIN_SHARE ? cap[i] : top * ENGINE_MIN_SHARE;
+    shard_plan_free(&g->plan);
 }
 
 // Adds the last pass's compute times to the fits.
@@ -644,7 +709,7 @@ int engine_open(engine **out, const model *m, device *devs, int n_devs, const fl
     pthread_cond_init(&h->done, NULL);
     h->refs = 1;
     h->params = g->params = ht_malloc(m->n_params, sizeof(float), e);
-    g->grad = ht_calloc(m->n_params, sizeof(float), e);
+    g->grad = ht_calloc(m->n_params + 2 * (size_t)max_batch + 2, sizeof(float), e);
     g->orphans = ht_malloc((size_t)max_batch, sizeof *g->orphans, e);
     g->own = ht_calloc((size_t)max_batch, 1, e);
     g->slots = ht_calloc((size_t)n_devs, sizeof *g->slots, e);
@@ -812,7 +877,7 @@ out:
 }
 
 int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e) {
-    if (engine_active(g) < 2) return 0;
+    if (engine_active(g) < 2 && !g->span) return 0;
     if (B > g->max_batch) B = g->max_batch;
     balance_reset(&g->bal, g->n_devs);
     // Some drivers compile or tune on the first launch of each new shape, so every measured
@@ -822,7 +887,7 @@ int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, h
     // fixed from per-sample cost.
     engine_task t = {.kind = TASK_TRAIN, .ds = ds, .idx = idx};
     for (int round = 0; round < 4; round++) {
-        if (assign(g, NULL, B, 1, e) < 0) return ht_wrap(e, "calibration");
+        if (assign_in(g, NULL, B, 1, g->span, e) < 0) return ht_wrap(e, "calibration");
         g->n_orphans = 0;
         dispatch(g, &t);
         if (engine_active(g) == 0) return ht_fail(e, "calibration: every device failed");
@@ -831,7 +896,7 @@ int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, h
         refit(g, B, 1);
     }
     g->since = 0;
-    return 0;
+    return 1;
 }
 
 // What a training pass hands back, for gather.
@@ -869,28 +934,26 @@ static void gather(engine *g, void *arg) {
 }
 
 // Over several ranks: the gradient sums of every rank added in rank order, and every position's
-// loss and prediction (each computed on one rank), the same on every rank. Which positions this
-// rank computed: those of its devices' shards, re-runs included.
+// loss and prediction (each computed on one rank, zero on the others), the same on every rank,
+// in one reduction: [gradient | losses | predictions | non-finite flag | stop requests]. Which
+// positions this rank computed: those of its devices' shards, re-runs included.
 static int reduce_ranks(engine *g, step_out *o, int B, ht_error *e) {
-    if (ranks_sum_ordered(g->grad, g->m->n_params, e) < 0) return -1;
-    float *lp = ht_calloc(2 * (size_t)B + 1, sizeof(float), e);
-    if (!lp) return -1;
-    for (int j = 0; j < B; j++)
-        if (g->own[j]) {
-            lp[j] = o->loss ? o->loss[j] : 0;
-            lp[B + j] = o->pred ? (float)o->pred[j] : 0;
-        }
-    lp[2 * B] = o->bad ? 1.0f : 0.0f;
-    int rc = ranks_sum_ordered(lp, 2 * (size_t)B + 1, e);
-    if (rc == 0) {
-        for (int j = 0; j < B; j++) {
-            if (o->loss) o->loss[j] = lp[j];
-            if (o->pred) o->pred[j] = (int32_t)lp[B + j];
-        }
-        o->bad = lp[2 * B] > 0;
+    size_t P = g->m->n_params;
+    float *lp = g->grad + P;
+    for (int j = 0; j < B; j++) {
+        lp[j] = g->own[j] && o->loss ? o->loss[j] : 0;
+        lp[B + j] = g->own[j] && o->pred ? (float)o->pred[j] : 0; // classes < 2^24: exact
     }
-    free(lp);
-    return rc;
+    lp[2 * B] = o->bad ? 1.0f : 0.0f;
+    lp[2 * B + 1] = g->stop_flag && *g->stop_flag ? 1.0f : 0.0f;
+    if (ranks_sum_ordered(g->grad, P + 2 * (size_t)B + 2, e) < 0) return -1;
+    for (int j = 0; j < B; j++) {
+        if (o->loss) o->loss[j] = lp[j];
+        if (o->pred) o->pred[j] = (int32_t)lp[B + j];
+    }
+    o->bad = lp[2 * B] > 0;
+    g->stop_agreed = lp[2 * B + 1] > 0;
+    return 0;
 }
 
 int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, uint32_t epoch,
@@ -914,6 +977,7 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
             slowest = g->slots[d].busy_s;
     for (int d = 0; d < g->n_devs; d++)
         if (g->slots[d].dispatched && !g->slots[d].failed) st->wait_s += slowest - g->slots[d].busy_s;
+    st->compute_s = slowest;
     step_out o = {.loss = loss, .pred = pred, .st = st};
     memset(g->own, 0, (size_t)B);
     gather(g, &o);
@@ -933,7 +997,7 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     double t2 = ht_now();
     st->host_s = t2 - t1;
     st->wall_s = t2 - t0;
-    if (g->mode == BALANCE_AUTO && engine_active(g) >= 2 && ++g->since >= g->rebalance) {
+    if (g->mode == BALANCE_AUTO && (g->span || engine_active(g) >= 2) && ++g->since >= g->rebalance) {
         g->since = 0;
         refit(g, B, 0);
     }
@@ -963,11 +1027,17 @@ int engine_infer(engine *g, const dataset *ds, int start, int n, float *probs, h
         int B = n - off < g->max_batch ? n - off : g->max_batch;
         engine_task t = {.kind = TASK_INFER, .ds = ds, .start = start + off};
         infer_out o = {.probs = probs, .off = off};
-        if (assign(g, NULL, B, 1, e) < 0) return ht_wrap(e, "inference");
+        // Over several ranks each computes its devices' positions of the chunk and the chunk's
+        // rows are added in rank order: every position is one rank's row plus zeros, exactly.
+        float *rows = probs + (size_t)off * g->m->n_classes;
+        size_t n_rows = (size_t)B * g->m->n_classes;
+        if (g->span) memset(rows, 0, sizeof(float) * n_rows);
+        if (assign_in(g, NULL, B, 1, g->span, e) < 0) return ht_wrap(e, "inference");
         g->n_orphans = 0;
         dispatch(g, &t);
         take_probs(g, &o);
         if (rerun_orphans(g, &t, take_probs, &o, e) < 0) return ht_wrap(e, "inference");
+        if (g->span && ranks_sum_ordered(rows, n_rows, e) < 0) return ht_wrap(e, "inference");
     }
     return 0;
 }

@@ -20,6 +20,7 @@ typedef struct step_stats {
     double wall_s;   // the whole step
     double host_s;   // host reduce + update + broadcast
     double wait_s;   // summed time devices waited for the slowest
+    double compute_s; // the slowest device's compute time in the step's pass
     double busy_s[HT_MAX_DEVICES]; // per device: compute + broadcast
     int share[HT_MAX_DEVICES];     // per device: samples (re-runs of failed shares included)
     int skipped;     // the update was skipped (non-finite values, --on-nan skip)
@@ -60,6 +61,13 @@ void engine_set_nan_stop(engine *g, int stop);
 // mpirun with more than one rank.
 void engine_span_ranks(engine *g, int on);
 
+// A flag the job sets to stop (on a signal), and whether to stop now. Alone: the flag itself.
+// Over several ranks the flag travels with each step's reduction and engine_stopping says
+// whether any rank's was set at the last step, so every rank stops after the same step (a
+// rank that stopped alone would leave the others waiting for it).
+void engine_watch_stop(engine *g, const volatile int *flag);
+int engine_stopping(const engine *g);
+
 // The master parameters (n_params), as of the last update.
 const float *engine_params(const engine *g);
 // Replaces the master parameters and broadcasts them (the optimiser state stays).
@@ -97,7 +105,9 @@ int engine_self_check(engine *g, device *ref, const dataset *ds, const uint32_t 
                       ht_error *e);
 
 // Measures every device's time on shards of the batch idx[0..B) (no update) and sets the
-// capacities from the fitted time model. Only meaningful with several devices.
+// capacities from the fitted time model. Only meaningful with several devices: returns 1 when
+// it calibrated, 0 when there was one device. Over several ranks every rank calls it, and the
+// capacities are fitted over every rank's devices together.
 int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e);
 
 // Drops device d from now on, as a failure would (used by tests to build the reference run).
@@ -115,7 +125,9 @@ const char *engine_take_events(engine *g);
 int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, uint32_t epoch,
                       float *loss, int32_t *pred, step_stats *st, ht_error *e);
 
-// Class probabilities for samples [start, start+n) of ds into probs (n, n_classes).
+// Class probabilities for samples [start, start+n) of ds into probs (n, n_classes). Over
+// several ranks every rank calls it with the same samples; each computes its share of them
+// and every rank gets all the rows.
 int engine_infer(engine *g, const dataset *ds, int start, int n, float *probs, ht_error *e);
 
 // Worker threads that engines gave up on (a device that stopped answering) and that are still

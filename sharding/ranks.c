@@ -2,6 +2,7 @@
 #include "ranks.h"
 
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,4 +90,19 @@ int ranks_bcast_text(char *text, size_t cap, ht_error *e) {
     int rc = MPI_Bcast(text, (int)cap, MPI_CHAR, 0, MPI_COMM_WORLD);
     text[cap - 1] = 0;
     return rc == MPI_SUCCESS ? 0 : mpi_fail(e, "MPI_Bcast", rc);
+}
+
+int ranks_allgather_text(const char *mine, char *all, size_t cap, ht_error *e) {
+    char *buf = ht_calloc(1, cap, e);
+    if (!buf) return -1;
+    snprintf(buf, cap, "%s", mine);
+    int rc = MPI_SUCCESS;
+    if (size == 1) memcpy(all, buf, cap);
+    else rc = MPI_Allgather(buf, (int)cap, MPI_CHAR, all, (int)cap, MPI_CHAR, MPI_COMM_WORLD);
+    free(buf);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(e, "MPI_Allgather", rc);
+}
+
+void ranks_abort(int code) {
+    if (started && size > 1) MPI_Abort(MPI_COMM_WORLD, code);
 }

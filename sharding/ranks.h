@@ -24,6 +24,12 @@ int ranks_sum_ordered(float *buf, size_t n, ht_error *e);
 int ranks_bcast(float *buf, size_t n, ht_error *e);
 // Every rank's `n` doubles, in rank order, into all (ranks_size() * n).
 int ranks_allgather(const double *mine, double *all, int n, ht_error *e);
+// Every rank's string (NUL-terminated, cut to cap bytes), in rank order, into all
+// (ranks_size() * cap bytes; rank r's at all + r * cap).
+int ranks_allgather_text(const char *mine, char *all, size_t cap, ht_error *e);
+// Ends every rank of the job with exit status code (MPI_Abort): for an error on one rank while
+// the others may be waiting for it. Does nothing in a lone process.
+void ranks_abort(int code);
 // A string (NUL-terminated, at most cap bytes) from rank 0 to every rank.
 int ranks_bcast_text(char *text, size_t cap, ht_error *e);
 

@@ -20,14 +20,14 @@ static void test_two_ranks_equal_one_process(void **state) {
     assert_non_null(train);
     assert_non_null(test);
     char cmd[8192], *out;
-    const char *common = "train --epochs 2 --batch 50 --val-split 0.2 --no-self-check --no-progress --quiet";
+    const char *common = "train --epochs 2 --batch 50 --val-split 0.2 --balance static --no-self-check --no-progress --quiet";
     snprintf(cmd, sizeof cmd, "%s -np 2 '%s' %s --train '%s' --test '%s' --devices 0=cpu:1 "
              "--devices 1=cpu:1@2 --out '%s' --name two 2>&1", HT_MPIEXEC, HT_BINARY, common,
              train, test, dir);
     int rc = test_run_shell(cmd, &out);
     if (rc != 0) fail_msg("mpirun: exit %d\n%s", rc, out);
     free(out);
-    snprintf(cmd, sizeof cmd, "%s --train '%s' --test '%s' --devices cpu:1,cpu:1@2 --balance static "
+    snprintf(cmd, sizeof cmd, "%s --train '%s' --test '%s' --devices cpu:1,cpu:1@2 "
              "--out '%s' --name one", common, train, test, dir);
     free(test_expect_cli(cmd, 0, NULL));
     char a[1200], b[1200];
@@ -70,7 +70,7 @@ static void test_killed_job_resumes(void **state) {
     char *train = test_fashion_csv(dir, FASHION_TRAIN, 500, 1);
     assert_non_null(train);
     char cmd[8192], *out;
-    const char *devs = "--devices 0=cpu:1 --devices 1=cpu:1@2 --no-self-check --no-progress --quiet";
+    const char *devs = "--devices 0=cpu:1 --devices 1=cpu:1@2 --balance static --no-self-check --no-progress --quiet";
     const char *fault[] = {"", "-x HETRAIN_FAULT=kill:cpu:1@6"};
     const char *name[] = {"ref", "k"};
     for (int k = 0; k < 2; k++) {

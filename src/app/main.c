@@ -366,7 +366,10 @@ static int cmd_train(int argc, char **argv) {
     int rc = train_run(&o, &e);
     free(cmdline);
     if (rc < 0) {
-        fprintf(stderr, "hetrain: %s\n", e.msg);
+        char host[64] = "";
+        if (ranks_size() > 1) gethostname(host, sizeof host - 1);
+        if (ranks_size() > 1) fprintf(stderr, "hetrain: rank %d (%s): %s\n", ranks_rank(), host, e.msg);
+        else fprintf(stderr, "hetrain: %s\n", e.msg);
         return train_interrupted ? 128 + train_interrupted : 1;
     }
     return 0;
@@ -542,6 +545,12 @@ int main(int argc, char **argv) {
             return 1;
         }
         rc = (!strcmp(cmd, "train") ? cmd_train : cmd_predict)(argc - 1, argv + 1);
+        // Over several ranks, a rank that failed alone ends the job (the others may be waiting
+        // for it in a step); a stop request is agreed by every rank, which all end cleanly.
+        if (rc != 0 && rc != 128 + SIGINT && rc != 128 + SIGTERM) {
+            fflush(NULL);
+            ranks_abort(rc);
+        }
         ranks_finalize();
         if (engine_stray_workers() > 0) {
             // A device stopped answering and its thread is still inside it: releasing the

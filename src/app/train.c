@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +151,13 @@ typedef struct job {
     int ckpt_count;
     double ckpt_s;          // time spent writing checkpoints
     int resumed_caps;       // the capacities came from a checkpoint: no calibration
+    // The job's devices over every rank, in the plan's order (rank, then device): this
+    // process's specs alone, "r<rank>/<spec>" over several ranks (job_span).
+    int n_all;
+    char all_name[HT_MAX_DEVICES][80];
+    int all_rank[HT_MAX_DEVICES], all_local[HT_MAX_DEVICES];
+    char *ranks_text;       // over several ranks: each rank's host and devices (job_span)
+    int events_out;         // this rank prints its events (not --quiet)
 } job;
 
 // Frees the job itself too (it is on the heap: a device's context points at j->m).
@@ -167,6 +175,7 @@ static void job_free(job *j) {
     free(j->loss);
     free(j->pred);
     free(j->metrics);
+    free(j->ranks_text);
     // A worker the engine gave up on may still be inside its device, which reads the model:
     // leave the model to the process's end (main leaves with _exit then).
     fault_release_hangs(); // an injected hang (HETRAIN_FAULT) comes back now
@@ -214,11 +223,95 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     engine_set_balance(j->g, o->balance, o->rebalance > 0 ? o->rebalance : TRAIN_DEFAULT_REBALANCE);
     engine_set_timeout(j->g, o->device_timeout);
     engine_set_nan_stop(j->g, o->nan_stop);
+    engine_watch_stop(j->g, &train_interrupted);
     j->idx = ht_malloc((size_t)j->train.n, sizeof *j->idx, e);
     j->loss = ht_malloc((size_t)s->batch, sizeof *j->loss, e);
     j->pred = ht_malloc((size_t)(j->test.n > s->batch ? j->test.n : s->batch), sizeof *j->pred, e);
     if (!j->idx || !j->loss || !j->pred) return -1;
     return 0;
+}
+
+// What every rank must agree on, as one number: the data (sizes, labels, a sample of the
+// pixels), the batch and the initial weights. Each rank reads the data itself, so a rank given
+// another file or seed would otherwise train silently on something else.
+static double job_fingerprint(const job *j) {
+    uint64_t h = ht_mix64((uint64_t)j->train.n << 32 ^ (uint64_t)j->val.n << 16 ^ (uint64_t)j->test.n);
+    h = ht_mix64(h ^ (uint64_t)j->m.setup.batch);
+    const dataset *sets[] = {&j->train, &j->val, &j->test};
+    for (int k = 0; k < 3; k++) {
+        const dataset *d = sets[k];
+        size_t in = (size_t)d->c * d->h * d->w, n = (size_t)d->n * in;
+        for (size_t i = 0; i < n; i += 4099) {
+            uint32_t b;
+            memcpy(&b, &d->x[i], sizeof b);
+            h = ht_mix64(h ^ b);
+        }
+        for (int i = 0; d->y && i < d->n; i++) h = ht_mix64(h ^ d->y[i] ^ (uint64_t)i << 8);
+    }
+    for (size_t i = 0; i < j->m.n_params; i += 97) {
+        uint32_t b;
+        memcpy(&b, &j->params[i], sizeof b);
+        h = ht_mix64(h ^ b);
+    }
+    return (double)(h >> 11); // exact in a double
+}
+
+#define JOB_RANK_TEXT 8192 // bytes of one rank's description (host, devices)
+
+// The job over every rank: names the devices of all ranks in the plan's order, and checks that
+// every rank has the same data and weights as rank 0. One process: its own devices.
+static int job_span(job *j, ht_error *e) {
+    int R = ranks_size();
+    if (R == 1) {
+        j->n_all = j->n_devs;
+        for (int d = 0; d < j->n_devs; d++) {
+            snprintf(j->all_name[d], sizeof j->all_name[d], "%s", j->devs[d].spec);
+            j->all_rank[d] = 0;
+            j->all_local[d] = d;
+        }
+        return 0;
+    }
+    double mine = job_fingerprint(j), *prints = ht_malloc((size_t)R, sizeof(double), e);
+    char *text = ht_calloc(1, JOB_RANK_TEXT, e);
+    j->ranks_text = ht_malloc((size_t)R, JOB_RANK_TEXT, e);
+    if (!prints || !text || !j->ranks_text) {
+        free(prints);
+        free(text);
+        return -1;
+    }
+    size_t k = 0;
+    gethostname(text, 255);
+    k = strlen(text);
+    k += (size_t)snprintf(text + k, JOB_RANK_TEXT - k, "\n");
+    for (int d = 0; d < j->n_devs && k < JOB_RANK_TEXT; d++)
+        k += (size_t)snprintf(text + k, JOB_RANK_TEXT - k, "%s\t%s, capacity %g, micro-batch %d\n",
+                              j->devs[d].spec, j->devs[d].name, j->devs[d].capacity, j->devs[d].micro);
+    int rc = ranks_allgather(&mine, prints, 1, e) < 0 ||
+             ranks_allgather_text(text, j->ranks_text, JOB_RANK_TEXT, e) < 0 ? -1 : 0;
+    free(text);
+    for (int r = 1; rc == 0 && r < R; r++)
+        if (prints[r] != prints[0])
+            rc = ht_fail(e, "rank %d's data, batch or initial weights differ from rank 0's (every "
+                            "rank reads the same files itself, with the same options)", r);
+    free(prints);
+    j->n_all = 0;
+    for (int r = 0; rc == 0 && r < R; r++) {
+        const char *p = j->ranks_text + (size_t)r * JOB_RANK_TEXT;
+        p += strcspn(p, "\n");
+        for (int d = 0; *p == '\n' && p[1]; d++) {
+            p++;
+            if (j->n_all == HT_MAX_DEVICES) {
+                rc = ht_fail(e, "more than %d devices over all ranks", HT_MAX_DEVICES);
+                break;
+            }
+            int n = (int)strcspn(p, "\t");
+            snprintf(j->all_name[j->n_all], sizeof j->all_name[0], "r%d/%.*s", r, n, p);
+            j->all_rank[j->n_all] = r;
+            j->all_local[j->n_all++] = d;
+            p += strcspn(p, "\n");
+        }
+    }
+    return rc;
 }
 
 static void log_header(job *j, const train_opts *o) {
@@ -233,9 +326,20 @@ static void log_header(job *j, const train_opts *o) {
     run_log(rf, 0, "data: %s, %d training, %d validation, %d test samples\n",
             o->train_csv ? o->train_csv : (o->data_dir ? o->data_dir : TRAIN_DEFAULT_DATA),
             j->train.n, j->val.n, j->test.n);
-    for (int d = 0; d < j->n_devs; d++)
+    for (int d = 0; ranks_size() == 1 && d < j->n_devs; d++)
         run_log(rf, 0, "device %s: %s, capacity %g, micro-batch %d\n", j->devs[d].spec,
                 j->devs[d].name, j->devs[d].capacity, j->devs[d].micro);
+    for (int r = 0; ranks_size() > 1 && r < ranks_size(); r++) { // over several ranks: each rank's host and devices
+        const char *p = j->ranks_text + (size_t)r * JOB_RANK_TEXT;
+        int n = (int)strcspn(p, "\n");
+        run_log(rf, 0, "rank %d on %.*s\n", r, n, p);
+        for (p += n; *p == '\n' && p[1]; p += strcspn(p, "\n")) {
+            p++;
+            int t = (int)strcspn(p, "\t");
+            run_log(rf, 0, "device r%d/%.*s: %.*s\n", r, t, p, (int)strcspn(p + t + 1, "\n"),
+                    p + t + 1);
+        }
+    }
     run_log(rf, 0, "device timeout: %g s per shard\n",
             o->device_timeout > 0 ? o->device_timeout : ENGINE_DEFAULT_TIMEOUT);
     run_log(rf, 0, "files: %s.{metrics.csv,predictions.csv,log}\n", rf->prefix);
@@ -246,6 +350,7 @@ typedef struct epoch_stats {
     double busy[HT_MAX_DEVICES];
     long share[HT_MAX_DEVICES];
     double wait, host;
+    double compute;    // the slowest device's compute time, summed over the steps
     int skipped;
     char events[1024]; // this epoch's events for the metrics CSV, "; "-separated
 } epoch_stats;
@@ -253,10 +358,24 @@ typedef struct epoch_stats {
 // Logs what the engine reported (device failures, smaller micro-batches, skipped steps) and
 // keeps a short form for the epoch's metrics row.
 static void drain_events(job *j, const train_opts *o, epoch_stats *es) {
-    const char *ev = engine_take_events(j->g);
-    if (!*ev) return;
+    (void)o;
+    const char *raw = engine_take_events(j->g);
+    if (!*raw) return;
+    // Over several ranks every event says whose it is; each rank prints its own at once, and
+    // rank 0 logs every rank's at the epoch's end (epoch_view).
+    char ev[4600];
+    size_t k = 0;
+    for (const char *p = raw; *p && k + 1 < sizeof ev;) {
+        size_t n = strcspn(p, "\n");
+        char tag[24] = "";
+        if (ranks_size() > 1) snprintf(tag, sizeof tag, "rank %d: ", ranks_rank());
+        k += (size_t)snprintf(ev + k, sizeof ev - k, "%s%.*s\n", tag, (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+    if (k >= sizeof ev) k = sizeof ev - 1;
+    ev[k] = 0;
     run_log(&j->rf, 0, "%s", ev);
-    if (!o->quiet) fputs(ev, stderr);
+    if (j->events_out) fputs(ev, stderr);
     if (!es) return;
     for (const char *p = ev; *p;) {
         size_t n = strcspn(p, "\n"), k = strlen(es->events);
@@ -286,6 +405,7 @@ static void stats_add(epoch_stats *es, const step_stats *st, int n_devs) {
     }
     es->wait += st->wait_s;
     es->host += st->host_s;
+    es->compute += st->compute_s;
     es->skipped += st->skipped;
 }
 
@@ -306,56 +426,141 @@ static int metrics_keep(job *j, const char *line, ht_error *e) {
     return 0;
 }
 
-// The metrics CSV header: Keras's CSVLogger columns, hetrain's timing, then per device.
-static void metrics_header(char *buf, size_t len, const device *devs, int n) {
+// The metrics CSV header: Keras's CSVLogger columns, hetrain's timing, then per device of the
+// job; over several ranks also per rank (its share, its compute time, its time in MPI) and the
+// job's comm_s.
+static void metrics_header(char *buf, size_t len, const job *j) {
     size_t k = (size_t)snprintf(buf, len, "epoch,accuracy,loss,val_accuracy,val_loss,time_s,"
                                           "samples_per_s,sync_s,idle_frac");
-    for (int d = 0; d < n && k < len; d++)
-        k += (size_t)snprintf(buf + k, len - k, ",share_%s,busy_s_%s", devs[d].spec, devs[d].spec);
+    for (int d = 0; d < j->n_all && k < len; d++)
+        k += (size_t)snprintf(buf + k, len - k, ",share_%s,busy_s_%s", j->all_name[d], j->all_name[d]);
+    for (int r = 0; ranks_size() > 1 && r < ranks_size() && k < len; r++)
+        k += (size_t)snprintf(buf + k, len - k, ",share_r%d,busy_s_r%d,comm_s_r%d", r, r, r);
+    if (ranks_size() > 1 && k < len) k += (size_t)snprintf(buf + k, len - k, ",comm_s");
     if (k < len) snprintf(buf + k, len - k, ",events");
 }
 
+// One epoch's measurements over the whole job: every device of every rank (j->all_name order)
+// and, over several ranks, each rank's share, compute time (its slowest device, step by step)
+// and time in MPI calls, which includes waiting for the slowest rank.
+typedef struct epoch_view {
+    double busy[HT_MAX_DEVICES];
+    long share[HT_MAX_DEVICES];
+    double wait, host;
+    double rank_share[HT_MAX_DEVICES], rank_busy[HT_MAX_DEVICES], rank_comm[HT_MAX_DEVICES];
+    double comm; // the most any rank spent in MPI
+    char events[1024];
+} epoch_view;
+
+// Every rank calls it at the same point: over several ranks it gathers every rank's sums.
+static int epoch_view_make(job *j, const epoch_stats *es, double comm_s, epoch_view *v, ht_error *e) {
+    memset(v, 0, sizeof *v);
+    int R = ranks_size();
+    if (R == 1) {
+        memcpy(v->busy, es->busy, sizeof v->busy);
+        memcpy(v->share, es->share, sizeof v->share);
+        v->wait = es->wait;
+        v->host = es->host;
+        snprintf(v->events, sizeof v->events, "%s", es->events);
+        return 0;
+    }
+    enum { PER = 2 * HT_MAX_DEVICES + 4 };
+    double mine[PER] = {0}, *all = ht_malloc((size_t)R * PER, sizeof(double), e);
+    char *ev = ht_malloc((size_t)R, sizeof es->events, e);
+    if (!all || !ev) {
+        free(all);
+        free(ev);
+        return -1;
+    }
+    for (int d = 0; d < j->n_devs; d++) {
+        mine[d] = es->busy[d];
+        mine[HT_MAX_DEVICES + d] = (double)es->share[d];
+    }
+    mine[2 * HT_MAX_DEVICES] = es->wait;
+    mine[2 * HT_MAX_DEVICES + 1] = es->host;
+    mine[2 * HT_MAX_DEVICES + 2] = es->compute;
+    mine[2 * HT_MAX_DEVICES + 3] = comm_s;
+    int rc = ranks_allgather(mine, all, PER, e) < 0 ||
+             ranks_allgather_text(es->events, ev, sizeof es->events, e) < 0 ? -1 : 0;
+    for (int k = 0; rc == 0 && k < j->n_all; k++) {
+        const double *a = all + (size_t)j->all_rank[k] * PER;
+        v->busy[k] = a[j->all_local[k]];
+        v->share[k] = (long)a[HT_MAX_DEVICES + j->all_local[k]];
+        v->rank_share[j->all_rank[k]] += (double)v->share[k] / j->train.n;
+    }
+    size_t n = 0;
+    for (int r = 0; rc == 0 && r < R; r++) {
+        const double *a = all + (size_t)r * PER;
+        v->wait += a[2 * HT_MAX_DEVICES];
+        v->rank_busy[r] = a[2 * HT_MAX_DEVICES + 2];
+        v->rank_comm[r] = a[2 * HT_MAX_DEVICES + 3];
+        if (v->rank_comm[r] > v->comm) v->comm = v->rank_comm[r];
+        const char *t = ev + (size_t)r * sizeof es->events;
+        if (*t && n + 3 < sizeof v->events)
+            n += (size_t)snprintf(v->events + n, sizeof v->events - n, "%s%s", n ? "; " : "", t);
+        if (r > 0 && *t) run_log(&j->rf, 0, "%s\n", t); // rank 0 logged its own as they came
+    }
+    v->host = es->host;
+    free(all);
+    free(ev);
+    return rc;
+}
+
 // Writes the epoch's metrics row and log lines; fails when a write to the run's files did.
+// Every rank calls it (over several ranks it gathers their measurements); rank 0 writes.
 static int epoch_report(job *j, const train_opts *o, int ep, double loss, double acc,
                         double vloss, double vacc, double el, double train_s,
-                        const epoch_stats *es, ht_error *e) {
+                        const epoch_stats *es, double comm_s, ht_error *e) {
     const train_setup *s = &j->m.setup;
-    int n = j->train.n, nd = j->n_devs;
+    int n = j->train.n, nd = j->n_all;
+    epoch_view view, *v = &view;
+    if (epoch_view_make(j, es, comm_s, v, e) < 0) return -1;
     double busy_total = 0;
-    for (int d = 0; d < nd; d++) busy_total += es->busy[d];
-    double idle = busy_total + es->wait > 0 ? es->wait / (busy_total + es->wait) : 0;
+    for (int d = 0; d < nd; d++) busy_total += v->busy[d];
+    double idle = busy_total + v->wait > 0 ? v->wait / (busy_total + v->wait) : 0;
     // The row follows the header's columns by name (a run resumed on other devices has the
-    // columns of both sets; a device not in this process gets empty fields).
+    // columns of both sets; a device not in this job gets empty fields).
     char row[4096], quoted[2100];
-    csv_quote(quoted, sizeof quoted, es->events);
+    csv_quote(quoted, sizeof quoted, v->events);
     const char *hdr = j->metrics;
     size_t k = 0;
     for (const char *c = hdr; *c && *c != '\n' && k < sizeof row;) {
         size_t len = strcspn(c, ",\n");
         char name[256];
         snprintf(name, sizeof name, "%.*s", (int)len, c);
-        char v[2200] = "";
-        int vd = -1, busy = 0;
+        char val[2200] = "";
+        int vd = -1, busy = 0, r = -1, rk = 0;
         for (int d = 0; d < nd; d++) {
             char a[96], b[96];
-            snprintf(a, sizeof a, "share_%s", j->devs[d].spec);
-            snprintf(b, sizeof b, "busy_s_%s", j->devs[d].spec);
+            snprintf(a, sizeof a, "share_%s", j->all_name[d]);
+            snprintf(b, sizeof b, "busy_s_%s", j->all_name[d]);
             if (!strcmp(name, a)) vd = d;
             if (!strcmp(name, b)) vd = d, busy = 1;
         }
-        if (!strcmp(name, "epoch")) snprintf(v, sizeof v, "%d", ep);
-        else if (!strcmp(name, "accuracy")) snprintf(v, sizeof v, "%.6f", acc);
-        else if (!strcmp(name, "loss")) snprintf(v, sizeof v, "%.6f", loss);
-        else if (!strcmp(name, "val_accuracy") && j->val.n > 0) snprintf(v, sizeof v, "%.6f", vacc);
-        else if (!strcmp(name, "val_loss") && j->val.n > 0) snprintf(v, sizeof v, "%.6f", vloss);
-        else if (!strcmp(name, "time_s")) snprintf(v, sizeof v, "%.3f", el);
-        else if (!strcmp(name, "samples_per_s")) snprintf(v, sizeof v, "%.1f", n / train_s);
-        else if (!strcmp(name, "sync_s")) snprintf(v, sizeof v, "%.3f", es->host);
-        else if (!strcmp(name, "idle_frac")) snprintf(v, sizeof v, "%.4f", idle);
-        else if (!strcmp(name, "events")) snprintf(v, sizeof v, "%s", es->events[0] ? quoted : "");
-        else if (vd >= 0 && busy) snprintf(v, sizeof v, "%.3f", es->busy[vd]);
-        else if (vd >= 0) snprintf(v, sizeof v, "%.4f", (double)es->share[vd] / n);
-        k += (size_t)snprintf(row + k, sizeof row - k, "%s%s", c == hdr ? "" : ",", v);
+        char tail[8];
+        if (ranks_size() > 1 &&
+            (sscanf(name, "share_r%d%7s", &r, tail) == 1 ? (rk = 1) :
+             sscanf(name, "busy_s_r%d%7s", &r, tail) == 1 ? (rk = 2) :
+             sscanf(name, "comm_s_r%d%7s", &r, tail) == 1 ? (rk = 3) : 0) &&
+            (r < 0 || r >= ranks_size()))
+            rk = 0;
+        if (!strcmp(name, "epoch")) snprintf(val, sizeof val, "%d", ep);
+        else if (!strcmp(name, "accuracy")) snprintf(val, sizeof val, "%.6f", acc);
+        else if (!strcmp(name, "loss")) snprintf(val, sizeof val, "%.6f", loss);
+        else if (!strcmp(name, "val_accuracy") && j->val.n > 0) snprintf(val, sizeof val, "%.6f", vacc);
+        else if (!strcmp(name, "val_loss") && j->val.n > 0) snprintf(val, sizeof val, "%.6f", vloss);
+        else if (!strcmp(name, "time_s")) snprintf(val, sizeof val, "%.3f", el);
+        else if (!strcmp(name, "samples_per_s")) snprintf(val, sizeof val, "%.1f", n / train_s);
+        else if (!strcmp(name, "sync_s")) snprintf(val, sizeof val, "%.3f", v->host);
+        else if (!strcmp(name, "idle_frac")) snprintf(val, sizeof val, "%.4f", idle);
+        else if (!strcmp(name, "comm_s") && ranks_size() > 1) snprintf(val, sizeof val, "%.3f", v->comm);
+        else if (!strcmp(name, "events")) snprintf(val, sizeof val, "%s", v->events[0] ? quoted : "");
+        else if (vd >= 0 && busy) snprintf(val, sizeof val, "%.3f", v->busy[vd]);
+        else if (vd >= 0) snprintf(val, sizeof val, "%.4f", (double)v->share[vd] / n);
+        else if (rk == 1) snprintf(val, sizeof val, "%.4f", v->rank_share[r]);
+        else if (rk == 2) snprintf(val, sizeof val, "%.3f", v->rank_busy[r]);
+        else if (rk == 3) snprintf(val, sizeof val, "%.3f", v->rank_comm[r]);
+        k += (size_t)snprintf(row + k, sizeof row - k, "%s%s", c == hdr ? "" : ",", val);
         c += len;
         if (*c == ',') c++;
     }
@@ -371,8 +576,10 @@ static int epoch_report(job *j, const train_opts *o, int ep, double loss, double
         size_t m = (size_t)snprintf(line, sizeof line, "epoch %d/%d ", ep + 1, s->epochs);
         for (int d = 0; d < nd && m < sizeof line; d++)
             m += (size_t)snprintf(line + m, sizeof line - m, "%s %s %.0f%% %.1fs", d ? " |" : "",
-                                  j->devs[d].spec, 100.0 * es->share[d] / n, es->busy[d]);
-        run_log(&j->rf, !o->quiet, "%s | sync %.2fs  idle %.1f%%\n", line, es->host, 100 * idle);
+                                  j->all_name[d], 100.0 * v->share[d] / n, v->busy[d]);
+        char comm[64] = "";
+        if (ranks_size() > 1) snprintf(comm, sizeof comm, "  mpi %.2fs", v->comm);
+        run_log(&j->rf, !o->quiet, "%s | sync %.2fs  idle %.1f%%%s\n", line, v->host, 100 * idle, comm);
     }
     return run_files_check(&j->rf, e);
 }
@@ -433,13 +640,78 @@ static void meta_free(meta *m) {
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
 }
 
+// Every rank's per-device values (w per device, local[d * w + i] for this rank's device d) in
+// the job's device order, into out (n_all * w). Every rank calls it at the same point.
+static int job_gather(const job *j, const double *local, int w, double *out, ht_error *e) {
+    int R = ranks_size();
+    if (R == 1) {
+        memcpy(out, local, sizeof(double) * (size_t)(j->n_devs * w));
+        return 0;
+    }
+    double *all = ht_malloc((size_t)R * HT_MAX_DEVICES * w, sizeof(double), e);
+    if (!all || ranks_allgather(local, all, HT_MAX_DEVICES * w, e) < 0) {
+        free(all);
+        return -1;
+    }
+    for (int k = 0; k < j->n_all; k++)
+        memcpy(out + (size_t)k * w,
+               all + ((size_t)j->all_rank[k] * HT_MAX_DEVICES + j->all_local[k]) * w,
+               sizeof(double) * (size_t)w);
+    free(all);
+    return 0;
+}
+
+// This rank's values out of a list in the job's device order (job_gather's inverse).
+static void job_pick(const job *j, const double *list, int w, double *local) {
+    for (int k = 0; k < j->n_all; k++)
+        if (j->all_rank[k] == ranks_rank())
+            memcpy(local + (size_t)j->all_local[k] * w, list + (size_t)k * w, sizeof(double) * (size_t)w);
+}
+
+// The job's devices as a checkpoint names them: "cpu:1,cl:0.0", or over several ranks
+// "r0/cpu:1,r1/cl:0.0".
+static void job_device_list(const job *j, char *buf, size_t len) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int d = 0; d < j->n_all && k < len; d++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%s", d ? "," : "", j->all_name[d]);
+}
+
 // Writes the job's checkpoint: parameters, optimiser moments, and in the metadata the options
 // that define the run, where it stands (epoch, step, the epoch's sums `es`, NULL at an epoch's
 // end), the engine's state and the metrics CSV so far. Returns 1 when written, 0 when a default
 // checkpoint failed (reported once; training goes on), -1 when an asked-for one failed.
 static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, ht_error *e) {
     const train_setup *s = &j->m.setup;
-    if (ranks_rank() > 0) return 0; // rank 0 writes the job's checkpoint
+    // Every rank's capacities, time fits and epoch sums, in the job's device order; rank 0
+    // writes them with the rest.
+    engine_state gs;
+    engine_get_state(j->g, &gs);
+    double loc[7 * HT_MAX_DEVICES] = {0}, *all = ht_malloc((size_t)j->n_all * 7, sizeof(double), e);
+    if (!all) return -1;
+    for (int d = 0; d < j->n_devs; d++) {
+        loc[7 * d] = gs.capacity[d];
+        memcpy(&loc[7 * d + 1], gs.fit[d], sizeof gs.fit[d]);
+        loc[7 * d + 5] = es ? es->busy[d] : 0;
+        loc[7 * d + 6] = es ? (double)es->share[d] : 0;
+    }
+    int gathered = job_gather(j, loc, 7, all, e);
+    if (gathered < 0 || ranks_rank() > 0) { // rank 0 writes the job's checkpoint
+        free(all);
+        return gathered;
+    }
+    double caps[HT_MAX_DEVICES], fits[5 * HT_MAX_DEVICES], sums[2 + 2 * HT_MAX_DEVICES] = {0};
+    for (int k = 0; k < j->n_all; k++) {
+        caps[k] = all[7 * k];
+        memcpy(&fits[5 * k], &all[7 * k + 1], 5 * sizeof(double));
+        sums[2 + 2 * k] = all[7 * k + 5];
+        sums[3 + 2 * k] = all[7 * k + 6];
+    }
+    free(all);
+    if (es) {
+        sums[0] = es->wait;
+        sums[1] = es->host;
+    }
     meta m = {0};
     meta_set(&m, "model", o->model ? o->model : TRAIN_DEFAULT_MODEL);
     meta_set(&m, "data", o->data_dir ? o->data_dir : "");
@@ -458,28 +730,15 @@ static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, h
     meta_fmt(&m, "seen", "%ld", j->seen);
     meta_fmt(&m, "counted", "%ld", j->counted);
     meta_fmt(&m, "epoch_s", "%.17g", j->epoch_s);
-    engine_state gs;
-    engine_get_state(j->g, &gs);
     meta_fmt(&m, "step", "%ld", gs.step);
     meta_fmt(&m, "optim_t", "%ld", gs.optim_t);
     meta_fmt(&m, "since", "%d", gs.since);
-    char devs[HT_MAX_DEVICES * 66 + 1] = "";
-    size_t k = 0;
-    for (int d = 0; d < j->n_devs; d++)
-        k += (size_t)snprintf(devs + k, sizeof devs - k, "%s%s", d ? "," : "", j->devs[d].spec);
+    char devs[HT_MAX_DEVICES * 80 + 1];
+    job_device_list(j, devs, sizeof devs);
     meta_set(&m, "devices", devs);
-    meta_doubles(&m, "capacity", gs.capacity, j->n_devs);
-    meta_doubles(&m, "fit", &gs.fit[0][0], 5 * j->n_devs);
-    double sums[2 + 2 * HT_MAX_DEVICES] = {0};
-    if (es) {
-        sums[0] = es->wait;
-        sums[1] = es->host;
-        for (int d = 0; d < j->n_devs; d++) {
-            sums[2 + 2 * d] = es->busy[d];
-            sums[3 + 2 * d] = (double)es->share[d];
-        }
-    }
-    meta_doubles(&m, "epoch_stats", sums, 2 + 2 * j->n_devs);
+    meta_doubles(&m, "capacity", caps, j->n_all);
+    meta_doubles(&m, "fit", fits, 5 * j->n_all);
+    meta_doubles(&m, "epoch_stats", sums, 2 + 2 * j->n_all);
     meta_set(&m, "metrics", j->metrics ? j->metrics : "");
     meta_fmt(&m, "metrics_rows", "%d", j->metrics_rows);
     const float *mm, *vv;
@@ -521,18 +780,29 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
             run_log(&j->rf, 0, "self-check: %d of %d device%s agree with the CPU reference\n",
                     engine_active(j->g), j->n_devs, j->n_devs == 1 ? "" : "s");
         }
-        if (ep == start && !j->resumed_caps && engine_active(j->g) > 1 && o->balance == BALANCE_AUTO) {
-            if (engine_calibrate(j->g, &j->train, j->idx, s->batch, e) < 0) return -1;
-            double w[HT_MAX_DEVICES];
+        int calibrated = 0;
+        if (ep == start && !j->resumed_caps && o->balance == BALANCE_AUTO &&
+            (calibrated = engine_calibrate(j->g, &j->train, j->idx, s->batch, e)) < 0)
+            return -1;
+        if (calibrated) {
+            // Every rank's capacities, in the job's device order.
+            double w[HT_MAX_DEVICES], *all = ht_malloc((size_t)ranks_size() * HT_MAX_DEVICES, sizeof(double), e);
+            if (!all) return -1;
             engine_capacities(j->g, w);
-            char line[1024];
+            if (ranks_allgather(w, all, HT_MAX_DEVICES, e) < 0) {
+                free(all);
+                return -1;
+            }
+            char line[2048];
             size_t m = 0;
-            for (int d = 0; d < j->n_devs && m < sizeof line; d++)
+            for (int d = 0; d < j->n_all && m < sizeof line; d++)
                 m += (size_t)snprintf(line + m, sizeof line - m, "%s%s@%.3g", d ? "," : "",
-                                      j->devs[d].spec, w[d]);
+                                      j->all_name[d], all[j->all_rank[d] * HT_MAX_DEVICES + j->all_local[d]]);
+            free(all);
             run_log(&j->rf, !o->quiet, "calibrated capacities: %s\n", line);
             t0 = ht_now();
         }
+        ranks_take_comm_s(); // the epoch's time in MPI starts now
         epoch_stats es;
         memset(&es, 0, sizeof es);
         // The job's sums are this epoch's: zero, or a resumed epoch's so far (reset at the end
@@ -542,7 +812,9 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
         progress pr;
         progress_begin(&pr, o->progress, ep + 1, s->epochs, n);
         for (int off = j->steps_into * s->batch; off < n; off += s->batch) {
-            if (train_interrupted) {
+            if (engine_stopping(j->g)) {
+                // Over several ranks a rank that was not signalled stops with the others.
+                if (!train_interrupted) train_interrupted = SIGTERM;
                 progress_end(&pr);
                 j->epoch_s = ht_now() - t0;
                 int saved = save_checkpoint(j, o, &es, e);
@@ -587,7 +859,7 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
             return ht_wrap(e, "validation after epoch %d", ep + 1);
         if (epoch_report(j, o, ep, j->counted ? j->lsum / j->counted : NAN,
                          j->counted ? (double)j->correct / j->counted : NAN, vloss, vacc,
-                         ht_now() - t0, train_s, &es, e) < 0)
+                         ht_now() - t0, train_s, &es, ranks_take_comm_s(), e) < 0)
             return -1;
         j->epochs_done = ep + 1;
         j->steps_into = 0;
@@ -719,18 +991,18 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
     st.step = meta_long(c, "step");
     st.optim_t = meta_long(c, "optim_t");
     st.since = (int)meta_long(c, "since");
-    // The same devices in the same order keep their capacities and timings.
-    char devs[HT_MAX_DEVICES * 66 + 1] = "";
-    size_t k = 0;
-    for (int d = 0; d < j->n_devs; d++)
-        k += (size_t)snprintf(devs + k, sizeof devs - k, "%s%s", d ? "," : "", j->devs[d].spec);
+    // The same devices in the same order (over several ranks: the same ranks with the same
+    // devices) keep their capacities and timings; each rank takes its own from the lists.
+    char devs[HT_MAX_DEVICES * 80 + 1];
+    job_device_list(j, devs, sizeof devs);
     const char *was = checkpoint_meta(c, "devices");
-    // Over several ranks the checkpoint holds rank 0's devices only: the capacities come from
-    // --devices again (balance is static there for now).
-    int same = was && !strcmp(was, devs) && ranks_size() == 1;
-    if (same && meta_list(c, "capacity", st.capacity, j->n_devs) == j->n_devs &&
-        meta_list(c, "fit", &st.fit[0][0], 5 * j->n_devs) == 5 * j->n_devs)
+    int same = was && !strcmp(was, devs), na = j->n_all;
+    double caps[HT_MAX_DEVICES], fits[5 * HT_MAX_DEVICES];
+    if (same && meta_list(c, "capacity", caps, na) == na && meta_list(c, "fit", fits, 5 * na) == 5 * na) {
+        job_pick(j, caps, 1, st.capacity);
+        job_pick(j, fits, 5, &st.fit[0][0]);
         st.n_devs = j->n_devs;
+    }
     if (engine_restore(j->g, &st, j->params, mm, vv, e) < 0) return ht_wrap(e, "%s", path);
     j->resumed_caps = st.n_devs > 0;
     j->epochs_done = (int)meta_long(c, "epochs_done");
@@ -741,13 +1013,16 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
     j->counted = meta_long(c, "counted");
     j->epoch_s = meta_double(c, "epoch_s");
     memset(es, 0, sizeof *es);
-    double sums[2 + 2 * HT_MAX_DEVICES];
-    if (same && meta_list(c, "epoch_stats", sums, 2 + 2 * j->n_devs) == 2 + 2 * j->n_devs) {
-        es->wait = sums[0];
-        es->host = sums[1];
+    double sums[2 + 2 * HT_MAX_DEVICES], per[2 * HT_MAX_DEVICES] = {0};
+    if (same && meta_list(c, "epoch_stats", sums, 2 + 2 * na) == 2 + 2 * na) {
+        if (ranks_rank() == 0) { // the job's sums are rank 0's in the view (epoch_view_make)
+            es->wait = sums[0];
+            es->host = sums[1];
+        }
+        job_pick(j, sums + 2, 2, per);
         for (int d = 0; d < j->n_devs; d++) {
-            es->busy[d] = sums[2 + 2 * d];
-            es->share[d] = (long)sums[3 + 2 * d];
+            es->busy[d] = per[2 * d];
+            es->share[d] = (long)per[2 * d + 1];
         }
     }
     // The metrics CSV as the checkpoint knew it; a header that lacks this run's devices gets
@@ -758,14 +1033,14 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
     size_t hl = strcspn(csv, "\n");
     snprintf(header, sizeof header, "%.*s", (int)hl, csv);
     int added = 0;
-    for (int d = 0; d < j->n_devs; d++) {
+    for (int d = 0; d < j->n_all; d++) {
         char col[96];
-        snprintf(col, sizeof col, ",share_%s,", j->devs[d].spec);
+        snprintf(col, sizeof col, ",share_%s,", j->all_name[d]);
         char h2[4100];
         snprintf(h2, sizeof h2, ",%s,", header);
         if (strstr(h2, col)) continue;
         size_t x = strlen(extra);
-        snprintf(extra + x, sizeof extra - x, ",share_%s,busy_s_%s", j->devs[d].spec, j->devs[d].spec);
+        snprintf(extra + x, sizeof extra - x, ",share_%s,busy_s_%s", j->all_name[d], j->all_name[d]);
         added += 2;
     }
     j->metrics_rows = (int)meta_long(c, "metrics_rows");
@@ -778,7 +1053,8 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
         if (metrics_keep(j, line, e) < 0) return -1;
         p += n + (p[n] == '\n');
     }
-    if (run_files_resume(&j->rf, prefix, j->metrics, j->metrics_rows, e) < 0) return -1;
+    if (ranks_rank() == 0 && run_files_resume(&j->rf, prefix, j->metrics, j->metrics_rows, e) < 0)
+        return -1;
     int steps = (j->train.n + j->m.setup.batch - 1) / j->m.setup.batch;
     if (j->epochs_done >= j->m.setup.epochs)
         run_log(&j->rf, !o->quiet, "resumed from %s: all %d epochs were done; the test "
@@ -835,17 +1111,12 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
         }
         given = o = &mine;
     }
-    if (ranks_rank() > 0) { // rank 0 speaks and writes for the job; the others only train
+    j->events_out = !given->quiet;
+    if (ranks_rank() > 0) { // rank 0 speaks and writes for the job; the others train and warn
         follower = *given;
         follower.quiet = 1;
         follower.progress = 0;
         follower.save = NULL;
-        follower.balance = BALANCE_STATIC;
-        given = o = &follower;
-    }
-    if (ranks_size() > 1 && given->balance == BALANCE_AUTO) { // not yet measured across ranks
-        follower = *given;
-        follower.balance = BALANCE_STATIC;
         given = o = &follower;
     }
     char prefix[1100];
@@ -862,7 +1133,7 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
         free(j);
         return -1;
     }
-    if (job_prepare(j, o, e) < 0) {
+    if (job_prepare(j, o, e) < 0 || job_span(j, e) < 0) {
         job_free(j);
         return -1;
     }
@@ -884,7 +1155,7 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
             snprintf(name, sizeof name, "%s-%s", j->m.name, stamp);
         }
         char header[4096];
-        metrics_header(header, sizeof header, j->devs, j->n_devs);
+        metrics_header(header, sizeof header, j);
         if ((ranks_rank() == 0 &&
              run_files_open(&j->rf, o->out_dir ? o->out_dir : "results", name, header, e) < 0) ||
             metrics_keep(j, header, e) < 0) {
@@ -901,8 +1172,8 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
     if (!o->quiet) {
         char list[1024];
         size_t k = 0;
-        for (int d = 0; d < j->n_devs && k < sizeof list; d++)
-            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", d ? "," : "", j->devs[d].spec);
+        for (int d = 0; d < j->n_all && k < sizeof list; d++)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", d ? "," : "", j->all_name[d]);
         printf("training %s on %d samples (%d validation) with %s; results in %s.*\n", j->m.name,
                j->train.n, j->val.n, list, j->rf.prefix);
     }
