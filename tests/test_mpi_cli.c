@@ -1,6 +1,8 @@
 // hetrain train under mpirun, through the CLI: 2 ranks, each with its own --devices (KEY=SPEC
 // by rank), give the metrics and predictions of one process over the same devices in the same
-// order; only rank 0 writes files; alone, hetrain never starts MPI.
+// order; only rank 0 writes files; a stopped or killed rank's job resumes to the same bits;
+// automatic balance spans the ranks; a rank failing alone ends the job.
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "model.h"
 #include "testutil.h"
 
 static void test_two_ranks_equal_one_process(void **state) {
@@ -61,42 +64,133 @@ static void test_two_ranks_equal_one_process(void **state) {
     free(dir);
 }
 
-// Killed mid-run (SIGKILL in step 6: Open MPI then ends the whole job) and resumed with
-// mpirun ... --resume from the checkpoint of step 4: the final weights are the bits of the
-// 2-rank run that never stopped.
-static void test_killed_job_resumes(void **state) {
+// One rank dies mid-run (SIGKILL in step 6: Open MPI then ends the whole job), or one rank is
+// asked to stop (SIGTERM in step 6: every rank stops after the same step and rank 0 writes a
+// checkpoint); resumed with mpirun ... --resume, the final weights are the bits of the 2-rank
+// run that never stopped. mpirun's MPMD form gives the fault to rank 1 alone.
+static void test_stopped_rank_resumes(void **state) {
     (void)state;
     char *dir = test_tmpdir("mpi-kill");
     char *train = test_fashion_csv(dir, FASHION_TRAIN, 500, 1);
     assert_non_null(train);
-    char cmd[8192], *out;
+    char cmd[16384], args[4096], *out;
     const char *devs = "--devices 0=cpu:1 --devices 1=cpu:1@2 --balance static --no-self-check --no-progress --quiet";
-    const char *fault[] = {"", "-x HETRAIN_FAULT=kill:cpu:1@6"};
-    const char *name[] = {"ref", "k"};
-    for (int k = 0; k < 2; k++) {
-        snprintf(cmd, sizeof cmd, "%s %s -np 2 '%s' train --train '%s' --epochs 2 --batch 50 "
-                 "--val-split 0.2 %s --checkpoint-every 2 --out '%s' --name %s%s%s%s 2>&1",
-                 HT_MPIEXEC, fault[k], HT_BINARY, train, devs, dir, name[k],
-                 k ? "" : " --save '", k ? "" : dir, k ? "" : "/ref.safetensors'");
+    const char *fault[] = {"", "kill:cpu:1@6", "term:cpu:1@6"};
+    const char *name[] = {"ref", "k", "t"};
+    const int want[] = {0, 137, 143};
+    for (int k = 0; k < 3; k++) {
+        snprintf(args, sizeof args, "'%s' train --train '%s' --epochs 2 --batch 50 --val-split 0.2 "
+                 "%s --checkpoint-every 2 --out '%s' --name %s%s%s%s", HT_BINARY, train, devs, dir,
+                 name[k], k ? "" : " --save '", k ? "" : dir, k ? "" : "/ref.safetensors'");
+        snprintf(cmd, sizeof cmd, "%s -np 1 %s : -np 1 -x HETRAIN_FAULT=%s %s 2>&1", HT_MPIEXEC,
+                 args, fault[k], args);
         int rc = test_run_shell(cmd, &out);
-        if (rc != (k ? 137 : 0)) fail_msg("%s: exit %d\n%s", name[k], rc, out);
+        if (rc != want[k]) fail_msg("%s: exit %d, not %d\n%s", name[k], rc, want[k], out);
+        if (k == 2) { // both ranks stopped after step 6; rank 0's checkpoint says so
+            assert_non_null(strstr(out, "rank 1 ("));
+            assert_non_null(strstr(out, "interrupted in epoch 1 after 300 samples; checkpoint:"));
+        }
         free(out);
     }
-    snprintf(cmd, sizeof cmd, "%s -np 2 '%s' train --resume '%s/k' %s --save '%s/k.safetensors' 2>&1",
-             HT_MPIEXEC, HT_BINARY, dir, devs, dir);
+    for (int k = 1; k < 3; k++) {
+        snprintf(cmd, sizeof cmd, "%s -np 2 '%s' train --resume '%s/%s' %s --save '%s/%s.safetensors' 2>&1",
+                 HT_MPIEXEC, HT_BINARY, dir, name[k], devs, dir, name[k]);
+        int rc = test_run_shell(cmd, &out);
+        if (rc != 0) fail_msg("resume %s: exit %d\n%s", name[k], rc, out);
+        free(out);
+        char a[1200], b[1200];
+        snprintf(a, sizeof a, "%s/ref.safetensors", dir);
+        snprintf(b, sizeof b, "%s/%s.safetensors", dir, name[k]);
+        size_t na, nb;
+        char *x = test_read_file(a, &na), *y = test_read_file(b, &nb);
+        assert_non_null(x);
+        assert_non_null(y);
+        if (!(na == nb && !memcmp(x, y, na))) fail_msg("%s: the resumed run's weights differ", name[k]);
+        free(x);
+        free(y);
+    }
+    free(train);
+    free(dir);
+}
+
+// Two ranks balanced automatically (calibrated over both ranks' devices) against a 1-rank job
+// on one device: 5 steps of 100 from the same weights agree within the invariance tolerances
+// (testutil.h), and the metrics give each rank's share, compute and MPI time.
+static void test_balanced_ranks_match_one_rank(void **state) {
+    (void)state;
+    ht_error e;
+    model m;
+    if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
+    char *dir = test_tmpdir("mpi-auto");
+    char *train = test_fashion_csv(dir, FASHION_TRAIN, 625, 1);
+    assert_non_null(train);
+    float *init = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, init, 11);
+    char *init_path = test_save_params(&m, init, dir, "init.safetensors");
+    const char *devs[2] = {"cpu:1", "0=cpu:1 --devices 1=cpu:1@3"};
+    float *w[2];
+    double loss[2], vloss[2];
+    for (int k = 0; k < 2; k++) {
+        char cmd[8192], *out;
+        snprintf(cmd, sizeof cmd, "%s -np %d '%s' train --devices %s --train '%s' --epochs 1 "
+                 "--batch 100 --lr 0.01 --val-split 0.2 --load '%s' --save '%s/w%d.safetensors' "
+                 "--out '%s' --name run%d --no-progress --no-self-check 2>&1", HT_MPIEXEC, k + 1,
+                 HT_BINARY, devs[k], train, init_path, dir, k, dir, k);
+        int rc = test_run_shell(cmd, &out);
+        if (rc != 0) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+        if (k == 1) assert_non_null(strstr(out, "calibrated capacities: r0/cpu:1@"));
+        free(out);
+        char path[1200];
+        snprintf(path, sizeof path, "%s/w%d.safetensors", dir, k);
+        w[k] = test_load_params(&m, path);
+        snprintf(path, sizeof path, "%s/run%d.metrics.csv", dir, k);
+        loss[k] = test_metrics_value(path, 0, "loss");
+        vloss[k] = test_metrics_value(path, 0, "val_loss");
+        if (k == 1) {
+            double s0 = test_metrics_value(path, 0, "share_r0/cpu:1");
+            double s1 = test_metrics_value(path, 0, "share_r1/cpu:1");
+            assert_true(fabs(s0 - test_metrics_value(path, 0, "share_r0")) < 1e-9);
+            assert_true(fabs(s0 + s1 - 1.0) < 1e-3);
+            assert_true(s0 > 0.05 && s1 > 0.05);
+            assert_true(test_metrics_value(path, 0, "busy_s_r1") > 0);
+            double comm = test_metrics_value(path, 0, "comm_s");
+            assert_true(comm > 0 && comm < test_metrics_value(path, 0, "time_s"));
+            assert_true(comm >= test_metrics_value(path, 0, "comm_s_r1"));
+        }
+    }
+    assert_true(check_updates(&m, w[1], w[0], init, TOL_RUN_OUTPUT, TOL_RUN_OTHER,
+                              "weights after 5 steps, two ranks vs one"));
+    assert_true(fabs(loss[1] - loss[0]) <= TOL_RUN_LOSS * loss[0]);
+    assert_true(fabs(vloss[1] - vloss[0]) <= TOL_RUN_LOSS * vloss[0]);
+    for (int k = 0; k < 2; k++) free(w[k]);
+    free(init);
+    free(init_path);
+    free(train);
+    free(dir);
+    model_free(&m);
+}
+
+// A rank that fails alone (its device does not exist; its data differ from rank 0's) ends the
+// whole job with an error naming the rank, instead of leaving the others waiting.
+static void test_one_rank_fails_the_job(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("mpi-fail");
+    char *train = test_fashion_csv(dir, FASHION_TRAIN, 300, 1);
+    assert_non_null(train);
+    char cmd[8192], *out;
+    const char *common = "train --epochs 1 --batch 50 --no-self-check --no-progress --quiet";
+    snprintf(cmd, sizeof cmd, "%s -np 2 '%s' %s --train '%s' --devices 0=cpu:1 --devices 1=cpu:99x "
+             "--out '%s' --name bad 2>&1", HT_MPIEXEC, HT_BINARY, common, train, dir);
     int rc = test_run_shell(cmd, &out);
-    if (rc != 0) fail_msg("resume: exit %d\n%s", rc, out);
+    if (rc == 0 || !strstr(out, "hetrain: rank 1 (")) fail_msg("exit %d\n%s", rc, out);
     free(out);
-    char a[1200], b[1200];
-    snprintf(a, sizeof a, "%s/ref.safetensors", dir);
-    snprintf(b, sizeof b, "%s/k.safetensors", dir);
-    size_t na, nb;
-    char *x = test_read_file(a, &na), *y = test_read_file(b, &nb);
-    assert_non_null(x);
-    assert_non_null(y);
-    assert_true(na == nb && !memcmp(x, y, na));
-    free(x);
-    free(y);
+    snprintf(cmd, sizeof cmd, "%s -np 1 '%s' %s --train '%s' --devices cpu:1 --out '%s' --name d : "
+             "-np 1 '%s' %s --train '%s' --limit 200 --devices cpu:1 --out '%s' --name d 2>&1",
+             HT_MPIEXEC, HT_BINARY, common, train, dir, HT_BINARY, common, train, dir);
+    rc = test_run_shell(cmd, &out);
+    if (rc == 0 || !strstr(out, "rank 1's data, batch or initial weights differ from rank 0's"))
+        fail_msg("exit %d\n%s", rc, out);
+    free(out);
     free(train);
     free(dir);
 }
@@ -104,7 +198,9 @@ static void test_killed_job_resumes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ranks_equal_one_process),
-        cmocka_unit_test(test_killed_job_resumes),
+        cmocka_unit_test(test_stopped_rank_resumes),
+        cmocka_unit_test(test_balanced_ranks_match_one_rank),
+        cmocka_unit_test(test_one_rank_fails_the_job),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

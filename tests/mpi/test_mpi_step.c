@@ -57,6 +57,67 @@ static void test_three_ranks_equal_one_process(void **state) {
     model_free(&m);
 }
 
+// Per tensor, the relative L2 difference of a from b is at most tol.
+static void check_tensors(const model *m, const float *a, const float *b, double tol, const char *what) {
+    const model_tensor *ts;
+    int nt = model_tensors(m, &ts);
+    for (int k = 0; k < nt; k++) {
+        double num = 0, den = 0;
+        for (size_t i = ts[k].off; i < ts[k].off + ts[k].n; i++) {
+            num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+            den += (double)b[i] * b[i];
+        }
+        double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+        if (!(rel <= tol)) fail_msg("%s: %s differs by %.3g (relative L2, tolerance %.3g)", what, ts[k].name, rel, tol);
+    }
+}
+
+// Mixed devices over the ranks: rank 1 runs PoCL (cl:0.0), ranks 0 and 2 a cpu:1 each, against
+// one process over cpu:1,cl:0.0,cpu:1. The same plan gives every device the same samples, and
+// the ranks' sums are the process's device-order sum, so the step agrees to TOL_MPI_STEP per
+// tensor (measured: the same bits). Inference spans the ranks too: each computes its devices'
+// rows and every rank gets them all.
+#define TOL_MPI_STEP 1e-5
+static void test_mixed_ranks_equal_one_process(void **state) {
+    (void)state;
+    ht_error e;
+    model m;
+    dataset ds;
+    int cl = test_have_opencl("rank 1 runs cpu:1 instead of cl:0.0");
+    if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
+    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+        fail_msg("%s", e.msg);
+    dataset_limit(&ds, 300);
+    float *init = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, init, 5);
+    uint32_t idx[B];
+    for (int i = 0; i < B; i++) idx[i] = (uint32_t)((i * 53 + 11) % ds.n);
+    float loss_mpi[B], loss_one[B];
+    test_rig mpi, one;
+    test_rig_open(&mpi, &m, ranks_rank() == 1 && cl ? "cl:0.0" : "cpu:1", NULL, init, B, 3, 0);
+    test_rig_open(&one, &m, cl ? "cpu:1,cl:0.0,cpu:1" : "cpu:1,cpu:1,cpu:1", NULL, init, B, 3, 0);
+    engine_span_ranks(one.g, 0);
+    if (engine_train_step(mpi.g, &ds, idx, B, 0, loss_mpi, NULL, NULL, &e) < 0 ||
+        engine_train_step(one.g, &ds, idx, B, 0, loss_one, NULL, NULL, &e) < 0)
+        fail_msg("%s", e.msg);
+    check_tensors(&m, engine_grad(mpi.g), engine_grad(one.g), TOL_MPI_STEP, "mean gradient");
+    check_tensors(&m, engine_params(mpi.g), engine_params(one.g), TOL_MPI_STEP, "parameters after the update");
+    for (int i = 0; i < B; i++) assert_true(fabsf(loss_mpi[i] - loss_one[i]) <= 1e-6f * loss_one[i]);
+    enum { N = 150 };
+    float *pm = malloc(sizeof(float) * N * 10), *po = malloc(sizeof(float) * N * 10);
+    if (engine_infer(mpi.g, &ds, 20, N, pm, &e) < 0 || engine_infer(one.g, &ds, 20, N, po, &e) < 0)
+        fail_msg("%s", e.msg);
+    for (int i = 0; i < N * 10; i++) assert_true(fabsf(pm[i] - po[i]) <= 1e-6f);
+    free(pm);
+    free(po);
+    test_rig_close(&mpi);
+    test_rig_close(&one);
+    free(init);
+    dataset_free(&ds);
+    model_free(&m);
+}
+
 int main(int argc, char **argv) {
     ht_error e;
     if (ranks_init(&argc, &argv, &e) < 0) {
@@ -65,6 +126,7 @@ int main(int argc, char **argv) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_three_ranks_equal_one_process),
+        cmocka_unit_test(test_mixed_ranks_equal_one_process),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ranks_finalize();
