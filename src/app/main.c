@@ -106,7 +106,16 @@ static const char *usage_train =
     "and its share of the step is run on the others; the log and the metrics CSV's events\n"
     "column say so. Ctrl-C or SIGTERM stops after the current step and writes a checkpoint\n"
     "(exit status 130 or 143); the metrics rows written so far are kept and --save still\n"
-    "writes the weights.\n";
+    "writes the weights.\n"
+    "\n"
+    "Several machines: mpirun -np N hetrain train ... runs one rank per process (Open MPI).\n"
+    "Each rank opens its own devices (--devices KEY=SPEC above) and reads the data itself\n"
+    "(a shared or copied folder); every batch is split over all devices of all ranks by one\n"
+    "plan, the gradient sums are added in rank order and every rank makes the same update, so\n"
+    "N ranks give the numbers of one process over the same devices. Rank 0 writes the files\n"
+    "and the checkpoints (resume with mpirun ... --resume RUN on the same folder); the metrics\n"
+    "name devices r<rank>/<spec> and add each rank's share, busy_s and comm_s (time in MPI).\n"
+    "A rank that fails ends the whole job. Without mpirun, MPI is never started.\n";
 
 static const char *usage_predict =
     "usage: hetrain predict --load FILE.safetensors --out FILE.csv [OPTIONS]\n"
