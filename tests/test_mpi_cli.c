@@ -82,8 +82,8 @@ static void test_stopped_rank_resumes(void **state) {
         snprintf(args, sizeof args, "'%s' train --train '%s' --epochs 2 --batch 50 --val-split 0.2 "
                  "%s --checkpoint-every 2 --out '%s' --name %s%s%s%s", HT_BINARY, train, devs, dir,
                  name[k], k ? "" : " --save '", k ? "" : dir, k ? "" : "/ref.safetensors'");
-        snprintf(cmd, sizeof cmd, "%s -np 1 %s : -np 1 -x HETRAIN_FAULT=%s %s 2>&1", HT_MPIEXEC,
-                 args, fault[k], args);
+        snprintf(cmd, sizeof cmd, "%s -np 1 %s : -np 1 %s -x HETRAIN_FAULT=%s %s 2>&1",
+                 HT_MPIEXEC, args, HT_MPI_CONTEXT, fault[k], args);
         int rc = test_run_shell(cmd, &out);
         if (rc != want[k]) fail_msg("%s: exit %d, not %d\n%s", name[k], rc, want[k], out);
         if (k == 2) { // both ranks stopped after step 6; rank 0's checkpoint says so
@@ -185,8 +185,8 @@ static void test_one_rank_fails_the_job(void **state) {
     if (rc == 0 || !strstr(out, "hetrain: rank 1 (")) fail_msg("exit %d\n%s", rc, out);
     free(out);
     snprintf(cmd, sizeof cmd, "%s -np 1 '%s' %s --train '%s' --devices cpu:1 --out '%s' --name d : "
-             "-np 1 '%s' %s --train '%s' --limit 200 --devices cpu:1 --out '%s' --name d 2>&1",
-             HT_MPIEXEC, HT_BINARY, common, train, dir, HT_BINARY, common, train, dir);
+             "-np 1 %s '%s' %s --train '%s' --limit 200 --devices cpu:1 --out '%s' --name d 2>&1",
+             HT_MPIEXEC, HT_BINARY, common, train, dir, HT_MPI_CONTEXT, HT_BINARY, common, train, dir);
     rc = test_run_shell(cmd, &out);
     if (rc == 0 || !strstr(out, "rank 1's data, batch or initial weights differ from rank 0's"))
         fail_msg("exit %d\n%s", rc, out);
