@@ -19,7 +19,8 @@ typedef struct cpu_ctx {
     const model *m;
     int threads;
     int micro;
-    float *params;
+    float *params;    // its own copy (set_params)
+    const float *use; // what it runs with: params, or the buffer bound by bind_params
     net_ws ws;
 } cpu_ctx;
 
@@ -27,6 +28,14 @@ static int cpu_set_params(void *vctx, const float *params, ht_error *e) {
     (void)e;
     cpu_ctx *c = vctx;
     memcpy(c->params, params, sizeof(float) * c->m->n_params);
+    c->use = c->params;
+    return 0;
+}
+
+static int cpu_bind_params(void *vctx, const float *params, ht_error *e) {
+    (void)e;
+    cpu_ctx *c = vctx;
+    c->use = params;
     return 0;
 }
 
@@ -62,15 +71,15 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
     int caller_threads = omp_get_max_threads();
     omp_set_num_threads(c->threads);
     res->note[0] = 0;
-    memset(res->grad_sum, 0, sizeof(float) * m->n_params);
     size_t in = (size_t)m->in_c * m->in_h * m->in_w;
     for (int off = 0; off < job->n; off += c->micro) {
         int n = job->n - off < c->micro ? job->n - off : c->micro;
         net_dropout drop = {.seed = job->seed, .epoch = job->epoch, .ids = job->ids + off};
         const float *x = job->x + (size_t)off * in;
-        const float *probs = net_forward(&c->ws, m, c->params, x, job->y + off, n, &drop);
+        const float *probs = net_forward(&c->ws, m, c->use, x, job->y + off, n, &drop);
         record_outputs(c, probs, off, n, res);
-        net_backward(&c->ws, m, c->params, res->grad_sum, x, job->y + off, n, &drop);
+        // The first micro-batch writes the gradient sum, the others add to it.
+        net_backward_to(&c->ws, m, c->use, res->grad_sum, x, job->y + off, n, &drop, off == 0);
     }
     res->micro = c->micro;
     omp_set_num_threads(caller_threads);
@@ -86,7 +95,7 @@ static int cpu_infer(void *vctx, const float *x, int n, float *probs, ht_error *
     size_t in = (size_t)m->in_c * m->in_h * m->in_w;
     for (int off = 0; off < n; off += c->micro) {
         int k = n - off < c->micro ? n - off : c->micro;
-        const float *p = net_forward(&c->ws, m, c->params, x + (size_t)off * in, NULL, k, NULL);
+        const float *p = net_forward(&c->ws, m, c->use, x + (size_t)off * in, NULL, k, NULL);
         memcpy(probs + (size_t)off * m->n_classes, p, sizeof(float) * (size_t)k * m->n_classes);
     }
     omp_set_num_threads(caller_threads);
@@ -103,6 +112,7 @@ static void cpu_close(void *vctx) {
 
 static const device_ops cpu_ops = {
     .set_params = cpu_set_params,
+    .bind_params = cpu_bind_params,
     .train_shard = cpu_train_shard,
     .infer = cpu_infer,
     .shrink = cpu_shrink,
@@ -141,6 +151,7 @@ int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint6
     c->threads = threads;
     c->micro = micro;
     c->params = ht_calloc(m->n_params, sizeof(float), e);
+    c->use = c->params;
     if (!c->params || net_ws_init(&c->ws, m, c->micro, threads, e) < 0) {
         cpu_close(c);
         return -1;

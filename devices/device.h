@@ -34,6 +34,11 @@ typedef struct shard_result {
 typedef struct device_ops {
     // Copies the flat parameter buffer (model->n_params floats) to the device.
     int (*set_params)(void *ctx, const float *params, ht_error *e);
+    // Optional (NULL: only set_params): reads the parameters from `params` itself from now on,
+    // without a copy, until the next bind_params or set_params. The caller keeps the buffer
+    // alive and writes it only while the device runs nothing; what it holds when a pass starts
+    // are the parameters. Saves a device in host memory the copy of every broadcast.
+    int (*bind_params)(void *ctx, const float *params, ht_error *e);
     // Forward + backward of a shard with dropout on, in micro-batches that fit the device.
     int (*train_shard)(void *ctx, const shard_job *job, shard_result *res, ht_error *e);
     // Inference (dropout off): probs (n, n_classes).

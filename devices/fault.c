@@ -105,6 +105,11 @@ static int fault_set_params(void *vctx, const float *params, ht_error *e) {
     return f->ops->set_params(f->ctx, params, e);
 }
 
+static int fault_bind_params(void *vctx, const float *params, ht_error *e) {
+    fault_dev *f = vctx;
+    return f->ops->bind_params(f->ctx, params, e);
+}
+
 static int fault_train_shard(void *vctx, const shard_job *job, shard_result *res, ht_error *e) {
     fault_dev *f = vctx;
     res->note[0] = 0;
@@ -166,6 +171,16 @@ static const device_ops fault_ops = {
     .close = fault_close,
 };
 
+// The same for a device that can bind the parameters (device_ops.bind_params).
+static const device_ops fault_ops_bind = {
+    .set_params = fault_set_params,
+    .bind_params = fault_bind_params,
+    .train_shard = fault_train_shard,
+    .infer = fault_infer,
+    .shrink = fault_shrink,
+    .close = fault_close,
+};
+
 int fault_wrap_devices(device *devs, int n, const model *m, const char *plan_text, ht_error *e) {
     fault_plan plan;
     if (fault_plan_parse(&plan, plan_text, e) < 0) return -1;
@@ -193,7 +208,7 @@ int fault_wrap_devices(device *devs, int n, const model *m, const char *plan_tex
         snprintf(f->spec, sizeof f->spec, "%s", devs[i].spec);
         f->n_params = m->n_params;
         f->hang_gen = atomic_load(&hang_gen);
-        devs[i].ops = &fault_ops;
+        devs[i].ops = f->ops->bind_params ? &fault_ops_bind : &fault_ops;
         devs[i].ctx = f;
     }
     free(w);

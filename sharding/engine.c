@@ -52,6 +52,8 @@ typedef struct engine_hub {
     int stop;
     int refs;          // the engine and each running worker
     float *params;     // the master parameters (n_params)
+    float **retired;   // master buffers a worker given up on may still read (retire_params)
+    int n_retired;
 } engine_hub;
 
 // Everything a worker thread touches, allocated per device on its own so that the engine can
@@ -109,8 +111,12 @@ struct engine {
     int max_batch;
     uint64_t seed;
     float *params;   // master parameters (n_params), read by the workers through the hub
-    float *grad;     // reduced mean gradient of the last step (n_params), then, over several
-                     // ranks, the rest of the step's one reduction (reduce_ranks)
+    float *grad;     // the step's gradient sum when it is not one device's own buffer, then,
+                     // over several ranks, the rest of the step's one reduction (reduce_ranks)
+    const float *grad_sum; // the last step's gradient sum: grad, or a device's grad_sum
+    float grad_scale;      // 1/B: the mean gradient is grad_sum * grad_scale
+    int grad_mean;         // grad holds the mean gradient (engine_grad made it)
+    int bound;       // some device reads the master parameters in place (bind_params)
     optim opt;
     shard_plan plan; // over the active devices, for plan.len positions; remade when needed
     int plan_dev[HT_MAX_DEVICES]; // plan index -> device index
@@ -162,7 +168,17 @@ int engine_active(const engine *g) {
 }
 
 const float *engine_params(const engine *g) { return g->params; }
-const float *engine_grad(const engine *g) { return g->grad; }
+// The optimiser takes the sum and the scale; the mean is made only when asked for.
+const float *engine_grad(engine *g) {
+    if (!g->grad_mean && g->grad_sum) {
+        size_t n = g->m->n_params;
+        if (g->grad_sum != g->grad) memcpy(g->grad, g->grad_sum, sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) g->grad[i] *= g->grad_scale;
+        g->grad_sum = g->grad;
+        g->grad_mean = 1;
+    }
+    return g->grad;
+}
 
 void engine_set_timeout(engine *g, double seconds) {
     g->timeout_s = seconds > 0 ? seconds : ENGINE_DEFAULT_TIMEOUT;
@@ -314,6 +330,8 @@ static void hub_release(engine_hub *h) {
     pthread_cond_destroy(&h->go);
     pthread_cond_destroy(&h->done);
     free(h->params);
+    for (int i = 0; i < h->n_retired; i++) free(h->retired[i]);
+    free(h->retired);
     free(h);
 }
 
@@ -396,6 +414,25 @@ static void work_prepare(engine *g, engine_slot *s, const engine_task *t) {
     w->go = 1;
 }
 
+// A worker given up on may still be reading the master parameters if its device had them bound
+// (bind_params): from now on the engine updates a copy, and the buffer it left stays, unchanged,
+// with the hub until the last worker is gone. The devices still in use are bound to the copy at
+// the next broadcast; until then the old buffer holds the same values.
+static void retire_params(engine *g) {
+    engine_hub *h = g->hub;
+    if (!g->bound) return;
+    float *copy = malloc(sizeof(float) * g->m->n_params);
+    float **list = realloc(h->retired, sizeof *list * (size_t)(h->n_retired + 1));
+    if (list) h->retired = list;
+    if (!copy || !list) { // out of memory: leave it (the stray reads a buffer being updated)
+        free(copy);
+        return;
+    }
+    memcpy(copy, g->params, sizeof(float) * g->m->n_params);
+    h->retired[h->n_retired++] = g->params;
+    h->params = g->params = copy;
+}
+
 static const char *pass_name(const engine_task *t) {
     return t->kind == TASK_TRAIN ? "step" : t->kind == TASK_INFER ? "inference, step" : "broadcast, step";
 }
@@ -406,6 +443,8 @@ static const char *pass_name(const engine_task *t) {
 // it ever comes back. Returns the number of devices that failed.
 static int dispatch(engine *g, const engine_task *t) {
     engine_hub *h = g->hub;
+    // A gradient sum left in a device's buffer is overwritten by the next training pass.
+    if (t->kind == TASK_TRAIN && g->grad_sum != g->grad) g->grad_sum = NULL;
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
         if (s->work) s->work->go = 0;
@@ -438,6 +477,7 @@ static int dispatch(engine *g, const engine_task *t) {
         const char *note = "";
         if (w->done_gen != gen) {
             // Its thread is still inside the device: leave both to it from now on.
+            retire_params(g);
             w->abandoned = 1;
             s->work = NULL;
             s->dev->hung = 1;
@@ -478,13 +518,26 @@ static int dispatch(engine *g, const engine_task *t) {
 // Sends the master parameters to every active device. Adds each device's time to st.
 static int broadcast(engine *g, step_stats *st, ht_error *e) {
     engine_task t = {.kind = TASK_PARAMS, .step = g->step};
+    int copies = 0;
+    g->bound = 0;
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
         s->n = 0;
-        s->dispatched = !s->failed;
+        s->dispatched = 0;
+        if (s->failed) continue;
+        // A device that reads the parameters in place is bound here, on the engine's thread
+        // (its worker is idle); the others copy them on their own threads.
+        const device_ops *ops = s->dev->ops;
+        ht_error be;
+        if (ops->bind_params && ops->bind_params(s->dev->ctx, g->params, &be) == 0) {
+            g->bound = 1;
+            continue;
+        }
+        s->dispatched = 1;
+        copies++;
     }
     g->n_orphans = 0;
-    dispatch(g, &t);
+    if (copies) dispatch(g, &t);
     for (int d = 0; st && d < g->n_devs; d++)
         if (g->slots[d].dispatched && !g->slots[d].failed) st->busy_s[d] += g->slots[d].busy_s;
     if (engine_active(g) == 0)
@@ -652,10 +705,10 @@ static void probe_idle(engine *g) {
 }
 
 // Whether a pass's results hold a non-finite loss or gradient element.
-static int non_finite(const engine_work *w) {
+static int non_finite(const engine_work *w, int with_grad) {
     for (int i = 0; i < w->n; i++)
         if (!isfinite(w->loss[i])) return 1;
-    for (size_t i = 0; i < w->n_params; i++)
+    for (size_t i = 0; with_grad && i < w->n_params; i++)
         if (!isfinite(w->grad_sum[i])) return 1;
     return 0;
 }
@@ -904,25 +957,37 @@ typedef struct step_out {
     float *loss;
     int32_t *pred;
     step_stats *st;
-    int bad; // a device returned non-finite values
+    int bad;   // a device returned non-finite values
+    // Without re-runs the devices' gradient sums stay in their buffers until sum_devices adds
+    // them in one pass (or, from one device, is used where it is).
+    int defer;
+    const float *sums[HT_MAX_DEVICES];
+    int sum_dev[HT_MAX_DEVICES];
+    int n_sums;
 } step_out;
 
-// Adds the results of the last pass to the step's gradient sum (in device order, so the sum
-// does not depend on timing) and outputs.
+// Takes the results of the last pass: each position's loss and prediction, and each device's
+// gradient sum, added to the step's sum in device order (so the sum does not depend on timing)
+// or, when deferred, noted for sum_devices.
 static void gather(engine *g, void *arg) {
     step_out *o = arg;
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
         if (!s->dispatched || s->failed) continue;
         const engine_work *w = s->work;
-        if (non_finite(w)) {
+        if (non_finite(w, !o->defer)) {
             o->bad = 1;
             event(g, "step %ld: device %s returned a non-finite loss or gradient", g->step,
                   s->dev->spec);
         }
-        float *acc = g->grad;
-        const float *gs = w->grad_sum;
-        for (size_t i = 0; i < g->m->n_params; i++) acc[i] += gs[i];
+        if (o->defer) {
+            o->sum_dev[o->n_sums] = d;
+            o->sums[o->n_sums++] = w->grad_sum;
+        } else {
+            float *acc = g->grad;
+            const float *gs = w->grad_sum;
+            for (size_t i = 0; i < g->m->n_params; i++) acc[i] += gs[i];
+        }
         for (int i = 0; i < s->n; i++) {
             if (o->loss) o->loss[s->pos[i]] = w->loss[i];
             if (o->pred) o->pred[s->pos[i]] = w->pred[i];
@@ -931,6 +996,55 @@ static void gather(engine *g, void *arg) {
         o->st->busy_s[d] += s->busy_s;
         o->st->share[d] += s->n;
     }
+}
+
+#define ENGINE_PAR_MIN 65536 // elements below which a parallel pass costs more than it saves
+#define ENGINE_CHUNK 4096    // elements a thread sums over every device before moving on
+
+// The step's gradient sum from the deferred device sums: one device's buffer as it is (alone,
+// not spanning ranks), else their sum in device order into g->grad, in one parallel pass that
+// also checks it. *finite says whether every element is finite (x * 0 is NaN for inf and NaN).
+static const float *sum_devices(engine *g, const step_out *o, int *finite) {
+    const size_t n = g->m->n_params;
+    float nan_seen = 0;
+    if (o->n_sums == 1 && !g->span) {
+        const float *a = o->sums[0];
+#pragma omp parallel for simd reduction(+ : nan_seen) schedule(static) if (n >= ENGINE_PAR_MIN)
+        for (size_t i = 0; i < n; i++) nan_seen += a[i] * 0.0f;
+        *finite = !isnan(nan_seen);
+        return a;
+    }
+    float *acc = g->grad;
+    const int k = o->n_sums;
+    if (k == 0) memset(acc, 0, sizeof(float) * n);
+#pragma omp parallel for reduction(+ : nan_seen) schedule(static) if (n >= ENGINE_PAR_MIN && k > 0)
+    for (size_t c = 0; c < n; c += ENGINE_CHUNK) {
+        size_t end = c + ENGINE_CHUNK < n ? c + ENGINE_CHUNK : n;
+        for (int d = 0; d < k; d++) {
+            const float *gs = o->sums[d];
+            if (d == 0) memcpy(acc + c, gs + c, sizeof(float) * (end - c));
+            else
+                for (size_t i = c; i < end; i++) acc[i] += gs[i];
+        }
+        for (size_t i = c; i < end; i++) nan_seen += acc[i] * 0.0f;
+    }
+    *finite = !isnan(nan_seen);
+    return acc;
+}
+
+// A non-finite deferred sum: names the devices whose sums hold a non-finite element (none: the
+// sum of finite sums overflowed).
+static void name_non_finite(engine *g, const step_out *o) {
+    int named = 0;
+    for (int k = 0; k < o->n_sums; k++)
+        for (size_t i = 0; i < g->m->n_params; i++)
+            if (!isfinite(o->sums[k][i])) {
+                event(g, "step %ld: device %s returned a non-finite gradient", g->step,
+                      g->slots[o->sum_dev[k]].dev->spec);
+                named = 1;
+                break;
+            }
+    if (!named) event(g, "step %ld: the devices' gradient sums overflowed when added", g->step);
 }
 
 // Over several ranks: the gradient sums of every rank added in rank order, and every position's
@@ -978,20 +1092,36 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     for (int d = 0; d < g->n_devs; d++)
         if (g->slots[d].dispatched && !g->slots[d].failed) st->wait_s += slowest - g->slots[d].busy_s;
     st->compute_s = slowest;
-    step_out o = {.loss = loss, .pred = pred, .st = st};
+    step_out o = {.loss = loss, .pred = pred, .st = st, .defer = g->n_orphans == 0};
     memset(g->own, 0, (size_t)B);
+    if (!o.defer) memset(g->grad, 0, sizeof(float) * g->m->n_params);
     gather(g, &o);
     if (rerun_orphans(g, &t, gather, &o, e) < 0) return -1;
-    if (g->span && reduce_ranks(g, &o, B, e) < 0) return -1;
+    const float *sum = g->grad;
+    if (o.defer) {
+        int finite;
+        sum = sum_devices(g, &o, &finite);
+        if (!finite) {
+            o.bad = 1;
+            name_non_finite(g, &o);
+        }
+    }
+    if (g->span) {
+        if (sum != g->grad) memcpy(g->grad, sum, sizeof(float) * g->m->n_params);
+        sum = g->grad;
+        if (reduce_ranks(g, &o, B, e) < 0) return -1;
+    }
+    g->grad_sum = sum;
+    g->grad_scale = 1.0f / (float)B;
+    g->grad_mean = 0;
     double t1 = ht_now();
     if (o.bad) {
         if (g->nan_stop) return ht_fail(e, "non-finite loss or gradient (--on-nan stop)");
         event(g, "step %ld: update skipped (--on-nan skip)", g->step);
         st->skipped = 1;
     } else {
-        float inv = 1.0f / (float)B;
-        for (size_t i = 0; i < g->m->n_params; i++) g->grad[i] *= inv;
-        optim_step(&g->opt, g->params, g->grad);
+        // The mean is taken inside the update (sum * 1/B, as a separate pass would).
+        optim_step_scaled(&g->opt, g->params, sum, g->grad_scale);
         if (broadcast(g, st, e) < 0) return -1;
     }
     double t2 = ht_now();

@@ -72,8 +72,9 @@ int engine_stopping(const engine *g);
 const float *engine_params(const engine *g);
 // Replaces the master parameters and broadcasts them (the optimiser state stays).
 int engine_set_params(engine *g, const float *params, ht_error *e);
-// The reduced mean gradient of the last step (n_params).
-const float *engine_grad(const engine *g);
+// The reduced mean gradient of the last step (n_params), made when asked for (the update takes
+// the sum and 1/B); valid until the next training pass.
+const float *engine_grad(engine *g);
 
 // What an engine has learned beyond its parameters, for a checkpoint: with the parameters
 // and the optimiser's moments (engine_moments) it continues a run exactly where it stopped.

@@ -112,6 +112,44 @@ static void test_network_finite_differences(void **state) {
     model_free(&m);
 }
 
+// net_backward_to with overwrite writes every gradient element (a buffer full of NaN comes out
+// clean) and gives the values that adding to a zeroed buffer gives, with and without the
+// convolution trunk (2 threads, the 3-layer preset) and for the small model.
+static void test_backward_overwrites(void **state) {
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        model m;
+        ht_error e;
+        if (k == 0) small_model(&m);
+        else if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
+        const int B = 5;
+        size_t in = (size_t)m.in_c * m.in_h * m.in_w;
+        float *p = malloc(sizeof(float) * m.n_params), *x = malloc(sizeof(float) * B * in);
+        float *add = calloc(m.n_params, sizeof(float)), *put = malloc(sizeof(float) * m.n_params);
+        for (size_t i = 0; i < m.n_params; i++) put[i] = NAN;
+        uint8_t y[5] = {0, 1, 2, 3, 4};
+        uint32_t ids[5] = {3, 10, 17, 4, 55};
+        model_init_params(&m, p, 11);
+        random_fill(x, B * in, 5, 0, 1);
+        net_dropout d = {.seed = 9, .epoch = 2, .ids = ids};
+        net_ws ws;
+        assert_int_equal(net_ws_init(&ws, &m, B, 2, NULL), 0);
+        net_forward(&ws, &m, p, x, y, B, &d);
+        net_backward(&ws, &m, p, add, x, y, B, &d);
+        net_forward(&ws, &m, p, x, y, B, &d);
+        net_backward_to(&ws, &m, p, put, x, y, B, &d, 1);
+        // Equal as numbers (a sum that starts from +0 turns a -0 into +0; nothing else moves).
+        for (size_t i = 0; i < m.n_params; i++)
+            if (!(put[i] == add[i])) fail_msg("element %zu: %g written, %g added", i, put[i], add[i]);
+        net_ws_free(&ws);
+        free(p);
+        free(x);
+        free(add);
+        free(put);
+        model_free(&m);
+    }
+}
+
 // Gradient of a batch == sum of the gradients of its parts, with dropout keyed by sample id:
 // this is what makes micro-batching and sharding leave the result unchanged.
 static void test_batch_composition_invariance(void **state) {
@@ -390,6 +428,7 @@ int main(void) {
         cmocka_unit_test(test_engine_restore_continues_exactly),
         cmocka_unit_test(test_network_finite_differences),
         cmocka_unit_test(test_batch_composition_invariance),
+        cmocka_unit_test(test_backward_overwrites),
         cmocka_unit_test(test_net_layouts),
         cmocka_unit_test(test_engine_two_devices_equal_one),
     };

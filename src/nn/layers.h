@@ -25,6 +25,9 @@ void dense_forward(float *out, const float *in, const float *w, const float *b, 
 // dw (OUT,IN) and db (OUT) accumulated; din (B,IN) overwritten unless NULL.
 void dense_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                     const float *w, int B, int IN, int OUT, int nthreads);
+// The same with dw = beta * dw + ... (beta 0: dw and db are overwritten, not added to).
+void dense_backward_beta(float *din, float *dw, float *db, const float *dout, const float *in,
+                         const float *w, int B, int IN, int OUT, float beta, int nthreads);
 
 // n elements; in-place allowed (out == in).
 void relu_forward(float *out, const float *in, size_t n, int nthreads);

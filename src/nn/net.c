@@ -464,7 +464,21 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
 
 void net_backward(net_ws *ws, const model *m, const float *params, float *grads, const float *x,
                   const uint8_t *y, int B, const net_dropout *drop) {
+    net_backward_to(ws, m, params, grads, x, y, B, drop, 0);
+}
+
+void net_backward_to(net_ws *ws, const model *m, const float *params, float *grads,
+                     const float *x, const uint8_t *y, int B, const net_dropout *drop,
+                     int overwrite) {
     int nt = ws->nthreads;
+    // Overwriting: the dense layers' GEMMs write their weight gradients (beta 0), and the
+    // convolutions' few parameters are zeroed here and then added to as usual.
+    for (int l = 0; overwrite && l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        if (L->kind != LAYER_CONV2D) continue;
+        memset(grads + L->w_off, 0, sizeof(float) * L->n_w);
+        if (L->n_b) memset(grads + L->b_off, 0, sizeof(float) * L->n_b);
+    }
     float *dout = ws->g0, *dfree = ws->g1;
     for (int l = m->n_layers - 1; l >= ws->trunk; l--) {
         const layer *L = &m->layers[l];
@@ -491,8 +505,9 @@ void net_backward(net_ws *ws, const model *m, const float *params, float *grads,
                                       L->oh, L->ow, nt);
             break;
         case LAYER_DENSE:
-            dense_backward(din, grads + L->w_off, grads + L->b_off, dout, in, params + L->w_off,
-                           B, (int)layer_in_size(L), L->oc, nt);
+            dense_backward_beta(din, grads + L->w_off, grads + L->b_off, dout, in,
+                                params + L->w_off, B, (int)layer_in_size(L), L->oc,
+                                overwrite ? 0.0f : 1.0f, nt);
             break;
         case LAYER_RELU:
             // ws->act[l] is the relu output (dropout after it keeps the sign, so it still marks

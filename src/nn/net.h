@@ -65,6 +65,11 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
 // the per-sample gradients to grads (n_params).
 void net_backward(net_ws *ws, const model *m, const float *params, float *grads, const float *x,
                   const uint8_t *y, int B, const net_dropout *drop);
+// The same, writing the gradient sums into grads instead of adding to them (grads need not be
+// zeroed first): the first micro-batch of a shard.
+void net_backward_to(net_ws *ws, const model *m, const float *params, float *grads,
+                     const float *x, const uint8_t *y, int B, const net_dropout *drop,
+                     int overwrite);
 
 // Index of the largest of n values (first on ties).
 int net_argmax(const float *v, int n);

@@ -61,21 +61,22 @@ static double decayed_lr(const train_setup *s, long t) {
 
 float optim_lr(const optim *o) { return (float)decayed_lr(&o->s, o->t); }
 
-static void sgd_step(optim *o, float *restrict p, const float *restrict g) {
+static void sgd_step(optim *o, float *restrict p, const float *restrict g, const float sc) {
     float *restrict v = o->m;
     const size_t n = o->n;
     const float mu = o->s.momentum, lr = (float)decayed_lr(&o->s, o->t);
     if (o->s.nesterov) {
 #pragma omp parallel for simd schedule(static) if (n >= OPTIM_PAR_MIN)
         for (size_t i = 0; i < n; i++) {
-            float vi = mu * v[i] - lr * g[i];
+            float gi = g[i] * sc;
+            float vi = mu * v[i] - lr * gi;
             v[i] = vi;
-            p[i] += mu * vi - lr * g[i];
+            p[i] += mu * vi - lr * gi;
         }
     } else {
 #pragma omp parallel for simd schedule(static) if (n >= OPTIM_PAR_MIN)
         for (size_t i = 0; i < n; i++) {
-            float vi = mu * v[i] - lr * g[i];
+            float vi = mu * v[i] - lr * (g[i] * sc);
             v[i] = vi;
             p[i] += vi;
         }
@@ -83,7 +84,7 @@ static void sgd_step(optim *o, float *restrict p, const float *restrict g) {
     o->t++;
 }
 
-static void adam_step(optim *o, float *restrict p, const float *restrict g) {
+static void adam_step(optim *o, float *restrict p, const float *restrict g, const float sc) {
     float *restrict m = o->m, *restrict v = o->v;
     const size_t n = o->n;
     o->t++;
@@ -95,15 +96,18 @@ static void adam_step(optim *o, float *restrict p, const float *restrict g) {
     const float c1 = 1.0f - fb1, c2 = 1.0f - fb2;
 #pragma omp parallel for simd schedule(static) if (n >= OPTIM_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        float mi = fb1 * m[i] + c1 * g[i];
-        float vi = fb2 * v[i] + c2 * g[i] * g[i];
+        float gi = g[i] * sc;
+        float mi = fb1 * m[i] + c1 * gi;
+        float vi = fb2 * v[i] + c2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
         p[i] -= lr * mi / (sqrtf(vi) + eps);
     }
 }
 
-void optim_step(optim *o, float *params, const float *g) {
-    if (o->s.optim == OPTIM_ADAM) adam_step(o, params, g);
-    else sgd_step(o, params, g);
+void optim_step_scaled(optim *o, float *params, const float *g, float scale) {
+    if (o->s.optim == OPTIM_ADAM) adam_step(o, params, g, scale);
+    else sgd_step(o, params, g, scale);
 }
+
+void optim_step(optim *o, float *params, const float *g) { optim_step_scaled(o, params, g, 1.0f); }

@@ -28,5 +28,8 @@ float optim_lr(const optim *o);
 // Adam (TF):    t += 1; lr_t = lr_dec * sqrt(1-beta2^t)/(1-beta1^t), lr_dec = lr/(1+decay*(t-1));
 //               m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= lr_t * m / (sqrt(v) + eps)
 void optim_step(optim *o, float *params, const float *g);
+// The same for the gradient g * scale (scale applied element by element, as a separate pass
+// would): the engine hands in the gradient sum and 1/B, which saves a pass over the buffer.
+void optim_step_scaled(optim *o, float *params, const float *g, float scale);
 
 #endif
