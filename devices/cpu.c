@@ -22,13 +22,20 @@ typedef struct cpu_ctx {
     float *params;    // its own copy (set_params)
     const float *use; // what it runs with: params, or the buffer bound by bind_params
     net_ws ws;
+    // While profiling (profile_start): net.c's per-layer seconds (2 * n_layers, the workspace
+    // points at them for every shard), the time of the shards and of set_params, and counts.
+    double *layer_s;
+    double shard_s, params_s;
+    long shards, samples;
 } cpu_ctx;
 
 static int cpu_set_params(void *vctx, const float *params, ht_error *e) {
     (void)e;
     cpu_ctx *c = vctx;
+    double t = c->layer_s ? ht_now() : 0;
     memcpy(c->params, params, sizeof(float) * c->m->n_params);
     c->use = c->params;
+    if (c->layer_s) c->params_s += ht_now() - t;
     return 0;
 }
 
@@ -65,6 +72,8 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
     (void)e; // the workspace is allocated up front: nothing here can fail
     cpu_ctx *c = vctx;
     const model *m = c->m;
+    double t0 = c->layer_s ? ht_now() : 0;
+    c->ws.prof = c->layer_s; // the workspace may have been made anew (cpu_shrink)
     // The thread count is the calling thread's setting: set it for the shard and give the
     // caller its own back (the engine's host thread runs the optimiser in parallel after a
     // self-check ran the single-threaded reference on it).
@@ -83,6 +92,12 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
     }
     res->micro = c->micro;
     omp_set_num_threads(caller_threads);
+    c->ws.prof = NULL;
+    if (c->layer_s) {
+        c->shard_s += ht_now() - t0;
+        c->shards++;
+        c->samples += job->n;
+    }
     return 0;
 }
 
@@ -102,11 +117,40 @@ static int cpu_infer(void *vctx, const float *x, int n, float *probs, ht_error *
     return 0;
 }
 
+// device_ops.profile_start: an empty record, filled from now on.
+static int cpu_profile_start(void *vctx, ht_error *e) {
+    cpu_ctx *c = vctx;
+    if (!c->layer_s && !(c->layer_s = ht_calloc(2 * (size_t)c->m->n_layers, sizeof(double), e)))
+        return -1;
+    memset(c->layer_s, 0, 2 * (size_t)c->m->n_layers * sizeof(double));
+    c->shard_s = c->params_s = 0;
+    c->shards = c->samples = 0;
+    return 1;
+}
+
+// device_ops.profile: the layers' times, and the rest of the shards' time.
+static void cpu_profile(void *vctx, device_profile *out) {
+    cpu_ctx *c = vctx;
+    device_profile_clear(out);
+    out->events = 0;
+    if (!c->layer_s) return;
+    double layers = 0;
+    for (int i = 0; i < 2 * c->m->n_layers && i < 2 * out->n_layers; i++) {
+        out->layer[i].time_s = c->layer_s[i];
+        layers += c->layer_s[i];
+    }
+    out->rest.time_s = c->shard_s - layers;
+    out->params.time_s = c->params_s;
+    out->shards = c->shards;
+    out->samples = c->samples;
+}
+
 static void cpu_close(void *vctx) {
     cpu_ctx *c = vctx;
     if (!c) return;
     net_ws_free(&c->ws);
     free(c->params);
+    free(c->layer_s);
     free(c);
 }
 
@@ -117,6 +161,8 @@ static const device_ops cpu_ops = {
     .infer = cpu_infer,
     .shrink = cpu_shrink,
     .close = cpu_close,
+    .profile_start = cpu_profile_start,
+    .profile = cpu_profile,
 };
 
 typedef struct ws_arg {

@@ -31,6 +31,34 @@ typedef struct shard_result {
     char note[256];   // what the device changed on its own, e.g. a smaller micro-batch; or ""
 } shard_result;
 
+// What a device measured of its own work while profiling (--profile): every train_shard and
+// set_params since profile_start, nothing else (self-check, calibration and inference passes
+// come before it or are not counted). time_s is wall time on the device's thread; the other
+// three come from OpenCL event profiling (devices without it leave them 0): the device's own
+// kernels, buffer writes/reads/copies, and CLBlast GEMMs (from just before the call to the end
+// of its last kernel, so with CLBlast's padding and transposing kernels).
+typedef struct device_prof_time {
+    double time_s, kernel_s, transfer_s, gemm_s;
+} device_prof_time;
+
+typedef struct device_profile {
+    int n_layers;            // the model's; layer[] holds 2 * n_layers entries
+    int events;              // kernel_s, transfer_s and gemm_s are measured (OpenCL)
+    device_prof_time *layer; // layer l's forward at [2 * l], its backward at [2 * l + 1]
+    device_prof_time rest;   // train_shard outside the layers: inputs in, outputs and gradient
+                             // sum out, zeroing, the micro-batch loop
+    device_prof_time params; // set_params: taking the broadcast parameters
+    long shards, samples;    // train_shard calls and their samples
+} device_profile;
+
+// A record for the model's layers, all zero; -1 with e when out of memory.
+int device_profile_init(device_profile *p, int n_layers, ht_error *e);
+void device_profile_free(device_profile *p);
+// Zeroes every time and count (n_layers and events stay).
+void device_profile_clear(device_profile *p);
+// Copies src's times and counts into dst (both for the same n_layers).
+void device_profile_copy(device_profile *dst, const device_profile *src);
+
 typedef struct device_ops {
     // Copies the flat parameter buffer (model->n_params floats) to the device.
     int (*set_params)(void *ctx, const float *params, ht_error *e);
@@ -48,6 +76,14 @@ typedef struct device_ops {
     // size and reports it in shard_result.micro. Optional (NULL: the device cannot shrink).
     int (*shrink)(void *ctx, const char *why, char *note, size_t note_len, ht_error *e);
     void (*close)(void *ctx);
+    // Profiling, optional (NULL: the device measures nothing; both or neither). profile_start
+    // empties the device's record and starts filling it (an OpenCL device switches its queue
+    // to event profiling); until then no pass costs more than a NULL test. Returns 1 when
+    // profiling, 0 when the device cannot (a wrapper around one that cannot), -1 with e.
+    // profile copies the record into out (device_profile_init'd for the model) while the
+    // device is idle.
+    int (*profile_start)(void *ctx, ht_error *e);
+    void (*profile)(void *ctx, device_profile *out);
 } device_ops;
 
 typedef struct device {
@@ -65,6 +101,13 @@ typedef struct device {
 // without its own ':mem=' limit. On success *devs is an array of *n open devices.
 int device_open_list(device **devs, int *n, const char *specs, const model *m, int max_batch,
                      uint64_t mem_limit, ht_error *e);
+
+// Starts profiling device d (device_ops.profile_start): 1 when it profiles from now on, 0 when
+// it cannot, -1 with e.
+int device_profile_start(device *d, ht_error *e);
+// Fills out (device_profile_init'd for the model) with d's record and returns 1; 0 (out
+// cleared) when d does not profile or stopped answering (its thread may still be inside it).
+int device_profile_get(const device *d, device_profile *out);
 
 // "256M", "1G", "512K", "1048576" -> bytes; -1 when malformed or zero.
 int64_t device_parse_bytes(const char *s);

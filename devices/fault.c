@@ -156,6 +156,18 @@ static int fault_shrink(void *vctx, const char *why, char *note, size_t note_len
     return f->ops->shrink(f->ctx, why, note, note_len, e);
 }
 
+// Profiling is the wrapped device's own.
+static int fault_profile_start(void *vctx, ht_error *e) {
+    fault_dev *f = vctx;
+    if (!f->ops->profile_start || !f->ops->profile) return 0;
+    return f->ops->profile_start(f->ctx, e);
+}
+
+static void fault_profile(void *vctx, device_profile *out) {
+    fault_dev *f = vctx;
+    if (f->ops->profile) f->ops->profile(f->ctx, out);
+}
+
 static void fault_close(void *vctx) {
     fault_dev *f = vctx;
     if (!f) return;
@@ -169,6 +181,8 @@ static const device_ops fault_ops = {
     .infer = fault_infer,
     .shrink = fault_shrink,
     .close = fault_close,
+    .profile_start = fault_profile_start,
+    .profile = fault_profile,
 };
 
 // The same for a device that can bind the parameters (device_ops.bind_params).
@@ -179,6 +193,8 @@ static const device_ops fault_ops_bind = {
     .infer = fault_infer,
     .shrink = fault_shrink,
     .close = fault_close,
+    .profile_start = fault_profile_start,
+    .profile = fault_profile,
 };
 
 int fault_wrap_devices(device *devs, int n, const model *m, const char *plan_text, ht_error *e) {

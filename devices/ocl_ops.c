@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 // Global sizes are rounded up to a multiple of this and the local size is left to the driver
@@ -74,10 +75,12 @@ static int gemm(ocl_ops *o, const char *what, CLBlastTranspose ta, CLBlastTransp
         o->gemm_temp_bytes = need;
     }
     if (st == CLBlastSuccess) {
+        cl_event *mark = ocl_ops_event(o, OCL_EV_MARK);
+        if (mark && clEnqueueMarkerWithWaitList(o->q, 0, NULL, mark) != CL_SUCCESS) *mark = NULL;
         pthread_mutex_lock(&clblast_lock);
         st = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, ta, tb, m, n, k, 1.0f, a, a_off,
-                                        lda, b, b_off, ldb, beta, c, c_off, ldc, &o->q, NULL,
-                                        o->gemm_temp);
+                                        lda, b, b_off, ldb, beta, c, c_off, ldc, &o->q,
+                                        ocl_ops_event(o, OCL_EV_GEMM), o->gemm_temp);
         pthread_mutex_unlock(&clblast_lock);
     }
     if (st != CLBlastSuccess) {
@@ -143,7 +146,8 @@ static int launch(ocl_ops *o, cl_kernel k, const char *name, const karg *args, i
             return ocl_fail(e, call, err, o->label);
         }
     }
-    cl_int err = clEnqueueNDRangeKernel(o->q, k, dims, NULL, gsize, lsize, 0, NULL, NULL);
+    cl_int err = clEnqueueNDRangeKernel(o->q, k, dims, NULL, gsize, lsize, 0, NULL,
+                                        ocl_ops_event(o, OCL_EV_KERNEL));
     if (err != CL_SUCCESS) {
         snprintf(call, sizeof call, "clEnqueueNDRangeKernel(%s)", name);
         return ocl_fail(e, call, err, o->label);
@@ -206,6 +210,63 @@ int ocl_ops_init(ocl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog
     return 0;
 }
 
+// ---- event profiling ----
+
+void ocl_ops_profile(ocl_ops *o, int on) {
+    if (!on) ocl_ops_drain(o, NULL);
+    o->profiling = on;
+}
+
+cl_event *ocl_ops_event(ocl_ops *o, ocl_ev_kind kind) {
+    if (!o->profiling) return NULL;
+    if (o->n_ev == o->cap_ev) {
+        int cap = o->cap_ev ? 2 * o->cap_ev : 64;
+        cl_event *ev = realloc(o->ev, (size_t)cap * sizeof *ev);
+        if (ev) o->ev = ev;
+        unsigned char *kinds = ev ? realloc(o->ev_kind, (size_t)cap) : NULL;
+        if (kinds) o->ev_kind = kinds;
+        if (!ev || !kinds) return NULL;
+        o->cap_ev = cap;
+    }
+    o->ev[o->n_ev] = NULL; // stays NULL when the enqueue fails
+    o->ev_kind[o->n_ev] = (unsigned char)kind;
+    return &o->ev[o->n_ev++];
+}
+
+void ocl_ops_drain(ocl_ops *o, double *sums) {
+    cl_ulong mark_end = 0;
+    for (int i = 0; i < o->n_ev; i++) {
+        cl_event ev = o->ev[i];
+        if (!ev) continue;
+        cl_ulong start = 0, end = 0;
+        if (sums && (clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof start, &start,
+                                             NULL) != CL_SUCCESS ||
+                     clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof end, &end,
+                                             NULL) != CL_SUCCESS ||
+                     end < start))
+            start = end = 0; // a driver without timestamps for it: not counted
+        switch ((ocl_ev_kind)o->ev_kind[i]) {
+        case OCL_EV_MARK:
+            mark_end = end;
+            break;
+        case OCL_EV_GEMM: {
+            // CLBlast's event is its last kernel's; the marker before the call ends where
+            // the first began. A marker without a usable timestamp leaves the event's own span.
+            cl_ulong from = mark_end > 0 && mark_end <= start ? mark_end : start;
+            if (sums) sums[2] += 1e-9 * (double)(end - from);
+            mark_end = 0;
+            break;
+        }
+        case OCL_EV_KERNEL:
+        case OCL_EV_TRANSFER:
+            if (sums) sums[o->ev_kind[i] == OCL_EV_KERNEL ? 0 : 1] += 1e-9 * (double)(end - start);
+            break;
+        }
+        clReleaseEvent(ev);
+    }
+    o->n_ev = 0;
+}
+
 void ocl_ops_release_temp(ocl_ops *o) {
     if (o->gemm_temp) clReleaseMemObject(o->gemm_temp);
     o->gemm_temp = NULL;
@@ -214,6 +275,13 @@ void ocl_ops_release_temp(ocl_ops *o) {
 
 void ocl_ops_free(ocl_ops *o) {
     ocl_ops_release_temp(o);
+    ocl_ops_drain(o, NULL);
+    free(o->ev);
+    free(o->ev_kind);
+    o->ev = NULL;
+    o->ev_kind = NULL;
+    o->cap_ev = 0;
+    o->profiling = 0;
     cl_kernel *ks[] = {&o->k_fill, &o->k_im2col, &o->k_col2im, &o->k_bias_to_nchw,
                        &o->k_nchw_to_rows, &o->k_row_sum, &o->k_maxpool_fwd, &o->k_maxpool_bwd,
                        &o->k_dense_bias, &o->k_col_sum, &o->k_relu_fwd, &o->k_relu_bwd,

@@ -27,13 +27,39 @@ typedef struct ocl_ops {
     // fails; owning it makes a lack of memory an ordinary, recoverable error.
     cl_mem gemm_temp;
     size_t gemm_temp_bytes;
+    // Event profiling (ocl_ops_profile, on a queue made with CL_QUEUE_PROFILING_ENABLE): every
+    // command the ops enqueue, and every one the device enqueues with ocl_ops_event, keeps
+    // its event until ocl_ops_drain adds up their times.
+    int profiling;
+    cl_event *ev;
+    unsigned char *ev_kind; // ocl_ev_kind of each
+    int n_ev, cap_ev;
 } ocl_ops;
+
+typedef enum ocl_ev_kind {
+    OCL_EV_KERNEL,   // one of our kernels
+    OCL_EV_TRANSFER, // a buffer write, read or copy
+    OCL_EV_GEMM,     // the event CLBlast gives back: its last kernel
+    OCL_EV_MARK,     // a marker just before a CLBlast call: where the GEMM's time starts
+} ocl_ev_kind;
 
 int ocl_ops_init(ocl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog,
                 const char *label, ht_error *e);
 void ocl_ops_free(ocl_ops *o);
 // Releases the GEMM scratch (it is made again, as large as needed, by the next GEMM).
 void ocl_ops_release_temp(ocl_ops *o);
+
+// Keeps (on) or stops keeping (off, after draining) the events of enqueued commands.
+void ocl_ops_profile(ocl_ops *o, int on);
+// Where the command about to be enqueued puts its event (pass it as the call's last
+// argument), kept as `kind`; NULL when not profiling (or out of memory: then that command
+// goes uncounted).
+cl_event *ocl_ops_event(ocl_ops *o, ocl_ev_kind kind);
+// Once the queue is finished: adds the seconds (START to END) of every kept event to
+// sums[0] (kernels), sums[1] (transfers) and sums[2] (GEMMs: from the END of the marker
+// before each CLBlast call, else the START of its event, to the END of its event, so with the
+// padding kernels CLBlast runs first), and releases the events. sums NULL: only releases them.
+void ocl_ops_drain(ocl_ops *o, double *sums);
 
 // buf[0..n) = value.
 int ocl_fill(ocl_ops *o, cl_mem buf, float value, size_t n, ht_error *e);

@@ -31,6 +31,11 @@ typedef struct ocl_ctx {
     cl_mem *act, *argmax;                               // per layer; relu/dropout alias
     cl_mem g0, g1, scratch;
     float *probs_host;                                  // (max_batch, n_classes)
+    // While profiling (profile_start; the queue then has event profiling): the record, and
+    // within a training shard (prof_on) the time of the last cut (prof_cut).
+    device_profile *prof;
+    int prof_on;
+    double prof_t;
 } ocl_ctx;
 
 // Device bytes for a micro-batch of B samples (staging for max_batch excluded).
@@ -196,6 +201,10 @@ static void ocl_close(void *vctx) {
     ocl_ctx *c = vctx;
     if (!c) return;
     if (c->q) clFinish(c->q);
+    if (c->prof) {
+        device_profile_free(c->prof);
+        free(c->prof);
+    }
     free_micro(c);
     free(c->act);
     free(c->argmax);
@@ -208,10 +217,25 @@ static void ocl_close(void *vctx) {
     free(c);
 }
 
+// Profiling: waits for the queue and adds the wall time since the last cut, and the times of
+// the commands enqueued since, to `to` (a layer's entry, the rest of the shard, set_params).
+static void prof_cut(ocl_ctx *c, device_prof_time *to) {
+    clFinish(c->q);
+    double ev[3] = {0, 0, 0}, now = ht_now();
+    ocl_ops_drain(&c->ops, ev);
+    to->time_s += now - c->prof_t;
+    to->kernel_s += ev[0];
+    to->transfer_s += ev[1];
+    to->gemm_s += ev[2];
+    c->prof_t = now;
+}
+
 static int ocl_set_params(void *vctx, const float *params, ht_error *e) {
     ocl_ctx *c = vctx;
-    cl_int err = clEnqueueWriteBuffer(c->q, c->params, CL_TRUE, 0,
-                                      sizeof(float) * c->m->n_params, params, 0, NULL, NULL);
+    if (c->prof) c->prof_t = ht_now();
+    cl_int err = clEnqueueWriteBuffer(c->q, c->params, CL_TRUE, 0, sizeof(float) * c->m->n_params,
+                                      params, 0, NULL, ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
+    if (c->prof) prof_cut(c, &c->prof->params);
     if (err != CL_SUCCESS) return ocl_fail(e, "clEnqueueWriteBuffer(weights)", err, c->ops.label);
     return 0;
 }
@@ -219,7 +243,8 @@ static int ocl_set_params(void *vctx, const float *params, ht_error *e) {
 static int write_buf(ocl_ctx *c, cl_mem buf, size_t bytes, const void *src, const char *what,
                      ht_error *e) {
     if (bytes == 0) return 0;
-    cl_int err = clEnqueueWriteBuffer(c->q, buf, CL_FALSE, 0, bytes, src, 0, NULL, NULL);
+    cl_int err = clEnqueueWriteBuffer(c->q, buf, CL_FALSE, 0, bytes, src, 0, NULL,
+                                      ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
     if (err != CL_SUCCESS) {
         char call[96];
         snprintf(call, sizeof call, "clEnqueueWriteBuffer(%s)", what);
@@ -231,7 +256,8 @@ static int write_buf(ocl_ctx *c, cl_mem buf, size_t bytes, const void *src, cons
 static int copy_buf(ocl_ctx *c, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off,
                     size_t bytes, ht_error *e) {
     if (bytes == 0) return 0;
-    cl_int err = clEnqueueCopyBuffer(c->q, src, dst, src_off, dst_off, bytes, 0, NULL, NULL);
+    cl_int err = clEnqueueCopyBuffer(c->q, src, dst, src_off, dst_off, bytes, 0, NULL,
+                                     ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
     if (err != CL_SUCCESS) return ocl_fail(e, "clEnqueueCopyBuffer", err, c->ops.label);
     return 0;
 }
@@ -241,6 +267,7 @@ static int forward(ocl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_
     const model *m = c->m;
     ocl_ops *o = &c->ops;
     cl_mem in = c->x;
+    if (c->prof_on) prof_cut(c, &c->prof->rest);
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
         cl_mem out = c->act[l];
@@ -274,6 +301,7 @@ static int forward(ocl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_
             break;
         }
         if (rc < 0) return ht_wrap(e, "layer %s forward", L->name);
+        if (c->prof_on) prof_cut(c, &c->prof->layer[2 * l]);
         in = out;
     }
     return 0;
@@ -283,6 +311,7 @@ static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
     const model *m = c->m;
     ocl_ops *o = &c->ops;
     cl_mem dout = c->g0, dfree = c->g1;
+    if (c->prof_on) prof_cut(c, &c->prof->rest);
     for (int l = m->n_layers - 1; l >= 0; l--) {
         const layer *L = &m->layers[l];
         cl_mem in = l > 0 ? c->act[l - 1] : c->x;
@@ -317,6 +346,7 @@ static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
             break;
         }
         if (rc < 0) return ht_wrap(e, "layer %s backward", L->name);
+        if (c->prof_on) prof_cut(c, &c->prof->layer[2 * l + 1]);
         if (din && din != dout) {
             dfree = dout;
             dout = din;
@@ -326,7 +356,8 @@ static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
 }
 
 static int read_back(ocl_ctx *c, cl_mem buf, size_t bytes, void *dst, const char *what, ht_error *e) {
-    cl_int err = clEnqueueReadBuffer(c->q, buf, CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
+    cl_int err = clEnqueueReadBuffer(c->q, buf, CL_TRUE, 0, bytes, dst, 0, NULL,
+                                     ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
     if (err != CL_SUCCESS) {
         char call[96];
         snprintf(call, sizeof call, "clEnqueueReadBuffer(%s)", what);
@@ -393,6 +424,12 @@ static int ocl_train_shard(void *vctx, const shard_job *job, shard_result *res, 
                        job->n, c->max_batch);
     uint64_t *keys = ht_malloc((size_t)m->n_layers, sizeof *keys, e);
     if (!keys) return -1;
+    if (c->prof) {
+        // Every layer's commands are waited for and timed on their own (prof_cut), so the
+        // layers' times are theirs alone, at the cost of a queue wait between layers.
+        c->prof_on = 1;
+        c->prof_t = ht_now();
+    }
     for (int l = 0; l < m->n_layers; l++) keys[l] = ht_rng_key(job->seed, job->epoch, (uint32_t)l);
     int rc;
     for (;;) {
@@ -407,6 +444,12 @@ static int ocl_train_shard(void *vctx, const shard_job *job, shard_result *res, 
     }
     free(keys);
     if (rc < 0) clFinish(c->q); // nothing may still read the caller's buffers
+    if (c->prof) {
+        prof_cut(c, &c->prof->rest);
+        c->prof_on = 0;
+        c->prof->shards++;
+        c->prof->samples += job->n;
+    }
     res->micro = c->micro;
     return rc;
 }
@@ -429,14 +472,51 @@ static int ocl_infer(void *vctx, const float *x, int n, float *probs, ht_error *
                       "probabilities", e) < 0)
             goto fail;
     }
+    ocl_ops_drain(&c->ops, NULL); // inference is not profiled: its events go
     return 0;
 fail:
     clFinish(c->q);
+    ocl_ops_drain(&c->ops, NULL);
     return -1;
 }
 
 static int ocl_shrink(void *vctx, const char *why, char *note, size_t note_len, ht_error *e) {
     return shrink_micro(vctx, why, note, note_len, e);
+}
+
+// device_ops.profile_start: a queue with event profiling (made now, in place of the one
+// without: profiling off costs the queue nothing) and an empty record.
+static int ocl_profile_start(void *vctx, ht_error *e) {
+    ocl_ctx *c = vctx;
+    if (!c->prof) {
+        device_profile *p = ht_calloc(1, sizeof *p, e);
+        if (!p || device_profile_init(p, c->m->n_layers, e) < 0) {
+            free(p);
+            return -1;
+        }
+        cl_int err;
+        cl_command_queue q = clCreateCommandQueue(c->ctx, c->info.device,
+                                                  CL_QUEUE_PROFILING_ENABLE, &err);
+        if (err != CL_SUCCESS) {
+            device_profile_free(p);
+            free(p);
+            return ocl_fail(e, "clCreateCommandQueue(CL_QUEUE_PROFILING_ENABLE)", err, c->ops.label);
+        }
+        clFinish(c->q);
+        clReleaseCommandQueue(c->q);
+        c->q = c->ops.q = q;
+        c->prof = p;
+        ocl_ops_profile(&c->ops, 1);
+    }
+    device_profile_clear(c->prof);
+    c->prof->events = 1;
+    return 1;
+}
+
+static void ocl_profile(void *vctx, device_profile *out) {
+    ocl_ctx *c = vctx;
+    device_profile_clear(out);
+    if (c->prof) device_profile_copy(out, c->prof);
 }
 
 static const device_ops opencl_ops = {
@@ -445,6 +525,8 @@ static const device_ops opencl_ops = {
     .infer = ocl_infer,
     .shrink = ocl_shrink,
     .close = ocl_close,
+    .profile_start = ocl_profile_start,
+    .profile = ocl_profile,
 };
 
 int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int max_batch,

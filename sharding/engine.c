@@ -139,6 +139,7 @@ struct engine {
     balance bal;     // the devices' measured times
     pthread_t *threads;
     engine_hub *hub;
+    double prep_s, pass_s; // training passes' times since engine_train_step began (dispatch)
 };
 
 static void event(engine *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -443,6 +444,7 @@ static const char *pass_name(const engine_task *t) {
 // it ever comes back. Returns the number of devices that failed.
 static int dispatch(engine *g, const engine_task *t) {
     engine_hub *h = g->hub;
+    double t0 = ht_now();
     // A gradient sum left in a device's buffer is overwritten by the next training pass.
     if (t->kind == TASK_TRAIN && g->grad_sum != g->grad) g->grad_sum = NULL;
     for (int d = 0; d < g->n_devs; d++) {
@@ -450,6 +452,7 @@ static int dispatch(engine *g, const engine_task *t) {
         if (s->work) s->work->go = 0;
         if (s->dispatched) work_prepare(g, s, t);
     }
+    double t1 = ht_now();
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     double whole = floor(g->timeout_s);
@@ -468,6 +471,10 @@ static int dispatch(engine *g, const engine_task *t) {
             waiting += g->slots[d].dispatched && g->slots[d].work->done_gen != gen;
         if (!waiting) break;
         if (pthread_cond_timedwait(&h->done, &h->mu, &deadline) == ETIMEDOUT) break;
+    }
+    if (t->kind == TASK_TRAIN) {
+        g->prep_s += t1 - t0;
+        g->pass_s += ht_now() - t1;
     }
     int failed = 0;
     for (int d = 0; d < g->n_devs; d++) {
@@ -1078,13 +1085,14 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     if (!st) st = &local;
     memset(st, 0, sizeof *st);
     g->step++;
+    g->prep_s = g->pass_s = 0;
     engine_task t = {.kind = TASK_TRAIN, .ds = ds, .idx = idx, .epoch = epoch, .step = g->step};
     if (assign_in(g, NULL, B, 1, g->span, e) < 0) return -1;
     if (g->mode == BALANCE_AUTO && g->step % ENGINE_PROBE_EVERY == 0) probe_idle(g);
     g->n_orphans = 0;
+    g->prep_s = ht_now() - t0; // the plan
     dispatch(g, &t);
     if (g->mode == BALANCE_AUTO) observe_pass(g);
-    memset(g->grad, 0, sizeof(float) * g->m->n_params);
     double slowest = 0;
     for (int d = 0; d < g->n_devs; d++)
         if (g->slots[d].dispatched && !g->slots[d].failed && g->slots[d].busy_s > slowest)
@@ -1114,7 +1122,10 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     g->grad_sum = sum;
     g->grad_scale = 1.0f / (float)B;
     g->grad_mean = 0;
-    double t1 = ht_now();
+    double t1 = ht_now(), tu = t1;
+    st->prep_s = g->prep_s;
+    st->pass_s = g->pass_s;
+    st->reduce_s = t1 - t0 - g->prep_s - g->pass_s;
     if (o.bad) {
         if (g->nan_stop) return ht_fail(e, "non-finite loss or gradient (--on-nan stop)");
         event(g, "step %ld: update skipped (--on-nan skip)", g->step);
@@ -1122,9 +1133,12 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     } else {
         // The mean is taken inside the update (sum * 1/B, as a separate pass would).
         optim_step_scaled(&g->opt, g->params, sum, g->grad_scale);
+        tu = ht_now();
         if (broadcast(g, st, e) < 0) return -1;
     }
     double t2 = ht_now();
+    st->update_s = tu - t1;
+    st->bcast_s = t2 - tu;
     st->host_s = t2 - t1;
     st->wall_s = t2 - t0;
     if (g->mode == BALANCE_AUTO && (g->span || engine_active(g) >= 2) && ++g->since >= g->rebalance) {

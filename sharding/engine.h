@@ -18,12 +18,20 @@ typedef struct engine engine; // opaque (engine.c)
 
 typedef struct step_stats {
     double wall_s;   // the whole step
-    double host_s;   // host reduce + update + broadcast
+    double host_s;   // host update + broadcast (update_s + bcast_s)
     double wait_s;   // summed time devices waited for the slowest
     double compute_s; // the slowest device's compute time in the step's pass
     double busy_s[HT_MAX_DEVICES]; // per device: compute + broadcast
     int share[HT_MAX_DEVICES];     // per device: samples (re-runs of failed shares included)
     int skipped;     // the update was skipped (non-finite values, --on-nan skip)
+    // The step's wall time in phases, one after the other: prep_s + pass_s + reduce_s +
+    // update_s + bcast_s = wall_s (a re-fit of the capacities comes after wall_s).
+    double prep_s;   // host: planning, and gathering each device's samples into its buffers
+    double pass_s;   // the devices' passes: from waking them until the last one answered
+                     // (re-runs of a failed device's samples included)
+    double reduce_s; // host: adding up the gradient sums and outputs (over ranks too)
+    double update_s; // host: the optimiser
+    double bcast_s;  // host: the new parameters to every device (their set_params)
 } step_stats;
 
 // How device capacities are kept: as given (--devices @W), or measured (balance.h) at a

@@ -64,6 +64,9 @@ static void test_summary(void **state) {
     // 320 + 13872 + 13856 + 200832 + 16512 + 1290 parameters.
     expect_cli("summary", 0, "Total params: 246,682");
     expect_cli("summary --model cnn2", 0, "Total params: 3,274,634");
+    // Each layer's forward multiply-adds: conv2 of the 3-layer network, fc1 of the 2-layer one.
+    expect_cli("summary", 0, "10,838,016");
+    expect_cli("summary --model cnn2", 0, "3,211,264");
     expect_cli("summary --model " HT_SOURCE_DIR "/models/cnn3.cfg", 0, "Total params: 246,682");
 }
 

@@ -128,6 +128,33 @@ static void test_preset_cnn3(void **state) {
     model_free(&m);
 }
 
+// Per-layer multiply-adds of the 3-layer network (the terms of CNN3_MACS, as `hetrain summary`
+// prints them): backward is the weight gradient plus the input gradient, but for layer 0 only
+// the weight gradient.
+static void test_layer_macs(void **state) {
+    (void)state;
+    model m;
+    ht_error err = {{0}};
+    assert_int_equal(model_init(&m, "cnn3", &err), 0);
+    static const struct {
+        int l;
+        double fwd;
+    } want[] = {{0, 225792}, {2, 10838016}, {5, 2709504}, {8, 200704}, {11, 16384}, {14, 1280}};
+    double sum = 0;
+    for (int l = 0; l < m.n_layers; l++) {
+        double fwd = 0;
+        for (int k = 0; k < N_OF(want); k++)
+            if (want[k].l == l) fwd = want[k].fwd;
+        assert_true(model_layer_macs(&m, l, 0) == fwd);
+        assert_true(model_layer_macs(&m, l, 1) == (l == 0 ? fwd : 2 * fwd));
+        sum += model_layer_macs(&m, l, 0);
+    }
+    assert_true(sum == CNN3_MACS);
+    assert_string_equal(model_kind_name(m.layers[0].kind), "conv");
+    assert_string_equal(model_kind_name(m.layers[15].kind), "softmax");
+    model_free(&m);
+}
+
 static void test_preset_cnn2(void **state) {
     (void)state;
     model m;
@@ -618,6 +645,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_preset_cnn3),
         cmocka_unit_test(test_preset_cnn2),
+        cmocka_unit_test(test_layer_macs),
         cmocka_unit_test(test_unknown_and_free),
         cmocka_unit_test(test_config_files_match_presets),
         cmocka_unit_test(test_init_keras),

@@ -95,6 +95,17 @@ static const char *usage_train =
     "                         checkpoint left it, appending to its files; only options that\n"
     "                         change where it runs (--devices, --mem-limit, --device-timeout,\n"
     "                         --balance, progress, cache, --save) may be given with it\n"
+    "  --profile              at the end, a table per device of where the training steps'\n"
+    "                         time went: each layer's forward and backward (seconds, share\n"
+    "                         of the steps' time, GFLOP/s; on OpenCL devices also kernel,\n"
+    "                         transfer and CLBlast GEMM time from OpenCL event profiling),\n"
+    "                         the device's time outside its layers and in set_params, its\n"
+    "                         wait for the other devices, and the host's plan, reduce, update\n"
+    "                         and broadcast; printed, logged and written as\n"
+    "                         <out>/<name>.profile.csv (columns device,layer,kind,direction,\n"
+    "                         time_s,share_pct,gflop,gflops,kernel_s,transfer_s,gemm_s,steps,\n"
+    "                         samples). OpenCL devices wait for their queue after every layer\n"
+    "                         while profiling, so their steps take a little longer\n"
     "  --progress             always show the progress bar (default: only on a terminal)\n"
     "  --no-progress          never show it\n"
     "  --quiet                no per-epoch lines on stdout (the log still has them)\n"
@@ -241,7 +252,7 @@ enum {
     OPT_SEED, OPT_LIMIT, OPT_DEVICES, OPT_OUT, OPT_NAME, OPT_SAVE, OPT_LOAD, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_BALANCE, OPT_REBALANCE, OPT_JSON, OPT_CACHE_DIR,
     OPT_MEM_LIMIT, OPT_NO_SELF_CHECK, OPT_ON_NAN, OPT_DEVICE_TIMEOUT, OPT_CHECKPOINT_EVERY,
-    OPT_RESUME
+    OPT_RESUME, OPT_PROFILE
 };
 
 static int cmd_train(int argc, char **argv) {
@@ -263,6 +274,7 @@ static int cmd_train(int argc, char **argv) {
         {"device-timeout", required_argument, 0, OPT_DEVICE_TIMEOUT},
         {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
         {"resume", required_argument, 0, OPT_RESUME},
+        {"profile", no_argument, 0, OPT_PROFILE},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
     train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1};
     long v;
@@ -359,6 +371,7 @@ static int cmd_train(int argc, char **argv) {
             o.checkpoint_every = (int)v;
             break;
         case OPT_RESUME: o.resume = optarg; break;
+        case OPT_PROFILE: o.profile = 1; break;
         case OPT_HELP: fputs(usage_train, stdout); return 0;
         case ':': return usage_error("train", "%s needs a value", argv[optind - 1]);
         default: return usage_error("train", "unknown option \"%s\"", argv[optind - 1]);

@@ -19,6 +19,7 @@
 #include "fault.h"
 #include "model.h"
 #include "net.h"
+#include "profile_table.h"
 #include "progress.h"
 #include "ranks.h"
 #include "results.h"
@@ -158,6 +159,11 @@ typedef struct job {
     int all_rank[HT_MAX_DEVICES], all_local[HT_MAX_DEVICES];
     char *ranks_text;       // over several ranks: each rank's host and devices (job_span)
     int events_out;         // this rank prints its events (not --quiet)
+    // --profile: the devices keep records from the first step this process runs; the steps'
+    // phases are summed here (prof_start: when the first of them began).
+    int profiling;
+    profile_steps prof_steps;
+    double prof_start;
 } job;
 
 // Frees the job itself too (it is on the heap: a device's context points at j->m).
@@ -767,6 +773,66 @@ static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, h
     return 0;
 }
 
+// --profile: every device that can empties its record and starts filling it, after the
+// self-check and calibration, so the records hold the training steps alone.
+static int profile_start(job *j, ht_error *e) {
+    for (int d = 0; d < j->n_devs; d++) {
+        int rc = device_profile_start(&j->devs[d], e);
+        if (rc < 0) return ht_wrap(e, "--profile: device %s", j->devs[d].spec);
+        if (rc == 0) run_log(&j->rf, 0, "profile: device %s keeps no record of its own\n", j->devs[d].spec);
+    }
+    j->profiling = 1;
+    memset(&j->prof_steps, 0, sizeof j->prof_steps);
+    return 0;
+}
+
+// --profile, at the end of training: every device's table, printed (unless --quiet) and
+// logged, and all of them as <out>/<name>.profile.csv. Over several ranks rank 0 writes its own
+// devices' tables.
+static int profile_report(job *j, const train_opts *o, ht_error *e) {
+    if (!j->profiling || j->prof_steps.steps == 0 || ranks_rank() > 0) return 0;
+    int L = j->m.n_layers, n = 0, rc = 0;
+    device_profile *profs = ht_calloc((size_t)j->n_devs, sizeof *profs, e);
+    const char **specs = ht_calloc((size_t)j->n_devs, sizeof *specs, e);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = profs && specs ? open_memstream(&text, &len) : NULL;
+    if (!f) {
+        free(profs);
+        free(specs);
+        return profs && specs ? ht_fail(e, "--profile: out of memory") : -1;
+    }
+    if (ranks_size() > 1) fprintf(f, "profile: rank 0's devices only\n");
+    for (int d = 0; d < j->n_devs && rc == 0; d++) {
+        device_profile *p = &profs[n];
+        if (device_profile_init(p, L, e) < 0) {
+            rc = -1;
+            break;
+        }
+        if (!device_profile_get(&j->devs[d], p)) {
+            fprintf(f, "profile of %s: no record (the device keeps none, or stopped answering)\n",
+                    j->devs[d].spec);
+            device_profile_free(p);
+            continue;
+        }
+        profile_table_write(f, &j->m, j->devs[d].spec, j->devs[d].name, p, &j->prof_steps);
+        specs[n++] = j->devs[d].spec;
+    }
+    fclose(f);
+    if (rc == 0) {
+        run_log(&j->rf, !o->quiet, "%s", text);
+        char path[1200];
+        snprintf(path, sizeof path, "%s.profile.csv", j->rf.prefix);
+        rc = profile_csv_write(path, &j->m, n, specs, profs, &j->prof_steps, e);
+        if (rc == 0) run_log(&j->rf, !o->quiet, "profile: %s\n", path);
+    }
+    for (int d = 0; d < n; d++) device_profile_free(&profs[d]);
+    free(profs);
+    free(specs);
+    free(text);
+    return rc;
+}
+
 static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_error *e) {
     const train_setup *s = &j->m.setup;
     int n = j->train.n, start = j->epochs_done;
@@ -802,6 +868,7 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
             run_log(&j->rf, !o->quiet, "calibrated capacities: %s\n", line);
             t0 = ht_now();
         }
+        if (ep == start && o->profile && profile_start(j, e) < 0) return -1;
         ranks_take_comm_s(); // the epoch's time in MPI starts now
         epoch_stats es;
         memset(&es, 0, sizeof es);
@@ -824,11 +891,16 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
             }
             int B = n - off < s->batch ? n - off : s->batch;
             step_stats st;
+            if (j->profiling && j->prof_steps.steps == 0) j->prof_start = ht_now();
             if (engine_train_step(j->g, &j->train, j->idx + off, B, (uint32_t)ep, j->loss,
                                   j->pred, &st, e) < 0) {
                 progress_end(&pr);
                 drain_events(j, o, NULL);
                 return ht_wrap(e, "epoch %d, step %d", ep + 1, off / s->batch + 1);
+            }
+            if (j->profiling) {
+                profile_steps_add(&j->prof_steps, &st, B);
+                j->prof_steps.span_s = ht_now() - j->prof_start;
             }
             j->steps_into++;
             stats_add(&es, &st, j->n_devs);
@@ -1178,6 +1250,13 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
                j->train.n, j->val.n, list, j->rf.prefix);
     }
     int rc = run_epochs(j, o, resumed_es, e);
+    // The profile of the steps that ran, even when the run stopped early.
+    ht_error pe;
+    if (profile_report(j, o, &pe) < 0) {
+        if (rc == 0) *e = pe;
+        else run_log(&j->rf, 0, "error writing the profile: %s\n", pe.msg);
+        rc = -1;
+    }
     if (rc == 0) rc = finish(j, o, e);
     if (o->save) {
         // Weights are saved even after a failure, so an interrupted run can be resumed.

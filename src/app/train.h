@@ -51,6 +51,7 @@ typedef struct train_opts {
     int quiet;             // no per-epoch lines on stdout
     const char *command_line; // for the run log
     int checkpoint_every;  // steps between checkpoints (0: at each epoch's end and a stop only)
+    int profile;           // per-layer profile of every device at the end (<name>.profile.csv)
     const char *resume;    // a run prefix or .ckpt to continue
     unsigned given;        // TRAIN_GIVEN_* of the options given
 } train_opts;

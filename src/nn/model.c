@@ -476,15 +476,24 @@ void model_init_params(const model *m, float *params, uint64_t seed) {
 
 // ---- reporting -----------------------------------------------------------------------------
 
+const char *model_kind_name(layer_kind k) { return kind_names[k]; }
+
+double model_layer_macs(const model *m, int l, int backward) {
+    const layer *L = &m->layers[l];
+    double fwd = 0;
+    if (L->kind == LAYER_CONV2D)
+        fwd = (double)L->oc * L->oh * L->ow * L->c * L->k * L->k;
+    else if (L->kind == LAYER_DENSE)
+        fwd = (double)L->c * L->oc;
+    if (!backward) return fwd;
+    // The weight gradient costs what the forward does, and so does the input gradient, which
+    // layer 0 never computes: nothing needs the gradient of the network's input.
+    return l > 0 ? 2 * fwd : fwd;
+}
+
 double model_forward_macs(const model *m) {
     double macs = 0;
-    for (int l = 0; l < m->n_layers; l++) {
-        const layer *L = &m->layers[l];
-        if (L->kind == LAYER_CONV2D)
-            macs += (double)L->oc * L->oh * L->ow * L->c * L->k * L->k;
-        else if (L->kind == LAYER_DENSE)
-            macs += (double)L->c * L->oc;
-    }
+    for (int l = 0; l < m->n_layers; l++) macs += model_layer_macs(m, l, 0);
     return macs;
 }
 
@@ -501,18 +510,21 @@ static const char *group_digits(size_t v, char buf[32]) {
 }
 
 void model_print_summary(const model *m, FILE *f) {
-    char num[32], shape[48], label[48];
+    char num[32], macs[32], shape[48], label[48];
     fprintf(f, "Model: \"%s\"  input %dx%dx%d, %d classes\n", m->name, m->in_c, m->in_h,
             m->in_w, m->n_classes);
-    fprintf(f, "%-4s %-20s %-18s %12s\n", "#", "Layer (kind)", "Output shape", "Param #");
-    fprintf(f, "%.57s\n", "=========================================================");
+    fprintf(f, "%-4s %-20s %-18s %12s %14s\n", "#", "Layer (kind)", "Output shape", "Param #",
+            "Forward MACs");
+    fprintf(f, "%.72s\n", "========================================================================");
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
         snprintf(label, sizeof label, "%s (%s)", L->name, kind_names[L->kind]);
         snprintf(shape, sizeof shape, "(%d, %d, %d)", L->oc, L->oh, L->ow);
-        fprintf(f, "%-4d %-20s %-18s %12s\n", l, label, shape, group_digits(L->n_w + L->n_b, num));
+        fprintf(f, "%-4d %-20s %-18s %12s %14s\n", l, label, shape,
+                group_digits(L->n_w + L->n_b, num),
+                group_digits((size_t)model_layer_macs(m, l, 0), macs));
     }
-    fprintf(f, "%.57s\n", "=========================================================");
+    fprintf(f, "%.72s\n", "========================================================================");
     fprintf(f, "Total params: %s\n", group_digits(m->n_params, num));
     fprintf(f, "Forward multiply-adds per sample: %.2f M\n", model_forward_macs(m) / 1e6);
 }

@@ -103,6 +103,9 @@ void model_free(model *m);
 // Fills params (n_params floats) from each layer's initialisers, deterministically from seed.
 void model_init_params(const model *m, float *params, uint64_t seed);
 
+// A layer kind's name as config files and `hetrain summary` write it: "conv", "maxpool", ...
+const char *model_kind_name(layer_kind k);
+
 // Index of the layer called `name`, or -1.
 int model_find_layer(const model *m, const char *name);
 
@@ -118,12 +121,16 @@ int model_output_tensors(const model *m, const model_tensor **t);
 // The tensor holding flat parameter i, or NULL when i >= n_params (or before model_finish).
 const model_tensor *model_tensor_at(const model *m, size_t i);
 
-// Writes `hetrain summary`'s table (layer, output shape, parameters, total) to f.
-
+// Writes `hetrain summary`'s table (layer, output shape, parameters, forward multiply-adds,
+// totals) to f.
 void model_print_summary(const model *m, FILE *f);
 
 // Forward multiply-adds per sample, for GFLOP/s reports.
 double model_forward_macs(const model *m);
+// Layer l's multiply-adds per sample (conv2d and dense; 0 for the others): its forward, or
+// (backward != 0) its backward: the weight gradient plus the input gradient, the latter for
+// every layer but layer 0 (1x or 2x the forward). The sum of the forwards is model_forward_macs.
+double model_layer_macs(const model *m, int l, int backward);
 
 // Internal to model.c/config.c: appends a layer computing shapes from the previous one and
 // assigning parameter offsets. Returns -1 with err on an impossible shape.

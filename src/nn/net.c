@@ -183,7 +183,7 @@ static size_t ws_total_floats(const model *m, int max_batch, int nthreads) {
 size_t net_ws_bytes(const model *m, int max_batch, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     return sizeof(float) * ws_total_floats(m, max_batch, nthreads) +
-           m->n_layers * (sizeof(net_lplan) + 2 * sizeof(float *));
+           m->n_layers * (sizeof(net_lplan) + 2 * sizeof(float *) + nthreads * sizeof(double));
 }
 
 int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_error *e) {
@@ -195,7 +195,8 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
     ws->plan = ht_calloc((size_t)m->n_layers, sizeof *ws->plan, e);
     ws->act = ws->plan ? ht_calloc((size_t)m->n_layers, sizeof *ws->act, e) : NULL;
     ws->cvt = ws->act ? ht_calloc((size_t)m->n_layers, sizeof *ws->cvt, e) : NULL;
-    if (ws->cvt) {
+    ws->tprof = ws->cvt ? ht_calloc((size_t)m->n_layers * ws->nthreads, sizeof *ws->tprof, e) : NULL;
+    if (ws->tprof) {
         ws->owned = aligned_alloc(64, total * sizeof(float));
         if (!ws->owned) ht_fail(e, "out of memory (%zu bytes)", total * sizeof(float));
     }
@@ -241,6 +242,7 @@ void net_ws_free(net_ws *ws) {
     free(ws->act);
     free(ws->cvt);
     free(ws->plan);
+    free(ws->tprof);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -274,15 +276,39 @@ static void dropout_layer(float *out, const float *in, const layer *L, const net
         dropout_forward(out, in, B, layer_out_size(L), L->rate, key, ids, nt);
 }
 
-// Packs the weights of the trunk's conv layers.
-static void trunk_pack(net_ws *ws, const model *m, const float *params) {
+// Packs the weights of the trunk's conv layers; while profiling, each layer's time goes to
+// its entry for direction dir (0 forward, 1 backward).
+static void trunk_pack(net_ws *ws, const model *m, const float *params, int dir) {
     for (int l = 0; l < ws->trunk; l++) {
         const layer *L = &m->layers[l];
         const net_lplan *p = &ws->plan[l];
         if (L->kind != LAYER_CONV2D) continue;
+        double t = ws->prof ? ht_now() : 0;
         conv_geom g = geom_of(L, p);
         conv2d_nhwc_pack(ws->pack + p->pack_off, params + L->w_off, params + L->b_off, &g);
+        if (ws->prof) ws->prof[2 * l + dir] += ht_now() - t;
     }
+}
+
+// Profiling the trunk: every thread's per-layer times start at zero (threads the region does
+// not use keep theirs at zero); trunk_prof_share then hands the region's wall time `wall` to
+// the trunk's layers (direction dir) in proportion to the thread time each took.
+static void trunk_prof_zero(net_ws *ws) {
+    memset(ws->tprof, 0, sizeof *ws->tprof * (size_t)ws->n_layers * (size_t)ws->nthreads);
+}
+static void trunk_prof_share(net_ws *ws, int dir, double wall) {
+    double total = 0;
+    for (int i = 0; i < ws->nthreads * ws->n_layers; i++) total += ws->tprof[i];
+    if (total <= 0) return;
+    for (int l = 0; l < ws->trunk; l++) {
+        double mine = 0;
+        for (int t = 0; t < ws->nthreads; t++) mine += ws->tprof[(size_t)t * ws->n_layers + l];
+        ws->prof[2 * l + dir] += wall * mine / total;
+    }
+}
+// This thread's per-layer times while profiling, else NULL.
+static double *trunk_prof_mine(net_ws *ws) {
+    return ws->prof ? ws->tprof + (size_t)omp_get_thread_num() * ws->n_layers : NULL;
 }
 
 // This thread's slice of the trunk scratch, with every conv layer's part zeroed.
@@ -310,12 +336,19 @@ static const float *trunk_input(net_ws *ws, const model *m, const float *x, int 
 
 static void trunk_forward(net_ws *ws, const model *m, const float *params, const float *x,
                           int B, const net_dropout *drop) {
-    trunk_pack(ws, m, params);
+    trunk_pack(ws, m, params, 0);
+    double t0 = 0;
+    if (ws->prof) {
+        trunk_prof_zero(ws);
+        t0 = ht_now();
+    }
 #pragma omp parallel num_threads(ws->nthreads)
     {
         float *mine = trunk_scratch(ws, m);
+        double *tp = trunk_prof_mine(ws);
 #pragma omp for schedule(static)
         for (int s = 0; s < B; s++) {
+            double tl = tp ? ht_now() : 0;
             const float *in = trunk_input(ws, m, x, s);
             for (int l = 0; l < ws->trunk; l++) {
                 const layer *L = &m->layers[l];
@@ -345,10 +378,16 @@ static void trunk_forward(net_ws *ws, const model *m, const float *params, const
                 default: // never in the trunk
                     break;
                 }
+                if (tp) {
+                    double now = ht_now();
+                    tp[l] += now - tl;
+                    tl = now;
+                }
                 in = out;
             }
         }
     }
+    if (ws->prof) trunk_prof_share(ws, 0, ht_now() - t0);
 }
 
 // gout (B, trunk output) is the gradient of the trunk's output; adds the trunk's parameter
@@ -358,16 +397,23 @@ static void trunk_backward(net_ws *ws, const model *m, const float *params, floa
     const int T = ws->trunk;
     const size_t gout_n = out_floats(&m->layers[T - 1], &ws->plan[T - 1]);
     int nt = ws->nthreads;
-    trunk_pack(ws, m, params);
+    trunk_pack(ws, m, params, 1);
+    double t0 = 0;
+    if (ws->prof) {
+        trunk_prof_zero(ws);
+        t0 = ht_now();
+    }
 #pragma omp parallel num_threads(ws->nthreads)
     {
         float *mine = trunk_scratch(ws, m);
         float *ga = mine + ws->tgrad_off, *gb = ga + ws->tgrad_n;
+        double *tp = trunk_prof_mine(ws);
 #pragma omp single nowait
         nt = omp_get_num_threads();
 #pragma omp for schedule(static)
         for (int s = 0; s < B; s++) {
             float *dout = gout + s * gout_n, *dfree = ga;
+            double tl = tp ? ht_now() : 0;
             for (int l = T - 1; l >= 0; l--) {
                 const layer *L = &m->layers[l];
                 const net_lplan *p = &ws->plan[l];
@@ -405,17 +451,25 @@ static void trunk_backward(net_ws *ws, const model *m, const float *params, floa
                     dout = din;
                     dfree = din == ga ? gb : ga;
                 }
+                if (tp) {
+                    double now = ht_now();
+                    tp[l] += now - tl;
+                    tl = now;
+                }
             }
         }
     }
+    if (ws->prof) trunk_prof_share(ws, 1, ht_now() - t0);
     // Per-thread sums added in thread order, so a given nthreads is deterministic.
     for (int l = 0; l < T; l++) {
         const layer *L = &m->layers[l];
         const net_lplan *p = &ws->plan[l];
         if (L->kind != LAYER_CONV2D) continue;
+        double t = ws->prof ? ht_now() : 0;
         conv_geom g = geom_of(L, p);
         conv2d_nhwc_scratch_reduce(grads + L->w_off, grads + L->b_off, ws->tscr + p->scr_off,
                                    ws->tslice, nt, &g);
+        if (ws->prof) ws->prof[2 * l + 1] += ht_now() - t;
     }
 }
 
@@ -428,6 +482,7 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
         const layer *L = &m->layers[l];
         const net_lplan *p = &ws->plan[l];
         float *out = ws->act[l];
+        double t = ws->prof ? ht_now() : 0;
         const float *lin = layer_input(ws, m, l, in, B);
         switch (L->kind) {
         case LAYER_CONV2D: {
@@ -457,6 +512,7 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
             softmax_xent_forward(out, y ? ws->loss : NULL, lin, y, B, L->oc);
             break;
         }
+        if (ws->prof) ws->prof[2 * l] += ht_now() - t;
         in = out;
     }
     return in;
@@ -483,6 +539,7 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
     for (int l = m->n_layers - 1; l >= ws->trunk; l--) {
         const layer *L = &m->layers[l];
         const net_lplan *p = &ws->plan[l];
+        double t = ws->prof ? ht_now() : 0;
         // The layer's input as the forward pass used it (converted copies are still there).
         const float *in = p->cvt ? ws->cvt[l] : l > 0 ? ws->act[l - 1] : x;
         // The first layer's input gradient is never needed.
@@ -533,6 +590,7 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
                 dout = din;
             }
         }
+        if (ws->prof) ws->prof[2 * l + 1] += ht_now() - t;
     }
     if (ws->trunk) trunk_backward(ws, m, params, grads, x, B, drop, dout);
 }

@@ -40,6 +40,13 @@ typedef struct net_ws {
     float *tscr;      // per-thread slices: conv scratch, then two per-sample gradient buffers
     size_t tslice, tgrad_off, tgrad_n;
     float *owned;     // one allocation backing all of the above floats
+    // Per-layer timing, off while prof is NULL (a pointer test a layer). A caller that points
+    // prof at 2 * n_layers doubles gets layer l's wall seconds added to prof[2 * l] by
+    // net_forward and to prof[2 * l + 1] by net_backward. The trunk's layers run interleaved,
+    // a sample at a time on every thread, so they share the trunk's wall time in proportion
+    // to the thread time each took (tprof: each thread's, nthreads * n_layers).
+    double *prof;
+    double *tprof;
 } net_ws;
 
 // Dropout context: masks are keyed by (seed, epoch, ids[i], layer, element).
