@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "conv_algo.h"
 #include "model.h"
 
 // How layer l's input and output are laid out (see net.c): spatial tensors are kept
@@ -21,6 +22,7 @@ typedef struct net_lplan {
     int skip;             // relu applied by the conv before it
     size_t pack_off;      // conv in the trunk: its packed weights in ws->pack
     size_t scr_off;       // conv in the trunk: its scratch in each thread's slice of ws->tscr
+    conv_choice algo;     // conv: the algorithm of each direction (m->setup.conv_algo)
 } net_lplan;
 
 typedef struct net_ws {
@@ -49,6 +51,8 @@ typedef struct net_dropout {
     const uint32_t *ids; // (B) global sample ids
 } net_dropout;
 
+// Also chooses each convolution's algorithms for m->setup.conv_algo (conv_algo.h; under
+// CONV_ALGO_AUTO the first workspace of a process for a shape times it).
 int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_error *e);
 void net_ws_free(net_ws *ws);
 
@@ -65,6 +69,10 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
 // the per-sample gradients to grads (n_params).
 void net_backward(net_ws *ws, const model *m, const float *params, float *grads, const float *x,
                   const uint8_t *y, int B, const net_dropout *drop);
+
+// The convolutions' algorithms on one line for the run log ("conv algorithms (auto; ...):
+// conv1 direct (...); conv2 winograd F(4x4,3x3) (...)"); "" for a model without any.
+void net_conv_describe(const net_ws *ws, const model *m, char *buf, size_t len);
 
 // Index of the largest of n values (first on ties).
 int net_argmax(const float *v, int n);
