@@ -201,6 +201,7 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     if (o->batch > 0) s->batch = o->batch;
     if (o->lr >= 0) s->lr = o->lr;
     if (o->val_split >= 0) s->val_split = o->val_split;
+    if (o->conv_algo >= 0) s->conv_algo = (conv_algo)o->conv_algo;
     if (load_data(o->data_dir, o->train_csv, o->test_csv, &j->all, &j->test, 1, e) < 0) return -1;
     dataset_limit(&j->all, o->limit);
     if (dataset_split(&j->all, s->val_split, o->seed, &j->train, &j->val, e) < 0) return -1;
@@ -326,9 +327,12 @@ static void log_header(job *j, const train_opts *o) {
     run_log(rf, 0, "data: %s, %d training, %d validation, %d test samples\n",
             o->train_csv ? o->train_csv : (o->data_dir ? o->data_dir : TRAIN_DEFAULT_DATA),
             j->train.n, j->val.n, j->test.n);
-    for (int d = 0; ranks_size() == 1 && d < j->n_devs; d++)
+    for (int d = 0; ranks_size() == 1 && d < j->n_devs; d++) {
         run_log(rf, 0, "device %s: %s, capacity %g, micro-batch %d\n", j->devs[d].spec,
                 j->devs[d].name, j->devs[d].capacity, j->devs[d].micro);
+        for (const char *p = j->devs[d].detail; *p; p += strcspn(p, "\n"), p += *p == '\n')
+            run_log(rf, 0, "device %s: %.*s\n", j->devs[d].spec, (int)strcspn(p, "\n"), p);
+    }
     for (int r = 0; ranks_size() > 1 && r < ranks_size(); r++) { // over several ranks: each rank's host and devices
         const char *p = j->ranks_text + (size_t)r * JOB_RANK_TEXT;
         int n = (int)strcspn(p, "\n");
@@ -589,7 +593,11 @@ static int epoch_report(job *j, const train_opts *o, int ep, double loss, double
 static int self_check(job *j, int probe, ht_error *e) {
     device *ref;
     int n;
-    if (device_open_list(&ref, &n, "cpu:1", &j->m, probe, 0, e) < 0)
+    // The reference computes its convolutions direct, so the check also bounds what Winograd
+    // changes (rounding only). It is closed before the copy of the model it reads goes.
+    model direct = j->m;
+    direct.setup.conv_algo = CONV_ALGO_DIRECT;
+    if (device_open_list(&ref, &n, "cpu:1", &direct, probe, 0, e) < 0)
         return ht_wrap(e, "self-check: the reference device");
     int rc = engine_self_check(j->g, ref, &j->train, j->idx, probe, e);
     device_close_list(ref, n);
@@ -1227,6 +1235,7 @@ int predict_run(const predict_opts *o, ht_error *e) {
     }
     if (output_check(o->out, "--out", e) < 0) goto out;
     if (model_init(&j->m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) goto out;
+    if (o->conv_algo >= 0) j->m.setup.conv_algo = (conv_algo)o->conv_algo;
     if (load_data(o->data_dir, NULL, o->test_csv, NULL, &j->test, 0, e) < 0) goto out;
     dataset_limit(&j->test, o->limit);
     if (j->test.n < 1) {
