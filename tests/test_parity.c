@@ -71,8 +71,12 @@ static const tolset cl_tols = {.conv = TOL_CONV, .conv_floor_k = FLOOR_SUM, .den
                                .xent = TOL_XENT};
 static const tolset cpu_tols = {.conv = TOL_NHWC, .conv_floor_k = FLOOR_NHWC, .pool = TOL_BITS,
                                 .exact = TOL_BITS};
-#define TOL_WINO2 1e-4f
-#define TOL_WINO4 1e-3f
+// The same ops by Winograd F(2x2,3x3) and F(4x4,3x3) where conv2d_wino_ok allows (direct
+// elsewhere): their transforms add rounding that grows with the tile (test_winograd bounds it
+// per tile). Worst observed in this table's measure: 1.2e-6 (F(2x2,3x3)), 7.3e-6 (F(4x4,3x3)),
+// both the weight gradient of the cnn3 conv2 case after two backward passes.
+#define TOL_WINO2 1e-5f
+#define TOL_WINO4 5e-5f
 static const tolset cpu_wino2_tols = {.conv = TOL_WINO2, .conv_floor_k = FLOOR_NHWC};
 static const tolset cpu_wino4_tols = {.conv = TOL_WINO4, .conv_floor_k = FLOOR_NHWC};
 
