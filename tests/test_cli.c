@@ -212,6 +212,19 @@ static void test_conv_algo(void **state) {
         if (!strstr(log, runs[i].want)) fail_msg("%s: log lacks \"%s\":\n%s", args, runs[i].want, log);
         free(log);
     }
+    // A resumed run computes with the algorithms its checkpoint kept: auto's decisions come
+    // back untimed (run r2 was auto).
+    char args[2048], path[1200];
+    snprintf(args, sizeof args, "train --resume '%s/r2' --no-progress", dir);
+    expect_cli(args, 0, "resumed from");
+    snprintf(path, sizeof path, "%s/r2.log", dir);
+    char *log = test_read_file(path, NULL);
+    assert_non_null(log);
+    const char *resumed = strstr(log, "resumed from");
+    assert_non_null(resumed);
+    if (!strstr(resumed, ": conv algorithms (auto): conv1 "))
+        fail_msg("the resumed run's log lacks the checkpoint's decisions:\n%s", resumed);
+    free(log);
     free(cfg);
     free(train);
     free(dir);

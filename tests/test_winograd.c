@@ -445,6 +445,34 @@ static void test_choose(void **state) {
     printf("auto: %s\n", line);
     conv_choice again = conv_choose(&g3, CONV_ALGO_AUTO, 1, 2);
     assert_memory_equal(&a, &again, sizeof a);
+
+    // The decisions as text (what a checkpoint keeps and rank 0 sends), and back: a restored
+    // decision replaces the timed one and is used without timing.
+    char text[CONV_CHOICES_TEXT];
+    conv_choices_text(text, sizeof text);
+    char want[64];
+    snprintf(want, sizeof want, "32.32.14.14.48.1.1:%d.%d.%d", a.fwd, a.din, a.dw);
+    if (!strstr(text, want)) fail_msg("\"%s\" lacks \"%s\"", text, want);
+    assert_int_equal(conv_choices_restore("32.32.14.14.48.1.1:2.0.4;5.16.9.9.7.0.0:4.0.0"), 0);
+    c = conv_choose(&g3, CONV_ALGO_AUTO, 1, 2);
+    assert_true(c.fwd == CONV_WINO2 && c.din == CONV_DIRECT && c.dw == CONV_WINO4);
+    assert_true(c.t[0][0] == 0 && c.t[2][1] == 0);
+    const conv_geom g9 = {.C = 5, .Cs = 16, .H = 9, .W = 9, .OC = 7, .K = 3, .stride = 1,
+                          .pad = 0, .OH = 7, .OW = 7};
+    c = conv_choose(&g9, CONV_ALGO_AUTO, 0, 2);
+    assert_true(c.fwd == CONV_WINO4 && c.din == CONV_DIRECT && c.dw == CONV_DIRECT);
+    conv_choices_text(text, sizeof text);
+    assert_non_null(strstr(text, "32.32.14.14.48.1.1:2.0.4"));
+    static const char *const bad[] = {
+        "x", "32.32.14.14.48.1", "32.32.14.14.48.1.1:4.4", "32.32.14.14.48.1.1:4.4.3",
+        "32.32.14.14.48.1.2:4.4.4", "0.32.14.14.48.1.1:4.4.4", "32.16.14.14.48.1.1:4.4.4",
+        "99999999999999999999.32.14.14.48.1.1:4.4.4", "32.32.14.14.48.1.1:4.4.4;;",
+        "32.32.14.14.48.1.1:4.4.4 ", "32.32.-14.14.48.1.1:4.4.4", "32.32.1.1.48.0.1:4.4.4",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (conv_choices_restore(bad[i]) != -1) fail_msg("\"%s\" taken", bad[i]);
+    c = conv_choose(&g3, CONV_ALGO_AUTO, 1, 2); // nothing of a malformed text was taken
+    assert_true(c.fwd == CONV_WINO2 && c.din == CONV_DIRECT && c.dw == CONV_WINO4);
 }
 
 // ---- one training step -------------------------------------------------------------------------

@@ -16,7 +16,9 @@
 #include "device.h"
 #include "engine.h"
 #include "checkpoint.h"
+#include "conv_algo.h"
 #include "fault.h"
+#include "ht_omp.h"
 #include "model.h"
 #include "net.h"
 #include "progress.h"
@@ -158,6 +160,7 @@ typedef struct job {
     int all_rank[HT_MAX_DEVICES], all_local[HT_MAX_DEVICES];
     char *ranks_text;       // over several ranks: each rank's host and devices (job_span)
     int events_out;         // this rank prints its events (not --quiet)
+    const char *conv_choices; // auto's decisions kept by the checkpoint being resumed, or NULL
 } job;
 
 // Frees the job itself too (it is on the heap: a device's context points at j->m).
@@ -191,6 +194,29 @@ static int open_devices(job *j, const char *spec, int batch, uint64_t mem_limit,
     return fault_wrap_devices(j->devs, j->n_devs, &j->m, getenv("HETRAIN_FAULT"), e);
 }
 
+// Under --conv-algo auto every process of a job, and a resumed run, compute with the same
+// algorithms, so that they give the bits of one process that never stopped: a resumed run
+// takes the decisions its checkpoint kept; over several ranks rank 0 decides (times) and
+// every rank takes its decisions. A lone new process decides as its CPU devices open.
+static int conv_decide(job *j, ht_error *e) {
+    if (j->conv_choices) {
+        if (conv_choices_restore(j->conv_choices) < 0)
+            return ht_fail(e, "%s: malformed conv_choices \"%.60s\"", j->ckpt_path,
+                           j->conv_choices);
+        return 0;
+    }
+    if (ranks_size() == 1) return 0;
+    char text[CONV_CHOICES_TEXT] = "";
+    if (ranks_rank() == 0) {
+        net_conv_decide(&j->m, omp_get_max_threads());
+        conv_choices_text(text, sizeof text);
+    }
+    if (ranks_bcast_text(text, sizeof text, e) < 0) return -1;
+    if (ranks_rank() > 0 && conv_choices_restore(text) < 0)
+        return ht_fail(e, "rank 0's convolution algorithms are malformed: \"%.60s\"", text);
+    return 0;
+}
+
 // Everything before the first step: model, data, weights, devices, engine. Nothing is written.
 static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     if (o->save && access(o->save, F_OK) == 0)
@@ -218,6 +244,7 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     } else {
         model_init_params(&j->m, j->params, o->seed);
     }
+    if (s->conv_algo == CONV_ALGO_AUTO && conv_decide(j, e) < 0) return -1;
     if (open_devices(j, o->devices, s->batch, o->mem_limit, e) < 0) return -1;
     if (engine_open(&j->g, &j->m, j->devs, j->n_devs, j->params, s, s->batch, o->seed, e) < 0)
         return -1;
@@ -749,6 +776,10 @@ static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, h
     meta_doubles(&m, "epoch_stats", sums, 2 + 2 * j->n_all);
     meta_set(&m, "metrics", j->metrics ? j->metrics : "");
     meta_fmt(&m, "metrics_rows", "%d", j->metrics_rows);
+    char choices[CONV_CHOICES_TEXT];
+    conv_choices_text(choices, sizeof choices);
+    meta_set(&m, "conv_algo", conv_algo_names[s->conv_algo]);
+    meta_set(&m, "conv_choices", choices);
     const float *mm, *vv;
     engine_moments(j->g, &mm, &vv);
     ckpt_blob blobs[2] = {{"optim.m", mm, j->m.n_params}, {"optim.v", vv, j->m.n_params}};
@@ -971,6 +1002,11 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
     r->seed = seed;
     r->limit = (int)meta_long(c, "limit");
     r->load = NULL;
+    // How the convolutions ran: the checkpoint's unless --conv-algo says otherwise (older
+    // checkpoints: the model's default).
+    const char *algo = checkpoint_meta(c, "conv_algo");
+    for (int i = 0; o->conv_algo < 0 && algo && conv_algo_names[i]; i++)
+        if (!strcmp(algo, conv_algo_names[i])) r->conv_algo = i;
     return 0;
 }
 
@@ -1072,6 +1108,9 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
                 "%s%s\n", path, j->epochs_done + 1, j->m.setup.epochs, j->steps_into, steps,
                 devs, same ? "" : " (other devices than before: capacities measured afresh)");
     if (o->command_line) run_log(&j->rf, 0, "command: %s\n", o->command_line);
+    for (int d = 0; ranks_size() == 1 && d < j->n_devs; d++) // as the header logs them
+        for (const char *p = j->devs[d].detail; *p; p += strcspn(p, "\n"), p += *p == '\n')
+            run_log(&j->rf, 0, "device %s: %.*s\n", j->devs[d].spec, (int)strcspn(p, "\n"), p);
     return 0;
 }
 
@@ -1136,6 +1175,7 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
             return -1;
         }
         o = &ro;
+        j->conv_choices = checkpoint_meta(ck, "conv_choices");
     }
     if (o->save && output_check(o->save, "--save", e) < 0) {
         free(j);

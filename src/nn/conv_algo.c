@@ -4,6 +4,7 @@
 // machine's waits for a core do not decide; the decisions are kept per process and shape.
 #include "conv_algo.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@
 #include "rng.h"
 
 #define TUNE_SAMPLES 4 // samples each thread runs per repetition
-#define TUNE_REPS 5    // repetitions after a warm-up one; the median counts
+#define TUNE_REPS 7    // repetitions after a warm-up one; the median counts
 // Winograd is kept where it takes under this share of direct's time: a close call stays
 // direct, so that timings repeated in another process decide alike.
 #define TUNE_MARGIN 0.9
@@ -47,17 +48,18 @@ typedef struct tune_meas {
 } tune_meas;
 
 // Times g (fwd, din, dw ignored) direct and with `wino` into t; returns -1 when the buffers
-// cannot be had (nothing timed).
+// cannot be had (nothing timed). The two alternate within every repetition, each first in
+// every other, so a change in the machine's load between them weighs on both alike.
 static int time_layer(const conv_geom *g0, conv_impl wino, int need_din, int nthreads,
                       double t[3][2]) {
     const int OCs = conv_cpad(g0->OC), S = TUNE_SAMPLES;
     const size_t in_n = (size_t)g0->H * g0->W * g0->Cs, out_n = (size_t)g0->OH * g0->OW * OCs;
-    const size_t pack_n = conv2d_nhwc_pack_floats(g0), scr_n = conv2d_nhwc_scratch_floats(g0);
+    const size_t pack_n = (conv2d_nhwc_pack_floats(g0) + 15) & ~(size_t)15;
+    const size_t scr_n = conv2d_nhwc_scratch_floats(g0);
     const size_t w_n = (size_t)g0->OC * g0->C * g0->K * g0->K;
     // Per thread: scratch, then S inputs, outputs, output gradients, input gradients.
     const size_t slice = (scr_n + S * (2 * in_n + 2 * out_n) + 15) & ~(size_t)15;
-    const size_t total = ((pack_n + 15) & ~(size_t)15) + w_n + (size_t)OCs +
-                         (size_t)nthreads * slice + 16;
+    const size_t total = 2 * pack_n + w_n + (size_t)OCs + (size_t)nthreads * slice + 16;
     float *mem = aligned_alloc(64, ((total * sizeof(float) + 63) & ~(size_t)63));
     tune_meas *meas = calloc((size_t)nthreads, sizeof *meas);
     if (!mem || !meas) {
@@ -65,49 +67,51 @@ static int time_layer(const conv_geom *g0, conv_impl wino, int need_din, int nth
         free(meas);
         return -1;
     }
-    float *pack = mem, *w = pack + ((pack_n + 15) & ~(size_t)15), *b = w + w_n;
+    float *packs[2] = {mem, mem + pack_n}, *w = mem + 2 * pack_n, *b = w + w_n;
     float *slices = (float *)(((uintptr_t)(b + OCs) + 63) & ~(uintptr_t)63);
     fill(w, w_n, 0.2f, 1);
     fill(b, (size_t)OCs, 0.1f, 2);
-    int nt = 1;
+    conv_geom g[2], gd[2]; // gd: the weight gradient direct, for the input gradient's pass
     for (int k = 0; k < 2; k++) {
-        conv_geom g = *g0, gd;
-        g.fwd = g.din = g.dw = k ? wino : CONV_DIRECT;
-        gd = g;
-        gd.dw = CONV_DIRECT;
-        conv2d_nhwc_pack(pack, w, b, &g);
+        g[k] = *g0;
+        g[k].fwd = g[k].din = g[k].dw = k ? wino : CONV_DIRECT;
+        gd[k] = g[k];
+        gd[k].dw = CONV_DIRECT;
+        conv2d_nhwc_pack(packs[k], w, b, &g[k]);
+    }
+    int nt = 1;
 #pragma omp parallel num_threads(nthreads)
-        {
-            const int tid = omp_get_thread_num();
+    {
+        const int tid = omp_get_thread_num();
 #pragma omp single
-            nt = omp_get_num_threads();
-            float *scr = slices + (size_t)tid * slice, *in = scr + scr_n;
-            float *out = in + S * in_n, *dout = out + S * out_n, *din = dout + S * out_n;
-            if (k == 0) {
-                fill(in, S * in_n, 1.0f, 10 + (uint64_t)tid);
-                fill(dout, S * out_n, 1.0f, 1000 + (uint64_t)tid);
-            }
-            conv2d_nhwc_scratch_init(scr, &g);
-            tune_meas *me = &meas[tid];
-            for (int r = -1; r < TUNE_REPS; r++) { // r = -1: warm-up
+        nt = omp_get_num_threads();
+        float *scr = slices + (size_t)tid * slice, *in = scr + scr_n;
+        float *out = in + S * in_n, *dout = out + S * out_n, *din = dout + S * out_n;
+        fill(in, S * in_n, 1.0f, 10 + (uint64_t)tid);
+        fill(dout, S * out_n, 1.0f, 1000 + (uint64_t)tid);
+        conv2d_nhwc_scratch_init(scr, g0);
+        tune_meas *me = &meas[tid];
+        for (int r = -1; r < TUNE_REPS; r++) // r = -1: warm-up
+            for (int i = 0; i < 2; i++) {
+                const int k = (r & 1) ? 1 - i : i;
+                const float *pack = packs[k];
                 double t0 = ht_thread_cpu();
                 for (int s = 0; s < S; s++)
-                    conv2d_nhwc_forward_one(out + s * out_n, in + s * in_n, pack, &g, 1, scr);
+                    conv2d_nhwc_forward_one(out + s * out_n, in + s * in_n, pack, &g[k], 1, scr);
                 double t1 = ht_thread_cpu();
                 for (int s = 0; s < S; s++)
                     conv2d_nhwc_backward_one(NULL, dout + s * out_n, out + s * out_n,
-                                             in + s * in_n, pack, &g, scr);
+                                             in + s * in_n, pack, &g[k], scr);
                 double t2 = ht_thread_cpu();
                 for (int s = 0; s < S && need_din; s++)
                     conv2d_nhwc_backward_one(din + s * in_n, dout + s * out_n, out + s * out_n,
-                                             in + s * in_n, pack, &gd, scr);
+                                             in + s * in_n, pack, &gd[k], scr);
                 double t3 = ht_thread_cpu();
                 if (r < 0) continue;
                 me->fwd[r][k] = (t1 - t0) / S;
                 me->dw[r][k] = (t2 - t1) / S;
                 me->both[r][k] = (t3 - t2) / S;
             }
-        }
     }
     double v[3][2][TUNE_REPS * 64];
     int n = 0;
@@ -162,6 +166,79 @@ static conv_choice choose_auto(const conv_geom *g, int need_din, int nthreads) {
     }
     pthread_mutex_unlock(&tune_lock);
     return c;
+}
+
+size_t conv_choices_text(char *buf, size_t len) {
+    size_t k = 0;
+    if (len) buf[0] = 0;
+    pthread_mutex_lock(&tune_lock);
+    for (int i = 0; i < tune_n; i++) {
+        const tune_entry *t = &tune_cache[i];
+        int n = snprintf(buf + k, len - k, "%s%d.%d.%d.%d.%d.%d.%d:%d.%d.%d", k ? ";" : "",
+                         t->g.C, t->g.Cs, t->g.H, t->g.W, t->g.OC, t->g.pad, t->need_din,
+                         (int)t->c.fwd, (int)t->c.din, (int)t->c.dw);
+        if (n < 0 || (size_t)n >= len - k) {
+            if (len) buf[k] = 0;
+            break;
+        }
+        k += (size_t)n;
+    }
+    pthread_mutex_unlock(&tune_lock);
+    return k;
+}
+
+static int valid_impl(long i) { return i == CONV_DIRECT || i == CONV_WINO2 || i == CONV_WINO4; }
+
+// Reads "v0.v1...:v7.v8.v9" (7 numbers, ':', 3 numbers), each 0..65536, at *p; advances *p.
+static int read_entry(const char **p, long v[10]) {
+    const char *q = *p;
+    for (int i = 0; i < 10; i++) {
+        if (*q < '0' || *q > '9') return -1;
+        char *end;
+        errno = 0;
+        v[i] = strtol(q, &end, 10);
+        if (errno || v[i] > 65536) return -1;
+        q = end;
+        if (i < 9 && *q++ != (i == 6 ? ':' : '.')) return -1;
+    }
+    *p = q;
+    return 0;
+}
+
+int conv_choices_restore(const char *text) {
+    tune_entry got[TUNE_CACHE];
+    int n = 0;
+    for (const char *p = text; *p && n < TUNE_CACHE; n++) {
+        long v[10];
+        if (read_entry(&p, v) < 0) return -1;
+        for (int i = 0; i < 5; i++)
+            if (v[i] < 1) return -1;
+        if (v[5] > 64 || v[6] > 1 || !valid_impl(v[7]) || !valid_impl(v[8]) || !valid_impl(v[9]))
+            return -1;
+        tune_entry *t = &got[n];
+        memset(t, 0, sizeof *t);
+        t->g.C = (int)v[0], t->g.Cs = (int)v[1], t->g.H = (int)v[2], t->g.W = (int)v[3];
+        t->g.OC = (int)v[4], t->g.K = 3, t->g.stride = 1, t->g.pad = (int)v[5];
+        t->g.OH = conv_out_dim(t->g.H, 3, 1, t->g.pad);
+        t->g.OW = conv_out_dim(t->g.W, 3, 1, t->g.pad);
+        if (t->g.OH < 1 || t->g.OW < 1 || t->g.Cs < t->g.C) return -1;
+        t->need_din = (int)v[6];
+        t->c = (conv_choice){(conv_impl)v[7], (conv_impl)v[8], (conv_impl)v[9], t->need_din,
+                             {{0}}};
+        if (*p == ';') p++;
+        else if (*p) return -1;
+    }
+    pthread_mutex_lock(&tune_lock);
+    for (int k = 0; k < n; k++) {
+        int i = 0;
+        while (i < tune_n && !(!memcmp(&tune_cache[i].g, &got[k].g, sizeof got[k].g) &&
+                               tune_cache[i].need_din == got[k].need_din))
+            i++;
+        if (i < TUNE_CACHE) tune_cache[i] = got[k];
+        if (i == tune_n && tune_n < TUNE_CACHE) tune_n++;
+    }
+    pthread_mutex_unlock(&tune_lock);
+    return 0;
 }
 
 conv_choice conv_choose(const conv_geom *g, conv_algo req, int need_din, int nthreads) {

@@ -24,6 +24,16 @@ typedef struct conv_choice {
 // each timing its own samples, as the network runs them.
 conv_choice conv_choose(const conv_geom *g, conv_algo req, int need_din, int nthreads);
 
+// The decisions auto made in this process as text, one "C.Cs.H.W.OC.pad.need_din:f.i.w" per
+// shape (3x3, stride 1; f, i, w the conv_impl of each direction), ';'-separated: what a
+// checkpoint keeps, and what rank 0 sends the others, so that a resumed run and every rank of
+// a job compute alike. Returns the length (text cut short when it does not fit len).
+#define CONV_CHOICES_TEXT 4096
+size_t conv_choices_text(char *buf, size_t len);
+// Takes such a text's decisions as made (they replace this process's for those shapes; no
+// timing). Returns -1 when it is malformed (nothing taken).
+int conv_choices_restore(const char *text);
+
 // A layer's choice for the run log: "conv2 winograd F(4x4,3x3)", or per direction ("conv1 fwd
 // direct, dw winograd F(4x4,3x3)"), then what auto timed, us a sample direct/Winograd:
 // " (fwd 111.2/45.8, din 120.2/47.7, dw 115.4/60.0)".

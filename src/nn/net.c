@@ -251,6 +251,19 @@ void net_ws_free(net_ws *ws) {
     memset(ws, 0, sizeof *ws);
 }
 
+void net_conv_decide(const model *m, int nthreads) {
+    if (m->setup.conv_algo != CONV_ALGO_AUTO) return;
+    net_lplan *plan = calloc((size_t)m->n_layers, sizeof *plan);
+    if (!plan) return; // the devices decide as they open
+    ws_measure(m, 1, nthreads, plan);
+    for (int l = 0; l < m->n_layers; l++) {
+        if (m->layers[l].kind != LAYER_CONV2D) continue;
+        conv_geom g = geom_of(&m->layers[l], &plan[l]);
+        conv_choose(&g, CONV_ALGO_AUTO, l > 0, nthreads);
+    }
+    free(plan);
+}
+
 void net_conv_describe(const net_ws *ws, const model *m, char *buf, size_t len) {
     size_t k = 0;
     int timed = 0;

@@ -70,6 +70,11 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
 void net_backward(net_ws *ws, const model *m, const float *params, float *grads, const float *x,
                   const uint8_t *y, int B, const net_dropout *drop);
 
+// Makes conv_algo.h's decisions for every convolution of m as net_ws_init would, with nthreads
+// threads timing (under CONV_ALGO_AUTO; nothing to do otherwise), without a workspace: so
+// that a job can decide once and hand its decisions (conv_choices_text) to other processes.
+void net_conv_decide(const model *m, int nthreads);
+
 // The convolutions' algorithms on one line for the run log ("conv algorithms (auto; ...):
 // conv1 direct (...); conv2 winograd F(4x4,3x3) (...)"); "" for a model without any.
 void net_conv_describe(const net_ws *ws, const model *m, char *buf, size_t len);
