@@ -4,6 +4,7 @@
 # alternating the two in one run so that both see the same machine state.
 #
 #   bench/cpu_vs_torch.sh [--net cnn3|cnn2] [--rounds N] [--samples N] [--threads T]
+#                         [--conv-algo auto|direct|winograd|winograd2]
 #                         [--out results/bench-cpu-vs-torch[-cnn2].csv]
 #
 # cnn3 (default): cnn2d_3layer_fullconnected_3layer, batch 1000, SGD (Nesterov momentum).
@@ -13,13 +14,15 @@
 # hetrain's from its metrics CSV (column samples_per_s, training steps only), PyTorch's from
 # bench/torch_step_bench.py (the training loop only, data already in tensors). Peak memory is
 # each process's maximum resident set (GNU time's %M). GFLOP/s counts a training step as 3x
-# the forward pass: 6 FLOP per forward multiply-add from `hetrain summary`.
+# the forward pass: 6 FLOP per forward multiply-add from `hetrain summary` (with Winograd
+# convolutions these are the direct algorithm's FLOPs: an effective rate). --conv-algo is
+# passed to hetrain (default: hetrain's own) and named in the table's impl column.
 # HT=path/to/hetrain and PYTHON=path/to/python3-with-torch override the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HT=${HT:-build/hetrain}
 PY=${PYTHON:-/usr/bin/python3}
-NET=cnn3 ROUNDS=5 SAMPLES= THREADS=$(nproc) OUT=
+NET=cnn3 ROUNDS=5 SAMPLES= THREADS=$(nproc) OUT= ALGO=
 while (($#)); do
   case $1 in
     --net) NET=$2; shift 2 ;;
@@ -27,7 +30,8 @@ while (($#)); do
     --samples) SAMPLES=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --conv-algo) ALGO=$2; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "bench/cpu_vs_torch.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -55,7 +59,7 @@ MFLOP=$(awk -v m="$MACS" 'BEGIN {printf "%.2f", m * 6}')
 run_ht() {
   /usr/bin/time -f %M -o "$WORK/ht-$1.rss" "$HT" train --model "$NET" --train "$WORK/train.csv" \
     --epochs 2 --batch "$BATCH" --val-split 0 --devices "cpu:$THREADS" --out "$WORK" \
-    --name "ht-$1" --no-progress --quiet >/dev/null
+    --name "ht-$1" --no-progress --quiet ${ALGO:+--conv-algo "$ALGO"} >/dev/null
   echo "$(tail -n 1 "$WORK/ht-$1.metrics.csv" | cut -d, -f7) $(cat "$WORK/ht-$1.rss")" >> "$WORK/ht.txt"
 }
 run_torch() {
@@ -83,6 +87,7 @@ for impl in ht torch; do
 done
 ratio=$(awk -v a="${SPS[ht]}" -v b="${SPS[torch]}" 'BEGIN {printf "%.3f", a / b}')
 mem_ratio=$(awk -v a="${RSS[ht]}" -v b="${RSS[torch]}" 'BEGIN {printf "%.3f", a / b}')
+HT_NAME=hetrain${ALGO:+ --conv-algo $ALGO}
 torch_v=$("$PY" -c 'import torch
 print(torch.__version__, "mkldnn" if torch.backends.mkldnn.is_available() else "no-mkldnn")')
 
@@ -90,7 +95,7 @@ print(torch.__version__, "mkldnn" if torch.backends.mkldnn.is_available() else "
   echo -n "net,impl,batch,threads,samples,rounds,samples_per_s_median,gflop_per_s_median,"
   echo "peak_rss_mib_median,samples_per_s_all,ratio_hetrain_over_torch"
   for impl in ht torch; do
-    name=$([[ $impl == ht ]] && echo hetrain || echo "pytorch $torch_v")
+    name=$([[ $impl == ht ]] && echo "$HT_NAME" || echo "pytorch $torch_v")
     gf=$(awk -v s="${SPS[$impl]}" -v f="$MFLOP" 'BEGIN {printf "%.1f", s * f / 1000}')
     mib=$(awk -v k="${RSS[$impl]}" 'BEGIN {printf "%.1f", k / 1024}')
     echo "$NET,$name,$BATCH,$THREADS,$SAMPLES,$ROUNDS,${SPS[$impl]},$gf,$mib,${ALL[$impl]},$ratio"
@@ -99,7 +104,7 @@ print(torch.__version__, "mkldnn" if torch.backends.mkldnn.is_available() else "
 
 printf '\n%-24s %12s %10s %14s\n' "" "samples/s" "GFLOP/s" "peak RSS MiB"
 for impl in ht torch; do
-  printf '%-24s %12s %10s %14s\n' "$([[ $impl == ht ]] && echo hetrain || echo "pytorch $torch_v")" \
+  printf '%-24s %12s %10s %14s\n' "$([[ $impl == ht ]] && echo "$HT_NAME" || echo "pytorch $torch_v")" \
     "${SPS[$impl]}" "$(awk -v s="${SPS[$impl]}" -v f="$MFLOP" 'BEGIN {printf "%.1f", s * f / 1000}')" \
     "$(awk -v k="${RSS[$impl]}" 'BEGIN {printf "%.1f", k / 1024}')"
 done

@@ -209,5 +209,6 @@ int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint6
     snprintf(d->spec, sizeof d->spec, "cpu");
     snprintf(d->name, sizeof d->name, "native CPU, %d OpenMP thread%s", threads,
              threads == 1 ? "" : "s");
+    net_conv_describe(&c->ws, m, d->detail, sizeof d->detail);
     return 0;
 }

@@ -94,6 +94,7 @@ typedef struct device {
     double capacity;  // relative capacity: its share of each batch is capacity / sum
     int micro;        // samples per micro-batch
     int hung;         // stopped answering: its thread may still be inside it, never close it
+    char detail[1024]; // what it decided at open, one line per item, for the run log; or ""
 } device;
 
 // Opens the devices named by a comma list of specs (see registry.c for the grammar), for model

@@ -36,10 +36,11 @@ static void test_help_texts(void **state) {
     expect_cli("", EXIT_USAGE, "usage: hetrain COMMAND");
     const char *flags[] = {"--model", "--data", "--train", "--test", "--epochs", "--batch",
                            "--lr", "--seed", "--limit", "--val-split", "--devices", "--out",
-                           "--save", "--load"};
+                           "--save", "--load", "--conv-algo"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         expect_cli("train --help", 0, flags[i]);
     expect_cli("predict --help", 0, "--load");
+    expect_cli("predict --help", 0, "--conv-algo");
     expect_cli("summary --help", 0, "usage: hetrain summary");
     expect_cli("version", 0, "hetrain ");
 }
@@ -55,6 +56,10 @@ static void test_bad_flags(void **state) {
     expect_cli("train --lr nan", EXIT_USAGE, "--lr: expected a number");
     expect_cli("train extra", EXIT_USAGE, "unexpected argument \"extra\"");
     expect_cli("train --train a.csv --data /tmp", EXIT_USAGE, "give one");
+    expect_cli("train --conv-algo fft", EXIT_USAGE,
+               "--conv-algo: expected auto, direct, winograd or winograd2, found \"fft\"");
+    expect_cli("predict --conv-algo Winograd --load w --out p", EXIT_USAGE,
+               "--conv-algo: expected auto");
     expect_cli("predict --out x.csv", EXIT_USAGE, "--load FILE.safetensors is required");
     expect_cli("summary --model nosuchnet", 1, "cnn2d_3layer_fullconnected_3layer");
 }
@@ -174,6 +179,60 @@ static void test_train_save_predict_round_trip(void **state) {
     free(dir);
 }
 
+// --conv-algo and the config's conv_algo reach the CPU device, which logs each convolution's
+// algorithms (and under auto what it timed); --conv-algo wins over the config. Every run
+// passes the self-check, whose reference computes direct.
+static void test_conv_algo(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("cli-conv-algo");
+    char *train = test_fashion_csv(dir, FASHION_TRAIN, 64, 1);
+    const char *cfg_text = "[net]\ninput = 1x28x28\nconv_algo = winograd2\nbatch = 32\n"
+                           "[conv]\nfilters = 8\nsize = 3\npad = same\nactivation = relu\n"
+                           "[conv]\nfilters = 16\nsize = 3\npad = same\nactivation = relu\n"
+                           "[maxpool]\nsize = 4\n[dense]\nunits = 10\n[softmax]\n";
+    char *cfg = test_write_file(dir, "small.cfg", cfg_text, strlen(cfg_text));
+    static const struct {
+        const char *model, *option, *want;
+    } runs[] = {
+        {"cnn3", "--conv-algo winograd",
+         "conv algorithms (winograd): conv1 winograd F(4x4,3x3); conv2 winograd F(4x4,3x3); "
+         "conv3 winograd F(4x4,3x3)"},
+        {"cnn3", "--conv-algo direct", "conv algorithms (direct): conv1 direct; conv2 direct"},
+        {"cnn3", "", "conv algorithms (auto; us a sample direct/winograd): conv1 "},
+        {"cfg", "", "conv algorithms (winograd2): conv1 winograd F(2x2,3x3); conv2 winograd"},
+        {"cfg", "--conv-algo direct", "conv algorithms (direct): conv1 direct; conv2 direct"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char args[4096], path[1200];
+        snprintf(args, sizeof args,
+                 "train --model '%s' --train '%s' --epochs 1 --batch 32 --val-split 0 %s "
+                 "--devices cpu:1 --out '%s' --name r%zu --no-progress",
+                 strcmp(runs[i].model, "cfg") ? runs[i].model : cfg, train, runs[i].option, dir, i);
+        expect_cli(args, 0, "epoch 1/1");
+        snprintf(path, sizeof path, "%s/r%zu.log", dir, i);
+        char *log = test_read_file(path, NULL);
+        assert_non_null(log);
+        if (!strstr(log, runs[i].want)) fail_msg("%s: log lacks \"%s\":\n%s", args, runs[i].want, log);
+        free(log);
+    }
+    // A resumed run computes with the algorithms its checkpoint kept: auto's decisions come
+    // back untimed (run r2 was auto).
+    char args[2048], path[1200];
+    snprintf(args, sizeof args, "train --resume '%s/r2' --no-progress", dir);
+    expect_cli(args, 0, "resumed from");
+    snprintf(path, sizeof path, "%s/r2.log", dir);
+    char *log = test_read_file(path, NULL);
+    assert_non_null(log);
+    const char *resumed = strstr(log, "resumed from");
+    assert_non_null(resumed);
+    if (!strstr(resumed, ": conv algorithms (auto): conv1 "))
+        fail_msg("the resumed run's log lacks the checkpoint's decisions:\n%s", resumed);
+    free(log);
+    free(cfg);
+    free(train);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_texts),
@@ -181,6 +240,7 @@ int main(void) {
         cmocka_unit_test(test_summary),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_train_save_predict_round_trip),
+        cmocka_unit_test(test_conv_algo),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

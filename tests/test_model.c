@@ -118,6 +118,7 @@ static void test_preset_cnn3(void **state) {
     assert_int_equal(s->optim, OPTIM_SGD);
     assert_true(s->lr == 0.05f && s->momentum == 0.9f && s->nesterov == 1 && s->decay == 1e-6f);
     assert_true(s->batch == 1000 && s->epochs == 10 && s->val_split == 0.2f);
+    assert_int_equal(s->conv_algo, MODEL_DEFAULT_CONV_ALGO);
     assert_int_equal(model_find_layer(&m, "fc2"), 11);
     assert_int_equal(model_find_layer(&m, "fc4"), -1);
     model_free(&m);
@@ -228,6 +229,7 @@ static void check_same_model(const model *a, const model *b) {
     assert_true(s->decay == t->decay && s->beta1 == t->beta1 && s->beta2 == t->beta2 &&
                 s->eps == t->eps);
     assert_true(s->batch == t->batch && s->epochs == t->epochs && s->val_split == t->val_split);
+    assert_int_equal(s->conv_algo, t->conv_algo);
 }
 
 static void test_config_files_match_presets(void **state) {
@@ -475,6 +477,9 @@ static void test_config_errors(void **state) {
                      "bad.cfg:4: layer 0 (dense): the model must end with softmax");
     // softmax not last
     expect_cfg_error(NET TAIL "[relu]\n", "bad.cfg:7: layer 2 (relu): nothing may follow softmax");
+    expect_cfg_error("[net]\ninput = 1x8x8\nconv_algo = fft\n" TAIL,
+                     "bad.cfg:3: [net] conv_algo: expected direct|auto|winograd|winograd2, found "
+                     "\"fft\"");
     // 8x8 -> conv3 6x6 -> pool 3x3 -> pool 1x1 -> pool: nothing left
     expect_cfg_error(NET "[conv]\nfilters = 2\nsize = 3\n[maxpool]\nsize = 2\n[maxpool]\n"
                          "size = 2\n[maxpool]\nsize = 2\n" TAIL,
@@ -519,6 +524,7 @@ static void test_config_sections(void **state) {
         "classes = 4\n"
         "optimizer = adam\n"
         "lr = 0.001\n"
+        "conv_algo = winograd2\n"
         "[conv]\n"
         "  filters = 2\n"
         "  size = 3\n"
@@ -553,6 +559,7 @@ static void test_config_sections(void **state) {
     };
     check_layers(&m, want, N_OF(want));
     assert_string_equal(m.name, "seq"); // from the file name
+    assert_int_equal(m.setup.conv_algo, CONV_ALGO_WINOGRAD2);
     assert_int_equal(m.layers[0].w_init, INIT_GLOROT_UNIFORM); // defaults
     assert_int_equal(m.layers[0].pad, 0);
     assert_int_equal(m.layers[5].w_init, INIT_LECUN_UNIFORM);

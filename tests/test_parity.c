@@ -71,6 +71,14 @@ static const tolset cl_tols = {.conv = TOL_CONV, .conv_floor_k = FLOOR_SUM, .den
                                .xent = TOL_XENT};
 static const tolset cpu_tols = {.conv = TOL_NHWC, .conv_floor_k = FLOOR_NHWC, .pool = TOL_BITS,
                                 .exact = TOL_BITS};
+// The same ops by Winograd F(2x2,3x3) and F(4x4,3x3) where conv2d_wino_ok allows (direct
+// elsewhere): their transforms add rounding that grows with the tile (test_winograd bounds it
+// per tile). Worst observed in this table's measure: 1.2e-6 (F(2x2,3x3)), 7.3e-6 (F(4x4,3x3)),
+// both the weight gradient of the cnn3 conv2 case after two backward passes.
+#define TOL_WINO2 1e-5f
+#define TOL_WINO4 5e-5f
+static const tolset cpu_wino2_tols = {.conv = TOL_WINO2, .conv_floor_k = FLOOR_NHWC};
+static const tolset cpu_wino4_tols = {.conv = TOL_WINO4, .conv_floor_k = FLOOR_NHWC};
 
 // Parameters and gradients start this many floats into their buffer, so offsets are tested.
 #define PARAM_LEAD 7
@@ -588,11 +596,15 @@ static float *nan_buf(size_t n) {
 
 // The input's pad channels hold NaN, which must never reach a result; the outputs' pad
 // channels must be zero.
+// The backend's ctx, when not NULL, is the conv_impl every direction asks for (Winograd where
+// conv2d_wino_ok allows it, direct elsewhere).
 static void cpu_conv(backend *b, conv_io *io) {
     const conv_shape *s = io->s;
     const int OCs = conv_cpad(s->OC);
+    const conv_impl impl = b->ctx ? *(const conv_impl *)b->ctx : CONV_DIRECT;
     const conv_geom g = {.C = s->C, .Cs = s->Cs, .H = s->H, .W = s->W, .OC = s->OC, .K = s->K,
-                         .stride = s->stride, .pad = s->pad, .OH = io->OH, .OW = io->OW};
+                         .stride = s->stride, .pad = s->pad, .OH = io->OH, .OW = io->OW,
+                         .fwd = impl, .din = impl, .dw = impl};
     const size_t in_rows = (size_t)s->B * s->H * s->W, out_rows = (size_t)s->B * io->OH * io->OW;
     float *xin = nan_buf(in_rows * s->Cs), *xout = nan_buf(out_rows * OCs);
     float *xR = nan_buf(out_rows * OCs), *xdin = nan_buf(in_rows * s->Cs);
@@ -660,6 +672,23 @@ static void test_parity_cpu(void **state) {
     run_cases(&b);
     printf("%s: %d op checks failed\n", b.name, b.fails);
     assert_int_equal(b.fails, 0);
+}
+
+// The same ops with every 3x3 stride-1 convolution by Winograd, F(2x2,3x3) and F(4x4,3x3).
+static void test_parity_cpu_winograd(void **state) {
+    (void)state;
+    static const conv_impl impls[] = {CONV_WINO2, CONV_WINO4};
+    static const tolset *const tols[] = {&cpu_wino2_tols, &cpu_wino4_tols};
+    static const char *const names[] = {"cpu winograd F(2x2,3x3)", "cpu winograd F(4x4,3x3)"};
+    int fails = 0;
+    for (int i = 0; i < 2; i++) {
+        backend b = {.name = names[i], .tol = tols[i], .ctx = (void *)&impls[i], .conv_relu = 1,
+                     .conv = cpu_conv};
+        run_cases(&b);
+        printf("%s: %d op checks failed\n", b.name, b.fails);
+        fails += b.fails;
+    }
+    assert_int_equal(fails, 0);
 }
 
 // ---- the OpenCL backends: devices/ocl_ops.h on each device ----
@@ -926,6 +955,7 @@ static void test_cl_ops_init_missing_kernel(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parity_cpu),
+        cmocka_unit_test(test_parity_cpu_winograd),
         cmocka_unit_test(test_parity_opencl),
         cmocka_unit_test(test_cl_ops_init_missing_kernel),
     };

@@ -80,6 +80,13 @@ static const char *usage_train =
     "  --rebalance N          under auto, re-fit every N steps [5]\n"
     "  --mem-limit SIZE       memory each device may use (256M, 2G); a device spec can set\n"
     "                         its own with :mem=, e.g. cl:0.0@3:mem=512M [what it reports]\n"
+    "  --conv-algo auto|direct|winograd|winograd2\n"
+    "                         how CPU devices compute 3x3 stride-1 convolutions: direct;\n"
+    "                         Winograd F(4x4,3x3) (winograd) or F(2x2,3x3) (winograd2,\n"
+    "                         smaller rounding error) in every direction; auto: per layer and\n"
+    "                         direction the faster of direct and F(4x4,3x3), timed before the\n"
+    "                         first step and logged [the model's conv_algo, else auto]. Other\n"
+    "                         convolutions and OpenCL devices always run direct\n"
     "  --no-self-check        skip checking every device against the CPU before training\n"
     "  --on-nan skip|stop     a non-finite loss or gradient skips that step's update, or stops\n"
     "                         the run [skip]\n"
@@ -94,7 +101,8 @@ static const char *usage_train =
     "  --resume RUN           continue the run <out>/<name> (or its .ckpt) where its last\n"
     "                         checkpoint left it, appending to its files; only options that\n"
     "                         change where it runs (--devices, --mem-limit, --device-timeout,\n"
-    "                         --balance, progress, cache, --save) may be given with it\n"
+    "                         --balance, --conv-algo, progress, cache, --save) may be given\n"
+    "                         with it\n"
     "  --profile              at the end, a table per device of where the training steps'\n"
     "                         time went: each layer's forward and backward (seconds, share\n"
     "                         of the steps' time, GFLOP/s; on OpenCL devices also kernel,\n"
@@ -143,6 +151,8 @@ static const char *usage_predict =
     "  --test FILE.csv        Kaggle CSV test set instead (labels optional)\n"
     "  --limit N              first N test samples only\n"
     "  --devices SPEC         as for train [auto]\n"
+    "  --conv-algo auto|direct|winograd|winograd2\n"
+    "                         as for train [the model's conv_algo, else auto]\n"
     "  --help                 this text\n";
 
 static const char *usage_summary =
@@ -252,8 +262,16 @@ enum {
     OPT_SEED, OPT_LIMIT, OPT_DEVICES, OPT_OUT, OPT_NAME, OPT_SAVE, OPT_LOAD, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_BALANCE, OPT_REBALANCE, OPT_JSON, OPT_CACHE_DIR,
     OPT_MEM_LIMIT, OPT_NO_SELF_CHECK, OPT_ON_NAN, OPT_DEVICE_TIMEOUT, OPT_CHECKPOINT_EVERY,
-    OPT_RESUME, OPT_PROFILE
+    OPT_RESUME, OPT_PROFILE, OPT_CONV_ALGO
 };
+
+// --conv-algo's value as a conv_algo, or -1 after printing the usage error.
+static int parse_conv_algo(const char *cmd, const char *s) {
+    for (int i = 0; conv_algo_names[i]; i++)
+        if (!strcmp(s, conv_algo_names[i])) return i;
+    usage_error(cmd, "--conv-algo: expected auto, direct, winograd or winograd2, found \"%s\"", s);
+    return -1;
+}
 
 static int cmd_train(int argc, char **argv) {
     static const struct option opts[] = {
@@ -275,8 +293,9 @@ static int cmd_train(int argc, char **argv) {
         {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
         {"resume", required_argument, 0, OPT_RESUME},
         {"profile", no_argument, 0, OPT_PROFILE},
+        {"conv-algo", required_argument, 0, OPT_CONV_ALGO},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
-    train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1};
+    train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1};
     long v;
     double f;
     int c;
@@ -338,6 +357,9 @@ static int cmd_train(int argc, char **argv) {
             o.mem_limit = (uint64_t)b;
             break;
         }
+        case OPT_CONV_ALGO:
+            if ((o.conv_algo = parse_conv_algo("train", optarg)) < 0) return EXIT_USAGE;
+            break;
         case OPT_NO_SELF_CHECK: o.no_self_check = 1; break;
         case OPT_ON_NAN:
             if (!strcmp(optarg, "skip")) o.nan_stop = 0;
@@ -403,8 +425,8 @@ static int cmd_predict(int argc, char **argv) {
         {"out", required_argument, 0, OPT_OUT},     {"data", required_argument, 0, OPT_DATA},
         {"test", required_argument, 0, OPT_TEST},   {"limit", required_argument, 0, OPT_LIMIT},
         {"devices", required_argument, 0, OPT_DEVICES}, {"help", no_argument, 0, OPT_HELP},
-        {0, 0, 0, 0}};
-    predict_opts o = {0};
+        {"conv-algo", required_argument, 0, OPT_CONV_ALGO}, {0, 0, 0, 0}};
+    predict_opts o = {.conv_algo = -1};
     long v;
     int c;
     opterr = 0;
@@ -420,6 +442,9 @@ static int cmd_predict(int argc, char **argv) {
             o.limit = (int)v;
             break;
         case OPT_DEVICES: o.devices = optarg; break;
+        case OPT_CONV_ALGO:
+            if ((o.conv_algo = parse_conv_algo("predict", optarg)) < 0) return EXIT_USAGE;
+            break;
         case OPT_HELP: fputs(usage_predict, stdout); return 0;
         case ':': return usage_error("predict", "%s needs a value", argv[optind - 1]);
         default: return usage_error("predict", "unknown option \"%s\"", argv[optind - 1]);

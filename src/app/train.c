@@ -16,7 +16,9 @@
 #include "device.h"
 #include "engine.h"
 #include "checkpoint.h"
+#include "conv_algo.h"
 #include "fault.h"
+#include "ht_omp.h"
 #include "model.h"
 #include "net.h"
 #include "profile_table.h"
@@ -164,6 +166,7 @@ typedef struct job {
     int profiling;
     profile_steps prof_steps;
     double prof_start;
+    const char *conv_choices; // auto's decisions kept by the checkpoint being resumed, or NULL
 } job;
 
 // Frees the job itself too (it is on the heap: a device's context points at j->m).
@@ -197,6 +200,29 @@ static int open_devices(job *j, const char *spec, int batch, uint64_t mem_limit,
     return fault_wrap_devices(j->devs, j->n_devs, &j->m, getenv("HETRAIN_FAULT"), e);
 }
 
+// Under --conv-algo auto every process of a job, and a resumed run, compute with the same
+// algorithms, so that they give the bits of one process that never stopped: a resumed run
+// takes the decisions its checkpoint kept; over several ranks rank 0 decides (times) and
+// every rank takes its decisions. A lone new process decides as its CPU devices open.
+static int conv_decide(job *j, ht_error *e) {
+    if (j->conv_choices) {
+        if (conv_choices_restore(j->conv_choices) < 0)
+            return ht_fail(e, "%s: malformed conv_choices \"%.60s\"", j->ckpt_path,
+                           j->conv_choices);
+        return 0;
+    }
+    if (ranks_size() == 1) return 0;
+    char text[CONV_CHOICES_TEXT] = "";
+    if (ranks_rank() == 0) {
+        net_conv_decide(&j->m, omp_get_max_threads());
+        conv_choices_text(text, sizeof text);
+    }
+    if (ranks_bcast_text(text, sizeof text, e) < 0) return -1;
+    if (ranks_rank() > 0 && conv_choices_restore(text) < 0)
+        return ht_fail(e, "rank 0's convolution algorithms are malformed: \"%.60s\"", text);
+    return 0;
+}
+
 // Everything before the first step: model, data, weights, devices, engine. Nothing is written.
 static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     if (o->save && access(o->save, F_OK) == 0)
@@ -207,6 +233,7 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     if (o->batch > 0) s->batch = o->batch;
     if (o->lr >= 0) s->lr = o->lr;
     if (o->val_split >= 0) s->val_split = o->val_split;
+    if (o->conv_algo >= 0) s->conv_algo = (conv_algo)o->conv_algo;
     if (load_data(o->data_dir, o->train_csv, o->test_csv, &j->all, &j->test, 1, e) < 0) return -1;
     dataset_limit(&j->all, o->limit);
     if (dataset_split(&j->all, s->val_split, o->seed, &j->train, &j->val, e) < 0) return -1;
@@ -223,6 +250,7 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     } else {
         model_init_params(&j->m, j->params, o->seed);
     }
+    if (s->conv_algo == CONV_ALGO_AUTO && conv_decide(j, e) < 0) return -1;
     if (open_devices(j, o->devices, s->batch, o->mem_limit, e) < 0) return -1;
     if (engine_open(&j->g, &j->m, j->devs, j->n_devs, j->params, s, s->batch, o->seed, e) < 0)
         return -1;
@@ -332,9 +360,12 @@ static void log_header(job *j, const train_opts *o) {
     run_log(rf, 0, "data: %s, %d training, %d validation, %d test samples\n",
             o->train_csv ? o->train_csv : (o->data_dir ? o->data_dir : TRAIN_DEFAULT_DATA),
             j->train.n, j->val.n, j->test.n);
-    for (int d = 0; ranks_size() == 1 && d < j->n_devs; d++)
+    for (int d = 0; ranks_size() == 1 && d < j->n_devs; d++) {
         run_log(rf, 0, "device %s: %s, capacity %g, micro-batch %d\n", j->devs[d].spec,
                 j->devs[d].name, j->devs[d].capacity, j->devs[d].micro);
+        for (const char *p = j->devs[d].detail; *p; p += strcspn(p, "\n"), p += *p == '\n')
+            run_log(rf, 0, "device %s: %.*s\n", j->devs[d].spec, (int)strcspn(p, "\n"), p);
+    }
     for (int r = 0; ranks_size() > 1 && r < ranks_size(); r++) { // over several ranks: each rank's host and devices
         const char *p = j->ranks_text + (size_t)r * JOB_RANK_TEXT;
         int n = (int)strcspn(p, "\n");
@@ -595,7 +626,11 @@ static int epoch_report(job *j, const train_opts *o, int ep, double loss, double
 static int self_check(job *j, int probe, ht_error *e) {
     device *ref;
     int n;
-    if (device_open_list(&ref, &n, "cpu:1", &j->m, probe, 0, e) < 0)
+    // The reference computes its convolutions direct, so the check also bounds what Winograd
+    // changes (rounding only). It is closed before the copy of the model it reads goes.
+    model direct = j->m;
+    direct.setup.conv_algo = CONV_ALGO_DIRECT;
+    if (device_open_list(&ref, &n, "cpu:1", &direct, probe, 0, e) < 0)
         return ht_wrap(e, "self-check: the reference device");
     int rc = engine_self_check(j->g, ref, &j->train, j->idx, probe, e);
     device_close_list(ref, n);
@@ -747,6 +782,10 @@ static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, h
     meta_doubles(&m, "epoch_stats", sums, 2 + 2 * j->n_all);
     meta_set(&m, "metrics", j->metrics ? j->metrics : "");
     meta_fmt(&m, "metrics_rows", "%d", j->metrics_rows);
+    char choices[CONV_CHOICES_TEXT];
+    conv_choices_text(choices, sizeof choices);
+    meta_set(&m, "conv_algo", conv_algo_names[s->conv_algo]);
+    meta_set(&m, "conv_choices", choices);
     const float *mm, *vv;
     engine_moments(j->g, &mm, &vv);
     ckpt_blob blobs[2] = {{"optim.m", mm, j->m.n_params}, {"optim.v", vv, j->m.n_params}};
@@ -1035,6 +1074,11 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
     r->seed = seed;
     r->limit = (int)meta_long(c, "limit");
     r->load = NULL;
+    // How the convolutions ran: the checkpoint's unless --conv-algo says otherwise (older
+    // checkpoints: the model's default).
+    const char *algo = checkpoint_meta(c, "conv_algo");
+    for (int i = 0; o->conv_algo < 0 && algo && conv_algo_names[i]; i++)
+        if (!strcmp(algo, conv_algo_names[i])) r->conv_algo = i;
     return 0;
 }
 
@@ -1136,6 +1180,9 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
                 "%s%s\n", path, j->epochs_done + 1, j->m.setup.epochs, j->steps_into, steps,
                 devs, same ? "" : " (other devices than before: capacities measured afresh)");
     if (o->command_line) run_log(&j->rf, 0, "command: %s\n", o->command_line);
+    for (int d = 0; ranks_size() == 1 && d < j->n_devs; d++) // as the header logs them
+        for (const char *p = j->devs[d].detail; *p; p += strcspn(p, "\n"), p += *p == '\n')
+            run_log(&j->rf, 0, "device %s: %.*s\n", j->devs[d].spec, (int)strcspn(p, "\n"), p);
     return 0;
 }
 
@@ -1200,6 +1247,7 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
             return -1;
         }
         o = &ro;
+        j->conv_choices = checkpoint_meta(ck, "conv_choices");
     }
     if (o->save && output_check(o->save, "--save", e) < 0) {
         free(j);
@@ -1306,6 +1354,7 @@ int predict_run(const predict_opts *o, ht_error *e) {
     }
     if (output_check(o->out, "--out", e) < 0) goto out;
     if (model_init(&j->m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) goto out;
+    if (o->conv_algo >= 0) j->m.setup.conv_algo = (conv_algo)o->conv_algo;
     if (load_data(o->data_dir, NULL, o->test_csv, NULL, &j->test, 0, e) < 0) goto out;
     dataset_limit(&j->test, o->limit);
     if (j->test.n < 1) {

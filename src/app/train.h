@@ -38,6 +38,7 @@ typedef struct train_opts {
     const char *devices_by[TRAIN_DEVICES_BY_MAX]; // --devices as given: [KEY=]SPEC, KEY a host
     int n_devices_by;                             // name or a rank number (under mpirun)
     uint64_t mem_limit;    // bytes per device without its own ':mem=' (0: what it reports)
+    int conv_algo;         // conv_algo (model.h) of the CPU devices; -1: the model's setup
     int no_self_check;     // skip the check of every device against the CPU before training
     int nan_stop;          // a non-finite loss/gradient stops the run (else the step is skipped)
     double device_timeout; // seconds a device may take for a shard (0: the default)
@@ -66,6 +67,7 @@ typedef struct predict_opts {
     const char *test_csv;
     const char *out;       // predictions CSV path (required)
     const char *devices;   // as for train_opts (a ':mem=' per device still applies)
+    int conv_algo;         // as for train_opts
     int limit;
 } predict_opts;
 

@@ -32,5 +32,8 @@ char *ht_escape(char *out, size_t cap, const void *s, size_t n);
 
 // Monotonic wall clock in seconds.
 double ht_now(void);
+// CPU time of the calling thread in seconds: what a short timing on a shared machine should
+// count (time the thread spent waiting for a core is not its own).
+double ht_thread_cpu(void);
 
 #endif

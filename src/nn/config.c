@@ -11,6 +11,8 @@
 //   nesterov = 1              1000, 10 epochs, val_split 0.2; Adam betas .9/.999, eps 1e-8)
 //   decay = 1e-6   beta1 = 0.9   beta2 = 0.999   eps = 1e-8
 //   batch = 1000   epochs = 10   val_split = 0.2
+//   conv_algo = auto          auto|direct|winograd|winograd2: how CPU devices compute 3x3
+//                             stride-1 convolutions (--conv-algo overrides it)
 //   [conv]     filters (required), size (required), stride = 1, pad = 0 | same,
 //              activation = linear | relu (relu appends a [relu] layer),
 //              init = glorot_uniform, init_arg, bias_init = zeros, bias_arg
@@ -65,7 +67,7 @@ static const struct {
 static const char *const *const sec_keys[] = {
     [SEC_NET] = (const char *const[]){"name", "input", "classes", "optimizer", "lr", "momentum",
                                       "nesterov", "decay", "beta1", "beta2", "eps", "batch",
-                                      "epochs", "val_split", NULL},
+                                      "epochs", "val_split", "conv_algo", NULL},
     [SEC_CONV] = (const char *const[]){"name", "filters", "size", "stride", "pad", "activation",
                                        "init", "init_arg", "bias_init", "bias_arg", NULL},
     [SEC_MAXPOOL] = (const char *const[]){"name", "size", "stride", NULL},
@@ -265,6 +267,11 @@ static int net_key(cfg_ctx *c, const char *key, const char *v) {
     if (!strcmp(key, "batch")) return parse_int(c, key, v, 1, 1 << 24, &s->batch);
     if (!strcmp(key, "epochs")) return parse_int(c, key, v, 1, 1000000, &s->epochs);
     if (!strcmp(key, "val_split")) return parse_float(c, key, v, 0, 0, 1, 1, &s->val_split);
+    if (!strcmp(key, "conv_algo")) {
+        if (parse_choice(c, key, v, conv_algo_names, &i)) return -1;
+        s->conv_algo = (conv_algo)i;
+        return 0;
+    }
     return cfg_fail(c, c->line, "[%s] %s: not handled", c->sec_name, key); // table out of sync
 }
 

@@ -6,6 +6,9 @@
 #include "ht_omp.h"
 #include <string.h>
 
+#include "vec.h"
+#include "winograd.h"
+
 // ---- channels-last direct convolution: the network's fast path -----------------------------
 // A tile keeps NB output positions of one row x MV vectors of 16 output channels in registers
 // and runs over every input channel and tap: one (c, tap) costs MV vector loads of weights,
@@ -17,51 +20,7 @@
 // gradient is the same kernel run on the zero-bordered output gradient with the kernel
 // flipped and transposed (stride 1); the weight gradient has its own tile (see dw_run).
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-typedef __m512 vf;
-static inline vf v_load(const float *p) { return _mm512_loadu_ps(p); }
-static inline void v_store(float *p, vf v) { _mm512_storeu_ps(p, v); }
-static inline vf v_set1(float x) { return _mm512_set1_ps(x); }
-static inline vf v_zero(void) { return _mm512_setzero_ps(); }
-static inline vf v_add(vf a, vf b) { return _mm512_add_ps(a, b); }
-static inline vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-static inline vf v_relu(vf a) { return _mm512_max_ps(a, _mm512_setzero_ps()); }
-// d[0..15] += a, in double.
-static inline void v_add_to_double(double *d, vf a) {
-    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(a));
-    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
-    _mm512_storeu_pd(d, _mm512_add_pd(_mm512_loadu_pd(d), lo));
-    _mm512_storeu_pd(d + 8, _mm512_add_pd(_mm512_loadu_pd(d + 8), hi));
-}
-#else
-// Portable fallback: GCC/Clang vector extensions (two AVX2 registers, four NEON ones). These
-// static helpers are always inlined, so GCC's note that 64-byte vector arguments would change
-// the ABI does not concern them.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
-static inline vf v_load(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void v_store(float *p, vf v) { memcpy(p, &v, sizeof v); }
-static inline vf v_set1(float x) { return (vf){0} + x; }
-static inline vf v_zero(void) { return (vf){0}; }
-static inline vf v_add(vf a, vf b) { return a + b; }
-static inline vf v_fma(vf a, vf b, vf c) { return a * b + c; }
-static inline vf v_relu(vf a) { return (vf)((vi)a & (a > (vf){0})); }
-static inline void v_add_to_double(double *d, vf a) {
-    float f[16];
-    memcpy(f, &a, sizeof f);
-    for (int i = 0; i < 16; i++) d[i] += f[i];
-}
-#endif
-#define VL CONV_CPAD
-#define ALWAYS_INLINE inline __attribute__((always_inline))
+_Static_assert(VL == CONV_CPAD, "a channel vector is the channel padding");
 
 // Tile sizes by MV (vectors of output channels): accumulators + MV weights + 1 broadcast
 // stay within 32 vector registers.
@@ -233,18 +192,36 @@ static void fwd_rows(float *out, int ldo, const float *in, int Wp, int Cs, int C
 }
 
 typedef struct nhwc_plan {
-    int Hp, Wp;      // padded input
+    int Hp, Wp;      // padded input (rows and columns enough for Winograd's last tiles too)
     int OCs;         // output channel stride
     int fast_din;    // input gradient by the flipped-kernel convolution
     int q;           // border of the output-gradient buffer (K-1-pad when fast_din, else 0)
     int Gh, Gw;      // output-gradient buffer rows and columns
+    int wino;        // Winograd allowed in some direction: its pack and scratch are there
+    int CV;          // channel stride of the input's transformed tiles, conv_cpad(C)
     size_t nw;       // K*K*C*OCs packed weights
     size_t nflip;    // K*K*OC*Cs flipped weights (fast_din)
+    size_t nu, nuf;  // Winograd weights: 36*C*OCs (forward) and 36*OC*Cs (input gradient)
     size_t pin_n, gb_n; // floats of the padded input and of the gradient buffer, rounded up
     size_t sums_n;   // doubles of the dw and db sums
+    size_t dU_n;     // doubles of the transformed-domain dw sums (36*C*OCs)
+    size_t wa_n, wb_n; // floats of the two Winograd work buffers (V; M or Z)
+    size_t zf_n;     // floats holding the zero-field bytes (Hp*Wp input, OH*OW output)
 } nhwc_plan;
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
+static int max_i(int a, int b) { return a > b ? a : b; }
+
+int conv2d_wino_ok(const conv_geom *g, conv_dir dir) {
+    if (g->K != 3 || g->stride != 1) return 0;
+    return dir != CONV_DIR_DIN || (g->pad <= 2 && g->Cs % VL == 0);
+}
+
+// The Winograd tile size of a direction, 0 for direct.
+static int wino_m(const conv_geom *g, conv_impl impl, conv_dir dir) {
+    return (impl == CONV_WINO2 || impl == CONV_WINO4) && conv2d_wino_ok(g, dir) ? (int)impl : 0;
+}
 
 static nhwc_plan nhwc_plan_of(const conv_geom *g) {
     nhwc_plan p;
@@ -255,26 +232,75 @@ static nhwc_plan nhwc_plan_of(const conv_geom *g) {
     p.q = p.fast_din ? g->K - 1 - g->pad : 0;
     p.Gh = g->OH + 2 * p.q;
     p.Gw = g->OW + 2 * p.q;
+    p.wino = conv2d_wino_ok(g, CONV_DIR_FWD);
+    p.CV = conv_cpad(g->C);
+    p.nu = p.nuf = p.dU_n = p.wa_n = p.wb_n = 0;
+    if (p.wino) {
+        const int wdin = conv2d_wino_ok(g, CONV_DIR_DIN);
+        for (int m = 2; m <= 4; m += 2) {
+            const int a2 = (m + 2) * (m + 2);
+            const int th = wino_tiles(g->OH, m), tw = wino_tiles(g->OW, m);
+            const int ih = wino_tiles(g->H, m), iw = wino_tiles(g->W, m);
+            // Forward and weight-gradient tiles read the padded input up to row th*m + 1; the
+            // weight gradient reads the output gradient's tiles (at the border q) up to
+            // q + th*m - 1, the input gradient its patches up to ih*m + 1.
+            p.Hp = max_i(p.Hp, th * m + 2);
+            p.Wp = max_i(p.Wp, tw * m + 2);
+            p.Gh = max_i(p.Gh, p.q + th * m);
+            p.Gw = max_i(p.Gw, p.q + tw * m);
+            size_t T = (size_t)th * tw;
+            p.wa_n = max_z(p.wa_n, a2 * T * p.CV);
+            p.wb_n = max_z(p.wb_n, a2 * T * p.OCs);
+            if (wdin) {
+                p.Gh = max_i(p.Gh, ih * m + 2);
+                p.Gw = max_i(p.Gw, iw * m + 2);
+                size_t Ti = (size_t)ih * iw;
+                p.wa_n = max_z(p.wa_n, a2 * Ti * p.OCs);
+                p.wb_n = max_z(p.wb_n, a2 * Ti * g->Cs);
+            }
+        }
+        p.nu = (size_t)36 * g->C * p.OCs;
+        p.nuf = wdin ? (size_t)36 * g->OC * g->Cs : 0;
+        p.dU_n = (size_t)36 * g->C * p.OCs;
+        p.wa_n = round16(p.wa_n);
+        p.wb_n = round16(p.wb_n);
+    }
     p.nw = (size_t)g->K * g->K * g->C * p.OCs;
     p.nflip = p.fast_din ? (size_t)g->K * g->K * g->OC * g->Cs : 0;
+    p.zf_n = p.wino ? round16(((size_t)p.Hp * p.Wp + (size_t)g->OH * g->OW + 3) / 4) : 0;
     p.pin_n = round16((size_t)p.Hp * p.Wp * g->Cs);
     p.gb_n = round16((size_t)p.Gh * p.Gw * p.OCs);
     p.sums_n = p.nw + p.OCs;
     return p;
 }
 
+// The pack: w transposed, bias, flipped kernel, then the Winograd weights (forward, input
+// gradient); the scratch: padded input, gradient buffer, dw/db sums (double), transformed dw
+// sums (double), the two Winograd work buffers. Offsets in floats:
+static size_t pack_flip_off(const nhwc_plan *p) { return round16(p->nw + p->OCs); }
+static size_t pack_u_off(const nhwc_plan *p) { return pack_flip_off(p) + round16(p->nflip); }
+static size_t pack_uf_off(const nhwc_plan *p) { return pack_u_off(p) + round16(p->nu); }
+static size_t scr_sums_off(const nhwc_plan *p) { return p->pin_n + p->gb_n; }
+static size_t scr_dU_off(const nhwc_plan *p) { return scr_sums_off(p) + round16(2 * p->sums_n); }
+static size_t scr_wa_off(const nhwc_plan *p) { return scr_dU_off(p) + round16(2 * p->dU_n); }
+static size_t scr_wb_off(const nhwc_plan *p) { return scr_wa_off(p) + p->wa_n; }
+static size_t scr_zf_off(const nhwc_plan *p) { return scr_wb_off(p) + p->wb_n; }
+
 size_t conv2d_nhwc_pack_floats(const conv_geom *g) {
     nhwc_plan p = nhwc_plan_of(g);
-    return round16(p.nw + p.OCs) + round16(p.nflip);
+    return pack_uf_off(&p) + round16(p.nuf);
 }
 
 size_t conv2d_nhwc_scratch_floats(const conv_geom *g) {
     nhwc_plan p = nhwc_plan_of(g);
-    return p.pin_n + p.gb_n + round16(2 * p.sums_n); // the sums are doubles
+    return scr_zf_off(&p) + p.zf_n;
 }
 
+// Zeroes what must start at zero: the buffers' borders and the sums (the work buffers are
+// written before they are read).
 void conv2d_nhwc_scratch_init(float *scratch, const conv_geom *g) {
-    memset(scratch, 0, conv2d_nhwc_scratch_floats(g) * sizeof *scratch);
+    nhwc_plan p = nhwc_plan_of(g);
+    memset(scratch, 0, scr_wa_off(&p) * sizeof *scratch);
 }
 
 size_t conv2d_nhwc_ws_floats(const conv_geom *g, int nthreads) {
@@ -284,17 +310,22 @@ size_t conv2d_nhwc_ws_floats(const conv_geom *g, int nthreads) {
 
 // The pack: w transposed as [(c*K+kh)*K+kw][OCs], then b as [OCs] (zero in the pad columns),
 // then, for the input gradient, the flipped kernel [(oc*K+kh)*K+kw][Cs] holding
-// w[oc][c][K-1-kh][K-1-kw] (zero for c >= C).
+// w[oc][c][K-1-kh][K-1-kw] (zero for c >= C); then the Winograd weights of the directions g
+// runs by Winograd (winograd.h's U for the forward, [xi][c][OCs], and for the input gradient,
+// [xi][oc][Cs]).
 void conv2d_nhwc_pack(float *pack, const float *w, const float *b, const conv_geom *g) {
     const nhwc_plan p = nhwc_plan_of(g);
     const int K = g->K, C = g->C, OC = g->OC, OCs = p.OCs, Cs = g->Cs;
     const size_t rows = (size_t)K * K * C;
-    float *wp = pack, *bp = pack + p.nw, *wf = pack + round16(p.nw + OCs);
+    float *wp = pack, *bp = pack + p.nw, *wf = pack + pack_flip_off(&p);
     memset(wp, 0, (p.nw + OCs) * sizeof *wp);
     for (int oc = 0; oc < OC; oc++)
         for (size_t r = 0; r < rows; r++) wp[r * OCs + oc] = w[(size_t)oc * rows + r];
     if (b) memcpy(bp, b, (size_t)OC * sizeof *bp);
-    if (!p.fast_din) return;
+    const int mf = wino_m(g, g->fwd, CONV_DIR_FWD), md = wino_m(g, g->din, CONV_DIR_DIN);
+    if (mf) wino_weights(pack + pack_u_off(&p), OCs, w, C, OC, mf, 0);
+    if (md) wino_weights(pack + pack_uf_off(&p), Cs, w, C, OC, md, 1);
+    if (!p.fast_din || md) return;
     memset(wf, 0, p.nflip * sizeof *wf);
     for (int oc = 0; oc < OC; oc++)
         for (int c = 0; c < C; c++)
@@ -310,12 +341,61 @@ static void pad_interior(float *dst, const float *src, int H, int W, int Cs, int
         memcpy(dst + ((size_t)(h + pad) * Wp + pad) * Cs, src + h * row, row * sizeof *dst);
 }
 
+// Marks in zf (OH*OW bytes) the outputs of a stride-1 K x K convolution whose receptive field
+// in the padded input pin holds only zeros (channels < C); nz (Hp*Wp bytes) is work space.
+// Returns how many there are.
+static int zero_fields(unsigned char *zf, unsigned char *nz, const float *pin, const nhwc_plan *p,
+                       const conv_geom *g) {
+    const int C = g->C, Cs = g->Cs, K = g->K, Wp = p->Wp, OW = g->OW;
+    const size_t n_in = (size_t)p->Hp * Wp;
+    for (size_t i = 0; i < n_in; i++) {
+        const float *x = pin + i * Cs;
+        int any = 0;
+        for (int c0 = 0; c0 < C; c0 += VL)
+            any |= v_any_nonzero(C - c0 < VL ? v_load_n(x + c0, C - c0) : v_load(x + c0));
+        nz[i] = (unsigned char)any;
+    }
+    // Along rows, in place (each position looks right only), then down the columns.
+    for (int h = 0; h < p->Hp; h++) {
+        unsigned char *r = nz + (size_t)h * Wp;
+        for (int ow = 0; ow < OW; ow++) {
+            unsigned char v = r[ow];
+            for (int kw = 1; kw < K; kw++) v |= r[ow + kw];
+            r[ow] = v;
+        }
+    }
+    int n = 0;
+    for (int oh = 0; oh < g->OH; oh++)
+        for (int ow = 0; ow < OW; ow++) {
+            unsigned char v = 0;
+            for (int kh = 0; kh < K; kh++) v |= nz[(size_t)(oh + kh) * Wp + ow];
+            zf[oh * OW + ow] = !v;
+            n += !v;
+        }
+    return n;
+}
+
 void conv2d_nhwc_forward_one(float *out, const float *in, const float *pack, const conv_geom *g,
                              int relu, float *scratch) {
     const nhwc_plan p = nhwc_plan_of(g);
     pad_interior(scratch, in, g->H, g->W, g->Cs, p.Wp, g->pad);
-    fwd_rows(out, p.OCs, scratch, p.Wp, g->Cs, g->C, g->K, g->stride, g->OH, g->OW, pack,
-             p.OCs, pack + p.nw, relu);
+    const int m = wino_m(g, g->fwd, CONV_DIR_FWD);
+    if (!m) {
+        fwd_rows(out, p.OCs, scratch, p.Wp, g->Cs, g->C, g->K, g->stride, g->OH, g->OW, pack,
+                 p.OCs, pack + p.nw, relu);
+        return;
+    }
+    const int th = wino_tiles(g->OH, m), tw = wino_tiles(g->OW, m), nv = p.OCs / VL;
+    float *V = scratch + scr_wa_off(&p), *M = scratch + scr_wb_off(&p);
+    wino_input(V, p.CV, scratch, p.Wp * g->Cs, g->Cs, g->C, m, th, tw);
+    wino_gemm(M, p.OCs, nv, V, p.CV, g->C, pack + pack_u_off(&p), p.OCs, th * tw, m);
+    // Outputs that see only zeros (an image's blank background, and what a relu made of it
+    // after zero biases) are exactly the bias direct, and a relu or max pool after them sees
+    // exact ties there; Winograd would leave noise of the size of its rounding instead.
+    unsigned char *zf = (unsigned char *)(scratch + scr_zf_off(&p)), *nz = zf + g->OH * g->OW;
+    const int exact = zero_fields(zf, nz, scratch, &p, g);
+    wino_output(out, p.OCs, nv, M, p.OCs, pack + p.nw, relu, exact ? zf : NULL, m, th, tw,
+                g->OH, g->OW);
 }
 
 void conv2d_nhwc_forward(float *out, const float *in, const float *w, const float *b, int B,
@@ -336,14 +416,15 @@ void conv2d_nhwc_forward(float *out, const float *in, const float *w, const floa
 }
 
 // Input gradient by scattering each output's gradient through the kernel; any stride and
-// padding. din (H,W,Cs) is overwritten; gr is (OH,OW,OCs) and wp the forward packing.
-static void din_scatter(float *din, const float *gr, const float *wp, const conv_geom *g,
-                        int OCs) {
+// padding. din (H,W,Cs) is overwritten; gr is (OH,OW,OCs) with rows grow floats apart, and wp
+// the forward packing.
+static void din_scatter(float *din, const float *gr, int grow, const float *wp,
+                        const conv_geom *g, int OCs) {
     const int K = g->K, C = g->C, Cs = g->Cs;
     memset(din, 0, (size_t)g->H * g->W * Cs * sizeof *din);
     for (int oh = 0; oh < g->OH; oh++)
         for (int ow = 0; ow < g->OW; ow++) {
-            const float *gv = gr + ((size_t)oh * g->OW + ow) * OCs;
+            const float *gv = gr + (size_t)oh * grow + (size_t)ow * OCs;
             for (int kh = 0; kh < K; kh++) {
                 const int ih = oh * g->stride - g->pad + kh;
                 if (ih < 0 || ih >= g->H) continue;
@@ -393,7 +474,7 @@ void conv2d_nhwc_backward_one(float *din, const float *dout, const float *relu_o
     const nhwc_plan p = nhwc_plan_of(g);
     const int OCs = p.OCs, row = g->OW * OCs, grow = p.Gw * OCs;
     float *pin = scratch, *gb = scratch + p.pin_n;
-    double *dwt = (double *)(gb + p.gb_n), *dbt = dwt + p.nw;
+    double *dwt = (double *)(scratch + scr_sums_off(&p)), *dbt = dwt + p.nw;
     float *gi = gb + (size_t)p.q * grow + (size_t)p.q * OCs; // the buffer's interior (0,0)
     // The output gradient, masked by the fused relu, into the bordered buffer; and db.
     for (int oh = 0; oh < g->OH; oh++) {
@@ -414,21 +495,44 @@ void conv2d_nhwc_backward_one(float *din, const float *dout, const float *relu_o
         v_add_to_double(dbt + v, acc);
     }
     pad_interior(pin, in, g->H, g->W, g->Cs, p.Wp, g->pad);
-    dw_sample(dwt, pin, gi, grow, p.Wp, g, OCs);
+    float *V = scratch + scr_wa_off(&p), *MZ = scratch + scr_wb_off(&p);
+    const int mw = wino_m(g, g->dw, CONV_DIR_DW);
+    if (mw) {
+        // dU[xi] += V[xi]^T Z[xi]: the input's tiles against the output gradient's.
+        const int th = wino_tiles(g->OH, mw), tw = wino_tiles(g->OW, mw);
+        wino_input(V, p.CV, pin, p.Wp * g->Cs, g->Cs, g->C, mw, th, tw);
+        wino_grad_tiles(MZ, OCs, gi, grow, OCs, g->OC, mw, th, tw);
+        wino_dw_accum((double *)(scratch + scr_dU_off(&p)), OCs, V, p.CV, g->C, MZ, OCs,
+                      OCs / VL, th * tw, mw);
+    } else {
+        dw_sample(dwt, pin, gi, grow, p.Wp, g, OCs);
+    }
     if (!din) return;
-    if (p.fast_din)
-        fwd_rows(din, g->Cs, gb, p.Gw, OCs, g->OC, g->K, 1, g->H, g->W,
-                 pack + round16(p.nw + OCs), g->Cs, NULL, 0);
-    else
-        din_scatter(din, gi, pack, g, OCs);
+    const int md = wino_m(g, g->din, CONV_DIR_DIN);
+    if (md) {
+        // The forward's three stages on the bordered output gradient, flipped weights.
+        const int th = wino_tiles(g->H, md), tw = wino_tiles(g->W, md), nv = g->Cs / VL;
+        wino_input(V, OCs, gb, grow, OCs, g->OC, md, th, tw);
+        wino_gemm(MZ, g->Cs, nv, V, OCs, g->OC, pack + pack_uf_off(&p), g->Cs, th * tw, md);
+        wino_output(din, g->Cs, nv, MZ, g->Cs, NULL, 0, NULL, md, th, tw, g->H, g->W);
+    } else if (p.fast_din) {
+        fwd_rows(din, g->Cs, gb, p.Gw, OCs, g->OC, g->K, 1, g->H, g->W, pack + pack_flip_off(&p),
+                 g->Cs, NULL, 0);
+    } else {
+        din_scatter(din, gi, grow, pack, g, OCs);
+    }
 }
 
 void conv2d_nhwc_scratch_reduce(float *dw, float *db, const float *scratch, size_t stride,
                                 int n, const conv_geom *g) {
     const nhwc_plan p = nhwc_plan_of(g);
     const int K = g->K, C = g->C, OC = g->OC, OCs = p.OCs;
-#define SUMS(t) ((const double *)(scratch + (size_t)(t) * stride + p.pin_n + p.gb_n))
-    for (int r = 0; r < K * K * C; r++) {
+    const int mw = wino_m(g, g->dw, CONV_DIR_DW);
+#define SUMS(t) ((const double *)(scratch + (size_t)(t) * stride + scr_sums_off(&p)))
+    if (mw)
+        wino_dw_finish(dw, (const double *)(scratch + scr_dU_off(&p)), stride / 2, n, OCs, C, OC,
+                       mw);
+    for (int r = 0; r < K * K * C && !mw; r++) {
         const int tap = r / C, c = r % C;
         for (int oc = 0; oc < OC; oc++) {
             double acc = 0.0;

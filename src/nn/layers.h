@@ -56,12 +56,27 @@ void softmax_xent_backward(float *dlogits, const float *probs, const uint8_t *la
 #define CONV_CPAD 16
 static inline int conv_cpad(int c) { return (c + CONV_CPAD - 1) / CONV_CPAD * CONV_CPAD; }
 
+// How one direction of a convolution is computed: direct (any shape), or Winograd
+// F(m x m, 3x3) with m = 2 or 4 (winograd.h), for the shapes conv2d_wino_ok allows. A
+// direction given Winograd where it is not allowed runs direct.
+typedef enum conv_impl { CONV_DIRECT = 0, CONV_WINO2 = 2, CONV_WINO4 = 4 } conv_impl;
+
 typedef struct conv_geom {
     int C, Cs, H, W;           // input channels, their stride, height, width
     int OC, K, stride, pad, OH, OW;
+    conv_impl fwd, din, dw;    // forward, input gradient, weight gradient (default direct)
 } conv_geom;
 
-// Floats of scratch memory conv2d_nhwc_forward/backward need for `nthreads` threads.
+// The directions of a convolution, for conv2d_wino_ok.
+typedef enum conv_dir { CONV_DIR_FWD, CONV_DIR_DIN, CONV_DIR_DW } conv_dir;
+
+// Whether direction dir of g may run Winograd: 3x3, stride 1; the input gradient also needs
+// pad <= 2 and a channel stride Cs that is a multiple of 16 (it is written whole vectors).
+int conv2d_wino_ok(const conv_geom *g, conv_dir dir);
+
+// Floats of scratch memory conv2d_nhwc_forward/backward need for `nthreads` threads. The
+// sizes below hold for every choice of g's fwd, din and dw: the algorithm of a direction may
+// change between calls on the same workspace.
 size_t conv2d_nhwc_ws_floats(const conv_geom *g, int nthreads);
 
 // in is (B,H,W,Cs), its pad channels ignored; w (OC,C,K,K), b (OC) or NULL; out is

@@ -54,16 +54,23 @@ static const layer_spec cnn2_layers[] = {
     DENSE2(10), SOFTMAX,
 };
 
+const char *const conv_algo_names[] = {
+    [CONV_ALGO_DIRECT] = "direct", [CONV_ALGO_AUTO] = "auto", [CONV_ALGO_WINOGRAD] = "winograd",
+    [CONV_ALGO_WINOGRAD2] = "winograd2", NULL,
+};
+
 // Also the defaults of a config file's [net] section. Adam's betas are set here too so that
 // `optimizer = adam` alone gets the usual ones.
 static const train_setup cnn3_setup = {
     .optim = OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .nesterov = 1, .decay = 1e-6f,
     .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .batch = 1000, .epochs = 10, .val_split = 0.2f,
+    .conv_algo = MODEL_DEFAULT_CONV_ALGO,
 };
 // DESIGN.md gives no epoch count for this net; 10 matches the other one.
 static const train_setup cnn2_setup = {
     .optim = OPTIM_ADAM, .lr = 5e-4f, .momentum = 0, .nesterov = 0, .decay = 0,
     .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .batch = 50, .epochs = 10, .val_split = 0.2f,
+    .conv_algo = MODEL_DEFAULT_CONV_ALGO,
 };
 
 typedef struct preset {

@@ -29,6 +29,21 @@ typedef enum init_kind {
 
 typedef enum optim_kind { OPTIM_SGD, OPTIM_ADAM } optim_kind;
 
+// How the CPU path computes its 3x3 stride-1 convolutions (conv_algo.h): direct; Winograd
+// F(4x4,3x3) or F(2x2,3x3) in every direction it can; or per layer and direction whichever
+// of direct and F(4x4,3x3) a timing at device open finds faster. Other convolutions, and the
+// OpenCL device, always run direct.
+typedef enum conv_algo {
+    CONV_ALGO_DIRECT,
+    CONV_ALGO_AUTO,
+    CONV_ALGO_WINOGRAD,
+    CONV_ALGO_WINOGRAD2,
+} conv_algo;
+// Their names as --conv-algo and the config's conv_algo key take them, NULL-terminated.
+extern const char *const conv_algo_names[];
+// The default of the presets and of a config's [net] section.
+#define MODEL_DEFAULT_CONV_ALGO CONV_ALGO_AUTO
+
 #define LAYER_NO_PARAM ((size_t)-1)
 
 typedef struct layer {
@@ -68,6 +83,7 @@ typedef struct train_setup {
     int batch;
     int epochs;
     float val_split;
+    conv_algo conv_algo;
 } train_setup;
 
 typedef struct model {

@@ -9,6 +9,7 @@
 #include "net.h"
 
 #include "ht_omp.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,7 +111,8 @@ static size_t in_floats(const model *m, int l, fmt f) {
 
 static conv_geom geom_of(const layer *L, const net_lplan *p) {
     return (conv_geom){.C = L->c, .Cs = p->in_cs, .H = L->h, .W = L->w, .OC = L->oc,
-                       .K = L->k, .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow};
+                       .K = L->k, .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow,
+                       .fwd = p->algo.fwd, .din = p->algo.din, .dw = p->algo.dw};
 }
 
 // Each buffer starts on a 64-byte boundary.
@@ -205,6 +207,11 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
         return ht_wrap(e, "network workspace for a micro-batch of %d", max_batch);
     }
     ws_sizes s = ws_measure(m, max_batch, ws->nthreads, ws->plan);
+    for (int l = 0; l < m->n_layers; l++) {
+        if (m->layers[l].kind != LAYER_CONV2D) continue;
+        conv_geom g = geom_of(&m->layers[l], &ws->plan[l]);
+        ws->plan[l].algo = conv_choose(&g, m->setup.conv_algo, l > 0, ws->nthreads);
+    }
     float *p = ws->owned;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
@@ -244,6 +251,38 @@ void net_ws_free(net_ws *ws) {
     free(ws->plan);
     free(ws->tprof);
     memset(ws, 0, sizeof *ws);
+}
+
+void net_conv_decide(const model *m, int nthreads) {
+    if (m->setup.conv_algo != CONV_ALGO_AUTO) return;
+    net_lplan *plan = calloc((size_t)m->n_layers, sizeof *plan);
+    if (!plan) return; // the devices decide as they open
+    ws_measure(m, 1, nthreads, plan);
+    for (int l = 0; l < m->n_layers; l++) {
+        if (m->layers[l].kind != LAYER_CONV2D) continue;
+        conv_geom g = geom_of(&m->layers[l], &plan[l]);
+        conv_choose(&g, CONV_ALGO_AUTO, l > 0, nthreads);
+    }
+    free(plan);
+}
+
+void net_conv_describe(const net_ws *ws, const model *m, char *buf, size_t len) {
+    size_t k = 0;
+    int timed = 0;
+    buf[0] = 0;
+    for (int l = 0; l < m->n_layers; l++) timed |= ws->plan[l].algo.t[0][0] > 0;
+    for (int l = 0; l < m->n_layers && k < len; l++) {
+        const layer *L = &m->layers[l];
+        if (L->kind != LAYER_CONV2D) continue;
+        if (!k)
+            k = (size_t)snprintf(buf, len, "conv algorithms (%s%s): ",
+                                 conv_algo_names[m->setup.conv_algo],
+                                 timed ? "; us a sample direct/winograd" : "");
+        else
+            k += (size_t)snprintf(buf + k, len - k, "; ");
+        if (k < len) conv_choice_describe(&ws->plan[l].algo, L->name, buf + k, len - k);
+        k += strlen(buf + k);
+    }
 }
 
 int net_argmax(const float *v, int n) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "conv_algo.h"
 #include "model.h"
 
 // How layer l's input and output are laid out (see net.c): spatial tensors are kept
@@ -21,6 +22,7 @@ typedef struct net_lplan {
     int skip;             // relu applied by the conv before it
     size_t pack_off;      // conv in the trunk: its packed weights in ws->pack
     size_t scr_off;       // conv in the trunk: its scratch in each thread's slice of ws->tscr
+    conv_choice algo;     // conv: the algorithm of each direction (m->setup.conv_algo)
 } net_lplan;
 
 typedef struct net_ws {
@@ -56,6 +58,8 @@ typedef struct net_dropout {
     const uint32_t *ids; // (B) global sample ids
 } net_dropout;
 
+// Also chooses each convolution's algorithms for m->setup.conv_algo (conv_algo.h; under
+// CONV_ALGO_AUTO the first workspace of a process for a shape times it).
 int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_error *e);
 void net_ws_free(net_ws *ws);
 
@@ -77,6 +81,15 @@ void net_backward(net_ws *ws, const model *m, const float *params, float *grads,
 void net_backward_to(net_ws *ws, const model *m, const float *params, float *grads,
                      const float *x, const uint8_t *y, int B, const net_dropout *drop,
                      int overwrite);
+
+// Makes conv_algo.h's decisions for every convolution of m as net_ws_init would, with nthreads
+// threads timing (under CONV_ALGO_AUTO; nothing to do otherwise), without a workspace: so
+// that a job can decide once and hand its decisions (conv_choices_text) to other processes.
+void net_conv_decide(const model *m, int nthreads);
+
+// The convolutions' algorithms on one line for the run log ("conv algorithms (auto; ...):
+// conv1 direct (...); conv2 winograd F(4x4,3x3) (...)"); "" for a model without any.
+void net_conv_describe(const net_ws *ws, const model *m, char *buf, size_t len);
 
 // Index of the largest of n values (first on ties).
 int net_argmax(const float *v, int n);

@@ -2,11 +2,15 @@
 // [2,1,3,3], conv1.bias [2], fc1.weight [3,8], fc1.bias [3]. The input is the file. A failed
 // read must leave the parameters and the checkpoint untouched; whatever reads must write back
 // (checkpoint_write, the caller's metadata and blobs as read) and read again bit for bit.
+// Every metadata value also goes through the reader of the convolution decisions a
+// checkpoint keeps (conv_choices_restore): refused, or taken and written back as text that is
+// taken again.
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint.h"
+#include "conv_algo.h"
 #include "fuzz_model.h"
 #include "fuzz_util.h"
 
@@ -71,6 +75,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     round_trip(&c);
+    for (int i = 0; i < c.n_meta; i++)
+        if (conv_choices_restore(c.meta_kv[2 * i + 1]) == 0) {
+            char text[CONV_CHOICES_TEXT];
+            conv_choices_text(text, sizeof text);
+            if (conv_choices_restore(text) != 0) abort();
+        }
     checkpoint_free(&c);
     return 0;
 }
