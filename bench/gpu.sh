@@ -14,7 +14,9 @@
 # --limit N     train on the first N Fashion-MNIST images only, as a Kaggle CSV (so no test
 #               set is evaluated; needs python3) [all 60,000 and the 10,000 test images]
 # --step-timeout SEC  each step is stopped after SEC seconds and marked "timeout" [900]
-# --out FILE    where the table goes as well [results/gpu-<hostname>.txt]
+# --out FILE    where the table goes as well, followed by the steps' details (parity lines,
+#               run logs, tune's output, the profile's table) [results/gpu-<hostname>.txt];
+#               the profile's CSV goes beside it as FILE without .txt + .profile.csv
 #
 # The ICD: if no file in /etc/OpenCL/vendors names an NVIDIA library, the script looks for
 # libnvidia-opencl.so* (ldconfig's cache, /usr/lib/x86_64-linux-gnu, /usr/lib64, /usr/lib,
@@ -240,11 +242,15 @@ else
 fi
 
 # 7. The profile, when the binary has it.
-if "$HT" train --help 2>/dev/null | grep -q -- '--profile'; then
+if [[ $("$HT" train --help 2>/dev/null) == *--profile* ]]; then # (no pipe: grep -q + pipefail)
   train profile "$GPU" --profile
-  row profile "$(status_of profile)" "$SPS"
-  [[ -s $WORK/profile.profile.csv ]] && { echo; echo "== profile ($GPU, $WORK/profile.profile.csv)"
-    cat "$WORK/profile.profile.csv"; } >> "$WORK/details.txt"
+  prof_csv=
+  if [[ -s $WORK/profile.profile.csv && -n $OUT ]] && mkdir -p "$(dirname "$OUT")" &&
+     cp "$WORK/profile.profile.csv" "${OUT%.txt}.profile.csv"; then
+    prof_csv=${OUT%.txt}.profile.csv
+  fi
+  row profile "$(status_of profile)${prof_csv:+; $prof_csv}" "$SPS"
+  { echo; echo "== hetrain train --devices $GPU --profile"; cat "$WORK/profile.out"; } >> "$WORK/details.txt"
 else
   row profile "skipped: this hetrain's train has no --profile"
 fi
