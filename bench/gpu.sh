@@ -40,7 +40,7 @@ while (($#)); do
     --limit) LIMIT=$2; shift 2 ;;
     --step-timeout) STEP_TIMEOUT=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     *) echo "bench/gpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -25,12 +25,14 @@
 # figure as GNU time's %M); a process whose resident set passes --mem-cap (default 8192 MiB;
 # the machine is shared) or runs past --timeout (default 900 s) is killed, its point recorded
 # as over-cap / timeout, and the larger batches of that line are skipped.
-# The default sweep (96 runs) takes about 20 minutes on 2 idle cores.
+# The default sweep (96 runs) took 26 minutes on a 2-core machine other jobs were using too;
+# PyTorch's runs and the 112x112 points are most of it.
 #
 # CSV columns: framework,net,input,threads,batch,samples_per_s,peak_mib, then samples (images
 # per epoch), data_mib (that training set as float32), rounds, status (ok, over-cap, timeout,
-# exit-N, signal-N, skipped; ok-K-of-N when only K rounds finished). The PNG has one row per net and input size: samples/s against
-# batch, and peak MiB against batch (log2 axes), a line per framework x threads.
+# exit-N, signal-N, skipped; ok-K-of-N when only K rounds finished). The PNG has one row per
+# net and input size: samples/s against batch, and peak MiB against batch (batch and MiB on
+# log2 axes), a line per framework x threads; a cross marks a killed process.
 # HT=path/to/hetrain and PYTHON=path/to/python3-with-torch override the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +55,7 @@ while (($#)); do
     --out) OUT=$2; shift 2 ;;
     --png) PNG=$2; shift 2 ;;
     --plot-only) PLOT_ONLY=$2; shift 2 ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     *) die "unknown option $1" ;;
   esac
 done
@@ -92,14 +94,17 @@ plot() {
       if (!(key in seen)) { seen[key] = 1; print key > (w "/keys") }
       if ($col["status"] ~ /^ok/) print $col["batch"], $col["samples_per_s"], $col["peak_mib"] > (s ".dat")
       else if ($col["peak_mib"] != "") print $col["batch"], $col["peak_mib"] > (s ".cap")
-      print $col["batch"], $col["data_mib"] > (w "/data-" key ".dat") }' "$csv"
+      if (!((key, $col["batch"]) in dseen)) {
+        dseen[key, $col["batch"]] = 1; print $col["batch"], $col["data_mib"] > (w "/data-" key ".dat") } }' "$csv"
   [[ -s $p/keys ]] || { echo "bench/scaling.sh: $csv has no rows to plot" >&2; return 1; }
   local rows; rows=$(wc -l < "$p/keys")
   {
     echo "set terminal pngcairo noenhanced size 1400,$((420 * rows + 60)) font ',10'"
     echo "set output '$png.tmp'"
     echo "set datafile separator whitespace"
-    echo "set multiplot layout $rows,2 title 'hetrain vs PyTorch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?') on $(nproc) cores: $(basename "$csv")'"
+    local rounds; rounds=$(awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == "rounds") c = i; next}
+      c && !seen[$c]++ {r = r (r == "" ? "" : "/") $c} END {print r == "" ? "?" : r}' "$csv")
+    echo "set multiplot layout $rows,2 title 'hetrain vs PyTorch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?') on $(nproc) cores: $(basename "$csv"), median of $rounds round(s) per point'"
     echo "set logscale x 2; set grid; set key below horizontal maxcols 4 samplen 3; set xlabel 'batch'"
     echo "set style line 1 lc rgb '#1f77b4' lw 2 pt 7 dt 1"
     echo "set style line 2 lc rgb '#1f77b4' lw 2 pt 6 dt 2"
