@@ -160,6 +160,8 @@ elif ((ALLOW_CPU)); then
   [[ -n $GPU ]] || { row devices "no OpenCL device at all"; NOTES+=("--allow-cpu: no OpenCL device to run on"); finish 1; }
   TARGET_NAME="$GPU, $(name_of "$GPU") ($(awk -v s="$GPU" '$1 == s {print $2}' "$WORK/devices.out"))"
   row devices "no NVIDIA GPU; --allow-cpu: $TARGET_NAME"
+  [[ $(awk -v s="$GPU" '$1 == s {print $2}' "$WORK/devices.out") == cpu ]] &&
+    NOTES+=("$GPU is a CPU device on the same cores as the native worker: its samples/s and the ratio say nothing about a GPU")
 else
   row devices "no NVIDIA GPU among hetrain's devices"
   NOTES+=("the NVIDIA ICD is there but hetrain devices lists no NVIDIA GPU (driver/ICD mismatch? see $HT devices)")
