@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""PyTorch side of bench/cpu_vs_torch.sh: trains a reference network on the CPU and prints
-samples/s per epoch, measuring only the training loop (data already in memory as tensors).
+"""PyTorch side of bench/cpu_vs_torch.sh and bench/scaling.sh: trains a reference network on the
+CPU and prints samples/s per epoch, measuring only the training loop (data already in memory as
+tensors).
 
 The layers are tools/torch_interop.py's (same names and shapes as hetrain's presets), with
 dropout added as hetrain trains them; float32, NCHW, model.train(), F.dropout, hetrain's
 initialisers and the optimizer of the net's reference setup (cnn3: SGD lr 0.05, momentum 0.9,
-Nesterov; cnn2: Adam lr 5e-4). The first --samples Fashion-MNIST training images, in order,
-no shuffling, no validation.
+Nesterov; cnn2: Adam lr 5e-4). The first --samples training images of --data (an IDX folder,
+raw or .gz files; Fashion-MNIST by default), in order, no shuffling, no validation.
+--input S gives the network SxS input with the same layers (fc1 takes the larger flattened
+map, as bench/models/*-S.cfg do for hetrain); the data's images must be SxS.
 
-usage: torch_step_bench.py [--net cnn3|cnn2] [--samples N] [--epochs E] [--batch B]
-                           [--threads T] [--data DIR]
+usage: torch_step_bench.py [--net cnn3|cnn2] [--input S] [--samples N] [--epochs E]
+                           [--batch B] [--threads T] [--data DIR]
 Prints one line per epoch ("epoch E samples_per_s X time_s T loss L") and a header line with
 the versions and whether oneDNN (mkldnn) is available.
 """
@@ -71,12 +74,31 @@ NETS = {
 }
 
 
-def load(data, n):
-    with gzip.open(os.path.join(data, "train-images-idx3-ubyte.gz")) as f:
+def with_input(build, size):
+    """The net built for SxS input: only fc1's input features change (two 2x2 pools: S/4)."""
+    def make():
+        m = build()
+        if size != 28:
+            fc1 = m["fc1"]
+            m["fc1"] = nn.Linear(fc1.in_features // 49 * (size // 4) ** 2, fc1.out_features)
+        return m
+    return make
+
+
+def open_idx(data, name):
+    """data/name, else data/name.gz (as hetrain's --data looks them up)."""
+    path = os.path.join(data, name)
+    return open(path, "rb") if os.path.exists(path) else gzip.open(path + ".gz")
+
+
+def load(data, n, size):
+    with open_idx(data, "train-images-idx3-ubyte") as f:
         _, total, rows, cols = struct.unpack(">IIII", f.read(16))
+        if (rows, cols) != (size, size):
+            sys.exit(f"torch_step_bench.py: {data} has {rows}x{cols} images, --input is {size}")
         n = min(n, total)
         x = np.frombuffer(f.read(n * rows * cols), dtype=np.uint8).reshape(n, 1, rows, cols)
-    with gzip.open(os.path.join(data, "train-labels-idx1-ubyte.gz")) as f:
+    with open_idx(data, "train-labels-idx1-ubyte") as f:
         f.read(8)
         y = np.frombuffer(f.read(n), dtype=np.uint8)
     return (torch.from_numpy(x.astype(np.float32) / 255.0).contiguous(),
@@ -86,6 +108,7 @@ def load(data, n):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--net", choices=NETS, default="cnn3")
+    ap.add_argument("--input", type=int, default=28, help="image side S (a multiple of 4)")
     ap.add_argument("--samples", type=int, default=12000)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch", type=int)
@@ -97,14 +120,16 @@ def main():
     torch.manual_seed(a.seed)
     build, init, forward, batch, make_opt = NETS[a.net]
     batch = a.batch or batch
-    x, y = load(a.data, a.samples)
-    m = build()
+    if a.input < 4 or a.input % 4:
+        sys.exit(f"torch_step_bench.py: --input expects a multiple of 4, found {a.input}")
+    x, y = load(a.data, a.samples, a.input)
+    m = with_input(build, a.input)()
     with torch.no_grad():
         init(m)
     m.train()
     opt = make_opt(m.parameters())
     print(f"torch {torch.__version__}, mkldnn available {torch.backends.mkldnn.is_available()}, "
-          f"threads {torch.get_num_threads()}, net {a.net}, batch {batch}, "
+          f"threads {torch.get_num_threads()}, net {a.net}, input {a.input}x{a.input}, batch {batch}, "
           f"samples {len(x)}", flush=True)
     n = len(x)
     for epoch in range(a.epochs):
