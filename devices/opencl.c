@@ -31,6 +31,8 @@ typedef struct ocl_ctx {
     cl_mem *act, *argmax;                               // per layer; relu/dropout alias
     cl_mem g0, g1, scratch;
     float *probs_host;                                  // (max_batch, n_classes)
+    ocl_tuning tuning;                                  // from the cache; empty when untuned
+    int tuned;
 } ocl_ctx;
 
 // Device bytes for a micro-batch of B samples (staging for max_batch excluded).
@@ -205,34 +207,41 @@ static void ocl_close(void *vctx) {
     ocl_ops_free(&c->ops);
     if (c->q) clReleaseCommandQueue(c->q);
     free(c->probs_host);
+    ocl_tuning_free(&c->tuning);
     free(c);
 }
 
 static int ocl_set_params(void *vctx, const float *params, ht_error *e) {
     ocl_ctx *c = vctx;
+    double t0 = ocl_prof_start(&c->ops);
     cl_int err = clEnqueueWriteBuffer(c->q, c->params, CL_TRUE, 0,
                                       sizeof(float) * c->m->n_params, params, 0, NULL, NULL);
     if (err != CL_SUCCESS) return ocl_fail(e, "clEnqueueWriteBuffer(weights)", err, c->ops.label);
+    ocl_prof_stop(&c->ops, "write weights (blocking)", t0);
     return 0;
 }
 
 static int write_buf(ocl_ctx *c, cl_mem buf, size_t bytes, const void *src, const char *what,
                      ht_error *e) {
     if (bytes == 0) return 0;
+    double t0 = ocl_prof_start(&c->ops);
     cl_int err = clEnqueueWriteBuffer(c->q, buf, CL_FALSE, 0, bytes, src, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         char call[96];
         snprintf(call, sizeof call, "clEnqueueWriteBuffer(%s)", what);
         return ocl_fail(e, call, err, c->ops.label);
     }
+    ocl_prof_stop(&c->ops, "write", t0);
     return 0;
 }
 
 static int copy_buf(ocl_ctx *c, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off,
                     size_t bytes, ht_error *e) {
     if (bytes == 0) return 0;
+    double t0 = ocl_prof_start(&c->ops);
     cl_int err = clEnqueueCopyBuffer(c->q, src, dst, src_off, dst_off, bytes, 0, NULL, NULL);
     if (err != CL_SUCCESS) return ocl_fail(e, "clEnqueueCopyBuffer", err, c->ops.label);
+    ocl_prof_stop(&c->ops, "copy", t0);
     return 0;
 }
 
@@ -326,12 +335,14 @@ static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
 }
 
 static int read_back(ocl_ctx *c, cl_mem buf, size_t bytes, void *dst, const char *what, ht_error *e) {
+    double t0 = ocl_prof_start(&c->ops);
     cl_int err = clEnqueueReadBuffer(c->q, buf, CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         char call[96];
         snprintf(call, sizeof call, "clEnqueueReadBuffer(%s)", what);
         return ocl_fail(e, call, err, c->ops.label);
     }
+    ocl_prof_stop(&c->ops, "read (blocking)", t0);
     return 0;
 }
 
@@ -447,6 +458,16 @@ static const device_ops opencl_ops = {
     .close = ocl_close,
 };
 
+struct ocl_ops *opencl_device_ops(device *d) {
+    return d && d->ops == &opencl_ops ? &((ocl_ctx *)d->ctx)->ops : NULL;
+}
+
+const struct ocl_tuning *opencl_device_tuning(const device *d) {
+    if (!d || d->ops != &opencl_ops) return NULL;
+    const ocl_ctx *c = d->ctx;
+    return c->tuned ? &c->tuning : NULL;
+}
+
 int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int max_batch,
                        uint64_t mem_limit, ht_error *e) {
     memset(d, 0, sizeof *d);
@@ -474,6 +495,14 @@ int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int 
         free(c);
         return -1;
     }
+    // The tuning `hetrain tune` left for this device, driver and CLBlast; one that cannot be
+    // used is left alone with a warning (the device runs as untuned).
+    char why[400];
+    int rc = ocl_tuning_load(&c->tuning, info, why, sizeof why);
+    if (rc < 0)
+        snprintf(d->warning, sizeof d->warning, "%s: tuning cache ignored: %s", info->spec, why);
+    c->tuned = rc > 0;
+    if (c->tuned) ocl_ops_tune(&c->ops, &c->tuning);
     c->micro = choose_micro(m, info, c->max_batch, mem_limit);
     if (c->micro < 1) {
         ht_fail(e, "%s: not even one sample of %s fits in %llu MiB (device memory %llu MiB, "
@@ -493,8 +522,13 @@ int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int 
     d->micro = c->micro;
     d->capacity = 1.0;
     snprintf(d->spec, sizeof d->spec, "%s", info->spec);
-    snprintf(d->name, sizeof d->name, "OpenCL %s %s (%s), %u CU, %llu MiB%s", info->type,
+    char tuned[64] = "";
+    if (c->tuned)
+        snprintf(tuned, sizeof tuned, ", tuned (%d GEMM shapes, %d work-group sizes)",
+                 c->tuning.n_gemm, c->tuning.n_wg);
+    snprintf(d->name, sizeof d->name, "OpenCL %s %s (%s), %u CU, %llu MiB%s%s", info->type,
              info->name, info->platform_name, info->compute_units,
-             (unsigned long long)(info->global_mem >> 20), from_cache ? ", kernels from cache" : "");
+             (unsigned long long)(info->global_mem >> 20), from_cache ? ", kernels from cache" : "",
+             tuned);
     return 0;
 }
