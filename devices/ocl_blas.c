@@ -115,7 +115,8 @@ int ocl_blas_use(cl_device_id dev, const ocl_gemm_cfg *cfg) {
     return 0;
 }
 
-int ocl_blas_defaults(cl_device_id dev, ocl_gemm_cfg *direct, ocl_gemm_cfg *indirect) {
+int ocl_blas_defaults(cl_device_id dev, ocl_gemm_cfg *direct, ocl_gemm_cfg *indirect,
+                      size_t *min_indirect) {
     int st = 0;
     ocl_blas_lock();
     blas_dev *b = find_dev(dev, &st);
@@ -125,6 +126,9 @@ int ocl_blas_defaults(cl_device_id dev, ocl_gemm_cfg *direct, ocl_gemm_cfg *indi
         direct->direct = 1;
         direct->kp = b->own[K_DIRECT];
         indirect->kp = b->own[K_INDIRECT];
+        const ocl_kparams *r = &b->own[K_ROUTINE];
+        for (int p = 0; min_indirect && p < r->n; p++)
+            if (!strcmp(r->name[p], "XGEMM_MIN_INDIRECT_SIZE")) *min_indirect = r->value[p];
     }
     ocl_blas_unlock();
     return st;

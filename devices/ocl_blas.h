@@ -29,9 +29,11 @@ const char *ocl_blas_status_name(int status);
 int ocl_blas_use(cl_device_id dev, const ocl_gemm_cfg *cfg);
 
 // CLBlast's own configurations on dev (as before any override): its XgemmDirect parameters in
-// *direct and its Xgemm parameters in *indirect, each with its routine forced. Takes the lock.
-// Returns 0 or CLBlast's status code.
-int ocl_blas_defaults(cl_device_id dev, ocl_gemm_cfg *direct, ocl_gemm_cfg *indirect);
+// *direct and its Xgemm parameters in *indirect, and in *min_indirect (may be NULL) the size
+// from which it takes Xgemm (m*n*k >= min_indirect^3). Takes the lock. Returns 0 or CLBlast's
+// status code.
+int ocl_blas_defaults(cl_device_id dev, ocl_gemm_cfg *direct, ocl_gemm_cfg *indirect,
+                      size_t *min_indirect);
 
 // Kernel names of the two routines ("XgemmDirect", "Xgemm").
 const char *ocl_blas_kernel(int direct);

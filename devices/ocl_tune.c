@@ -300,8 +300,11 @@ static json_object *tuning_json(const ocl_tuning *t) {
         json_object_object_add(o, "op", jstr(g->op));
         json_object_object_add(o, "routine", jstr(ocl_blas_kernel(g->cfg.direct)));
         json_object_object_add(o, "params", params_json(&g->cfg.kp));
-        json_object_object_add(o, "default_ms", json_object_new_double(g->ms_default));
-        json_object_object_add(o, "tuned_ms", json_object_new_double(g->ms_tuned));
+        char ms[32];
+        snprintf(ms, sizeof ms, "%.3f", g->ms_default);
+        json_object_object_add(o, "default_ms", json_object_new_double_s(g->ms_default, ms));
+        snprintf(ms, sizeof ms, "%.3f", g->ms_tuned);
+        json_object_object_add(o, "tuned_ms", json_object_new_double_s(g->ms_tuned, ms));
         json_object_array_add(gemm, o);
     }
     json_object_object_add(root, "gemm", gemm);
@@ -509,7 +512,7 @@ static int parse_tuning(ocl_tuning *t, const char *text, const ocl_dev_info *dev
         ocl_tuning_put_run(t, model, (int)batch, (int)micro, date);
     }
     ocl_gemm_cfg own_direct, own_indirect;
-    int st = dev ? ocl_blas_defaults(dev->device, &own_direct, &own_indirect) : 0;
+    int st = dev ? ocl_blas_defaults(dev->device, &own_direct, &own_indirect, NULL) : 0;
     if (st != 0) {
         snprintf(why, n, "CLBlast does not tell its parameters (%s)", ocl_blas_status_name(st));
         goto done;
