@@ -17,14 +17,15 @@
 // Global sizes are rounded up to a multiple of this (kernels bounds-check), so any power-of-two
 // work-group size up to it divides them: the driver's choice, or a tuned one.
 #define CLOP_ROUND 256
-// im2col's columns are rounded up to this instead (its second dimension is the channel).
-#define CLOP_IM2COL_ROUND 64
+// The 3-D kernels' first dimension (a row of a plane) is rounded up to this when the driver
+// chooses their work-group.
+#define CLOP_ROUND_3D 8
 // Upper bound on row_sum's work-group (a power of two); lowered to what the kernel allows.
 #define CLOP_ROW_SUM_GROUP 256
 
-_Static_assert(sizeof(((ocl_ops *)0)->k) == 15 * sizeof(cl_kernel) &&
-                   offsetof(ocl_ops, k_softmax_xent_bwd) ==
-                       offsetof(ocl_ops, k) + OCL_K_SOFTMAX_XENT_BWD * sizeof(cl_kernel),
+_Static_assert(offsetof(ocl_ops, k_maxpool_bwd_tiled) ==
+                   offsetof(ocl_ops, k) + OCL_K_MAXPOOL_BWD_TILED * sizeof(cl_kernel) &&
+               OCL_K_MAXPOOL_BWD_TILED == OCL_K_N - 1,
                "ocl_ops: the kernels by name and by id must coincide");
 
 const char *const ocl_kernel_names[OCL_K_N] = {
@@ -43,6 +44,7 @@ const char *const ocl_kernel_names[OCL_K_N] = {
     [OCL_K_DROPOUT] = "dropout",
     [OCL_K_SOFTMAX_XENT_FWD] = "softmax_xent_fwd",
     [OCL_K_SOFTMAX_XENT_BWD] = "softmax_xent_bwd",
+    [OCL_K_MAXPOOL_BWD_TILED] = "maxpool_bwd_tiled",
 };
 
 // ---- profiling ----
@@ -209,8 +211,8 @@ static int launch(ocl_ops *o, ocl_kernel_id id, const karg *args, int nargs, cl_
             return ocl_fail(e, call, err, o->label);
         }
     }
-    size_t tuned[2] = {o->local[id], 1};
-    if (!lsize && tuned[0]) lsize = tuned;
+    size_t tuned[1] = {o->local[id]};
+    if (!lsize && dims == 1 && tuned[0]) lsize = tuned;
     double t0 = ocl_prof_start(o);
     cl_int err = clEnqueueNDRangeKernel(o->q, o->k[id], dims, NULL, gsize, lsize, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
@@ -226,6 +228,15 @@ static int launch_1d(ocl_ops *o, ocl_kernel_id id, const karg *args, int nargs, 
                      ht_error *e) {
     size_t g = round_up(n, CLOP_ROUND);
     return launch(o, id, args, nargs, 1, &g, NULL, e);
+}
+
+// Over (n0, n1, n2): n0 rounded up to the tuned work-group size (else to CLOP_ROUND_3D), the
+// others exact, so a kernel finds its place from its ids alone (kernels/conv.cl).
+static int launch_3d(ocl_ops *o, ocl_kernel_id id, const karg *args, int nargs, size_t n0,
+                     size_t n1, size_t n2, ht_error *e) {
+    size_t l = o->local[id];
+    size_t g[3] = {round_up(n0, l ? l : CLOP_ROUND_3D), n1, n2}, ls[3] = {l, 1, 1};
+    return launch(o, id, args, nargs, 3, g, l ? ls : NULL, e);
 }
 
 #define NARGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -282,8 +293,7 @@ void ocl_ops_tune(ocl_ops *o, const ocl_tuning *t) {
     for (int i = 0; i < OCL_K_N; i++) {
         // row_sum's work-group is its reduction tree (the order of its sums): not tuned.
         unsigned l = i == OCL_K_ROW_SUM ? 0 : ocl_tuning_wg(t, ocl_kernel_names[i]);
-        size_t round = i == OCL_K_IM2COL ? CLOP_IM2COL_ROUND : CLOP_ROUND;
-        o->local[i] = l && l <= o->kmax[i] && round % l == 0 ? l : 0;
+        o->local[i] = l && l <= o->kmax[i] && CLOP_ROUND % l == 0 ? l : 0;
     }
 }
 
@@ -336,27 +346,36 @@ static int im2col(ocl_ops *o, cl_mem col, cl_mem in, int B, int C, int H, int W,
                   int stride, int pad, int OH, int OW, ht_error *e) {
     karg a[] = {KA(col), KA(in), KA(B),      KA(C),   KA(H),  KA(W),
                 KA(K),   KA(stride), KA(pad), KA(OH), KA(OW)};
-    size_t g[2] = {round_up((size_t)B * OH * OW, CLOP_IM2COL_ROUND), (size_t)C};
-    return launch(o, OCL_K_IM2COL, a, NARGS(a), 2, g, NULL, e);
+    return launch_3d(o, OCL_K_IM2COL, a, NARGS(a), (size_t)OW, (size_t)OH, (size_t)B * C, e);
+}
+
+int ocl_conv2d_forward_col(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
+                           size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
+                           int pad, int OH, int OW, cl_mem col, cl_mem tmp, size_t tmp_off,
+                           ht_error *e) {
+    if (B == 0) return 0;
+    if (conv_check(o, "conv2d forward", B, C, H, W, OC, K, stride, pad, OH, OW, b_off, e) ||
+        check_offset(o, "conv2d forward", tmp_off, (size_t)OC * B * OH * OW, e))
+        return -1;
+    const size_t ckk = (size_t)C * K * K, n = (size_t)B * OH * OW;
+    cl_uint toff = (cl_uint)tmp_off, boff = (cl_uint)b_off;
+    int P = OH * OW;
+    if (im2col(o, col, in, B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
+    // tmp (OC, N) = W (OC, CKK) x col (CKK, N)
+    if (ocl_gemm(o, "conv2d forward: W x col", NULL, 'N', 'N', (size_t)OC, n, ckk, params, w_off,
+                 ckk, col, 0, n, 0.0f, tmp, tmp_off, n, e))
+        return -1;
+    karg a[] = {KA(out), KA(tmp), KA(toff), KA(params), KA(boff), KA(B), KA(OC), KA(P)};
+    return launch_3d(o, OCL_K_BIAS_TO_NCHW, a, NARGS(a), (size_t)P, (size_t)OC, (size_t)B, e);
 }
 
 int ocl_conv2d_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
                         size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
                         int pad, int OH, int OW, cl_mem scratch, ht_error *e) {
-    if (B == 0) return 0;
-    if (conv_check(o, "conv2d forward", B, C, H, W, OC, K, stride, pad, OH, OW, b_off, e))
-        return -1;
     // scratch: col (CKK, N) at 0, tmp (OC, N) after it.
-    const size_t ckk = (size_t)C * K * K, n = (size_t)B * OH * OW;
-    cl_uint tmp_off = (cl_uint)(ckk * n), boff = (cl_uint)b_off;
-    int P = OH * OW;
-    if (im2col(o, scratch, in, B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
-    // tmp (OC, N) = W (OC, CKK) x col (CKK, N)
-    if (ocl_gemm(o, "conv2d forward: W x col", NULL, 'N', 'N', (size_t)OC,
-             n, ckk, params, w_off, ckk, scratch, 0, n, 0.0f, scratch, tmp_off, n, e))
-        return -1;
-    karg a[] = {KA(out), KA(scratch), KA(tmp_off), KA(params), KA(boff), KA(B), KA(OC), KA(P)};
-    return launch_1d(o, OCL_K_BIAS_TO_NCHW, a, NARGS(a), (size_t)OC * n, e);
+    size_t tmp_off = (size_t)C * K * K * B * OH * OW;
+    return ocl_conv2d_forward_col(o, out, in, params, w_off, b_off, B, C, H, W, OC, K, stride,
+                                  pad, OH, OW, scratch, scratch, tmp_off, e);
 }
 
 // grads[off + r] += sum of row r of m (rows, cols) from float m_off on: one work-group per
@@ -372,35 +391,44 @@ static int row_sum(ocl_ops *o, cl_mem grads, size_t off, cl_mem m, cl_uint m_off
     return launch(o, OCL_K_ROW_SUM, a, NARGS(a), 1, &g, &ls, e);
 }
 
+int ocl_conv2d_backward_col(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
+                            cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
+                            int OC, int K, int stride, int pad, int OH, int OW, cl_mem col,
+                            int col_ready, cl_mem tmp, size_t tmp_off, ht_error *e) {
+    if (B == 0) return 0;
+    if (conv_check(o, "conv2d backward", B, C, H, W, OC, K, stride, pad, OH, OW, b_off, e) ||
+        check_offset(o, "conv2d backward", tmp_off, (size_t)OC * B * OH * OW, e))
+        return -1;
+    const size_t ckk = (size_t)C * K * K, n = (size_t)B * OH * OW;
+    cl_uint toff = (cl_uint)tmp_off;
+    int P = OH * OW;
+    // dtmp (OC, N) = dout reshaped.
+    karg a[] = {KA(tmp), KA(toff), KA(dout), KA(B), KA(OC), KA(P)};
+    if (launch_3d(o, OCL_K_NCHW_TO_ROWS, a, NARGS(a), (size_t)P, (size_t)OC, (size_t)B, e))
+        return -1;
+    if (!col_ready && im2col(o, col, in, B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
+    // dW (OC, CKK) += dtmp (OC, N) x col^T (N, CKK)
+    if (ocl_gemm(o, "conv2d backward: dW += dtmp x col^T", NULL, 'N', 'T', (size_t)OC, ckk, n,
+                 tmp, tmp_off, n, col, 0, n, 1.0f, grads, w_off, ckk, e))
+        return -1;
+    if (row_sum(o, grads, b_off, tmp, toff, OC, (int)n, e)) return -1;
+    if (!din) return 0;
+    // dcol (CKK, N) = W^T (CKK, OC) x dtmp (OC, N), over col, then gathered back into din.
+    if (ocl_gemm(o, "conv2d backward: dcol = W^T x dtmp", NULL, 'T', 'N', ckk, n, (size_t)OC,
+                 params, w_off, ckk, tmp, tmp_off, n, 0.0f, col, 0, n, e))
+        return -1;
+    karg c[] = {KA(din), KA(col), KA(B),   KA(C),  KA(H), KA(W),
+                KA(K),   KA(stride),  KA(pad), KA(OH), KA(OW)};
+    return launch_3d(o, OCL_K_COL2IM, c, NARGS(c), (size_t)W, (size_t)H, (size_t)B * C, e);
+}
+
 int ocl_conv2d_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
                          cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
                          int OC, int K, int stride, int pad, int OH, int OW, cl_mem scratch,
                          ht_error *e) {
-    if (B == 0) return 0;
-    if (conv_check(o, "conv2d backward", B, C, H, W, OC, K, stride, pad, OH, OW, b_off, e))
-        return -1;
-    const size_t ckk = (size_t)C * K * K, n = (size_t)B * OH * OW;
-    cl_uint tmp_off = (cl_uint)(ckk * n);
-    int P = OH * OW;
-    // dtmp (OC, N) = dout reshaped; col recomputed (scratch does not survive from forward).
-    karg a[] = {KA(scratch), KA(tmp_off), KA(dout), KA(B), KA(OC), KA(P)};
-    if (launch_1d(o, OCL_K_NCHW_TO_ROWS, a, NARGS(a), (size_t)OC * n, e))
-        return -1;
-    if (im2col(o, scratch, in, B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
-    // dW (OC, CKK) += dtmp (OC, N) x col^T (N, CKK)
-    if (ocl_gemm(o, "conv2d backward: dW += dtmp x col^T", NULL, 'N', 'T',
-             (size_t)OC, ckk, n, scratch, tmp_off, n, scratch, 0, n, 1.0f, grads, w_off, ckk, e))
-        return -1;
-    if (row_sum(o, grads, b_off, scratch, tmp_off, OC, (int)n, e)) return -1;
-    if (!din) return 0;
-    // dcol (CKK, N) = W^T (CKK, OC) x dtmp (OC, N), over col, then gathered back into din.
-    if (ocl_gemm(o, "conv2d backward: dcol = W^T x dtmp", NULL, 'T', 'N',
-             ckk, n, (size_t)OC, params, w_off, ckk, scratch, tmp_off, n, 0.0f, scratch, 0, n,
-             e))
-        return -1;
-    karg c[] = {KA(din), KA(scratch), KA(B),   KA(C),  KA(H), KA(W),
-                KA(K),   KA(stride),  KA(pad), KA(OH), KA(OW)};
-    return launch_1d(o, OCL_K_COL2IM, c, NARGS(c), (size_t)B * C * H * W, e);
+    size_t tmp_off = (size_t)C * K * K * B * OH * OW;
+    return ocl_conv2d_backward_col(o, din, grads, w_off, b_off, dout, in, params, B, C, H, W, OC,
+                                   K, stride, pad, OH, OW, scratch, 0, scratch, tmp_off, e);
 }
 
 static int pool_check(ocl_ops *o, const char *op, int B, int C, int H, int W, int K, int stride,
@@ -419,17 +447,21 @@ int ocl_maxpool_forward(ocl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B,
     if (pool_check(o, "maxpool forward", B, C, H, W, K, stride, OH, OW, e)) return -1;
     karg a[] = {KA(out), KA(argmax), KA(in),     KA(B),  KA(C), KA(H),
                 KA(W),   KA(K),      KA(stride), KA(OH), KA(OW)};
-    return launch_1d(o, OCL_K_MAXPOOL_FWD, a, NARGS(a), (size_t)B * C * OH * OW,
-                     e);
+    return launch_3d(o, OCL_K_MAXPOOL_FWD, a, NARGS(a), (size_t)OW, (size_t)OH, (size_t)B * C, e);
 }
 
 int ocl_maxpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem argmax, int B, int C,
                           int H, int W, int K, int stride, int OH, int OW, ht_error *e) {
     if (B == 0) return 0;
     if (pool_check(o, "maxpool backward", B, C, H, W, K, stride, OH, OW, e)) return -1;
+    if (stride == K && OH * K == H && OW * K == W) { // the windows tile the input
+        karg t[] = {KA(din), KA(dout), KA(argmax), KA(K), KA(OH), KA(OW)};
+        return launch_3d(o, OCL_K_MAXPOOL_BWD_TILED, t, NARGS(t), (size_t)OW, (size_t)OH,
+                         (size_t)B * C, e);
+    }
     karg a[] = {KA(din), KA(dout), KA(argmax), KA(B),  KA(C), KA(H),
                 KA(W),   KA(K),    KA(stride), KA(OH), KA(OW)};
-    return launch_1d(o, OCL_K_MAXPOOL_BWD, a, NARGS(a), (size_t)B * C * H * W, e);
+    return launch_3d(o, OCL_K_MAXPOOL_BWD, a, NARGS(a), (size_t)W, (size_t)H, (size_t)B * C, e);
 }
 
 static int dense_check(ocl_ops *o, const char *op, int B, int IN, int OUT, size_t b_off,

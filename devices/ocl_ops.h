@@ -20,7 +20,7 @@ typedef enum ocl_kernel_id {
     OCL_K_FILL, OCL_K_IM2COL, OCL_K_COL2IM, OCL_K_BIAS_TO_NCHW, OCL_K_NCHW_TO_ROWS,
     OCL_K_ROW_SUM, OCL_K_MAXPOOL_FWD, OCL_K_MAXPOOL_BWD, OCL_K_DENSE_BIAS, OCL_K_COL_SUM,
     OCL_K_RELU_FWD, OCL_K_RELU_BWD, OCL_K_DROPOUT, OCL_K_SOFTMAX_XENT_FWD,
-    OCL_K_SOFTMAX_XENT_BWD, OCL_K_N
+    OCL_K_SOFTMAX_XENT_BWD, OCL_K_MAXPOOL_BWD_TILED, OCL_K_N
 } ocl_kernel_id;
 extern const char *const ocl_kernel_names[OCL_K_N];
 
@@ -51,7 +51,7 @@ typedef struct ocl_ops {
         struct { // by name, in ocl_kernel_id's order
             cl_kernel k_fill, k_im2col, k_col2im, k_bias_to_nchw, k_nchw_to_rows, k_row_sum,
                 k_maxpool_fwd, k_maxpool_bwd, k_dense_bias, k_col_sum, k_relu_fwd, k_relu_bwd,
-                k_dropout, k_softmax_xent_fwd, k_softmax_xent_bwd;
+                k_dropout, k_softmax_xent_fwd, k_softmax_xent_bwd, k_maxpool_bwd_tiled;
         };
     };
     size_t kmax[OCL_K_N];
@@ -114,6 +114,20 @@ int ocl_conv2d_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size
                          cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
                          int OC, int K, int stride, int pad, int OH, int OW, cl_mem scratch,
                          ht_error *e);
+
+// The same with the two scratch regions apart: col, the im2col matrix (CKK, B*OH*OW) from float
+// 0 of its buffer, and tmp (OC, B*OH*OW) from float tmp_off of its. The forward leaves the
+// im2col matrix of `in` in col; the backward takes it from there when col_ready (the forward
+// of the same input and weights ran last on col), else computes it, and leaves col
+// overwritten (with the input gradient's columns).
+int ocl_conv2d_forward_col(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
+                           size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
+                           int pad, int OH, int OW, cl_mem col, cl_mem tmp, size_t tmp_off,
+                           ht_error *e);
+int ocl_conv2d_backward_col(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
+                            cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
+                            int OC, int K, int stride, int pad, int OH, int OW, cl_mem col,
+                            int col_ready, cl_mem tmp, size_t tmp_off, ht_error *e);
 
 // argmax (int32, B*C*OH*OW): flat index h*W+w within the channel plane; first max wins.
 int ocl_maxpool_forward(ocl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B, int C, int H,

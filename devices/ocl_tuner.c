@@ -273,7 +273,7 @@ static double eval(tuner *t, int ci, int si) {
 
 static int find_cfg(const tuner *t, const ocl_gemm_cfg *cfg) {
     for (int i = 0; i < t->n_cfgs; i++)
-        if (!memcmp(&t->cfgs[i].cfg, cfg, sizeof *cfg)) return i;
+        if (ocl_gemm_cfg_equal(&t->cfgs[i].cfg, cfg)) return i;
     return -1;
 }
 
@@ -432,7 +432,7 @@ static int tune_work_groups(tuner *t, ocl_tuning *tu, int micro, ht_error *e) {
         unsigned l = wg_sizes[w];
         for (int k = 0; k < OCL_K_N; k++) {
             // row_sum's work-group is its reduction tree (the order of its sums): not tuned.
-            int fits = k != OCL_K_ROW_SUM && l <= t->ops->kmax[k] && (k != OCL_K_IM2COL || l <= 64);
+            int fits = k != OCL_K_ROW_SUM && l <= t->ops->kmax[k];
             t->ops->local[k] = fits ? l : 0;
             ms[w][k] = fits || w == 0 ? INFINITY : -1; // -1: not a candidate for this kernel
         }

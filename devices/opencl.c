@@ -29,7 +29,8 @@ typedef struct ocl_ctx {
     cl_mem x_all, y_all, ids_all, loss_all, probs_all; // (max_batch, ...) staging
     cl_mem x, y, ids, loss;                             // (micro, ...) current micro-batch
     cl_mem *act, *argmax;                               // per layer; relu/dropout alias
-    cl_mem g0, g1, scratch;
+    cl_mem *col;        // per conv layer: its im2col matrix, kept from forward to backward
+    cl_mem g0, g1, tmp; // tmp: a conv layer's (OC, B*OH*OW) GEMM output or output gradient
     float *probs_host;                                  // (max_batch, n_classes)
     ocl_tuning tuning;                                  // from the cache; empty when untuned
     int tuned;
@@ -37,7 +38,7 @@ typedef struct ocl_ctx {
 
 // Device bytes for a micro-batch of B samples (staging for max_batch excluded).
 static size_t micro_bytes(const model *m, int B, size_t *largest) {
-    size_t total = 0, widest = 0, scratch = 0, big = 0;
+    size_t total = 0, widest = 0, col = 0, tmp = 0, big = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
         size_t out = layer_out_size(L) * (size_t)B * sizeof(float);
@@ -45,15 +46,18 @@ static size_t micro_bytes(const model *m, int B, size_t *largest) {
         if (!(L->kind == LAYER_RELU || L->kind == LAYER_DROPOUT) || l == 0) total += out;
         if (L->kind == LAYER_MAXPOOL) total += out; // int32 argmax
         if (L->kind == LAYER_CONV2D) {
-            size_t s = sizeof(float) * ocl_conv2d_scratch_floats(B, L->c, L->k, L->oc, L->oh, L->ow);
-            if (s > scratch) scratch = s;
+            size_t n = (size_t)B * L->oh * L->ow, c = sizeof(float) * L->c * L->k * L->k * n;
+            total += c; // every conv layer's im2col matrix lives from forward to backward
+            if (c > col) col = c;
+            if (sizeof(float) * L->oc * n > tmp) tmp = sizeof(float) * L->oc * n;
         }
         if (in > widest) widest = in;
         if (out > widest) widest = out;
     }
     // CLBlast's indirect GEMMs copy (padded) operands into a scratch of about the im2col size.
-    total += 2 * widest + 2 * scratch;
-    big = scratch > widest ? scratch : widest;
+    total += 2 * widest + tmp + (col + tmp);
+    big = col > widest ? col : widest;
+    if (tmp > big) big = tmp;
     if (largest) *largest = big;
     return total;
 }
@@ -119,8 +123,9 @@ static int alloc_fixed(ocl_ctx *c, ht_error *e) {
         return -1;
     c->act = ht_calloc((size_t)m->n_layers, sizeof *c->act, e);
     c->argmax = ht_calloc((size_t)m->n_layers, sizeof *c->argmax, e);
+    c->col = ht_calloc((size_t)m->n_layers, sizeof *c->col, e);
     c->probs_host = ht_malloc(MB * nc, sizeof(float), e);
-    if (!c->act || !c->argmax || !c->probs_host) return -1;
+    if (!c->act || !c->argmax || !c->col || !c->probs_host) return -1;
     return 0;
 }
 
@@ -132,9 +137,10 @@ static void free_micro(ocl_ctx *c) {
             if (!alias) rel(&c->act[l]);
             c->act[l] = NULL;
             rel(&c->argmax[l]);
+            rel(&c->col[l]);
         }
     }
-    cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->g0, &c->g1, &c->scratch};
+    cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->g0, &c->g1, &c->tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
     ocl_ops_release_temp(&c->ops);
 }
@@ -146,7 +152,7 @@ static int alloc_micro(ocl_ctx *c, ht_error *e) {
     if (mk(c, &c->x, B * in * sizeof(float), e) < 0 || mk(c, &c->y, B, e) < 0 ||
         mk(c, &c->ids, B * sizeof(uint32_t), e) < 0 || mk(c, &c->loss, B * sizeof(float), e) < 0)
         return -1;
-    size_t widest = 0, scratch = 0;
+    size_t widest = 0, tmp = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
         size_t out = layer_out_size(L) * B, inl = layer_in_size(L) * B;
@@ -158,14 +164,16 @@ static int alloc_micro(ocl_ctx *c, ht_error *e) {
         if (L->kind == LAYER_MAXPOOL && mk(c, &c->argmax[l], out * sizeof(int32_t), e) < 0)
             return -1;
         if (L->kind == LAYER_CONV2D) {
-            size_t sc = ocl_conv2d_scratch_floats(c->micro, L->c, L->k, L->oc, L->oh, L->ow);
-            if (sc > scratch) scratch = sc;
+            size_t n = B * L->oh * L->ow;
+            if (mk(c, &c->col[l], (size_t)L->c * L->k * L->k * n * sizeof(float), e) < 0)
+                return -1;
+            if ((size_t)L->oc * n > tmp) tmp = (size_t)L->oc * n;
         }
         if (inl > widest) widest = inl;
         if (out > widest) widest = out;
     }
     if (mk(c, &c->g0, widest * sizeof(float), e) < 0 || mk(c, &c->g1, widest * sizeof(float), e) < 0 ||
-        mk(c, &c->scratch, scratch * sizeof(float), e) < 0)
+        mk(c, &c->tmp, tmp * sizeof(float), e) < 0)
         return -1;
     return 0;
 }
@@ -201,6 +209,7 @@ static void ocl_close(void *vctx) {
     free_micro(c);
     free(c->act);
     free(c->argmax);
+    free(c->col);
     cl_mem *bufs[] = {&c->params, &c->grads, &c->x_all, &c->y_all, &c->ids_all, &c->loss_all,
                       &c->probs_all};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
@@ -256,9 +265,9 @@ static int forward(ocl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_
         int rc = 0;
         switch (L->kind) {
         case LAYER_CONV2D:
-            rc = ocl_conv2d_forward(o, out, in, c->params, L->w_off, L->b_off, n, L->c, L->h,
-                                     L->w, L->oc, L->k, L->stride, L->pad, L->oh, L->ow,
-                                     c->scratch, e);
+            rc = ocl_conv2d_forward_col(o, out, in, c->params, L->w_off, L->b_off, n, L->c,
+                                        L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh,
+                                        L->ow, c->col[l], c->tmp, 0, e);
             break;
         case LAYER_MAXPOOL:
             rc = ocl_maxpool_forward(o, out, c->argmax[l], in, n, L->c, L->h, L->w, L->k,
@@ -303,9 +312,10 @@ static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
             din = dfree;
             break;
         case LAYER_CONV2D:
-            rc = ocl_conv2d_backward(o, din, c->grads, L->w_off, L->b_off, dout, in, c->params,
-                                      n, L->c, L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh,
-                                      L->ow, c->scratch, e);
+            // The forward of this micro-batch left the layer's im2col matrix in col[l].
+            rc = ocl_conv2d_backward_col(o, din, c->grads, L->w_off, L->b_off, dout, in,
+                                         c->params, n, L->c, L->h, L->w, L->oc, L->k, L->stride,
+                                         L->pad, L->oh, L->ow, c->col[l], 1, c->tmp, 0, e);
             break;
         case LAYER_MAXPOOL:
             if (din)
