@@ -15,7 +15,7 @@ extern "C" {
 
 #define OCL_KP_MAX 24 // parameters of one kernel; Xgemm has 16
 
-// One kernel's parameters, sorted by name (so two sets compare with memcmp after zeroing).
+// One kernel's parameters, sorted by name (ocl_kparams_equal compares two).
 typedef struct ocl_kparams {
     int n;
     char name[OCL_KP_MAX][24];

@@ -47,6 +47,17 @@ const char *ocl_blas_status_name(int st) {
 
 const char *ocl_blas_kernel(int direct) { return direct ? "XgemmDirect" : "Xgemm"; }
 
+int ocl_kparams_equal(const ocl_kparams *a, const ocl_kparams *b) {
+    if (a->n != b->n) return 0;
+    for (int i = 0; i < a->n; i++)
+        if (a->value[i] != b->value[i] || strcmp(a->name[i], b->name[i])) return 0;
+    return 1;
+}
+
+int ocl_gemm_cfg_equal(const ocl_gemm_cfg *a, const ocl_gemm_cfg *b) {
+    return a->direct == b->direct && ocl_kparams_equal(&a->kp, &b->kp);
+}
+
 enum { K_ROUTINE, K_INDIRECT, K_DIRECT, K_N };
 static const char *const kernel_names[K_N] = {"GemmRoutine", "Xgemm", "XgemmDirect"};
 
@@ -84,7 +95,7 @@ static blas_dev *find_dev(cl_device_id dev, int *st) {
 }
 
 static int set_params(blas_dev *b, int i, const ocl_kparams *want) {
-    if (!memcmp(&b->cur[i], want, sizeof *want)) return 0;
+    if (ocl_kparams_equal(&b->cur[i], want)) return 0;
     const char *names[OCL_KP_MAX];
     for (int p = 0; p < want->n; p++) names[p] = want->name[p];
     int st = CLBlastOverrideParameters(b->dev, kernel_names[i], CLBlastPrecisionSingle,
@@ -98,7 +109,9 @@ int ocl_blas_use(cl_device_id dev, const ocl_gemm_cfg *cfg) {
     blas_dev *b = find_dev(dev, &st);
     if (!b) return st;
     // Untouched until the first tuned GEMM: nothing to put back.
-    if (!cfg && !memcmp(b->cur, b->own, sizeof b->cur)) return 0;
+    int untouched = 1;
+    for (int i = 0; i < K_N; i++) untouched &= ocl_kparams_equal(&b->cur[i], &b->own[i]);
+    if (!cfg && untouched) return 0;
     ocl_kparams want[K_N];
     memcpy(want, b->own, sizeof want);
     if (cfg) {

@@ -15,6 +15,10 @@ typedef struct ocl_gemm_cfg {
     ocl_kparams kp; // parameters of XgemmDirect or Xgemm
 } ocl_gemm_cfg;
 
+// Whether two parameter sets, or two configurations, are the same (names and values).
+int ocl_kparams_equal(const ocl_kparams *a, const ocl_kparams *b);
+int ocl_gemm_cfg_equal(const ocl_gemm_cfg *a, const ocl_gemm_cfg *b);
+
 // CLBlast 1.5's kernel cache and parameter database are not safe for concurrent use
 // (CNugteren/CLBlast#486), so every CLBlast call, queries included, is made under this lock.
 void ocl_blas_lock(void);
