@@ -95,6 +95,8 @@ typedef struct device {
     int micro;        // samples per micro-batch
     int hung;         // stopped answering: its thread may still be inside it, never close it
     char detail[1024]; // what it decided at open, one line per item, for the run log; or ""
+    char warning[512]; // what opening it found wrong and went on without (an unusable tuning
+                       // cache), one line for the caller to show; "" when nothing
 } device;
 
 // Opens the devices named by a comma list of specs (see registry.c for the grammar), for model
@@ -140,5 +142,12 @@ int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint6
 struct ocl_dev_info;
 int opencl_device_open(device *d, const struct ocl_dev_info *info, const model *m, int max_batch,
                        uint64_t mem_limit, ht_error *e);
+// The ops of an OpenCL device (its kernels, queue, tuning and profile), for the tuner; NULL
+// when d is not one.
+struct ocl_ops;
+struct ocl_ops *opencl_device_ops(device *d);
+// The tuning an OpenCL device loaded when it opened; NULL when it has none (or d is not one).
+struct ocl_tuning;
+const struct ocl_tuning *opencl_device_tuning(const device *d);
 
 #endif

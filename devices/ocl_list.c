@@ -1,10 +1,12 @@
 // `hetrain devices`: the native CPU and every OpenCL device, as aligned text or JSON.
 #include <json.h>
 #include "ht_omp.h"
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "ocl_tune.h"
 #include "ocl_util.h"
 
 typedef struct cpu_info {
@@ -60,12 +62,35 @@ static void fmt_bytes(char *out, size_t cap, uint64_t b) {
 
 enum {
     COL_SPEC, COL_TYPE, COL_VENDOR, COL_NAME, COL_UNITS, COL_CLOCK, COL_MEM, COL_ALLOC, COL_C,
-    NCOL
+    COL_TUNED, NCOL
 };
 
-static int print_text(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, int n, cl_uint np) {
-    static const char *head[NCOL] = {"SPEC",   "TYPE",   "VENDOR",    "NAME",    "UNITS",
-                                     "CLOCK",  "MEMORY", "MAX ALLOC", "OPENCL C"};
+// Each OpenCL device's tuning file (ocl_tune.h): read, or why it cannot be used.
+typedef struct dev_tuning {
+    int state; // 1 tuned, 0 none, -1 a file that cannot be used
+    ocl_tuning t;
+    char path[PATH_MAX + 128];
+    char why[400];
+} dev_tuning;
+
+static dev_tuning *load_tunings(const ocl_dev_info *devs, int n) {
+    dev_tuning *dt = calloc((size_t)(n ? n : 1), sizeof *dt);
+    for (int i = 0; dt && i < n; i++) {
+        ocl_tuning_path(dt[i].path, sizeof dt[i].path, &devs[i]);
+        dt[i].state = ocl_tuning_load(&dt[i].t, &devs[i], dt[i].why, sizeof dt[i].why);
+    }
+    return dt;
+}
+
+static void free_tunings(dev_tuning *dt, int n) {
+    for (int i = 0; dt && i < n; i++) ocl_tuning_free(&dt[i].t);
+    free(dt);
+}
+
+static int print_text(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, int n, cl_uint np,
+                      const dev_tuning *dt) {
+    static const char *head[NCOL] = {"SPEC",   "TYPE",   "VENDOR",    "NAME",     "UNITS",
+                                     "CLOCK",  "MEMORY", "MAX ALLOC", "OPENCL C", "TUNED"};
     int rows = n + 2;
     char(*cell)[NCOL][160] = calloc((size_t)rows, sizeof *cell);
     if (!cell) return -1;
@@ -80,6 +105,7 @@ static int print_text(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, in
     fmt_bytes(cell[1][COL_MEM], 160, cpu->memory);
     snprintf(cell[1][COL_ALLOC], 160, "-");
     snprintf(cell[1][COL_C], 160, "-");
+    snprintf(cell[1][COL_TUNED], 160, "-");
     for (int i = 0; i < n; i++) {
         char(*r)[160] = cell[i + 2];
         const ocl_dev_info *d = &devs[i];
@@ -95,6 +121,7 @@ static int print_text(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, in
         const char *cv = d->c_version;
         if (!strncmp(cv, "OpenCL C ", 9)) cv += 9;
         snprintf(r[COL_C], 160, "%s", cv);
+        snprintf(r[COL_TUNED], 160, "%s", dt[i].state > 0 ? "yes" : dt[i].state < 0 ? "unusable" : "no");
     }
     int width[NCOL] = {0};
     for (int r = 0; r < rows; r++)
@@ -110,6 +137,17 @@ static int print_text(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, in
         }
     }
     free(cell);
+    for (int i = 0; i < n; i++) {
+        const ocl_tuning *t = &dt[i].t;
+        if (dt[i].state < 0) fprintf(f, "%s: tuning cache ignored: %s\n", devs[i].spec, dt[i].why);
+        if (dt[i].state <= 0) continue;
+        fprintf(f, "%s tuned: %d GEMM shapes, %d kernel work-group sizes, for", devs[i].spec,
+                t->n_gemm, t->n_wg);
+        for (int k = 0; k < t->n_runs; k++)
+            fprintf(f, "%s %s at batch %d (micro-batch %d, %s)", k ? ";" : "", t->runs[k].model,
+                    t->runs[k].batch, t->runs[k].micro, t->runs[k].date);
+        fprintf(f, "%s\n  %s\n", t->n_runs ? "" : " no network", dt[i].path);
+    }
     if (np == 0)
         fputs("no OpenCL platform found (the ICD loader lists none); hetrain runs on the CPU\n", f);
     else if (n == 0)
@@ -118,7 +156,27 @@ static int print_text(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, in
     return 0;
 }
 
-static int print_json(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, int n, cl_uint np) {
+// The "tuned" member of a device: null, or the file, its networks and counts.
+static json_object *tuning_json(const dev_tuning *dt) {
+    if (dt->state <= 0) return NULL;
+    json_object *o = json_object_new_object(), *runs = json_object_new_array();
+    json_object_object_add(o, "file", json_object_new_string(dt->path));
+    for (int k = 0; k < dt->t.n_runs; k++) {
+        json_object *r = json_object_new_object();
+        json_object_object_add(r, "model", json_object_new_string(dt->t.runs[k].model));
+        json_object_object_add(r, "batch", json_object_new_int(dt->t.runs[k].batch));
+        json_object_object_add(r, "micro", json_object_new_int(dt->t.runs[k].micro));
+        json_object_object_add(r, "date", json_object_new_string(dt->t.runs[k].date));
+        json_object_array_add(runs, r);
+    }
+    json_object_object_add(o, "tuned_for", runs);
+    json_object_object_add(o, "gemm_shapes", json_object_new_int(dt->t.n_gemm));
+    json_object_object_add(o, "work_groups", json_object_new_int(dt->t.n_wg));
+    return o;
+}
+
+static int print_json(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, int n, cl_uint np,
+                      const dev_tuning *dt) {
     json_object *root = json_object_new_object(), *list = json_object_new_array();
     if (!root || !list) {
         json_object_put(root);
@@ -152,6 +210,9 @@ static int print_json(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, in
         json_object_object_add(o, "driver_version", json_object_new_string(d->driver));
         json_object_object_add(o, "device_version", json_object_new_string(d->version));
         json_object_object_add(o, "opencl_c_version", json_object_new_string(d->c_version));
+        json_object_object_add(o, "tuned", tuning_json(&dt[i]));
+        if (dt[i].state < 0)
+            json_object_object_add(o, "tuning_ignored", json_object_new_string(dt[i].why));
         json_object_array_add(list, o);
     }
     json_object_object_add(root, "devices", list);
@@ -171,7 +232,9 @@ int ocl_print_devices(FILE *f, int json, ht_error *e) {
     ocl_dev_info *devs = NULL;
     int n = 0;
     if (np > 0 && ocl_enumerate(&devs, &n, e) < 0) return -1;
-    int rc = json ? print_json(f, &cpu, devs, n, np) : print_text(f, &cpu, devs, n, np);
+    dev_tuning *dt = load_tunings(devs, n);
+    int rc = !dt ? -1 : json ? print_json(f, &cpu, devs, n, np, dt) : print_text(f, &cpu, devs, n, np, dt);
+    free_tunings(dt, n);
     free(devs);
     if (rc < 0) return ht_fail(e, "out of memory listing devices");
     return 0;

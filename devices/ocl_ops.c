@@ -1,72 +1,127 @@
-// The OpenCL op layer: the layer ops as kernels from kernels/*.cl plus CLBlast GEMMs,
-// enqueued on one in-order queue. Kernel arguments are set on every call and the kernels
-// belong to the ocl_ops, so a ocl_ops must not be used by two threads at once (one per device
-// thread). Kernels index with 32-bit ints, so every tensor must hold fewer than 2^31 floats;
-// the ops check that and fail with a message rather than wrap around. B == 0 does nothing.
+// The OpenCL op layer: the layer ops as kernels from kernels/*.cl plus CLBlast GEMMs (in the
+// tuned configuration of their shape, if the device has one), enqueued on one in-order queue.
+// Kernel arguments are set on every call and the kernels belong to the ocl_ops, so a ocl_ops
+// must not be used by two threads at once (one per device thread). Kernels index with 32-bit
+// ints, so every tensor must hold fewer than 2^31 floats; the ops check that and fail with a
+// message rather than wrap around. B == 0 does nothing.
 #include "ocl_ops.h"
 
 #include <clblast_c.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-// Global sizes are rounded up to a multiple of this and the local size is left to the driver
-// (NULL), which then picks a divisor of it that the kernel supports; kernels bounds-check.
+// Global sizes are rounded up to a multiple of this (kernels bounds-check), so any power-of-two
+// work-group size up to it divides them: the driver's choice, or a tuned one.
 #define CLOP_ROUND 256
+// The 3-D kernels' first dimension (a row of a plane) is rounded up to this when the driver
+// chooses their work-group.
+#define CLOP_ROUND_3D 8
 // Upper bound on row_sum's work-group (a power of two); lowered to what the kernel allows.
 #define CLOP_ROW_SUM_GROUP 256
 
-// ---- errors ----
+_Static_assert(offsetof(ocl_ops, k_maxpool_bwd_tiled) ==
+                   offsetof(ocl_ops, k) + OCL_K_MAXPOOL_BWD_TILED * sizeof(cl_kernel) &&
+               OCL_K_MAXPOOL_BWD_TILED == OCL_K_N - 1,
+               "ocl_ops: the kernels by name and by id must coincide");
 
-static const char *clblast_status_name(CLBlastStatusCode st) {
-    switch (st) {
-    case CLBlastNotImplemented: return "CLBlastNotImplemented";
-    case CLBlastInvalidMatrixA: return "CLBlastInvalidMatrixA";
-    case CLBlastInvalidMatrixB: return "CLBlastInvalidMatrixB";
-    case CLBlastInvalidMatrixC: return "CLBlastInvalidMatrixC";
-    case CLBlastInvalidDimension: return "CLBlastInvalidDimension";
-    case CLBlastInvalidLeadDimA: return "CLBlastInvalidLeadDimA";
-    case CLBlastInvalidLeadDimB: return "CLBlastInvalidLeadDimB";
-    case CLBlastInvalidLeadDimC: return "CLBlastInvalidLeadDimC";
-    case CLBlastInsufficientMemoryA: return "CLBlastInsufficientMemoryA";
-    case CLBlastInsufficientMemoryB: return "CLBlastInsufficientMemoryB";
-    case CLBlastInsufficientMemoryC: return "CLBlastInsufficientMemoryC";
-    case CLBlastInsufficientMemoryTemp: return "CLBlastInsufficientMemoryTemp";
-    case CLBlastInvalidLocalMemUsage: return "CLBlastInvalidLocalMemUsage";
-    case CLBlastDatabaseError: return "CLBlastDatabaseError";
-    case CLBlastUnknownError: return "CLBlastUnknownError";
-    case CLBlastUnexpectedError: return "CLBlastUnexpectedError";
-    default:
-        // Codes above -1000 are OpenCL error codes.
-        return (int)st > -1000 ? ocl_error_name((cl_int)st) : "CLBlast error";
+const char *const ocl_kernel_names[OCL_K_N] = {
+    [OCL_K_FILL] = "fill",
+    [OCL_K_IM2COL] = "im2col",
+    [OCL_K_COL2IM] = "col2im",
+    [OCL_K_BIAS_TO_NCHW] = "bias_to_nchw",
+    [OCL_K_NCHW_TO_ROWS] = "nchw_to_rows",
+    [OCL_K_ROW_SUM] = "row_sum",
+    [OCL_K_MAXPOOL_FWD] = "maxpool_fwd",
+    [OCL_K_MAXPOOL_BWD] = "maxpool_bwd",
+    [OCL_K_DENSE_BIAS] = "dense_bias",
+    [OCL_K_COL_SUM] = "col_sum",
+    [OCL_K_RELU_FWD] = "relu_fwd",
+    [OCL_K_RELU_BWD] = "relu_bwd",
+    [OCL_K_DROPOUT] = "dropout",
+    [OCL_K_SOFTMAX_XENT_FWD] = "softmax_xent_fwd",
+    [OCL_K_SOFTMAX_XENT_BWD] = "softmax_xent_bwd",
+    [OCL_K_MAXPOOL_BWD_TILED] = "maxpool_bwd_tiled",
+};
+
+// ---- profiling ----
+
+static ocl_prof_entry *prof_entry(ocl_ops *o, const char *name) {
+    int i = 0;
+    while (i < o->prof_n && strcmp(o->prof[i].name, name)) i++;
+    if (i == o->prof_n) {
+        if (o->prof_n == OCL_PROF_MAX) return &o->prof[OCL_PROF_MAX - 1]; // "other"
+        memset(&o->prof[i], 0, sizeof o->prof[i]);
+        snprintf(o->prof[i].name, sizeof o->prof[i].name, "%s", name);
+        o->prof_n++;
     }
+    return &o->prof[i];
 }
 
-// CLBlast 1.5's kernel cache and parameter database are process-wide and not safe for
-// concurrent use (CNugteren/CLBlast#486; ASan saw a heap-use-after-free in the database when
-// two devices' threads asked for the temp-buffer size at once), so every CLBlast call is made
-// under this lock, queries included. A call only enqueues (it compiles on its first use per
-// device and shape class), so the lock is held for microseconds.
-static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
+double ocl_prof_start(ocl_ops *o) {
+    if (!o->prof_on) return 0.0;
+    clFinish(o->q);
+    return ht_now();
+}
 
-// One CLBlast row-major SGEMM, C = op(A) op(B) + beta C (alpha 1), offsets in floats.
-static int gemm(ocl_ops *o, const char *what, CLBlastTranspose ta, CLBlastTranspose tb,
-                size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda, cl_mem b,
-                size_t b_off, size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc,
-                ht_error *e) {
+void ocl_prof_stop(ocl_ops *o, const char *name, double t0) {
+    if (!o->prof_on) return;
+    clFinish(o->q);
+    ocl_prof_entry *p = prof_entry(o, name);
+    p->s += ht_now() - t0;
+    p->calls++;
+}
+
+void ocl_prof_reset(ocl_ops *o) { o->prof_n = 0; }
+
+static int by_time(const void *a, const void *b) {
+    double x = ((const ocl_prof_entry *)a)->s, y = ((const ocl_prof_entry *)b)->s;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+void ocl_prof_print(const ocl_ops *o, FILE *f) {
+    ocl_prof_entry sorted[OCL_PROF_MAX];
+    double total = 0;
+    int n = o->prof_n;
+    memcpy(sorted, o->prof, (size_t)n * sizeof sorted[0]);
+    qsort(sorted, (size_t)n, sizeof sorted[0], by_time);
+    for (int i = 0; i < n; i++) total += sorted[i].s;
+    if (total <= 0) return;
+    fprintf(f, "OpenCL profile of %s (ops serialised):\n", o->label);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "  %-22s %8.3f s %5.1f%% %6ld calls %9.3f ms/call  %s\n", sorted[i].name,
+                sorted[i].s, 100 * sorted[i].s / total, sorted[i].calls,
+                1e3 * sorted[i].s / (double)sorted[i].calls, sorted[i].op);
+    fprintf(f, "  %-22s %8.3f s\n", "total", total);
+}
+
+// ---- GEMMs ----
+
+int ocl_gemm(ocl_ops *o, const char *what, const ocl_gemm_cfg *cfg, char ta, char tb, size_t m,
+             size_t n, size_t k, cl_mem a, size_t a_off, size_t lda, cl_mem b, size_t b_off,
+             size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc, ht_error *e) {
+    ocl_gemm_shape shape = {ta, tb, m, n, k};
+    if (!cfg) cfg = ocl_tuning_find(o->tuning, &shape);
+    CLBlastTranspose cta = ta == 'T' ? CLBlastTransposeYes : CLBlastTransposeNo;
+    CLBlastTranspose ctb = tb == 'T' ? CLBlastTransposeYes : CLBlastTransposeNo;
+    double t0 = ocl_prof_start(o);
+    // The configuration, the scratch size it needs and the call under one hold of the lock:
+    // another thread may put another configuration in force for this device in between.
+    ocl_blas_lock();
     size_t need = 0;
-    pthread_mutex_lock(&clblast_lock);
-    CLBlastStatusCode st = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, ta, tb, m, n, k, a_off,
-                                                      lda, b_off, ldb, c_off, ldc, &o->q, &need);
-    pthread_mutex_unlock(&clblast_lock);
-    if (st == CLBlastSuccess && need > o->gemm_temp_bytes) {
+    int st = ocl_blas_use(o->dev, cfg);
+    if (st == 0)
+        st = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, cta, ctb, m, n, k, a_off, lda,
+                                        b_off, ldb, c_off, ldc, &o->q, &need);
+    if (st == 0 && need > o->gemm_temp_bytes) {
         ocl_ops_release_temp(o);
         cl_int err;
         o->gemm_temp = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, need, NULL, &err);
         if (err != CL_SUCCESS) {
+            ocl_blas_unlock();
             o->gemm_temp = NULL;
             char call[128];
             snprintf(call, sizeof call, "clCreateBuffer(GEMM scratch, %zu MiB, %s)", need >> 20, what);
@@ -74,20 +129,32 @@ static int gemm(ocl_ops *o, const char *what, CLBlastTranspose ta, CLBlastTransp
         }
         o->gemm_temp_bytes = need;
     }
-    if (st == CLBlastSuccess) {
+    if (st == 0) {
         cl_event *mark = ocl_ops_event(o, OCL_EV_MARK);
         if (mark && clEnqueueMarkerWithWaitList(o->q, 0, NULL, mark) != CL_SUCCESS) *mark = NULL;
-        pthread_mutex_lock(&clblast_lock);
-        st = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, ta, tb, m, n, k, 1.0f, a, a_off,
+        st = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, cta, ctb, m, n, k, 1.0f, a, a_off,
                                         lda, b, b_off, ldb, beta, c, c_off, ldc, &o->q,
                                         ocl_ops_event(o, OCL_EV_GEMM), o->gemm_temp);
-        pthread_mutex_unlock(&clblast_lock);
     }
-    if (st != CLBlastSuccess) {
+    ocl_blas_unlock();
+    if (st != 0) {
         // CLBlast reports OpenCL errors with their OpenCL codes (above -1000).
-        ocl_note_error((int)st > -1000 ? (cl_int)st : CL_INVALID_OPERATION);
-        return ht_fail(e, "CLBlastSgemm (%s, %zux%zux%zu): status %d %s on %s", what, m, n, k,
-                       (int)st, clblast_status_name(st), o->label);
+        ocl_note_error(st > -1000 ? (cl_int)st : CL_INVALID_OPERATION);
+        return ht_fail(e, "CLBlastSgemm (%s, %c%c %zux%zux%zu%s): status %d %s on %s", what, ta,
+                       tb, m, n, k, cfg ? ", tuned" : "", st, ocl_blas_status_name(st), o->label);
+    }
+    if (o->prof_on) {
+        char name[64];
+        ocl_gemm_shape_str(name, sizeof name, &shape);
+        ocl_prof_entry *p = prof_entry(o, name);
+        if (!p->gemm) {
+            p->gemm = 1;
+            p->shape = shape;
+            p->a_off = a_off, p->lda = lda, p->b_off = b_off, p->ldb = ldb;
+            p->c_off = c_off, p->ldc = ldc, p->beta = beta;
+        }
+        if (!p->op[0]) snprintf(p->op, sizeof p->op, "%s", what);
+        ocl_prof_stop(o, name, t0);
     }
     return 0;
 }
@@ -134,32 +201,46 @@ typedef struct karg {
 
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
-// Sets every argument of kernel `name`, then enqueues it over gsize (rounded up by the
-// caller) with local size lsize (NULL: the driver's choice).
-static int launch(ocl_ops *o, cl_kernel k, const char *name, const karg *args, int nargs,
-                  cl_uint dims, const size_t *gsize, const size_t *lsize, ht_error *e) {
+// Sets every argument of kernel id, then enqueues it over gsize (rounded up by the caller)
+// with local size lsize (NULL: the tuned one, else the driver's choice).
+static int launch(ocl_ops *o, ocl_kernel_id id, const karg *args, int nargs, cl_uint dims,
+                  const size_t *gsize, const size_t *lsize, ht_error *e) {
     char call[96];
+    const char *name = ocl_kernel_names[id];
     for (int i = 0; i < nargs; i++) {
-        cl_int err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
+        cl_int err = clSetKernelArg(o->k[id], (cl_uint)i, args[i].size, args[i].ptr);
         if (err != CL_SUCCESS) {
             snprintf(call, sizeof call, "clSetKernelArg(%s, arg %d)", name, i);
             return ocl_fail(e, call, err, o->label);
         }
     }
-    cl_int err = clEnqueueNDRangeKernel(o->q, k, dims, NULL, gsize, lsize, 0, NULL,
+    size_t tuned[1] = {o->local[id]};
+    if (!lsize && dims == 1 && tuned[0]) lsize = tuned;
+    double t0 = ocl_prof_start(o);
+    cl_int err = clEnqueueNDRangeKernel(o->q, o->k[id], dims, NULL, gsize, lsize, 0, NULL,
                                         ocl_ops_event(o, OCL_EV_KERNEL));
     if (err != CL_SUCCESS) {
         snprintf(call, sizeof call, "clEnqueueNDRangeKernel(%s)", name);
         return ocl_fail(e, call, err, o->label);
     }
+    ocl_prof_stop(o, name, t0);
     return 0;
 }
 
 // One work-item per element of an n-element range.
-static int launch_1d(ocl_ops *o, cl_kernel k, const char *name, const karg *args, int nargs,
-                     size_t n, ht_error *e) {
+static int launch_1d(ocl_ops *o, ocl_kernel_id id, const karg *args, int nargs, size_t n,
+                     ht_error *e) {
     size_t g = round_up(n, CLOP_ROUND);
-    return launch(o, k, name, args, nargs, 1, &g, NULL, e);
+    return launch(o, id, args, nargs, 1, &g, NULL, e);
+}
+
+// Over (n0, n1, n2): n0 rounded up to the tuned work-group size (else to CLOP_ROUND_3D), the
+// others exact, so a kernel finds its place from its ids alone (kernels/conv.cl).
+static int launch_3d(ocl_ops *o, ocl_kernel_id id, const karg *args, int nargs, size_t n0,
+                     size_t n1, size_t n2, ht_error *e) {
+    size_t l = o->local[id];
+    size_t g[3] = {round_up(n0, l ? l : CLOP_ROUND_3D), n1, n2}, ls[3] = {l, 1, 1};
+    return launch(o, id, args, nargs, 3, g, l ? ls : NULL, e);
 }
 
 #define NARGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -173,40 +254,41 @@ int ocl_ops_init(ocl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog
     o->q = q;
     o->prog = prog;
     snprintf(o->label, sizeof o->label, "%s", label ? label : "OpenCL device");
-    struct {
-        cl_kernel *k;
-        const char *name;
-    } ks[] = {
-        {&o->k_fill, "fill"},
-        {&o->k_im2col, "im2col"},
-        {&o->k_col2im, "col2im"},
-        {&o->k_bias_to_nchw, "bias_to_nchw"},
-        {&o->k_nchw_to_rows, "nchw_to_rows"},
-        {&o->k_row_sum, "row_sum"},
-        {&o->k_maxpool_fwd, "maxpool_fwd"},
-        {&o->k_maxpool_bwd, "maxpool_bwd"},
-        {&o->k_dense_bias, "dense_bias"},
-        {&o->k_col_sum, "col_sum"},
-        {&o->k_relu_fwd, "relu_fwd"},
-        {&o->k_relu_bwd, "relu_bwd"},
-        {&o->k_dropout, "dropout"},
-        {&o->k_softmax_xent_fwd, "softmax_xent_fwd"},
-        {&o->k_softmax_xent_bwd, "softmax_xent_bwd"},
-    };
-    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-        cl_int err;
-        *ks[i].k = clCreateKernel(prog, ks[i].name, &err);
+    const char *prof = getenv("HETRAIN_OCL_PROFILE");
+    o->prof_on = prof && *prof && strcmp(prof, "0");
+    cl_int err = clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof o->dev, &o->dev, NULL);
+    if (err != CL_SUCCESS)
+        return ocl_fail(e, "clGetCommandQueueInfo(CL_QUEUE_DEVICE)", err, o->label);
+    size_t dmax[16] = {0}; // CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS is at least 3
+    err = clGetDeviceInfo(o->dev, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof dmax, dmax, NULL);
+    if (err != CL_SUCCESS)
+        return ocl_fail(e, "clGetDeviceInfo(CL_DEVICE_MAX_WORK_ITEM_SIZES)", err, o->label);
+    for (int i = 0; i < OCL_K_N; i++) {
+        char call[96];
+        o->k[i] = clCreateKernel(prog, ocl_kernel_names[i], &err);
         if (err != CL_SUCCESS) {
-            *ks[i].k = NULL;
-            char call[96];
-            snprintf(call, sizeof call, "clCreateKernel(\"%s\")", ks[i].name);
+            o->k[i] = NULL;
+            snprintf(call, sizeof call, "clCreateKernel(\"%s\")", ocl_kernel_names[i]);
             ocl_fail(e, call, err, o->label);
             if (err == CL_INVALID_KERNEL_NAME)
-                ht_wrap(e, "kernel \"%s\" is missing from kernels/*.cl", ks[i].name);
+                ht_wrap(e, "kernel \"%s\" is missing from kernels/*.cl", ocl_kernel_names[i]);
             ocl_ops_free(o);
             return -1;
         }
+        err = clGetKernelWorkGroupInfo(o->k[i], o->dev, CL_KERNEL_WORK_GROUP_SIZE,
+                                       sizeof o->kmax[i], &o->kmax[i], NULL);
+        if (err != CL_SUCCESS) {
+            snprintf(call, sizeof call, "clGetKernelWorkGroupInfo(%s, CL_KERNEL_WORK_GROUP_SIZE)",
+                     ocl_kernel_names[i]);
+            ocl_fail(e, call, err, o->label);
+            ocl_ops_free(o);
+            return -1;
+        }
+        if (dmax[0] && o->kmax[i] > dmax[0]) o->kmax[i] = dmax[0];
     }
+    size_t ls = CLOP_ROW_SUM_GROUP;
+    while (ls > 1 && ls > o->kmax[OCL_K_ROW_SUM]) ls /= 2;
+    o->row_sum_group = ls;
     return 0;
 }
 
@@ -267,6 +349,15 @@ void ocl_ops_drain(ocl_ops *o, double *sums) {
     o->n_ev = 0;
 }
 
+void ocl_ops_tune(ocl_ops *o, const ocl_tuning *t) {
+    o->tuning = t;
+    for (int i = 0; i < OCL_K_N; i++) {
+        // row_sum's work-group is its reduction tree (the order of its sums): not tuned.
+        unsigned l = i == OCL_K_ROW_SUM ? 0 : ocl_tuning_wg(t, ocl_kernel_names[i]);
+        o->local[i] = l && l <= o->kmax[i] && CLOP_ROUND % l == 0 ? l : 0;
+    }
+}
+
 void ocl_ops_release_temp(ocl_ops *o) {
     if (o->gemm_temp) clReleaseMemObject(o->gemm_temp);
     o->gemm_temp = NULL;
@@ -274,6 +365,9 @@ void ocl_ops_release_temp(ocl_ops *o) {
 }
 
 void ocl_ops_free(ocl_ops *o) {
+    const char *prof = getenv("HETRAIN_OCL_PROFILE");
+    if (o->prof_on && prof && *prof && strcmp(prof, "0")) ocl_prof_print(o, stderr);
+    o->prof_n = 0;
     ocl_ops_release_temp(o);
     ocl_ops_drain(o, NULL);
     free(o->ev);
@@ -282,13 +376,9 @@ void ocl_ops_free(ocl_ops *o) {
     o->ev_kind = NULL;
     o->cap_ev = 0;
     o->profiling = 0;
-    cl_kernel *ks[] = {&o->k_fill, &o->k_im2col, &o->k_col2im, &o->k_bias_to_nchw,
-                       &o->k_nchw_to_rows, &o->k_row_sum, &o->k_maxpool_fwd, &o->k_maxpool_bwd,
-                       &o->k_dense_bias, &o->k_col_sum, &o->k_relu_fwd, &o->k_relu_bwd,
-                       &o->k_dropout, &o->k_softmax_xent_fwd, &o->k_softmax_xent_bwd};
-    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-        if (*ks[i]) clReleaseKernel(*ks[i]);
-        *ks[i] = NULL;
+    for (int i = 0; i < OCL_K_N; i++) {
+        if (o->k[i]) clReleaseKernel(o->k[i]);
+        o->k[i] = NULL;
     }
 }
 
@@ -299,7 +389,7 @@ int ocl_fill(ocl_ops *o, cl_mem buf, float value, size_t n, ht_error *e) {
     if (check_fits(o, "fill", "buffer", (double)n, e)) return -1;
     cl_uint n32 = (cl_uint)n;
     karg a[] = {KA(buf), KA(value), KA(n32)};
-    return launch_1d(o, o->k_fill, "fill", a, NARGS(a), n, e);
+    return launch_1d(o, OCL_K_FILL, a, NARGS(a), n, e);
 }
 
 size_t ocl_conv2d_scratch_floats(int B, int C, int K, int OC, int OH, int OW) {
@@ -324,27 +414,36 @@ static int im2col(ocl_ops *o, cl_mem col, cl_mem in, int B, int C, int H, int W,
                   int stride, int pad, int OH, int OW, ht_error *e) {
     karg a[] = {KA(col), KA(in), KA(B),      KA(C),   KA(H),  KA(W),
                 KA(K),   KA(stride), KA(pad), KA(OH), KA(OW)};
-    size_t g[2] = {round_up((size_t)B * OH * OW, 64), (size_t)C};
-    return launch(o, o->k_im2col, "im2col", a, NARGS(a), 2, g, NULL, e);
+    return launch_3d(o, OCL_K_IM2COL, a, NARGS(a), (size_t)OW, (size_t)OH, (size_t)B * C, e);
+}
+
+int ocl_conv2d_forward_col(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
+                           size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
+                           int pad, int OH, int OW, cl_mem col, cl_mem tmp, size_t tmp_off,
+                           ht_error *e) {
+    if (B == 0) return 0;
+    if (conv_check(o, "conv2d forward", B, C, H, W, OC, K, stride, pad, OH, OW, b_off, e) ||
+        check_offset(o, "conv2d forward", tmp_off, (size_t)OC * B * OH * OW, e))
+        return -1;
+    const size_t ckk = (size_t)C * K * K, n = (size_t)B * OH * OW;
+    cl_uint toff = (cl_uint)tmp_off, boff = (cl_uint)b_off;
+    int P = OH * OW;
+    if (im2col(o, col, in, B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
+    // tmp (OC, N) = W (OC, CKK) x col (CKK, N)
+    if (ocl_gemm(o, "conv2d forward: W x col", NULL, 'N', 'N', (size_t)OC, n, ckk, params, w_off,
+                 ckk, col, 0, n, 0.0f, tmp, tmp_off, n, e))
+        return -1;
+    karg a[] = {KA(out), KA(tmp), KA(toff), KA(params), KA(boff), KA(B), KA(OC), KA(P)};
+    return launch_3d(o, OCL_K_BIAS_TO_NCHW, a, NARGS(a), (size_t)P, (size_t)OC, (size_t)B, e);
 }
 
 int ocl_conv2d_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
                         size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
                         int pad, int OH, int OW, cl_mem scratch, ht_error *e) {
-    if (B == 0) return 0;
-    if (conv_check(o, "conv2d forward", B, C, H, W, OC, K, stride, pad, OH, OW, b_off, e))
-        return -1;
     // scratch: col (CKK, N) at 0, tmp (OC, N) after it.
-    const size_t ckk = (size_t)C * K * K, n = (size_t)B * OH * OW;
-    cl_uint tmp_off = (cl_uint)(ckk * n), boff = (cl_uint)b_off;
-    int P = OH * OW;
-    if (im2col(o, scratch, in, B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
-    // tmp (OC, N) = W (OC, CKK) x col (CKK, N)
-    if (gemm(o, "conv2d forward: W x col", CLBlastTransposeNo, CLBlastTransposeNo, (size_t)OC,
-             n, ckk, params, w_off, ckk, scratch, 0, n, 0.0f, scratch, tmp_off, n, e))
-        return -1;
-    karg a[] = {KA(out), KA(scratch), KA(tmp_off), KA(params), KA(boff), KA(B), KA(OC), KA(P)};
-    return launch_1d(o, o->k_bias_to_nchw, "bias_to_nchw", a, NARGS(a), (size_t)OC * n, e);
+    size_t tmp_off = (size_t)C * K * K * B * OH * OW;
+    return ocl_conv2d_forward_col(o, out, in, params, w_off, b_off, B, C, H, W, OC, K, stride,
+                                  pad, OH, OW, scratch, scratch, tmp_off, e);
 }
 
 // grads[off + r] += sum of row r of m (rows, cols) from float m_off on: one work-group per
@@ -352,57 +451,52 @@ int ocl_conv2d_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t 
 // CLOP_ROW_SUM_GROUP).
 static int row_sum(ocl_ops *o, cl_mem grads, size_t off, cl_mem m, cl_uint m_off, int rows,
                    int cols, ht_error *e) {
-    cl_device_id dev;
-    cl_int err = clGetCommandQueueInfo(o->q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
-    if (err != CL_SUCCESS)
-        return ocl_fail(e, "clGetCommandQueueInfo(CL_QUEUE_DEVICE)", err, o->label);
-    size_t kmax = 0, dmax[16] = {0};  // CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS is at least 3
-    err = clGetKernelWorkGroupInfo(o->k_row_sum, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof kmax,
-                                   &kmax, NULL);
-    if (err != CL_SUCCESS)
-        return ocl_fail(e, "clGetKernelWorkGroupInfo(row_sum, CL_KERNEL_WORK_GROUP_SIZE)", err,
-                       o->label);
-    err = clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof dmax, dmax, NULL);
-    if (err != CL_SUCCESS)
-        return ocl_fail(e, "clGetDeviceInfo(CL_DEVICE_MAX_WORK_ITEM_SIZES)", err, o->label);
-    size_t ls = CLOP_ROW_SUM_GROUP;
-    while (ls > 1 && (ls > kmax || ls > dmax[0])) ls /= 2;
+    size_t ls = o->row_sum_group;
     cl_uint off32 = (cl_uint)off;
     karg a[] = {KA(grads), KA(off32), KA(m), KA(m_off), KA(rows), KA(cols),
                 {ls * sizeof(float), NULL}};
     size_t g = (size_t)rows * ls;
-    return launch(o, o->k_row_sum, "row_sum", a, NARGS(a), 1, &g, &ls, e);
+    return launch(o, OCL_K_ROW_SUM, a, NARGS(a), 1, &g, &ls, e);
+}
+
+int ocl_conv2d_backward_col(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
+                            cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
+                            int OC, int K, int stride, int pad, int OH, int OW, cl_mem col,
+                            int col_ready, cl_mem tmp, size_t tmp_off, ht_error *e) {
+    if (B == 0) return 0;
+    if (conv_check(o, "conv2d backward", B, C, H, W, OC, K, stride, pad, OH, OW, b_off, e) ||
+        check_offset(o, "conv2d backward", tmp_off, (size_t)OC * B * OH * OW, e))
+        return -1;
+    const size_t ckk = (size_t)C * K * K, n = (size_t)B * OH * OW;
+    cl_uint toff = (cl_uint)tmp_off;
+    int P = OH * OW;
+    // dtmp (OC, N) = dout reshaped.
+    karg a[] = {KA(tmp), KA(toff), KA(dout), KA(B), KA(OC), KA(P)};
+    if (launch_3d(o, OCL_K_NCHW_TO_ROWS, a, NARGS(a), (size_t)P, (size_t)OC, (size_t)B, e))
+        return -1;
+    if (!col_ready && im2col(o, col, in, B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
+    // dW (OC, CKK) += dtmp (OC, N) x col^T (N, CKK)
+    if (ocl_gemm(o, "conv2d backward: dW += dtmp x col^T", NULL, 'N', 'T', (size_t)OC, ckk, n,
+                 tmp, tmp_off, n, col, 0, n, 1.0f, grads, w_off, ckk, e))
+        return -1;
+    if (row_sum(o, grads, b_off, tmp, toff, OC, (int)n, e)) return -1;
+    if (!din) return 0;
+    // dcol (CKK, N) = W^T (CKK, OC) x dtmp (OC, N), over col, then gathered back into din.
+    if (ocl_gemm(o, "conv2d backward: dcol = W^T x dtmp", NULL, 'T', 'N', ckk, n, (size_t)OC,
+                 params, w_off, ckk, tmp, tmp_off, n, 0.0f, col, 0, n, e))
+        return -1;
+    karg c[] = {KA(din), KA(col), KA(B),   KA(C),  KA(H), KA(W),
+                KA(K),   KA(stride),  KA(pad), KA(OH), KA(OW)};
+    return launch_3d(o, OCL_K_COL2IM, c, NARGS(c), (size_t)W, (size_t)H, (size_t)B * C, e);
 }
 
 int ocl_conv2d_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
                          cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
                          int OC, int K, int stride, int pad, int OH, int OW, cl_mem scratch,
                          ht_error *e) {
-    if (B == 0) return 0;
-    if (conv_check(o, "conv2d backward", B, C, H, W, OC, K, stride, pad, OH, OW, b_off, e))
-        return -1;
-    const size_t ckk = (size_t)C * K * K, n = (size_t)B * OH * OW;
-    cl_uint tmp_off = (cl_uint)(ckk * n);
-    int P = OH * OW;
-    // dtmp (OC, N) = dout reshaped; col recomputed (scratch does not survive from forward).
-    karg a[] = {KA(scratch), KA(tmp_off), KA(dout), KA(B), KA(OC), KA(P)};
-    if (launch_1d(o, o->k_nchw_to_rows, "nchw_to_rows", a, NARGS(a), (size_t)OC * n, e))
-        return -1;
-    if (im2col(o, scratch, in, B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
-    // dW (OC, CKK) += dtmp (OC, N) x col^T (N, CKK)
-    if (gemm(o, "conv2d backward: dW += dtmp x col^T", CLBlastTransposeNo, CLBlastTransposeYes,
-             (size_t)OC, ckk, n, scratch, tmp_off, n, scratch, 0, n, 1.0f, grads, w_off, ckk, e))
-        return -1;
-    if (row_sum(o, grads, b_off, scratch, tmp_off, OC, (int)n, e)) return -1;
-    if (!din) return 0;
-    // dcol (CKK, N) = W^T (CKK, OC) x dtmp (OC, N), over col, then gathered back into din.
-    if (gemm(o, "conv2d backward: dcol = W^T x dtmp", CLBlastTransposeYes, CLBlastTransposeNo,
-             ckk, n, (size_t)OC, params, w_off, ckk, scratch, tmp_off, n, 0.0f, scratch, 0, n,
-             e))
-        return -1;
-    karg c[] = {KA(din), KA(scratch), KA(B),   KA(C),  KA(H), KA(W),
-                KA(K),   KA(stride),  KA(pad), KA(OH), KA(OW)};
-    return launch_1d(o, o->k_col2im, "col2im", c, NARGS(c), (size_t)B * C * H * W, e);
+    size_t tmp_off = (size_t)C * K * K * B * OH * OW;
+    return ocl_conv2d_backward_col(o, din, grads, w_off, b_off, dout, in, params, B, C, H, W, OC,
+                                   K, stride, pad, OH, OW, scratch, 0, scratch, tmp_off, e);
 }
 
 static int pool_check(ocl_ops *o, const char *op, int B, int C, int H, int W, int K, int stride,
@@ -421,17 +515,21 @@ int ocl_maxpool_forward(ocl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B,
     if (pool_check(o, "maxpool forward", B, C, H, W, K, stride, OH, OW, e)) return -1;
     karg a[] = {KA(out), KA(argmax), KA(in),     KA(B),  KA(C), KA(H),
                 KA(W),   KA(K),      KA(stride), KA(OH), KA(OW)};
-    return launch_1d(o, o->k_maxpool_fwd, "maxpool_fwd", a, NARGS(a), (size_t)B * C * OH * OW,
-                     e);
+    return launch_3d(o, OCL_K_MAXPOOL_FWD, a, NARGS(a), (size_t)OW, (size_t)OH, (size_t)B * C, e);
 }
 
 int ocl_maxpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem argmax, int B, int C,
                           int H, int W, int K, int stride, int OH, int OW, ht_error *e) {
     if (B == 0) return 0;
     if (pool_check(o, "maxpool backward", B, C, H, W, K, stride, OH, OW, e)) return -1;
+    if (stride == K && OH * K == H && OW * K == W) { // the windows tile the input
+        karg t[] = {KA(din), KA(dout), KA(argmax), KA(K), KA(OH), KA(OW)};
+        return launch_3d(o, OCL_K_MAXPOOL_BWD_TILED, t, NARGS(t), (size_t)OW, (size_t)OH,
+                         (size_t)B * C, e);
+    }
     karg a[] = {KA(din), KA(dout), KA(argmax), KA(B),  KA(C), KA(H),
                 KA(W),   KA(K),    KA(stride), KA(OH), KA(OW)};
-    return launch_1d(o, o->k_maxpool_bwd, "maxpool_bwd", a, NARGS(a), (size_t)B * C * H * W, e);
+    return launch_3d(o, OCL_K_MAXPOOL_BWD, a, NARGS(a), (size_t)W, (size_t)H, (size_t)B * C, e);
 }
 
 static int dense_check(ocl_ops *o, const char *op, int B, int IN, int OUT, size_t b_off,
@@ -448,13 +546,13 @@ int ocl_dense_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w
     if (B == 0) return 0;
     if (dense_check(o, "dense forward", B, IN, OUT, b_off, e)) return -1;
     // out (B, OUT) = in (B, IN) x W^T (IN, OUT)
-    if (gemm(o, "dense forward: in x W^T", CLBlastTransposeNo, CLBlastTransposeYes, (size_t)B,
+    if (ocl_gemm(o, "dense forward: in x W^T", NULL, 'N', 'T', (size_t)B,
              (size_t)OUT, (size_t)IN, in, 0, (size_t)IN, params, w_off, (size_t)IN, 0.0f, out,
              0, (size_t)OUT, e))
         return -1;
     cl_uint boff = (cl_uint)b_off;
     karg a[] = {KA(out), KA(params), KA(boff), KA(B), KA(OUT)};
-    return launch_1d(o, o->k_dense_bias, "dense_bias", a, NARGS(a), (size_t)B * OUT, e);
+    return launch_1d(o, OCL_K_DENSE_BIAS, a, NARGS(a), (size_t)B * OUT, e);
 }
 
 int ocl_dense_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
@@ -463,16 +561,16 @@ int ocl_dense_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_
     if (B == 0) return 0;
     if (dense_check(o, "dense backward", B, IN, OUT, b_off, e)) return -1;
     // dW (OUT, IN) += dout^T (OUT, B) x in (B, IN)
-    if (gemm(o, "dense backward: dW += dout^T x in", CLBlastTransposeYes, CLBlastTransposeNo,
+    if (ocl_gemm(o, "dense backward: dW += dout^T x in", NULL, 'T', 'N',
              (size_t)OUT, (size_t)IN, (size_t)B, dout, 0, (size_t)OUT, in, 0, (size_t)IN, 1.0f,
              grads, w_off, (size_t)IN, e))
         return -1;
     cl_uint boff = (cl_uint)b_off;
     karg a[] = {KA(grads), KA(boff), KA(dout), KA(B), KA(OUT)};
-    if (launch_1d(o, o->k_col_sum, "col_sum", a, NARGS(a), (size_t)OUT, e)) return -1;
+    if (launch_1d(o, OCL_K_COL_SUM, a, NARGS(a), (size_t)OUT, e)) return -1;
     if (!din) return 0;
     // din (B, IN) = dout (B, OUT) x W (OUT, IN)
-    return gemm(o, "dense backward: din = dout x W", CLBlastTransposeNo, CLBlastTransposeNo,
+    return ocl_gemm(o, "dense backward: din = dout x W", NULL, 'N', 'N',
                 (size_t)B, (size_t)IN, (size_t)OUT, dout, 0, (size_t)OUT, params, w_off,
                 (size_t)IN, 0.0f, din, 0, (size_t)IN, e);
 }
@@ -482,7 +580,7 @@ int ocl_relu_forward(ocl_ops *o, cl_mem out, cl_mem in, size_t n, ht_error *e) {
     if (check_fits(o, "relu forward", "tensor", (double)n, e)) return -1;
     cl_uint n32 = (cl_uint)n;
     karg a[] = {KA(out), KA(in), KA(n32)};
-    return launch_1d(o, o->k_relu_fwd, "relu_fwd", a, NARGS(a), n, e);
+    return launch_1d(o, OCL_K_RELU_FWD, a, NARGS(a), n, e);
 }
 
 int ocl_relu_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem out, size_t n, ht_error *e) {
@@ -490,7 +588,7 @@ int ocl_relu_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem out, size_t n,
     if (check_fits(o, "relu backward", "tensor", (double)n, e)) return -1;
     cl_uint n32 = (cl_uint)n;
     karg a[] = {KA(din), KA(dout), KA(out), KA(n32)};
-    return launch_1d(o, o->k_relu_bwd, "relu_bwd", a, NARGS(a), n, e);
+    return launch_1d(o, OCL_K_RELU_BWD, a, NARGS(a), n, e);
 }
 
 int ocl_dropout(ocl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, uint64_t key,
@@ -504,7 +602,7 @@ int ocl_dropout(ocl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, 
     cl_uint n32 = (cl_uint)N;
     cl_ulong k64 = key;
     karg a[] = {KA(out), KA(in), KA(B), KA(n32), KA(rate), KA(scale), KA(k64), KA(ids)};
-    return launch_1d(o, o->k_dropout, "dropout", a, NARGS(a), (size_t)B * N, e);
+    return launch_1d(o, OCL_K_DROPOUT, a, NARGS(a), (size_t)B * N, e);
 }
 
 int ocl_softmax_xent_forward(ocl_ops *o, cl_mem probs, cl_mem loss, cl_mem logits,
@@ -517,7 +615,7 @@ int ocl_softmax_xent_forward(ocl_ops *o, cl_mem probs, cl_mem loss, cl_mem logit
     cl_int has_labels = labels && loss;
     cl_mem lab = has_labels ? labels : probs, ls = has_labels ? loss : probs;
     karg a[] = {KA(probs), KA(ls), KA(logits), KA(lab), KA(has_labels), KA(B), KA(NC)};
-    return launch_1d(o, o->k_softmax_xent_fwd, "softmax_xent_fwd", a, NARGS(a), (size_t)B, e);
+    return launch_1d(o, OCL_K_SOFTMAX_XENT_FWD, a, NARGS(a), (size_t)B, e);
 }
 
 int ocl_softmax_xent_backward(ocl_ops *o, cl_mem dlogits, cl_mem probs, cl_mem labels, int B,
@@ -527,6 +625,6 @@ int ocl_softmax_xent_backward(ocl_ops *o, cl_mem dlogits, cl_mem probs, cl_mem l
         check_fits(o, "softmax_xent backward", "logits", (double)B * NC, e))
         return -1;
     karg a[] = {KA(dlogits), KA(probs), KA(labels), KA(B), KA(NC)};
-    return launch_1d(o, o->k_softmax_xent_bwd, "softmax_xent_bwd", a, NARGS(a), (size_t)B * NC,
+    return launch_1d(o, OCL_K_SOFTMAX_XENT_BWD, a, NARGS(a), (size_t)B * NC,
                      e);
 }

@@ -11,17 +11,54 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ocl_blas.h"
+#include "ocl_tune.h"
 #include "ocl_util.h"
+
+// Our kernels (kernels/*.cl), by the names ocl_kernel_names gives them.
+typedef enum ocl_kernel_id {
+    OCL_K_FILL, OCL_K_IM2COL, OCL_K_COL2IM, OCL_K_BIAS_TO_NCHW, OCL_K_NCHW_TO_ROWS,
+    OCL_K_ROW_SUM, OCL_K_MAXPOOL_FWD, OCL_K_MAXPOOL_BWD, OCL_K_DENSE_BIAS, OCL_K_COL_SUM,
+    OCL_K_RELU_FWD, OCL_K_RELU_BWD, OCL_K_DROPOUT, OCL_K_SOFTMAX_XENT_FWD,
+    OCL_K_SOFTMAX_XENT_BWD, OCL_K_MAXPOOL_BWD_TILED, OCL_K_N
+} ocl_kernel_id;
+extern const char *const ocl_kernel_names[OCL_K_N];
+
+// One line of a profile: a kernel, a GEMM shape or a transfer, with its time and calls.
+typedef struct ocl_prof_entry {
+    char name[64];            // the kernel's name, "write", or a GEMM's shape ("NT 48x288x156800")
+    char op[64];              // a GEMM's op ("conv2d backward: dW += dtmp x col^T")
+    int gemm;                 // a GEMM: the fields below describe its first call
+    ocl_gemm_shape shape;
+    size_t a_off, lda, b_off, ldb, c_off, ldc;
+    float beta;
+    double s;
+    long calls;
+} ocl_prof_entry;
+
+#define OCL_PROF_MAX 64
 
 typedef struct ocl_ops {
     cl_context ctx;
     cl_command_queue q;
     cl_program prog;
+    cl_device_id dev;
     char label[300];  // "cl:0.0 (device name)" for messages
-    // Kernels, created once by ocl_ops_init (names as in kernels/*.cl).
-    cl_kernel k_fill, k_im2col, k_col2im, k_bias_to_nchw, k_nchw_to_rows, k_row_sum,
-        k_maxpool_fwd, k_maxpool_bwd, k_dense_bias, k_col_sum, k_relu_fwd, k_relu_bwd,
-        k_dropout, k_softmax_xent_fwd, k_softmax_xent_bwd;
+    // Kernels, created once by ocl_ops_init, with the largest work-group each takes here and
+    // the work-group size each is launched with (0: the driver's choice; see ocl_ops_tune).
+    union {
+        cl_kernel k[OCL_K_N];
+        struct { // by name, in ocl_kernel_id's order
+            cl_kernel k_fill, k_im2col, k_col2im, k_bias_to_nchw, k_nchw_to_rows, k_row_sum,
+                k_maxpool_fwd, k_maxpool_bwd, k_dense_bias, k_col_sum, k_relu_fwd, k_relu_bwd,
+                k_dropout, k_softmax_xent_fwd, k_softmax_xent_bwd, k_maxpool_bwd_tiled;
+        };
+    };
+    size_t kmax[OCL_K_N];
+    unsigned local[OCL_K_N];
+    size_t row_sum_group; // row_sum's work-group: a power of two the kernel and device take
+    // The device's tuning (ocl_tune.h), not owned; NULL: CLBlast's own GEMM configurations.
+    const ocl_tuning *tuning;
     // CLBlast's scratch for its indirect GEMMs, owned here and grown on demand: left to
     // itself, CLBlast allocates one per call and aborts the process when that allocation
     // fails; owning it makes a lack of memory an ordinary, recoverable error.
@@ -34,6 +71,12 @@ typedef struct ocl_ops {
     cl_event *ev;
     unsigned char *ev_kind; // ocl_ev_kind of each
     int n_ev, cap_ev;
+    // Profiling, on with $HETRAIN_OCL_PROFILE (printed to stderr by ocl_ops_free) or for the
+    // tuner: every op waits for the device and adds its time to prof[] by name. It serialises
+    // the queue, so it is only for finding out where the time goes.
+    int prof_on;
+    int prof_n;
+    ocl_prof_entry prof[OCL_PROF_MAX];
 } ocl_ops;
 
 typedef enum ocl_ev_kind {
@@ -60,6 +103,24 @@ cl_event *ocl_ops_event(ocl_ops *o, ocl_ev_kind kind);
 // before each CLBlast call, else the START of its event, to the END of its event, so with the
 // padding kernels CLBlast runs first), and releases the events. sums NULL: only releases them.
 void ocl_ops_drain(ocl_ops *o, double *sums);
+// Uses tuning t (NULL: none) from now on: its GEMM configurations and its kernels'
+// work-group sizes (those the kernels take on this device; others stay the driver's choice).
+void ocl_ops_tune(ocl_ops *o, const ocl_tuning *t);
+
+// Profiling: ocl_prof_start returns the time to pass to ocl_prof_stop, which waits for the
+// queue and adds the interval to `name`. Both do nothing while prof_on is 0.
+double ocl_prof_start(ocl_ops *o);
+void ocl_prof_stop(ocl_ops *o, const char *name, double t0);
+void ocl_prof_reset(ocl_ops *o);
+// The profile as a table, largest first, to f.
+void ocl_prof_print(const ocl_ops *o, FILE *f);
+
+// One CLBlast row-major SGEMM, C = op(A) op(B) + beta C (alpha 1), offsets in floats. cfg NULL:
+// the tuning's configuration for this shape, else CLBlast's own. `what` names the op in
+// messages and profiles.
+int ocl_gemm(ocl_ops *o, const char *what, const ocl_gemm_cfg *cfg, char ta, char tb, size_t m,
+             size_t n, size_t k, cl_mem a, size_t a_off, size_t lda, cl_mem b, size_t b_off,
+             size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc, ht_error *e);
 
 // buf[0..n) = value.
 int ocl_fill(ocl_ops *o, cl_mem buf, float value, size_t n, ht_error *e);
@@ -78,6 +139,20 @@ int ocl_conv2d_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size
                          cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
                          int OC, int K, int stride, int pad, int OH, int OW, cl_mem scratch,
                          ht_error *e);
+
+// The same with the two scratch regions apart: col, the im2col matrix (CKK, B*OH*OW) from float
+// 0 of its buffer, and tmp (OC, B*OH*OW) from float tmp_off of its. The forward leaves the
+// im2col matrix of `in` in col; the backward takes it from there when col_ready (the forward
+// of the same input and weights ran last on col), else computes it, and leaves col
+// overwritten (with the input gradient's columns).
+int ocl_conv2d_forward_col(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
+                           size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
+                           int pad, int OH, int OW, cl_mem col, cl_mem tmp, size_t tmp_off,
+                           ht_error *e);
+int ocl_conv2d_backward_col(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
+                            cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
+                            int OC, int K, int stride, int pad, int OH, int OW, cl_mem col,
+                            int col_ready, cl_mem tmp, size_t tmp_off, ht_error *e);
 
 // argmax (int32, B*C*OH*OW): flat index h*W+w within the channel plane; first max wins.
 int ocl_maxpool_forward(ocl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B, int C, int H,

@@ -127,7 +127,8 @@ static int fill_device(ocl_dev_info *di, ht_error *e) {
     }
     cl_device_type type;
     cl_uint units, clock;
-    cl_ulong mem, alloc;
+    cl_ulong mem, alloc, local;
+    size_t max_wg;
 #define QUERY(what, var)                                                   \
     if ((err = clGetDeviceInfo(di->device, what, sizeof var, &var, NULL))) \
         return ocl_fail(e, "clGetDeviceInfo(" #what ")", err, di->spec);
@@ -136,12 +137,16 @@ static int fill_device(ocl_dev_info *di, ht_error *e) {
     QUERY(CL_DEVICE_MAX_CLOCK_FREQUENCY, clock)
     QUERY(CL_DEVICE_GLOBAL_MEM_SIZE, mem)
     QUERY(CL_DEVICE_MAX_MEM_ALLOC_SIZE, alloc)
+    QUERY(CL_DEVICE_LOCAL_MEM_SIZE, local)
+    QUERY(CL_DEVICE_MAX_WORK_GROUP_SIZE, max_wg)
 #undef QUERY
     di->type = type_name(type);
     di->compute_units = units;
     di->clock_mhz = clock;
     di->global_mem = mem;
     di->max_alloc = alloc;
+    di->local_mem = local;
+    di->max_wg = max_wg;
     return 0;
 }
 
@@ -427,6 +432,12 @@ static void resolve_cache_dir(char *out, size_t cap) {
     else if (home && *home) snprintf(out, cap, "%s/.cache/hetrain", home);
 }
 
+void ocl_cache_dir(char *out, size_t cap) {
+    pthread_mutex_lock(&rt_lock);
+    resolve_cache_dir(out, cap);
+    pthread_mutex_unlock(&rt_lock);
+}
+
 int ocl_builds_from_source(void) {
     pthread_mutex_lock(&rt_lock);
     int n = n_from_source;
@@ -441,7 +452,7 @@ int ocl_builds_from_cache(void) {
     return n;
 }
 
-static uint64_t fnv1a(uint64_t h, const char *s) {
+uint64_t ocl_hash(uint64_t h, const char *s) {
     // Each field ends with its NUL, so ("ab","c") and ("a","bc") hash differently.
     for (;; s++) {
         h ^= (unsigned char)*s;
@@ -450,16 +461,8 @@ static uint64_t fnv1a(uint64_t h, const char *s) {
     }
 }
 
-// <dir>/<device name with [A-Za-z0-9._-] kept, other runs as one '_'>-<16 hex digits>.bin
-static void cache_path(char *out, size_t cap, const char *dir, const ocl_dev_info *dev,
-                       const char *src) {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    h = fnv1a(h, dev->platform_name);
-    h = fnv1a(h, dev->name);
-    h = fnv1a(h, dev->driver);
-    h = fnv1a(h, dev->version);
-    h = fnv1a(h, OCL_BUILD_OPTIONS);
-    h = fnv1a(h, src);
+void ocl_cache_file(char *out, size_t cap, const char *dir, const ocl_dev_info *dev, uint64_t h,
+                    const char *ext) {
     char name[65];
     size_t n = 0;
     for (const char *s = dev->name; *s && n < sizeof name - 1; s++) {
@@ -471,10 +474,23 @@ static void cache_path(char *out, size_t cap, const char *dir, const ocl_dev_inf
     }
     while (n && name[n - 1] == '_') n--;
     name[n] = 0;
-    snprintf(out, cap, "%s/%s-%016llx.bin", dir, n ? name : "device", (unsigned long long)h);
+    snprintf(out, cap, "%s/%s-%016llx%s", dir, n ? name : "device", (unsigned long long)h, ext);
 }
 
-static void mkdirs(const char *path) {
+// <dir>/<device name with [A-Za-z0-9._-] kept, other runs as one '_'>-<16 hex digits>.bin
+static void cache_path(char *out, size_t cap, const char *dir, const ocl_dev_info *dev,
+                       const char *src) {
+    uint64_t h = OCL_HASH_INIT;
+    h = ocl_hash(h, dev->platform_name);
+    h = ocl_hash(h, dev->name);
+    h = ocl_hash(h, dev->driver);
+    h = ocl_hash(h, dev->version);
+    h = ocl_hash(h, OCL_BUILD_OPTIONS);
+    h = ocl_hash(h, src);
+    ocl_cache_file(out, cap, dir, dev, h, ".bin");
+}
+
+void ocl_mkdirs(const char *path) {
     char buf[PATH_MAX];
     snprintf(buf, sizeof buf, "%s", path);
     for (char *p = buf + 1; *p; p++) {
@@ -498,7 +514,7 @@ static void cache_store(cl_program prog, const char *dir, const char *path) {
     if (!bin) return;
     unsigned char *bins[1] = {bin};
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS) {
-        mkdirs(dir);
+        ocl_mkdirs(dir);
         char tmp[PATH_MAX + 16];
         snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
         int fd = mkstemp(tmp);

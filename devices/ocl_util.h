@@ -40,6 +40,8 @@ typedef struct ocl_dev_info {
     unsigned clock_mhz;
     uint64_t global_mem;
     uint64_t max_alloc;
+    uint64_t local_mem;    // CL_DEVICE_LOCAL_MEM_SIZE
+    size_t max_wg;         // CL_DEVICE_MAX_WORK_GROUP_SIZE
 } ocl_dev_info;
 
 // Every device of every platform, platforms and devices in the ICD loader's order. No platform
@@ -59,6 +61,21 @@ char *ocl_kernel_source(char *origin, size_t origin_len, ht_error *e);
 // Folder of the program-binary cache: NULL resets to the default ($XDG_CACHE_HOME/hetrain,
 // else $HOME/.cache/hetrain); "" turns the cache off. Set once, before devices are opened.
 void ocl_set_cache_dir(const char *dir);
+
+// The cache folder now in force into out: "" when the cache is off.
+void ocl_cache_dir(char *out, size_t cap);
+
+// FNV-1a over s and its NUL, continuing from h (start from OCL_HASH_INIT): the cache keys.
+#define OCL_HASH_INIT 0xcbf29ce484222325ULL
+uint64_t ocl_hash(uint64_t h, const char *s);
+
+// "<dir>/<device name, [A-Za-z0-9._-] kept, other runs as one '_'>-<h, 16 hex digits><ext>": the
+// name of a file of the caches (compiled programs, tuning) for dev.
+void ocl_cache_file(char *out, size_t cap, const char *dir, const ocl_dev_info *dev, uint64_t h,
+                    const char *ext);
+
+// mkdir -p, best effort (a failure shows when the file in it cannot be written).
+void ocl_mkdirs(const char *path);
 
 // A device's context and built program, created on first use and shared by every later
 // caller in the process (programs are built once per device per process). The build first

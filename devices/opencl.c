@@ -29,18 +29,21 @@ typedef struct ocl_ctx {
     cl_mem x_all, y_all, ids_all, loss_all, probs_all; // (max_batch, ...) staging
     cl_mem x, y, ids, loss;                             // (micro, ...) current micro-batch
     cl_mem *act, *argmax;                               // per layer; relu/dropout alias
-    cl_mem g0, g1, scratch;
+    cl_mem *col;        // per conv layer: its im2col matrix, kept from forward to backward
+    cl_mem g0, g1, tmp; // tmp: a conv layer's (OC, B*OH*OW) GEMM output or output gradient
     float *probs_host;                                  // (max_batch, n_classes)
     // While profiling (profile_start; the queue then has event profiling): the record, and
     // within a training shard (prof_on) the time of the last cut (prof_cut).
     device_profile *prof;
     int prof_on;
     double prof_t;
+    ocl_tuning tuning;                                  // from the cache; empty when untuned
+    int tuned;
 } ocl_ctx;
 
 // Device bytes for a micro-batch of B samples (staging for max_batch excluded).
 static size_t micro_bytes(const model *m, int B, size_t *largest) {
-    size_t total = 0, widest = 0, scratch = 0, big = 0;
+    size_t total = 0, widest = 0, col = 0, tmp = 0, big = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
         size_t out = layer_out_size(L) * (size_t)B * sizeof(float);
@@ -48,15 +51,18 @@ static size_t micro_bytes(const model *m, int B, size_t *largest) {
         if (!(L->kind == LAYER_RELU || L->kind == LAYER_DROPOUT) || l == 0) total += out;
         if (L->kind == LAYER_MAXPOOL) total += out; // int32 argmax
         if (L->kind == LAYER_CONV2D) {
-            size_t s = sizeof(float) * ocl_conv2d_scratch_floats(B, L->c, L->k, L->oc, L->oh, L->ow);
-            if (s > scratch) scratch = s;
+            size_t n = (size_t)B * L->oh * L->ow, c = sizeof(float) * L->c * L->k * L->k * n;
+            total += c; // every conv layer's im2col matrix lives from forward to backward
+            if (c > col) col = c;
+            if (sizeof(float) * L->oc * n > tmp) tmp = sizeof(float) * L->oc * n;
         }
         if (in > widest) widest = in;
         if (out > widest) widest = out;
     }
     // CLBlast's indirect GEMMs copy (padded) operands into a scratch of about the im2col size.
-    total += 2 * widest + 2 * scratch;
-    big = scratch > widest ? scratch : widest;
+    total += 2 * widest + tmp + (col + tmp);
+    big = col > widest ? col : widest;
+    if (tmp > big) big = tmp;
     if (largest) *largest = big;
     return total;
 }
@@ -122,8 +128,9 @@ static int alloc_fixed(ocl_ctx *c, ht_error *e) {
         return -1;
     c->act = ht_calloc((size_t)m->n_layers, sizeof *c->act, e);
     c->argmax = ht_calloc((size_t)m->n_layers, sizeof *c->argmax, e);
+    c->col = ht_calloc((size_t)m->n_layers, sizeof *c->col, e);
     c->probs_host = ht_malloc(MB * nc, sizeof(float), e);
-    if (!c->act || !c->argmax || !c->probs_host) return -1;
+    if (!c->act || !c->argmax || !c->col || !c->probs_host) return -1;
     return 0;
 }
 
@@ -135,9 +142,10 @@ static void free_micro(ocl_ctx *c) {
             if (!alias) rel(&c->act[l]);
             c->act[l] = NULL;
             rel(&c->argmax[l]);
+            rel(&c->col[l]);
         }
     }
-    cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->g0, &c->g1, &c->scratch};
+    cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->g0, &c->g1, &c->tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
     ocl_ops_release_temp(&c->ops);
 }
@@ -149,7 +157,7 @@ static int alloc_micro(ocl_ctx *c, ht_error *e) {
     if (mk(c, &c->x, B * in * sizeof(float), e) < 0 || mk(c, &c->y, B, e) < 0 ||
         mk(c, &c->ids, B * sizeof(uint32_t), e) < 0 || mk(c, &c->loss, B * sizeof(float), e) < 0)
         return -1;
-    size_t widest = 0, scratch = 0;
+    size_t widest = 0, tmp = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
         size_t out = layer_out_size(L) * B, inl = layer_in_size(L) * B;
@@ -161,14 +169,16 @@ static int alloc_micro(ocl_ctx *c, ht_error *e) {
         if (L->kind == LAYER_MAXPOOL && mk(c, &c->argmax[l], out * sizeof(int32_t), e) < 0)
             return -1;
         if (L->kind == LAYER_CONV2D) {
-            size_t sc = ocl_conv2d_scratch_floats(c->micro, L->c, L->k, L->oc, L->oh, L->ow);
-            if (sc > scratch) scratch = sc;
+            size_t n = B * L->oh * L->ow;
+            if (mk(c, &c->col[l], (size_t)L->c * L->k * L->k * n * sizeof(float), e) < 0)
+                return -1;
+            if ((size_t)L->oc * n > tmp) tmp = (size_t)L->oc * n;
         }
         if (inl > widest) widest = inl;
         if (out > widest) widest = out;
     }
     if (mk(c, &c->g0, widest * sizeof(float), e) < 0 || mk(c, &c->g1, widest * sizeof(float), e) < 0 ||
-        mk(c, &c->scratch, scratch * sizeof(float), e) < 0)
+        mk(c, &c->tmp, tmp * sizeof(float), e) < 0)
         return -1;
     return 0;
 }
@@ -208,12 +218,14 @@ static void ocl_close(void *vctx) {
     free_micro(c);
     free(c->act);
     free(c->argmax);
+    free(c->col);
     cl_mem *bufs[] = {&c->params, &c->grads, &c->x_all, &c->y_all, &c->ids_all, &c->loss_all,
                       &c->probs_all};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
     ocl_ops_free(&c->ops);
     if (c->q) clReleaseCommandQueue(c->q);
     free(c->probs_host);
+    ocl_tuning_free(&c->tuning);
     free(c);
 }
 
@@ -233,16 +245,20 @@ static void prof_cut(ocl_ctx *c, device_prof_time *to) {
 static int ocl_set_params(void *vctx, const float *params, ht_error *e) {
     ocl_ctx *c = vctx;
     if (c->prof) c->prof_t = ht_now();
-    cl_int err = clEnqueueWriteBuffer(c->q, c->params, CL_TRUE, 0, sizeof(float) * c->m->n_params,
-                                      params, 0, NULL, ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
+    double t0 = ocl_prof_start(&c->ops);
+    cl_int err = clEnqueueWriteBuffer(c->q, c->params, CL_TRUE, 0,
+                                      sizeof(float) * c->m->n_params, params, 0, NULL,
+                                      ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
     if (c->prof) prof_cut(c, &c->prof->params);
     if (err != CL_SUCCESS) return ocl_fail(e, "clEnqueueWriteBuffer(weights)", err, c->ops.label);
+    ocl_prof_stop(&c->ops, "write weights (blocking)", t0);
     return 0;
 }
 
 static int write_buf(ocl_ctx *c, cl_mem buf, size_t bytes, const void *src, const char *what,
                      ht_error *e) {
     if (bytes == 0) return 0;
+    double t0 = ocl_prof_start(&c->ops);
     cl_int err = clEnqueueWriteBuffer(c->q, buf, CL_FALSE, 0, bytes, src, 0, NULL,
                                       ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
     if (err != CL_SUCCESS) {
@@ -250,15 +266,18 @@ static int write_buf(ocl_ctx *c, cl_mem buf, size_t bytes, const void *src, cons
         snprintf(call, sizeof call, "clEnqueueWriteBuffer(%s)", what);
         return ocl_fail(e, call, err, c->ops.label);
     }
+    ocl_prof_stop(&c->ops, "write", t0);
     return 0;
 }
 
 static int copy_buf(ocl_ctx *c, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off,
                     size_t bytes, ht_error *e) {
     if (bytes == 0) return 0;
+    double t0 = ocl_prof_start(&c->ops);
     cl_int err = clEnqueueCopyBuffer(c->q, src, dst, src_off, dst_off, bytes, 0, NULL,
-                                     ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
+                                      ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
     if (err != CL_SUCCESS) return ocl_fail(e, "clEnqueueCopyBuffer", err, c->ops.label);
+    ocl_prof_stop(&c->ops, "copy", t0);
     return 0;
 }
 
@@ -274,9 +293,9 @@ static int forward(ocl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_
         int rc = 0;
         switch (L->kind) {
         case LAYER_CONV2D:
-            rc = ocl_conv2d_forward(o, out, in, c->params, L->w_off, L->b_off, n, L->c, L->h,
-                                     L->w, L->oc, L->k, L->stride, L->pad, L->oh, L->ow,
-                                     c->scratch, e);
+            rc = ocl_conv2d_forward_col(o, out, in, c->params, L->w_off, L->b_off, n, L->c,
+                                        L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh,
+                                        L->ow, c->col[l], c->tmp, 0, e);
             break;
         case LAYER_MAXPOOL:
             rc = ocl_maxpool_forward(o, out, c->argmax[l], in, n, L->c, L->h, L->w, L->k,
@@ -323,9 +342,10 @@ static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
             din = dfree;
             break;
         case LAYER_CONV2D:
-            rc = ocl_conv2d_backward(o, din, c->grads, L->w_off, L->b_off, dout, in, c->params,
-                                      n, L->c, L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh,
-                                      L->ow, c->scratch, e);
+            // The forward of this micro-batch left the layer's im2col matrix in col[l].
+            rc = ocl_conv2d_backward_col(o, din, c->grads, L->w_off, L->b_off, dout, in,
+                                         c->params, n, L->c, L->h, L->w, L->oc, L->k, L->stride,
+                                         L->pad, L->oh, L->ow, c->col[l], 1, c->tmp, 0, e);
             break;
         case LAYER_MAXPOOL:
             if (din)
@@ -356,13 +376,15 @@ static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
 }
 
 static int read_back(ocl_ctx *c, cl_mem buf, size_t bytes, void *dst, const char *what, ht_error *e) {
+    double t0 = ocl_prof_start(&c->ops);
     cl_int err = clEnqueueReadBuffer(c->q, buf, CL_TRUE, 0, bytes, dst, 0, NULL,
-                                     ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
+                                      ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
     if (err != CL_SUCCESS) {
         char call[96];
         snprintf(call, sizeof call, "clEnqueueReadBuffer(%s)", what);
         return ocl_fail(e, call, err, c->ops.label);
     }
+    ocl_prof_stop(&c->ops, "read (blocking)", t0);
     return 0;
 }
 
@@ -529,6 +551,16 @@ static const device_ops opencl_ops = {
     .profile = ocl_profile,
 };
 
+struct ocl_ops *opencl_device_ops(device *d) {
+    return d && d->ops == &opencl_ops ? &((ocl_ctx *)d->ctx)->ops : NULL;
+}
+
+const struct ocl_tuning *opencl_device_tuning(const device *d) {
+    if (!d || d->ops != &opencl_ops) return NULL;
+    const ocl_ctx *c = d->ctx;
+    return c->tuned ? &c->tuning : NULL;
+}
+
 int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int max_batch,
                        uint64_t mem_limit, ht_error *e) {
     memset(d, 0, sizeof *d);
@@ -556,6 +588,14 @@ int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int 
         free(c);
         return -1;
     }
+    // The tuning `hetrain tune` left for this device, driver and CLBlast; one that cannot be
+    // used is left alone with a warning (the device runs as untuned).
+    char why[400];
+    int rc = ocl_tuning_load(&c->tuning, info, why, sizeof why);
+    if (rc < 0)
+        snprintf(d->warning, sizeof d->warning, "%s: tuning cache ignored: %s", info->spec, why);
+    c->tuned = rc > 0;
+    if (c->tuned) ocl_ops_tune(&c->ops, &c->tuning);
     c->micro = choose_micro(m, info, c->max_batch, mem_limit);
     if (c->micro < 1) {
         ht_fail(e, "%s: not even one sample of %s fits in %llu MiB (device memory %llu MiB, "
@@ -575,8 +615,13 @@ int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int 
     d->micro = c->micro;
     d->capacity = 1.0;
     snprintf(d->spec, sizeof d->spec, "%s", info->spec);
-    snprintf(d->name, sizeof d->name, "OpenCL %s %s (%s), %u CU, %llu MiB%s", info->type,
+    char tuned[64] = "";
+    if (c->tuned)
+        snprintf(tuned, sizeof tuned, ", tuned (%d GEMM shapes, %d work-group sizes)",
+                 c->tuning.n_gemm, c->tuning.n_wg);
+    snprintf(d->name, sizeof d->name, "OpenCL %s %s (%s), %u CU, %llu MiB%s%s", info->type,
              info->name, info->platform_name, info->compute_units,
-             (unsigned long long)(info->global_mem >> 20), from_cache ? ", kernels from cache" : "");
+             (unsigned long long)(info->global_mem >> 20), from_cache ? ", kernels from cache" : "",
+             tuned);
     return 0;
 }

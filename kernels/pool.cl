@@ -1,16 +1,18 @@
 // Max pooling without padding. Backward is a gather over the windows that contain each input
 // element, so overlapping windows (stride < K) need no atomics.
 
+// Range (ox, oy, plane) for the forward, (x, y, plane) for the backward: no work-item divides
+// to find where it is (see conv.cl).
+
 // One work-item per output; argmax = h*W + w within the plane. Row-major scan with a strict
 // '>' keeps the first maximum on ties, as the CPU does.
 __kernel void maxpool_fwd(__global float *out, __global int *argmax, __global const float *in,
                           const int B, const int C, const int H, const int W, const int K,
                           const int stride, const int OH, const int OW) {
-    const int i = (int)get_global_id(0);
-    if (i >= B * C * OH * OW) return;
-    const int ox = i % OW, t = i / OW;
-    const int oy = t % OH, plane = t / OH;
-    __global const float *ip = in + (size_t)plane * H * W;
+    const int ox = (int)get_global_id(0), oy = (int)get_global_id(1);
+    const int plane = (int)get_global_id(2);
+    if (ox >= OW) return;
+    __global const float *ip = in + plane * H * W;
     const int first = oy * stride * W + ox * stride;
     int bi = first;
     float best = ip[first];
@@ -24,6 +26,7 @@ __kernel void maxpool_fwd(__global float *out, __global int *argmax, __global co
             }
         }
     }
+    const int i = (plane * OH + oy) * OW + ox;
     out[i] = best;
     argmax[i] = bi;
 }
@@ -34,20 +37,48 @@ __kernel void maxpool_bwd(__global float *din, __global const float *dout,
                           __global const int *argmax, const int B, const int C, const int H,
                           const int W, const int K, const int stride, const int OH,
                           const int OW) {
-    const int i = (int)get_global_id(0);
-    if (i >= B * C * H * W) return;
-    const int x = i % W, t = i / W;
-    const int y = t % H, plane = t / H;
+    const int x = (int)get_global_id(0), y = (int)get_global_id(1);
+    const int plane = (int)get_global_id(2);
+    if (x >= W) return;
     const int at = y * W + x;
-    // Windows oy with oy*stride <= y < oy*stride + K.
-    const int oy0 = y >= K ? (y - K) / stride + 1 : 0, oy1 = min(y / stride, OH - 1);
-    const int ox0 = x >= K ? (x - K) / stride + 1 : 0, ox1 = min(x / stride, OW - 1);
     const int base = plane * OH * OW;
     float acc = 0.0f;
-    for (int oy = oy0; oy <= oy1; oy++)
-        for (int ox = ox0; ox <= ox1; ox++) {
+    if (stride >= K) {
+        // Windows do not overlap: at most the one at (y / stride, x / stride).
+        const int oy = y / stride, ox = x / stride;
+        if (oy < OH && ox < OW && y - oy * stride < K && x - ox * stride < K) {
             const int o = base + oy * OW + ox;
             if (argmax[o] == at) acc += dout[o];
         }
-    din[i] = acc;
+    } else {
+        // Windows oy with oy*stride <= y < oy*stride + K.
+        const int oy0 = y >= K ? (y - K) / stride + 1 : 0, oy1 = min(y / stride, OH - 1);
+        const int ox0 = x >= K ? (x - K) / stride + 1 : 0, ox1 = min(x / stride, OW - 1);
+        for (int oy = oy0; oy <= oy1; oy++)
+            for (int ox = ox0; ox <= ox1; ox++) {
+                const int o = base + oy * OW + ox;
+                if (argmax[o] == at) acc += dout[o];
+            }
+    }
+    din[plane * H * W + at] = acc;
+}
+
+// The backward when the windows tile the input exactly (stride == K, H == OH*K, W == OW*K), as
+// a scatter: range (ox, oy, plane) over the outputs, each writing its window, the argmax's
+// element dout (added to 0, as the gather does) and the others 0.
+__kernel void maxpool_bwd_tiled(__global float *din, __global const float *dout,
+                                __global const int *argmax, const int K, const int OH,
+                                const int OW) {
+    const int ox = (int)get_global_id(0), oy = (int)get_global_id(1);
+    const int plane = (int)get_global_id(2);
+    if (ox >= OW) return;
+    const int W = OW * K, H = OH * K;
+    const int o = (plane * OH + oy) * OW + ox, am = argmax[o];
+    const float g = 0.0f + dout[o];
+    __global float *dst = din + plane * H * W;
+    for (int ky = 0; ky < K; ky++)
+        for (int kx = 0; kx < K; kx++) {
+            const int at = (oy * K + ky) * W + ox * K + kx;
+            dst[at] = at == am ? g : 0.0f;
+        }
 }

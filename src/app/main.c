@@ -1,4 +1,4 @@
-// hetrain's command line: train, predict, summary, devices, compare, plot, version. Parses
+// hetrain's command line: train, predict, summary, devices, tune, compare, plot, version. Parses
 // flags, prints errors, sets the exit status; the work itself is in the library (train.c for
 // train and predict, src/report/ for compare and plot). The metrics CSV's columns are
 // train.c's metrics_header; the README lists them.
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ocl_tuner.h"
 #include "ocl_util.h"
 #include "common.h"
 #include "compare.h"
@@ -37,6 +38,7 @@ static const char *usage_main =
     "  predict    write predictions for a test set from saved weights\n"
     "  summary    print a network's layers, output shapes and parameter counts\n"
     "  devices    list the native CPU and every OpenCL device, with their --devices names\n"
+    "  tune       search each OpenCL device's fastest GEMM and kernel settings for a network\n"
     "  compare    put runs' metrics or predictions CSVs side by side (hetrain, PyTorch, Keras)\n"
     "  plot       draw runs' loss and accuracy curves (and per-device shares) as PNG\n"
     "  version    print the version\n"
@@ -165,10 +167,41 @@ static const char *usage_devices =
     "\n"
     "Lists the devices hetrain can train on: the native CPU (spec cpu), then every OpenCL device\n"
     "of every platform (spec cl:P.D), with type, vendor, name, compute units, clock, memory,\n"
-    "largest allocation and OpenCL C version. The specs are what --devices takes.\n"
+    "largest allocation and OpenCL C version. The specs are what --devices takes. TUNED says\n"
+    "whether 'hetrain tune' left a tuning for an OpenCL device (its networks are listed below\n"
+    "the table); a tuning file that cannot be used is named there with the reason.\n"
     "\n"
     "options:\n"
     "  --json                 print one JSON object {\"devices\": [...], \"opencl_platforms\": N}\n"
+    "  --cache-dir DIR        the cache folder tunings are looked up in (as for train)\n"
+    "  --help                 this text\n";
+
+static const char *usage_tune =
+    "usage: hetrain tune [OPTIONS]\n"
+    "\n"
+    "For each OpenCL device, finds the GEMM shapes the device calls for a network at a batch\n"
+    "size (by running one shard of random samples), searches CLBlast's GEMM configurations for\n"
+    "each (its two routines, XgemmDirect and Xgemm, starting from CLBlast's own parameters and\n"
+    "moving one parameter at a time: tile and work-group sizes, vector widths, unrolling, local\n"
+    "memory), checks every configuration's result against OpenBLAS, and times work-group sizes\n"
+    "for hetrain's own kernels. What is faster goes into the device's tuning file in the cache\n"
+    "folder (per device, platform, driver and CLBlast version, beside the compiled kernels),\n"
+    "merged with what it held for other shapes; train, predict and the self-check use it from\n"
+    "then on, and 'hetrain devices' shows it. Each new configuration costs a compile (seconds on\n"
+    "a CPU device), so a search takes minutes; progress is printed as it goes.\n"
+    "\n"
+    "options:\n"
+    "  --devices SPEC         OpenCL devices to tune, as for train (cl:P.D, cl:all, gpu; cpu\n"
+    "                         items have nothing to tune) [cl:all]\n"
+    "  --model NAME|FILE.cfg  the network whose shapes to tune for\n"
+    "                         [cnn2d_3layer_fullconnected_3layer]\n"
+    "  --batch N              samples per step: the shard a device alone gets, which sets its\n"
+    "                         micro-batch and GEMM shapes [the network's reference batch]\n"
+    "  --budget SECONDS       time per device, one shard and CLBlast's own timings included;\n"
+    "                         no new configuration starts that would not end within it [300]\n"
+    "  --mem-limit SIZE       device memory to use, as for train (it sets the micro-batch)\n"
+    "  --cache-dir DIR        cache folder, as for train [$XDG_CACHE_HOME/hetrain]\n"
+    "  --quiet                print only each device's result\n"
     "  --help                 this text\n";
 
 static const char *usage_compare =
@@ -262,7 +295,7 @@ enum {
     OPT_SEED, OPT_LIMIT, OPT_DEVICES, OPT_OUT, OPT_NAME, OPT_SAVE, OPT_LOAD, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_BALANCE, OPT_REBALANCE, OPT_JSON, OPT_CACHE_DIR,
     OPT_MEM_LIMIT, OPT_NO_SELF_CHECK, OPT_ON_NAN, OPT_DEVICE_TIMEOUT, OPT_CHECKPOINT_EVERY,
-    OPT_RESUME, OPT_PROFILE, OPT_CONV_ALGO
+    OPT_RESUME, OPT_PROFILE, OPT_CONV_ALGO, OPT_BUDGET
 };
 
 // --conv-algo's value as a conv_algo, or -1 after printing the usage error.
@@ -489,12 +522,14 @@ static int cmd_summary(int argc, char **argv) {
 
 static int cmd_devices(int argc, char **argv) {
     static const struct option opts[] = {
-        {"json", no_argument, 0, OPT_JSON}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+        {"json", no_argument, 0, OPT_JSON}, {"cache-dir", required_argument, 0, OPT_CACHE_DIR},
+        {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
     int json = 0, c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case OPT_JSON: json = 1; break;
+        case OPT_CACHE_DIR: ocl_set_cache_dir(optarg); break;
         case OPT_HELP: fputs(usage_devices, stdout); return 0;
         case ':': return usage_error("devices", "%s needs a value", argv[optind - 1]);
         default: return usage_error("devices", "unknown option \"%s\"", argv[optind - 1]);
@@ -507,6 +542,122 @@ static int cmd_devices(int argc, char **argv) {
         return 1;
     }
     return 0;
+}
+
+// The OpenCL devices a --devices spec names, in the listing's order; cpu items are skipped
+// with a note. Returns how many were chosen into pick[], -1 on a malformed spec (said).
+static int tune_pick(const char *spec, const ocl_dev_info *devs, int n, int *pick) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", spec);
+    int np = 0;
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        device_item it;
+        ht_error e;
+        if (device_parse_item(item, &it, &e) < 0) {
+            usage_error("tune", "--devices: %s", e.msg);
+            return -1;
+        }
+        if (it.kind == DEVICE_ITEM_CPU) {
+            printf("%s: a native CPU worker: nothing to tune\n", it.name);
+            continue;
+        }
+        int found = 0;
+        for (int i = 0; i < n; i++) {
+            int match = it.kind == DEVICE_ITEM_CL_ALL ||
+                        (it.kind == DEVICE_ITEM_GPU && !strcmp(devs[i].type, "gpu")) ||
+                        (it.kind == DEVICE_ITEM_CL && devs[i].p == it.platform && devs[i].d == it.dev);
+            int taken = 0;
+            for (int k = 0; k < np; k++) taken |= pick[k] == i;
+            if (match) found = 1;
+            if (match && !taken && np < HT_MAX_DEVICES) pick[np++] = i;
+        }
+        if (!found && it.kind == DEVICE_ITEM_CL) {
+            fprintf(stderr, "hetrain tune: --devices: no OpenCL device %s (see 'hetrain devices')\n",
+                    it.name);
+            return -1;
+        }
+    }
+    return np;
+}
+
+static int cmd_tune(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"devices", required_argument, 0, OPT_DEVICES}, {"model", required_argument, 0, OPT_MODEL},
+        {"batch", required_argument, 0, OPT_BATCH},     {"budget", required_argument, 0, OPT_BUDGET},
+        {"mem-limit", required_argument, 0, OPT_MEM_LIMIT},
+        {"cache-dir", required_argument, 0, OPT_CACHE_DIR}, {"quiet", no_argument, 0, OPT_QUIET},
+        {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
+    const char *spec = "cl:all", *model_name = TRAIN_DEFAULT_MODEL;
+    long batch = 0;
+    double budget = 300;
+    int64_t mem = 0;
+    int quiet = 0, c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_DEVICES: spec = optarg; break;
+        case OPT_MODEL: model_name = optarg; break;
+        case OPT_BATCH:
+            if (parse_int("--batch", optarg, 1, 1000000, &batch) < 0) return EXIT_USAGE;
+            break;
+        case OPT_BUDGET:
+            if (parse_float("--budget", optarg, 0, 1e7, 0, &budget) < 0) return EXIT_USAGE;
+            break;
+        case OPT_MEM_LIMIT:
+            if ((mem = device_parse_bytes(optarg)) < 0)
+                return usage_error("tune", "--mem-limit: expected a size such as 256M or 2G, "
+                                           "found \"%s\"", optarg);
+            break;
+        case OPT_CACHE_DIR: ocl_set_cache_dir(optarg); break;
+        case OPT_QUIET: quiet = 1; break;
+        case OPT_HELP: fputs(usage_tune, stdout); return 0;
+        case ':': return usage_error("tune", "%s needs a value", argv[optind - 1]);
+        default: return usage_error("tune", "unknown option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_error("tune", "unexpected argument \"%s\"", argv[optind]);
+    ht_error e;
+    model m;
+    if (model_init(&m, model_name, &e) < 0) {
+        fprintf(stderr, "hetrain: %s\n", e.msg);
+        return 1;
+    }
+    ocl_dev_info *devs = NULL;
+    int n = 0, rc = 0, pick[HT_MAX_DEVICES];
+    if (ocl_enumerate(&devs, &n, &e) < 0) {
+        fprintf(stderr, "hetrain: %s\n", e.msg);
+        model_free(&m);
+        return 1;
+    }
+    int np = tune_pick(spec, devs, n, pick);
+    if (np < 0) rc = EXIT_USAGE;
+    else if (np == 0) printf("no OpenCL device to tune (see 'hetrain devices')\n");
+    ocl_tuner_opts o = {&m, batch ? (int)batch : m.setup.batch, (uint64_t)mem, budget,
+                        quiet ? NULL : stdout};
+    for (int k = 0; rc != EXIT_USAGE && k < np; k++) {
+        const ocl_dev_info *d = &devs[pick[k]];
+        printf("tuning %s (%s, %s) for %s at batch %d, budget %g s\n", d->spec, d->name,
+               d->platform_name, m.name, o.batch, budget);
+        fflush(stdout);
+        ocl_tuner_result r;
+        if (ocl_tuner_run(d, &o, &r, &e) < 0) {
+            fprintf(stderr, "hetrain: %s: %s\n", d->spec, e.msg);
+            rc = 1;
+            continue;
+        }
+        printf("%s: micro-batch %d; %d GEMM shapes, %d timed, %d faster than CLBlast's own; "
+               "GEMMs of one shard %.3f s -> %.3f s (%.2fx); %d kernel work-group sizes; "
+               "%d configurations tried, %d rejected; %.0f s\n  tuning written to %s\n",
+               d->spec, r.micro, r.n_shapes, r.n_timed, r.n_faster, r.gemm_own_s, r.gemm_tuned_s,
+               r.gemm_tuned_s > 0 ? r.gemm_own_s / r.gemm_tuned_s : 1.0, r.n_wg, r.n_configs,
+               r.n_rejected, r.elapsed_s, r.path);
+        fflush(stdout);
+    }
+    free(devs);
+    model_free(&m);
+    ocl_runtime_release_all();
+    return rc;
 }
 
 enum { OPT_TOL = 2000, OPT_TITLE };
@@ -611,6 +762,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "summary")) return cmd_summary(argc - 1, argv + 1);
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tune")) return cmd_tune(argc - 1, argv + 1);
     if (!strcmp(cmd, "compare")) return cmd_compare(argc - 1, argv + 1);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc - 1, argv + 1);
     fprintf(stderr, "hetrain: unknown command \"%s\"\n\n%s", cmd, usage_main);

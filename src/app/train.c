@@ -195,8 +195,12 @@ static void job_free(job *j) {
 
 // Opens the devices of spec for batches of `batch`, each behind a fault-injecting wrapper when
 // $HETRAIN_FAULT names it (fault.h; for testing the failure paths).
+// A device that opened with a warning (an unusable tuning cache) says so on stderr; the run log
+// repeats it under the device.
 static int open_devices(job *j, const char *spec, int batch, uint64_t mem_limit, ht_error *e) {
     if (device_open_list(&j->devs, &j->n_devs, spec, &j->m, batch, mem_limit, e) < 0) return -1;
+    for (int d = 0; d < j->n_devs; d++)
+        if (j->devs[d].warning[0]) fprintf(stderr, "hetrain: warning: %s\n", j->devs[d].warning);
     return fault_wrap_devices(j->devs, j->n_devs, &j->m, getenv("HETRAIN_FAULT"), e);
 }
 
@@ -365,6 +369,7 @@ static void log_header(job *j, const train_opts *o) {
                 j->devs[d].name, j->devs[d].capacity, j->devs[d].micro);
         for (const char *p = j->devs[d].detail; *p; p += strcspn(p, "\n"), p += *p == '\n')
             run_log(rf, 0, "device %s: %.*s\n", j->devs[d].spec, (int)strcspn(p, "\n"), p);
+        if (j->devs[d].warning[0]) run_log(rf, 0, "warning: %s\n", j->devs[d].warning);
     }
     for (int r = 0; ranks_size() > 1 && r < ranks_size(); r++) { // over several ranks: each rank's host and devices
         const char *p = j->ranks_text + (size_t)r * JOB_RANK_TEXT;

@@ -13,7 +13,7 @@ shift $(($# > 0 ? 1 : 0))
 command -v clang >/dev/null || { echo "run.sh: clang not found; run tools/setup.sh" >&2; exit 1; }
 
 build=build-fuzz
-CC=clang cmake -S . -B "$build" -DHT_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+CC=clang CXX=clang++ cmake -S . -B "$build" -DHT_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$(nproc)" --target fuzzers >/dev/null
 
 # Inputs larger than any format needs only slow the search down.
