@@ -139,7 +139,8 @@ static errs run_case(const case_shape *s, conv_impl impl, uint64_t seed) {
                          .pad = pad, .OH = OH, .OW = OW, .fwd = impl, .din = impl, .dw = impl};
     const size_t in_rows = (size_t)B * H * W, out_rows = (size_t)B * OH * OW;
     float *xin = malloc(in_rows * s->Cs * sizeof *xin), *xR = malloc(out_rows * OCs * sizeof *xR);
-    float *xout = malloc(out_rows * OCs * sizeof *xout), *xdin = malloc(in_rows * s->Cs * sizeof *xdin);
+    float *xout = malloc(out_rows * OCs * sizeof *xout);
+    float *xdin = malloc(in_rows * s->Cs * sizeof *xdin);
     float *ws = malloc(conv2d_nhwc_ws_floats(&g, 2) * sizeof *ws); // the advertised size
     float *out = zeros(nout), *din = zeros(nin), *dw = zeros(nw), *db = zeros(OC);
     assert_true(xin && xR && xout && xdin && ws);
@@ -318,7 +319,8 @@ static void wino_double(float *out, const float *in, const float *w, int B, int 
                             if (oh >= OH || ow >= OW) continue;
                             double s = 0;
                             for (int p = 0; p < a; p++)
-                                for (int q = 0; q < a; q++) s += t->AT[i][p] * M[p][q] * t->AT[j][q];
+                                for (int q = 0; q < a; q++)
+                                    s += t->AT[i][p] * M[p][q] * t->AT[j][q];
                             out[(((size_t)n * OC + oc) * OH + oh) * OW + ow] = (float)s;
                         }
                 }
@@ -327,7 +329,8 @@ static void wino_double(float *out, const float *in, const float *w, int B, int 
 static void test_wrong_transform_exceeds(void **state) {
     (void)state;
     enum { B = 1, C = 8, H = 12, W = 12, OC = 6 };
-    const size_t nin = (size_t)B * C * H * W, nout = (size_t)B * OC * H * W, nw = (size_t)OC * C * 9;
+    const size_t nin = (size_t)B * C * H * W, nout = (size_t)B * OC * H * W;
+    const size_t nw = (size_t)OC * C * 9;
     float *in = urand(nin, -1, 1, 71), *w = urand(nw, -0.5f, 0.5f, 72), *ain = absv(in, nin);
     float *aw = absv(w, nw), *ref = zeros(nout), *S = zeros(nout), *out = zeros(nout);
     float *rws = zeros(ref_conv2d_ws_floats(C, 3, OC, H, W, 1));
@@ -345,7 +348,8 @@ static void test_wrong_transform_exceeds(void **state) {
         struct {
             double *c;
             const char *name;
-        } typos[] = {{&t.BT[1][2], "B^T[1][2]"}, {&t.G[1][1], "G[1][1]"}, {&t.AT[1][3], "A^T[1][3]"}};
+        } typos[] = {
+            {&t.BT[1][2], "B^T[1][2]"}, {&t.G[1][1], "G[1][1]"}, {&t.AT[1][3], "A^T[1][3]"}};
         for (int k = 0; k < 3; k++) {
             const double keep = *typos[k].c;
             *typos[k].c = keep * 1.25;

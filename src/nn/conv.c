@@ -529,17 +529,18 @@ void conv2d_nhwc_scratch_reduce(float *dw, float *db, const float *scratch, size
     const int K = g->K, C = g->C, OC = g->OC, OCs = p.OCs;
     const int mw = wino_m(g, g->dw, CONV_DIR_DW);
 #define SUMS(t) ((const double *)(scratch + (size_t)(t) * stride + scr_sums_off(&p)))
-    if (mw)
+    if (mw) // the sums are in the transformed domain: added over threads, then brought back
         wino_dw_finish(dw, (const double *)(scratch + scr_dU_off(&p)), stride / 2, n, OCs, C, OC,
                        mw);
-    for (int r = 0; r < K * K * C && !mw; r++) {
-        const int tap = r / C, c = r % C;
-        for (int oc = 0; oc < OC; oc++) {
-            double acc = 0.0;
-            for (int t = 0; t < n; t++) acc += SUMS(t)[(size_t)r * OCs + oc];
-            dw[((size_t)oc * C + c) * K * K + tap] += (float)acc;
+    else
+        for (int r = 0; r < K * K * C; r++) {
+            const int tap = r / C, c = r % C;
+            for (int oc = 0; oc < OC; oc++) {
+                double acc = 0.0;
+                for (int t = 0; t < n; t++) acc += SUMS(t)[(size_t)r * OCs + oc];
+                dw[((size_t)oc * C + c) * K * K + tap] += (float)acc;
+            }
         }
-    }
     for (int oc = 0; oc < OC; oc++) {
         double acc = 0.0;
         for (int t = 0; t < n; t++) acc += SUMS(t)[p.nw + oc];

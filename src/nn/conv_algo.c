@@ -21,7 +21,9 @@
 #define TUNE_MARGIN 0.9
 
 static const char *impl_name(conv_impl i) {
-    return i == CONV_WINO4 ? "winograd F(4x4,3x3)" : i == CONV_WINO2 ? "winograd F(2x2,3x3)" : "direct";
+    return i == CONV_WINO4   ? "winograd F(4x4,3x3)"
+           : i == CONV_WINO2 ? "winograd F(2x2,3x3)"
+                             : "direct";
 }
 
 static void fill(float *p, size_t n, float scale, uint64_t seed) {
@@ -125,7 +127,8 @@ static int time_layer(const conv_geom *g0, conv_impl wino, int need_din, int nth
     for (int d = 0; d < 3; d++)
         for (int k = 0; k < 2; k++) t[d][k] = median(v[d][k], n);
     // The input gradient's own time: its pass less the direct weight gradient in it.
-    for (int k = 0; k < 2; k++) t[CONV_DIR_DIN][k] = need_din ? t[CONV_DIR_DIN][k] - t[CONV_DIR_DW][0] : 0.0;
+    for (int k = 0; k < 2; k++)
+        t[CONV_DIR_DIN][k] = need_din ? t[CONV_DIR_DIN][k] - t[CONV_DIR_DW][0] : 0.0;
     free(mem);
     free(meas);
     return 0;

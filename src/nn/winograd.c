@@ -144,7 +144,9 @@ void wino_dw_finish(float *dw, const double *dU, size_t stride, int n, int ldd, 
 // ---- tile transforms, 16 channels at a time ------------------------------------------------
 
 // Loads channels [c0, c0 + n) of one position: a full vector, or n lanes and zeros.
-static ALWAYS_INLINE vf load_ch(const float *p, int n) { return n == VL ? v_load(p) : v_load_n(p, n); }
+static ALWAYS_INLINE vf load_ch(const float *p, int n) {
+    return n == VL ? v_load(p) : v_load_n(p, n);
+}
 
 static ALWAYS_INLINE void input_tiles(const int m, float *V, int ldv, const float *src, int rowstep,
                                       int cstride, int C, int th, int tw) {
@@ -159,7 +161,8 @@ static ALWAYS_INLINE void input_tiles(const int m, float *V, int ldv, const floa
                 vf d[36], u[36];
                 for (int i = 0; i < a; i++)
                     for (int j = 0; j < a; j++)
-                        d[i * a + j] = load_ch(base + (size_t)i * rowstep + (size_t)j * cstride + c0, n);
+                        d[i * a + j] =
+                            load_ch(base + (size_t)i * rowstep + (size_t)j * cstride + c0, n);
                 for (int i = 0; i < a; i++) { // along each row, then each column
                     if (m == 2) bt2(u + i * a, d + i * a, 1);
                     else bt4(u + i * a, d + i * a, 1);
@@ -234,7 +237,8 @@ static ALWAYS_INLINE void grad_tiles(const int m, float *Z, int ldz, const float
                 vf d[16], u[24], z[36];
                 for (int i = 0; i < m; i++)
                     for (int j = 0; j < m; j++)
-                        d[i * m + j] = load_ch(base + (size_t)i * rowstep + (size_t)j * cstride + c0, n);
+                        d[i * m + j] =
+                            load_ch(base + (size_t)i * rowstep + (size_t)j * cstride + c0, n);
                 for (int i = 0; i < m; i++) { // each row m -> a: u is m x a
                     if (m == 2) a2(u + i * a, d + i * m, 1);
                     else a4(u + i * a, d + i * m, 1);
