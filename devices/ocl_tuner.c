@@ -1,11 +1,12 @@
 // The tuner (ocl_tuner.h). One shard with the profile on gives the GEMM shapes and how often
 // each is called. The shapes, heaviest first, each get a share of the budget: CLBlast's own
 // configuration is timed, then the configurations that did best on earlier shapes (already
-// compiled, so cheap), then moves of one parameter at a time from the best so far, nearest
-// values first, while its share lasts (a new configuration costs a compile: seconds on PoCL).
-// A configuration's first result on every shape is checked against OpenBLAS. Then our kernels'
-// work-group sizes are timed over whole micro-batches, and the tuned device's gradient is
-// compared with the untuned one's before anything is written.
+// compiled, so cheap), a starting point of each routine for CPU-like devices, CLBlast's other
+// routine, then moves of one parameter at a time from the best so far, nearest values first,
+// while the share lasts (a configuration new to the process costs a compile: seconds on
+// PoCL). A configuration's first result on every shape is checked against OpenBLAS. Then our
+// kernels' work-group sizes are timed over whole micro-batches, and the tuned device's
+// gradient is compared with the untuned one's before anything is written.
 #include "ocl_tuner.h"
 
 #include <cblas.h>
@@ -54,7 +55,8 @@ typedef struct tuner {
     ocl_tuner_result *r;
     device d;
     ocl_ops *ops;
-    double start, deadline, new_cost;
+    double start, deadline;
+    double new_cost[3]; // what the last three configurations new to the process cost
     int n_new;
     ocl_gemm_cfg own[2]; // [0] Xgemm, [1] XgemmDirect, as CLBlast has them
     size_t min_indirect;
@@ -293,10 +295,13 @@ static int config_index(tuner *t, const ocl_gemm_cfg *cfg) {
 static double try_cfg(tuner *t, const ocl_gemm_cfg *cfg, int si, double until) {
     int ci = find_cfg(t, cfg);
     if (ci >= 0) return t->cfgs[ci].bad ? -1 : eval(t, ci, si);
-    if (ht_now() + t->new_cost > until || (ci = config_index(t, cfg)) < 0) return -2;
-    double t0 = ht_now(), ms = eval(t, ci, si), dt = ht_now() - t0;
-    // What the next new one will cost: the first as measured, then a running mean.
-    t->new_cost = t->n_new++ ? 0.7 * t->new_cost + 0.3 * dt : dt;
+    // What the next new one will cost: the most of the last three (a compile's time varies
+    // with the machine's load).
+    double cost = 0;
+    for (int i = 0; i < 3; i++) cost = t->new_cost[i] > cost ? t->new_cost[i] : cost;
+    if (ht_now() + cost > until || (ci = config_index(t, cfg)) < 0) return -2;
+    double t0 = ht_now(), ms = eval(t, ci, si);
+    t->new_cost[t->n_new++ % 3] = ht_now() - t0;
     return ms;
 }
 
@@ -321,6 +326,19 @@ static const move indirect_moves[] = {
 };
 
 static double log2d(size_t v) { return v ? log2((double)v) : -1; }
+
+// Work per work-item of cfg: the accumulators each keeps. Beyond what CLBlast's own tuners try
+// (8x8 for XgemmDirect, 16x16 for Xgemm), code generation takes minutes on PoCL (everything is
+// unrolled into registers) and the kernel is rarely fast: such moves are not tried.
+static int too_big(const ocl_gemm_cfg *c) {
+    const ocl_kparams *p = &c->kp;
+    if (c->direct) {
+        size_t wgd = ocl_kparam(p, "WGD", 1);
+        return (wgd / ocl_kparam(p, "MDIMCD", 1)) * (wgd / ocl_kparam(p, "NDIMCD", 1)) > 64;
+    }
+    return (ocl_kparam(p, "MWG", 1) / ocl_kparam(p, "MDIMC", 1)) *
+               (ocl_kparam(p, "NWG", 1) / ocl_kparam(p, "NDIMC", 1)) > 128;
+}
 
 // Moves of one parameter from centre, nearest values first; tries each valid one while time
 // lasts and re-centres on a clearly faster one. Returns 1 when out of time.
@@ -359,8 +377,8 @@ static int descend(tuner *t, int si, int direct, double until) {
                 for (int k = 0; k < 2 && mv->names[k]; k++)
                     ocl_kparam_set(&c.kp, mv->names[k], mv->values[order[a]]);
                 char why[200];
-                if (!ocl_gemm_cfg_valid(&c, &t->own[direct].kp, t->dev->local_mem,
-                                        t->dev->max_wg, why, sizeof why))
+                if (too_big(&c) || !ocl_gemm_cfg_valid(&c, &t->own[direct].kp, t->dev->local_mem,
+                                                       t->dev->max_wg, why, sizeof why))
                     continue;
                 double ms = try_cfg(t, &c, si, until);
                 if (ms == -2) return 1;
@@ -407,7 +425,28 @@ static void tune_shape(tuner *t, int si, double until) {
                 order[a] = order[b];
                 order[b] = tmp;
             }
-    for (int a = 0; a < n && a < TUNE_POOL_TRY; a++) eval(t, order[a], si);
+    // A configuration compiled already costs a check and a few runs: about 4 of CLBlast's own.
+    for (int a = 0; a < n && a < TUNE_POOL_TRY; a++)
+        if (ht_now() + 4e-3 * s->own_ms < until || s->own_ms < 50) eval(t, order[a], si);
+    // A starting point of each routine for CPU-like devices (small work-groups, long unrolled
+    // loops), which CLBlast's own parameters for a device it does not know are far from.
+    for (int direct = 1; direct >= 0; direct--) {
+        ocl_gemm_cfg seed = t->own[direct];
+        char why[200];
+        if (direct) {
+            const char *n[] = {"WGD", "MDIMCD", "NDIMCD", "MDIMAD", "NDIMBD", "KWID", "VWMD", "VWND"};
+            const size_t v[] = {16, 4, 4, 4, 4, 16, 4, 4};
+            for (int i = 0; i < 8; i++) ocl_kparam_set(&seed.kp, n[i], v[i]);
+        } else {
+            const char *n[] = {"MWG", "NWG", "MDIMC", "MDIMA", "NDIMC", "NDIMB", "VWM", "VWN"};
+            const size_t v[] = {64, 128, 8, 8, 8, 8, 8, 4};
+            for (int i = 0; i < 8; i++) ocl_kparam_set(&seed.kp, n[i], v[i]);
+        }
+        if (ocl_gemm_cfg_valid(&seed, &t->own[direct].kp, t->dev->local_mem, t->dev->max_wg,
+                               why, sizeof why) &&
+            try_cfg(t, &seed, si, until) == -2)
+            return;
+    }
     // CLBlast's other routine, then moves from each routine's best, the better routine first.
     if (try_cfg(t, &t->own[!own_direct], si, until) == -2) return;
     int first = s->best >= 0 ? t->cfgs[s->best].cfg.direct : own_direct;
@@ -536,7 +575,6 @@ int ocl_tuner_run(const ocl_dev_info *dev, const ocl_tuner_opts *o, ocl_tuner_re
     t->r = r;
     t->start = ht_now();
     t->deadline = t->start + o->budget_s;
-    t->new_cost = 1.0;
     ocl_tuning tu;
     ocl_tuning_init(&tu, dev);
     int rc = -1;
