@@ -23,7 +23,7 @@ static void test_two_ranks_equal_one_process(void **state) {
     assert_non_null(train);
     assert_non_null(test);
     char cmd[8192], *out;
-    const char *common = "train --epochs 2 --batch 50 --val-split 0.2 --balance static --no-self-check --no-progress --quiet";
+    const char *common = "train --epochs 2 --batch 50 --val-split 0.2 --balance static --conv-algo direct --no-self-check --no-progress --quiet";
     snprintf(cmd, sizeof cmd, "%s -np 2 '%s' %s --train '%s' --test '%s' --devices 0=cpu:1 "
              "--devices 1=cpu:1@2 --out '%s' --name two 2>&1", HT_MPIEXEC, HT_BINARY, common,
              train, test, dir);
@@ -74,7 +74,7 @@ static void test_stopped_rank_resumes(void **state) {
     char *train = test_fashion_csv(dir, FASHION_TRAIN, 500, 1);
     assert_non_null(train);
     char cmd[16384], args[4096], *out;
-    const char *devs = "--devices 0=cpu:1 --devices 1=cpu:1@2 --balance static --no-self-check --no-progress --quiet";
+    const char *devs = "--devices 0=cpu:1 --devices 1=cpu:1@2 --balance static --conv-algo direct --no-self-check --no-progress --quiet";
     const char *fault[] = {"", "kill:cpu:1@6", "term:cpu:1@6"};
     const char *name[] = {"ref", "k", "t"};
     const int want[] = {0, 137, 143};

@@ -28,7 +28,7 @@ static int setup(void **state) {
 
 // What defines the run, and where it runs (given again on resume).
 #define RUN "train %s --epochs 3 --batch 50 --val-split 0.2"
-#define WHERE "--devices cpu:1,cpu:1@2 --balance static --no-self-check --no-progress --quiet"
+#define WHERE "--devices cpu:1,cpu:1@2 --balance static --conv-algo direct --no-self-check --no-progress --quiet"
 
 // The metrics CSV's columns that do not depend on timing (epoch, accuracy, loss, val_*).
 static char *det_columns(const char *path) {
