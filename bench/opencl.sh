@@ -68,10 +68,11 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 
 declare -A V
 for ((r = 1; r <= ROUNDS; r++)); do
-  V[base]+="$(run "base-$r" "$BASE_HT" "$WORK/cache-base") "
-  V[untuned]+="$(run "untuned-$r" "$HT" "$WORK/cache-untuned") "
-  V[tuned]+="$(run "tuned-$r" "$HT" "$WORK/cache-tuned") "
-  echo "round $r: base ${V[base]##* } untuned ${V[untuned]##* } tuned ${V[tuned]##* }" >&2
+  b=$(run "base-$r" "$BASE_HT" "$WORK/cache-base")
+  u=$(run "untuned-$r" "$HT" "$WORK/cache-untuned")
+  t=$(run "tuned-$r" "$HT" "$WORK/cache-tuned")
+  V[base]+="$b " V[untuned]+="$u " V[tuned]+="$t "
+  echo "round $r: base $b, untuned $u, tuned $t samples/s (load $(cut -d' ' -f1 /proc/loadavg))" >&2
 done
 declare -A M
 for k in base untuned tuned; do M[$k]=$(printf '%s\n' ${V[$k]} | median); done

@@ -146,7 +146,8 @@ static int print_text(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, in
         for (int k = 0; k < t->n_runs; k++)
             fprintf(f, "%s %s at batch %d (micro-batch %d, %s)", k ? ";" : "", t->runs[k].model,
                     t->runs[k].batch, t->runs[k].micro, t->runs[k].date);
-        fprintf(f, "%s\n  %s\n", t->n_runs ? "" : " no network", dt[i].path);
+        fprintf(f, "%s\n  %s (--json lists the GEMM shapes)\n", t->n_runs ? "" : " no network",
+                dt[i].path);
     }
     if (np == 0)
         fputs("no OpenCL platform found (the ICD loader lists none); hetrain runs on the CPU\n", f);
@@ -171,6 +172,20 @@ static json_object *tuning_json(const dev_tuning *dt) {
     }
     json_object_object_add(o, "tuned_for", runs);
     json_object_object_add(o, "gemm_shapes", json_object_new_int(dt->t.n_gemm));
+    json_object *shapes = json_object_new_array();
+    for (int k = 0; k < dt->t.n_gemm; k++) {
+        const ocl_tuned_gemm *g = &dt->t.gemm[k];
+        json_object *r = json_object_new_object();
+        char shape[64];
+        ocl_gemm_shape_str(shape, sizeof shape, &g->shape);
+        json_object_object_add(r, "shape", json_object_new_string(shape));
+        json_object_object_add(r, "op", json_object_new_string(g->op));
+        json_object_object_add(r, "routine", json_object_new_string(ocl_blas_kernel(g->cfg.direct)));
+        json_object_object_add(r, "default_ms", json_object_new_double(g->ms_default));
+        json_object_object_add(r, "tuned_ms", json_object_new_double(g->ms_tuned));
+        json_object_array_add(shapes, r);
+    }
+    json_object_object_add(o, "gemm", shapes);
     json_object_object_add(o, "work_groups", json_object_new_int(dt->t.n_wg));
     return o;
 }

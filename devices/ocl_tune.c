@@ -441,16 +441,27 @@ static int parse_gemm(json_object *o, ocl_tuned_gemm *g, char *why, size_t n) {
     return 0;
 }
 
-// Parses the file's text into t (initialised for dev); -1 with why (no file name).
-static int parse_tuning(ocl_tuning *t, const char *text, const ocl_dev_info *dev, char *why,
-                        size_t n) {
+int ocl_tuning_parse(ocl_tuning *t, const char *text, size_t len, const ocl_kparams *own_direct,
+                     const ocl_kparams *own_indirect, uint64_t local_mem, size_t max_wg,
+                     char *why, size_t n) {
+    if (len > INT_MAX || memchr(text, 0, len)) {
+        snprintf(why, n, "%s", len > INT_MAX ? "too large" : "holds a NUL byte");
+        return -1;
+    }
     json_tokener *tok = json_tokener_new();
     if (!tok) {
         snprintf(why, n, "out of memory");
         return -1;
     }
-    json_object *root = json_tokener_parse_ex(tok, text, (int)strlen(text));
+    json_object *root = json_tokener_parse_ex(tok, text, (int)len);
     enum json_tokener_error je = json_tokener_get_error(tok);
+    // Strict: nothing but blanks after the object.
+    if (root && je == json_tokener_success)
+        for (size_t i = json_tokener_get_parse_end(tok); i < len; i++)
+            if (text[i] != ' ' && text[i] != '\n' && text[i] != '\t' && text[i] != '\r') {
+                je = json_tokener_error_parse_unexpected;
+                break;
+            }
     json_tokener_free(tok);
     int rc = -1;
     if (!root || je != json_tokener_success) {
@@ -511,12 +522,6 @@ static int parse_tuning(ocl_tuning *t, const char *text, const ocl_dev_info *dev
             snprintf(date, sizeof date, "%s", json_object_get_string(d));
         ocl_tuning_put_run(t, model, (int)batch, (int)micro, date);
     }
-    ocl_gemm_cfg own_direct, own_indirect;
-    int st = dev ? ocl_blas_defaults(dev->device, &own_direct, &own_indirect, NULL) : 0;
-    if (st != 0) {
-        snprintf(why, n, "CLBlast does not tell its parameters (%s)", ocl_blas_status_name(st));
-        goto done;
-    }
     for (size_t i = 0; i < json_object_array_length(gemm); i++) {
         ocl_tuned_gemm g;
         char rule[200], shape[64];
@@ -524,8 +529,8 @@ static int parse_tuning(ocl_tuning *t, const char *text, const ocl_dev_info *dev
             snprintf(why, n, "gemm entry %zu: %s", i + 1, rule);
             goto done;
         }
-        const ocl_kparams *own = g.cfg.direct ? &own_direct.kp : &own_indirect.kp;
-        if (dev && !ocl_gemm_cfg_valid(&g.cfg, own, dev->local_mem, dev->max_wg, rule, sizeof rule)) {
+        const ocl_kparams *own = g.cfg.direct ? own_direct : own_indirect;
+        if (!ocl_gemm_cfg_valid(&g.cfg, own, local_mem, max_wg, rule, sizeof rule)) {
             ocl_gemm_shape_str(shape, sizeof shape, &g.shape);
             snprintf(why, n, "gemm %s: %s", shape, rule);
             goto done;
@@ -547,6 +552,15 @@ static int parse_tuning(ocl_tuning *t, const char *text, const ocl_dev_info *dev
     rc = 0;
 done:
     json_object_put(root);
+    if (rc < 0) { // nothing of a file that cannot be used
+        ocl_tuning id = *t;
+        ocl_tuning_free(t);
+        memcpy(t->device, id.device, sizeof t->device);
+        memcpy(t->platform, id.platform, sizeof t->platform);
+        memcpy(t->driver, id.driver, sizeof t->driver);
+        memcpy(t->version, id.version, sizeof t->version);
+        memcpy(t->clblast, id.clblast, sizeof t->clblast);
+    }
     return rc;
 }
 
@@ -564,23 +578,24 @@ int ocl_tuning_read(ocl_tuning *t, const char *path, const ocl_dev_info *dev, ch
     enum { MAX_BYTES = 4 << 20 };
     char *text = malloc(MAX_BYTES + 1);
     size_t len = text ? fread(text, 1, MAX_BYTES + 1, f) : 0;
+    if (text && len <= MAX_BYTES) text[len] = 0;
     int err = ferror(f);
     fclose(f);
     char what[300];
-    int rc = -1;
+    int rc = -1, st;
+    ocl_gemm_cfg own_direct, own_indirect;
     if (!text) snprintf(what, sizeof what, "out of memory");
     else if (err) snprintf(what, sizeof what, "cannot read");
     else if (len > MAX_BYTES) snprintf(what, sizeof what, "larger than %d MiB", MAX_BYTES >> 20);
-    else if (memchr(text, 0, len)) snprintf(what, sizeof what, "holds a NUL byte");
-    else {
-        text[len] = 0;
-        rc = parse_tuning(t, text, dev, what, sizeof what);
-    }
+    else if ((st = ocl_blas_defaults(dev->device, &own_direct, &own_indirect, NULL)) != 0)
+        snprintf(what, sizeof what, "CLBlast does not tell its parameters (%s)",
+                 ocl_blas_status_name(st));
+    else
+        rc = ocl_tuning_parse(t, text, len, &own_direct.kp, &own_indirect.kp, dev->local_mem,
+                              dev->max_wg, what, sizeof what);
     free(text);
     if (rc < 0) {
         snprintf(why, why_len, "%s: %s", path, what);
-        ocl_tuning_free(t);
-        ocl_tuning_init(t, dev);
         return -1;
     }
     return 1;

@@ -67,6 +67,15 @@ void ocl_tuning_path(char *out, size_t cap, const ocl_dev_info *dev);
 int ocl_tuning_read(ocl_tuning *t, const char *path, const ocl_dev_info *dev, char *why,
                     size_t why_len);
 
+// ocl_tuning_read's parser (the fuzz harness's entry): the text of a tuning file, whose device,
+// platform, driver and CLBlast must be those t was initialised with, whose configurations
+// must name the parameters of own_direct / own_indirect (CLBlast's) and keep CLBlast's rules
+// within local_mem and max_wg. Returns 0 with t filled, or -1 with why (one line, without the
+// file's name) and t empty.
+int ocl_tuning_parse(ocl_tuning *t, const char *text, size_t len, const ocl_kparams *own_direct,
+                     const ocl_kparams *own_indirect, uint64_t local_mem, size_t max_wg,
+                     char *why, size_t why_len);
+
 // ocl_tuning_read of ocl_tuning_path; 0 when the cache is off.
 int ocl_tuning_load(ocl_tuning *t, const ocl_dev_info *dev, char *why, size_t why_len);
 

@@ -211,3 +211,30 @@ put("runcsv", "ragged", "ImageId,Label\n1,2,3\n")
 for i, s in enumerate(["fail:cl:0.1@30", "oom:cpu", "hang:cpu#2@5,nan:cpu@2,corrupt:cl:0.0",
                        "corrupt:gpu@1", "fail:", "boom:cpu", "fail:cpu@0", "oom:cpu@x"]):
     put("fault", "plan%02d" % i, s)
+
+# ---- tuning files: the text of a device's tuning file (identity as fuzz_tuning.c gives it) ----
+
+def tuning(gemm, wg, runs=None, device="fuzz device"):
+    return json.dumps({"format": "hetrain tuning 1", "device": device,
+                       "platform": "fuzz platform", "driver": "fuzz 1",
+                       "device_version": "OpenCL 1.2 fuzz", "clblast": "1.5.3",
+                       "tuned_for": runs if runs is not None else
+                       [{"model": "cnn3", "batch": 200, "micro": 200, "date": "2026-01-01 00:00"}],
+                       "gemm": gemm, "work_groups": wg}, indent=2)
+
+
+direct = {"KWID": 16, "MDIMAD": 4, "MDIMCD": 4, "NDIMBD": 4, "NDIMCD": 4, "PADA": 1, "PADB": 1,
+          "VWMD": 4, "VWND": 4, "WGD": 16}
+indirect = {"GEMMK": 0, "KREG": 1, "KWG": 32, "KWI": 2, "MDIMA": 8, "MDIMC": 8, "MWG": 64,
+            "NDIMB": 8, "NDIMC": 8, "NWG": 128, "SA": 0, "SB": 0, "STRM": 0, "STRN": 0,
+            "VWM": 8, "VWN": 4}
+g1 = {"transposes": "NT", "m": 48, "n": 288, "k": 156800, "op": "conv2d backward",
+      "routine": "XgemmDirect", "params": direct, "default_ms": 2767.9, "tuned_ms": 154.0}
+g2 = {"transposes": "NN", "m": 48, "n": 156800, "k": 288, "op": "conv2d forward",
+      "routine": "Xgemm", "params": indirect, "default_ms": 210.6, "tuned_ms": 61.7}
+put("tuning", "valid", tuning([g1, g2], {"col2im": 32, "im2col": 16}))
+put("tuning", "empty", tuning([], {}, runs=[]))
+put("tuning", "foreign", tuning([g1], {}, device="Some Other GPU"))
+put("tuning", "bad_rule", tuning([dict(g1, params=dict(direct, KWID=3))], {}))
+put("tuning", "bad_wg", tuning([], {"col2im": 48}))
+put("tuning", "truncated", tuning([g1, g2], {"col2im": 32})[:200])
