@@ -177,7 +177,7 @@ static int check_init(init_kind kind, float arg, const char *what, int idx, cons
 int model_add(model *m, const layer_spec *s, ht_error *err) {
     int idx = m->n_layers;
     if (m->in_c < 1) return ht_fail(err, "model_add before model_begin");
-    if ((unsigned)s->kind > LAYER_SOFTMAX_XENT)
+    if ((unsigned)s->kind > LAYER_SOFTMAX_XENT) // the pooling kinds after it: not yet
         return ht_fail(err, "layer %d: unknown kind %d", idx, (int)s->kind);
     const char *kname = kind_names[s->kind];
     if (idx >= MODEL_MAX_LAYERS)

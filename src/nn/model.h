@@ -17,6 +17,8 @@ typedef enum layer_kind {
     LAYER_RELU,
     LAYER_DROPOUT,
     LAYER_SOFTMAX_XENT, // softmax + cross-entropy; must be last
+    LAYER_AVGPOOL,        // average over each window (k, stride, pad as maxpool's)
+    LAYER_GLOBAL_AVGPOOL, // (C,H,W) -> (C,1,1): each channel's mean
 } layer_kind;
 
 typedef enum init_kind {
@@ -154,6 +156,7 @@ typedef struct layer_spec {
     layer_kind kind;
     const char *name; // NULL: automatic ("conv1", "fc2", ...)
     int filters, k, stride, pad; // pad < 0: "same"
+    int no_bias;      // conv2d, dense: no bias tensor (Keras use_bias = false)
     int units;
     float rate;
     init_kind w_init, b_init;
