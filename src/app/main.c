@@ -42,7 +42,7 @@ static const char *usage_main =
     "  tune       search each OpenCL device's fastest GEMM and kernel settings for a network\n"
     "  compare    put runs' metrics or predictions CSVs side by side (hetrain, PyTorch, Keras)\n"
     "  plot       draw runs' loss and accuracy curves (and per-device shares) as PNG\n"
-    "  version    print the version\n"
+    "  version    print the version and where the OpenCL kernels are read from\n"
     "\n"
     "Run 'hetrain COMMAND --help' for a command's options.\n";
 
@@ -778,7 +778,12 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("hetrain %s\n", HT_VERSION);
+        // Where the OpenCL kernels come from (an install finds its own share/hetrain/kernels).
+        char origin[PATH_MAX];
+        ht_error e;
+        char *src = ocl_kernel_source(origin, sizeof origin, &e);
+        printf("hetrain %s\nkernels: %s\n", HT_VERSION, src ? origin : e.msg);
+        free(src);
         return 0;
     }
     // Each command parses its own options from argv[1..].
