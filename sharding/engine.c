@@ -567,6 +567,10 @@ void engine_get_state(const engine *g, engine_state *st) {
     memcpy(st->fit, g->bal.fit, sizeof st->fit);
 }
 
+void engine_set_lr_factor(engine *g, double f) { optim_set_lr_factor(&g->opt, f); }
+
+float engine_lr(const engine *g) { return optim_lr(&g->opt); }
+
 void engine_moments(const engine *g, const float **m, const float **v) {
     *m = g->opt.m;
     *v = g->opt.v;
@@ -775,7 +779,8 @@ int engine_open(engine **out, const model *m, device *devs, int n_devs, const fl
     g->slots = ht_calloc((size_t)n_devs, sizeof *g->slots, e);
     g->threads = ht_calloc((size_t)n_devs, sizeof *g->threads, e);
     if (!g->params || !g->grad || !g->orphans || !g->own || !g->slots || !g->threads ||
-        optim_init(&g->opt, s, m->n_params, e) < 0) {
+        optim_init(&g->opt, s, m->n_params, e) < 0 ||
+        (s->weight_decay > 0 && optim_decay_kernels(&g->opt, m, e) < 0)) {
         engine_close(g);
         return -1;
     }

@@ -99,6 +99,10 @@ void engine_get_state(const engine *g, engine_state *st);
 // The optimiser's moment buffers (n_params floats each): SGD's velocity as m and v NULL, or
 // Adam's first and second moments.
 void engine_moments(const engine *g, const float **m, const float **v);
+// The learning-rate schedule's factor for the following steps (optim_set_lr_factor), and the
+// rate the next step will use (optim_lr).
+void engine_set_lr_factor(engine *g, double f);
+float engine_lr(const engine *g);
 // Restores what engine_get_state and engine_moments gave, and the parameters (broadcast). m
 // and v must match the optimiser's (v NULL for SGD). The capacities and fits are taken only
 // when st->n_devs is this engine's device count (the caller checks the devices are the same);

@@ -480,6 +480,13 @@ static void test_config_errors(void **state) {
     expect_cfg_error("[net]\ninput = 1x8x8\nconv_algo = fft\n" TAIL,
                      "bad.cfg:3: [net] conv_algo: expected direct|auto|winograd|winograd2, found "
                      "\"fft\"");
+    expect_cfg_error(NET "lr_schedule = step:0:0.5\n" TAIL,
+                     "bad.cfg:4: [net] lr_schedule: \"step:0:0.5\": EPOCHS must be an integer");
+    expect_cfg_error(NET "lr_schedule = linear\n" TAIL,
+                     "bad.cfg:4: [net] lr_schedule: expected step:EPOCHS:GAMMA, exp:GAMMA, cosine");
+    expect_cfg_error(NET "weight_decay = -1\n" TAIL, "bad.cfg:4: [net] weight_decay: expected a number");
+    expect_cfg_error(NET "weight_decay_mode = adamw\n" TAIL,
+                     "bad.cfg:4: [net] weight_decay_mode: expected l2|decoupled, found \"adamw\"");
     // 8x8 -> conv3 6x6 -> pool 3x3 -> pool 1x1 -> pool: nothing left
     expect_cfg_error(NET "[conv]\nfilters = 2\nsize = 3\n[maxpool]\nsize = 2\n[maxpool]\n"
                          "size = 2\n[maxpool]\nsize = 2\n" TAIL,
@@ -525,6 +532,9 @@ static void test_config_sections(void **state) {
         "optimizer = adam\n"
         "lr = 0.001\n"
         "conv_algo = winograd2\n"
+        "lr_schedule = step:3:0.5\n"
+        "weight_decay = 5e-4\n"
+        "weight_decay_mode = decoupled\n"
         "[conv]\n"
         "  filters = 2\n"
         "  size = 3\n"
@@ -569,6 +579,9 @@ static void test_config_sections(void **state) {
     // Setup: given keys override, the rest are the 3-layer preset's.
     assert_int_equal(m.setup.optim, OPTIM_ADAM);
     assert_true(m.setup.lr == 0.001f && m.setup.batch == 1000 && m.setup.beta2 == 0.999f);
+    assert_true(m.setup.sched.kind == LR_SCHED_STEP && m.setup.sched.every == 3 &&
+                m.setup.sched.gamma == 0.5f);
+    assert_true(m.setup.weight_decay == 5e-4f && m.setup.wd_mode == WD_DECOUPLED);
     model_free(&m);
 }
 

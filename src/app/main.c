@@ -18,6 +18,7 @@
 #include "common.h"
 #include "compare.h"
 #include "model.h"
+#include "optim.h"
 #include "plot.h"
 #include "results.h"
 #include "device.h"
@@ -41,7 +42,7 @@ static const char *usage_main =
     "  tune       search each OpenCL device's fastest GEMM and kernel settings for a network\n"
     "  compare    put runs' metrics or predictions CSVs side by side (hetrain, PyTorch, Keras)\n"
     "  plot       draw runs' loss and accuracy curves (and per-device shares) as PNG\n"
-    "  version    print the version\n"
+    "  version    print the version and where the OpenCL kernels are read from\n"
     "\n"
     "Run 'hetrain COMMAND --help' for a command's options.\n";
 
@@ -64,6 +65,24 @@ static const char *usage_train =
     "  --epochs N             epochs [the model's setup]\n"
     "  --batch N              samples per step [the model's setup]\n"
     "  --lr X                 learning rate [the model's setup]\n"
+    "  --lr-schedule S        learning-rate schedule, a factor f on lr (epochs counted from\n"
+    "                         0): step:E:G multiplies lr by G every E epochs (f = G^floor(\n"
+    "                         epoch/E)); exp:G by G every epoch (f = G^epoch); cosine anneals\n"
+    "                         per step from lr towards 0 over the run (f = 0.5*(1+cos(pi*s/T)),\n"
+    "                         s the step's index from 0, T the run's steps); none. 0 < G <= 1.\n"
+    "                         Keras's decay divides the result: lr_t = lr*f/(1+decay*t), t the\n"
+    "                         updates so far. The metrics' lr column and the log give the rate\n"
+    "                         of each epoch's last step [the model's lr_schedule, else none]\n"
+    "  --weight-decay W       weight decay on the kernels (conv and dense weights; biases are\n"
+    "                         never decayed), 0 <= W <= 1. l2 mode: the gradient gets W*w, i.e.\n"
+    "                         the loss W/2*sum(w^2), as Keras's kernel_regularizer=l2(W/2) and\n"
+    "                         PyTorch's SGD/Adam weight_decay=W on the weights; the reported\n"
+    "                         loss is the data loss alone, without that term\n"
+    "                         [the model's weight_decay, else 0]\n"
+    "  --weight-decay-mode l2|decoupled\n"
+    "                         l2 (above), or decoupled: w -= lr_t*W*w beside the update, with\n"
+    "                         w before the step and lr_t without Adam's bias correction, as\n"
+    "                         PyTorch's AdamW (SGDW for SGD) [the model's, else l2]\n"
     "  --val-split F          fraction held out for validation, 0 <= F < 1 [the model's setup]\n"
     "  --seed N               seed for initialisation, split, shuffles and dropout [1]\n"
     "  --limit N              train on the first N samples only (before the split)\n"
@@ -300,7 +319,8 @@ enum {
     OPT_SEED, OPT_LIMIT, OPT_DEVICES, OPT_OUT, OPT_NAME, OPT_SAVE, OPT_LOAD, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_BALANCE, OPT_REBALANCE, OPT_JSON, OPT_CACHE_DIR,
     OPT_MEM_LIMIT, OPT_NO_SELF_CHECK, OPT_ON_NAN, OPT_DEVICE_TIMEOUT, OPT_CHECKPOINT_EVERY,
-    OPT_RESUME, OPT_PROFILE, OPT_CONV_ALGO, OPT_BUDGET
+    OPT_RESUME, OPT_PROFILE, OPT_CONV_ALGO, OPT_BUDGET, OPT_LR_SCHEDULE, OPT_WEIGHT_DECAY,
+    OPT_WD_MODE
 };
 
 // --conv-algo's value as a conv_algo, or -1 after printing the usage error.
@@ -332,8 +352,12 @@ static int cmd_train(int argc, char **argv) {
         {"resume", required_argument, 0, OPT_RESUME},
         {"profile", no_argument, 0, OPT_PROFILE},
         {"conv-algo", required_argument, 0, OPT_CONV_ALGO},
+        {"lr-schedule", required_argument, 0, OPT_LR_SCHEDULE},
+        {"weight-decay", required_argument, 0, OPT_WEIGHT_DECAY},
+        {"weight-decay-mode", required_argument, 0, OPT_WD_MODE},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
-    train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1};
+    train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1,
+                    .weight_decay = -1, .wd_mode = -1};
     long v;
     double f;
     int c;
@@ -358,6 +382,25 @@ static int cmd_train(int argc, char **argv) {
             if (parse_float("--lr", optarg, 0, 100, 0, &f) < 0) return EXIT_USAGE;
             o.lr = (float)f;
             o.given |= TRAIN_GIVEN_LR;
+            break;
+        case OPT_LR_SCHEDULE: {
+            lr_schedule ls;
+            ht_error le;
+            if (lr_schedule_parse(&ls, optarg, &le) < 0) return usage_error("train", "--lr-schedule: %s", le.msg);
+            o.lr_schedule = optarg;
+            o.given |= TRAIN_GIVEN_SCHED;
+            break;
+        }
+        case OPT_WEIGHT_DECAY:
+            if (parse_float("--weight-decay", optarg, 0, 1, 0, &f) < 0) return EXIT_USAGE;
+            o.weight_decay = (float)f;
+            o.given |= TRAIN_GIVEN_WD;
+            break;
+        case OPT_WD_MODE:
+            if (!strcmp(optarg, "l2")) o.wd_mode = WD_L2;
+            else if (!strcmp(optarg, "decoupled")) o.wd_mode = WD_DECOUPLED;
+            else return usage_error("train", "--weight-decay-mode: expected l2 or decoupled, found \"%s\"", optarg);
+            o.given |= TRAIN_GIVEN_WD;
             break;
         case OPT_VAL:
             if (parse_float("--val-split", optarg, 0, 1, 1, &f) < 0) return EXIT_USAGE;
@@ -735,7 +778,12 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("hetrain %s\n", HT_VERSION);
+        // Where the OpenCL kernels come from (an install finds its own share/hetrain/kernels).
+        char origin[PATH_MAX];
+        ht_error e;
+        char *src = ocl_kernel_source(origin, sizeof origin, &e);
+        printf("hetrain %s\nkernels: %s\n", HT_VERSION, src ? origin : e.msg);
+        free(src);
         return 0;
     }
     // Each command parses its own options from argv[1..].

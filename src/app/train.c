@@ -21,6 +21,7 @@
 #include "ht_omp.h"
 #include "model.h"
 #include "net.h"
+#include "optim.h"
 #include "profile_table.h"
 #include "progress.h"
 #include "ranks.h"
@@ -123,6 +124,11 @@ static void describe_setup(run_files *rf, const model *m, const train_setup *s, 
     else
         run_log(rf, 0, "optimizer: Adam lr %g beta1 %g beta2 %g eps %g decay %g\n", s->lr,
                 s->beta1, s->beta2, s->eps, s->decay);
+    char sched[64];
+    lr_schedule_text(&s->sched, sched, sizeof sched);
+    run_log(rf, 0, "lr schedule %s, weight decay %g%s\n", sched, s->weight_decay,
+            s->weight_decay == 0 ? "" : s->wd_mode == WD_L2 ? " (L2 on the kernels)"
+                                                             : " (decoupled, on the kernels)");
     run_log(rf, 0, "batch %d, epochs %d, val_split %g, seed %llu\n", s->batch, s->epochs,
             s->val_split, (unsigned long long)seed);
     run_log(rf, 0, "model: %s, %zu parameters, %.1f M multiply-adds per sample\n", m->name,
@@ -143,6 +149,7 @@ typedef struct job {
     // Where training stands: whole epochs done, and steps done of the next one, with that
     // epoch's sums so far (a checkpoint keeps them, so a resumed epoch reports the same row).
     int epochs_done, steps_into;
+    float step_lr;          // the learning rate of the last step (before Adam's bias correction)
     double lsum, epoch_s;
     long correct, seen, counted;
     // The metrics CSV as written so far (header and rows), for checkpoints.
@@ -238,6 +245,10 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     if (o->lr >= 0) s->lr = o->lr;
     if (o->val_split >= 0) s->val_split = o->val_split;
     if (o->conv_algo >= 0) s->conv_algo = (conv_algo)o->conv_algo;
+    if (o->lr_schedule && lr_schedule_parse(&s->sched, o->lr_schedule, e) < 0)
+        return ht_wrap(e, "--lr-schedule");
+    if (o->weight_decay >= 0) s->weight_decay = o->weight_decay;
+    if (o->wd_mode >= 0) s->wd_mode = (wd_mode)o->wd_mode;
     if (load_data(o->data_dir, o->train_csv, o->test_csv, &j->all, &j->test, 1, e) < 0) return -1;
     dataset_limit(&j->all, o->limit);
     if (dataset_split(&j->all, s->val_split, o->seed, &j->train, &j->val, e) < 0) return -1;
@@ -473,7 +484,7 @@ static int metrics_keep(job *j, const char *line, ht_error *e) {
 // job's comm_s.
 static void metrics_header(char *buf, size_t len, const job *j) {
     size_t k = (size_t)snprintf(buf, len, "epoch,accuracy,loss,val_accuracy,val_loss,time_s,"
-                                          "samples_per_s,sync_s,idle_frac");
+                                          "samples_per_s,sync_s,idle_frac,lr");
     for (int d = 0; d < j->n_all && k < len; d++)
         k += (size_t)snprintf(buf + k, len - k, ",share_%s,busy_s_%s", j->all_name[d], j->all_name[d]);
     for (int r = 0; ranks_size() > 1 && r < ranks_size() && k < len; r++)
@@ -595,6 +606,7 @@ static int epoch_report(job *j, const train_opts *o, int ep, double loss, double
         else if (!strcmp(name, "samples_per_s")) snprintf(val, sizeof val, "%.1f", n / train_s);
         else if (!strcmp(name, "sync_s")) snprintf(val, sizeof val, "%.3f", v->host);
         else if (!strcmp(name, "idle_frac")) snprintf(val, sizeof val, "%.4f", idle);
+        else if (!strcmp(name, "lr")) snprintf(val, sizeof val, "%.9g", (double)j->step_lr);
         else if (!strcmp(name, "comm_s") && ranks_size() > 1) snprintf(val, sizeof val, "%.3f", v->comm);
         else if (!strcmp(name, "events")) snprintf(val, sizeof val, "%s", v->events[0] ? quoted : "");
         else if (vd >= 0 && busy) snprintf(val, sizeof val, "%.3f", v->busy[vd]);
@@ -611,8 +623,8 @@ static int epoch_report(job *j, const train_opts *o, int ep, double loss, double
     j->metrics_rows++;
     char vtext[96] = "";
     if (j->val.n > 0) snprintf(vtext, sizeof vtext, "  val_loss %.4f  val_acc %.4f", vloss, vacc);
-    run_log(&j->rf, !o->quiet, "epoch %d/%d  loss %.4f  acc %.4f%s  %.1fs  %.0f samples/s\n",
-            ep + 1, s->epochs, loss, acc, vtext, el, n / train_s);
+    run_log(&j->rf, !o->quiet, "epoch %d/%d  loss %.4f  acc %.4f%s  lr %.4g  %.1fs  %.0f samples/s\n",
+            ep + 1, s->epochs, loss, acc, vtext, (double)j->step_lr, el, n / train_s);
     if (nd > 1) {
         char line[2048];
         size_t m = (size_t)snprintf(line, sizeof line, "epoch %d/%d ", ep + 1, s->epochs);
@@ -767,6 +779,11 @@ static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, h
     meta_fmt(&m, "epochs", "%d", s->epochs);
     meta_fmt(&m, "batch", "%d", s->batch);
     meta_fmt(&m, "lr", "%.9g", (double)s->lr);
+    char sched[64];
+    lr_schedule_text(&s->sched, sched, sizeof sched);
+    meta_set(&m, "lr_schedule", sched);
+    meta_fmt(&m, "weight_decay", "%.9g", (double)s->weight_decay);
+    meta_set(&m, "weight_decay_mode", s->wd_mode == WD_DECOUPLED ? "decoupled" : "l2");
     meta_fmt(&m, "val_split", "%.9g", (double)s->val_split);
     meta_fmt(&m, "seed", "%llu", (unsigned long long)o->seed);
     meta_fmt(&m, "epochs_done", "%d", j->epochs_done);
@@ -934,6 +951,12 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
                                saved ? "; checkpoint: " : "", saved ? j->ckpt_path : "");
             }
             int B = n - off < s->batch ? n - off : s->batch;
+            // The schedule's factor is a function of where the step is in the run, so a
+            // resumed run continues it exactly.
+            long per_epoch = (n + s->batch - 1) / s->batch;
+            engine_set_lr_factor(j->g, lr_schedule_factor(&s->sched, ep, ep * per_epoch + off / s->batch,
+                                                          s->epochs * per_epoch));
+            j->step_lr = engine_lr(j->g);
             step_stats st;
             if (j->profiling && j->prof_steps.steps == 0) j->prof_start = ht_now();
             if (engine_train_step(j->g, &j->train, j->idx + off, B, (uint32_t)ep, j->loss,
@@ -1034,6 +1057,16 @@ static int meta_list(const checkpoint *c, const char *key, double *v, int n) {
     return k;
 }
 
+// Whether the --lr-schedule given (NULL: none given) names another schedule than the
+// checkpoint's text (both well formed: main and resume_options checked them).
+static int sched_differs(const char *given, const char *kept) {
+    lr_schedule a, b;
+    ht_error ignore;
+    if (!given) return 0;
+    if (lr_schedule_parse(&a, given, &ignore) < 0 || lr_schedule_parse(&b, kept, &ignore) < 0) return 1;
+    return memcmp(&a, &b, sizeof a) != 0;
+}
+
 // The options of the run the checkpoint continues: those that define it come from the
 // checkpoint, and one given on the command line that differs is refused, naming it. Options
 // that only say where and how it runs are the command line's.
@@ -1044,6 +1077,13 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
     if (!model || !data || !train || !test || !checkpoint_meta(c, "epochs_done"))
         return ht_fail(e, "%s: not a hetrain training checkpoint (no run options in it)", o->resume);
     uint64_t seed = strtoull(checkpoint_meta(c, "seed") ? checkpoint_meta(c, "seed") : "0", NULL, 10);
+    // Checkpoints from before schedules and weight decay: none.
+    const char *sched = checkpoint_meta(c, "lr_schedule"), *mode = checkpoint_meta(c, "weight_decay_mode");
+    if (!sched) sched = "none";
+    float wd = (float)meta_double(c, "weight_decay");
+    int wd_mode = mode && !strcmp(mode, "decoupled") ? WD_DECOUPLED : WD_L2;
+    lr_schedule parsed;
+    if (lr_schedule_parse(&parsed, sched, e) < 0) return ht_wrap(e, "%s", o->resume);
     struct {
         unsigned flag;
         const char *option;
@@ -1059,6 +1099,9 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
         {TRAIN_GIVEN_VAL, "--val-split", o->val_split != (float)meta_double(c, "val_split")},
         {TRAIN_GIVEN_SEED, "--seed", o->seed != seed},
         {TRAIN_GIVEN_LIMIT, "--limit", o->limit != meta_long(c, "limit")},
+        {TRAIN_GIVEN_SCHED, "--lr-schedule", sched_differs(o->lr_schedule, sched)},
+        {TRAIN_GIVEN_WD, "--weight-decay", o->weight_decay >= 0 && o->weight_decay != wd},
+        {TRAIN_GIVEN_WD, "--weight-decay-mode", o->wd_mode >= 0 && o->wd_mode != wd_mode},
         {TRAIN_GIVEN_LOAD, "--load", 1},
         {TRAIN_GIVEN_OUT, "--out", 1},
         {TRAIN_GIVEN_NAME, "--name", 1},
@@ -1078,6 +1121,9 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
     r->val_split = (float)meta_double(c, "val_split");
     r->seed = seed;
     r->limit = (int)meta_long(c, "limit");
+    r->lr_schedule = sched;
+    r->weight_decay = wd;
+    r->wd_mode = wd_mode;
     r->load = NULL;
     // How the convolutions ran: the checkpoint's unless --conv-algo says otherwise (older
     // checkpoints: the model's default).

@@ -18,7 +18,8 @@ enum {
     TRAIN_GIVEN_MODEL = 1 << 0, TRAIN_GIVEN_DATA = 1 << 1, TRAIN_GIVEN_EPOCHS = 1 << 2,
     TRAIN_GIVEN_BATCH = 1 << 3, TRAIN_GIVEN_LR = 1 << 4, TRAIN_GIVEN_VAL = 1 << 5,
     TRAIN_GIVEN_SEED = 1 << 6, TRAIN_GIVEN_LIMIT = 1 << 7, TRAIN_GIVEN_LOAD = 1 << 8,
-    TRAIN_GIVEN_OUT = 1 << 9, TRAIN_GIVEN_NAME = 1 << 10,
+    TRAIN_GIVEN_OUT = 1 << 9, TRAIN_GIVEN_NAME = 1 << 10, TRAIN_GIVEN_SCHED = 1 << 11,
+    TRAIN_GIVEN_WD = 1 << 12,
 };
 
 #define TRAIN_DEVICES_BY_MAX 16
@@ -32,6 +33,9 @@ typedef struct train_opts {
     int batch;             // 0: the model's default
     float lr;              // < 0: the model's default
     float val_split;       // < 0: the model's default
+    const char *lr_schedule; // NULL: the model's (optim.h's lr_schedule_parse takes it)
+    float weight_decay;    // < 0: the model's default
+    int wd_mode;           // wd_mode (model.h); -1: the model's
     uint64_t seed;
     int limit;             // 0: all training samples
     const char *devices;   // NULL or "auto": every OpenCL GPU plus a CPU worker

@@ -13,6 +13,9 @@
 //   batch = 1000   epochs = 10   val_split = 0.2
 //   conv_algo = auto          auto|direct|winograd|winograd2: how CPU devices compute 3x3
 //                             stride-1 convolutions (--conv-algo overrides it)
+//   lr_schedule = none        none|cosine|exp:GAMMA|step:EPOCHS:GAMMA (optim.h; --lr-schedule)
+//   weight_decay = 0          W >= 0 on the kernels (--weight-decay)
+//   weight_decay_mode = l2    l2|decoupled (--weight-decay-mode)
 //   [conv]     filters (required), size (required), stride = 1, pad = 0 | same,
 //              activation = linear | relu (relu appends a [relu] layer),
 //              init = glorot_uniform, init_arg, bias_init = zeros, bias_arg
@@ -40,6 +43,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "optim.h"
 
 #define SECTION_KEY "__section_line"
 
@@ -67,7 +71,8 @@ static const struct {
 static const char *const *const sec_keys[] = {
     [SEC_NET] = (const char *const[]){"name", "input", "classes", "optimizer", "lr", "momentum",
                                       "nesterov", "decay", "beta1", "beta2", "eps", "batch",
-                                      "epochs", "val_split", "conv_algo", NULL},
+                                      "epochs", "val_split", "conv_algo", "lr_schedule",
+                                      "weight_decay", "weight_decay_mode", NULL},
     [SEC_CONV] = (const char *const[]){"name", "filters", "size", "stride", "pad", "activation",
                                        "init", "init_arg", "bias_init", "bias_arg", NULL},
     [SEC_MAXPOOL] = (const char *const[]){"name", "size", "stride", NULL},
@@ -270,6 +275,19 @@ static int net_key(cfg_ctx *c, const char *key, const char *v) {
     if (!strcmp(key, "conv_algo")) {
         if (parse_choice(c, key, v, conv_algo_names, &i)) return -1;
         s->conv_algo = (conv_algo)i;
+        return 0;
+    }
+    if (!strcmp(key, "lr_schedule")) {
+        ht_error le;
+        if (lr_schedule_parse(&s->sched, v, &le) < 0)
+            return cfg_fail(c, c->line, "[%s] %s: %s", c->sec_name, key, le.msg);
+        return 0;
+    }
+    if (!strcmp(key, "weight_decay")) return parse_float(c, key, v, 0, 0, 1, 0, &s->weight_decay);
+    if (!strcmp(key, "weight_decay_mode")) {
+        static const char *const names[] = {[WD_L2] = "l2", [WD_DECOUPLED] = "decoupled", NULL};
+        if (parse_choice(c, key, v, names, &i)) return -1;
+        s->wd_mode = (wd_mode)i;
         return 0;
     }
     return cfg_fail(c, c->line, "[%s] %s: not handled", c->sec_name, key); // table out of sync

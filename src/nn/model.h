@@ -75,6 +75,18 @@ typedef struct model_tensor {
     uint64_t shape[MODEL_TENSOR_MAX_DIMS];
 } model_tensor;
 
+// A learning-rate schedule: a factor on lr by epoch or step (optim.h). Zeroed: none.
+typedef enum lr_sched_kind { LR_SCHED_NONE, LR_SCHED_STEP, LR_SCHED_EXP, LR_SCHED_COSINE } lr_sched_kind;
+typedef struct lr_schedule {
+    lr_sched_kind kind;
+    int every;   // step: epochs between two multiplications by gamma
+    float gamma; // step, exp
+} lr_schedule;
+
+// Weight decay on the kernels (conv and dense weights; biases never): L2 adds W*w to the
+// gradient (loss + W/2*sum(w^2)); decoupled takes lr_t*W*w off the weight (AdamW, SGDW).
+typedef enum wd_mode { WD_L2, WD_DECOUPLED } wd_mode;
+
 typedef struct train_setup {
     optim_kind optim;
     float lr;
@@ -86,6 +98,9 @@ typedef struct train_setup {
     int epochs;
     float val_split;
     conv_algo conv_algo;
+    lr_schedule sched;
+    float weight_decay; // W >= 0 (0: none)
+    wd_mode wd_mode;
 } train_setup;
 
 typedef struct model {

@@ -99,6 +99,8 @@ bias_arg = 0.2
 put("config", "errors.cfg", "[net]\ninput = 1x28\n[conv]\nfilters = 0\n")
 put("config", "no_net.cfg", "[dense]\nunits = 3\n")
 put("config", "syntax.cfg", "[net\nkey value\n")
+put("config", "schedule.cfg", "[net]\ninput = 1x8x8\nclasses = 4\nlr_schedule = step:2:0.5\n"
+    "weight_decay = 5e-4\nweight_decay_mode = decoupled\n[dense]\nunits = 4\n[softmax]\n")
 
 # ---- safetensors: the file, for the harness's model (conv1 [2,1,3,3]+[2], fc1 [3,8]+[3]) ----
 
