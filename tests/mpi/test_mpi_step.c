@@ -30,7 +30,7 @@ static void test_three_ranks_equal_one_process(void **state) {
     // Each rank's process would time auto's choice itself; the comparison wants one algorithm.
     m.setup.conv_algo = CONV_ALGO_DIRECT;
     if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&ds, 300);
     float *init = malloc(sizeof(float) * m.n_params);
@@ -90,7 +90,7 @@ static void test_mixed_ranks_equal_one_process(void **state) {
     // Each rank's process would time auto's choice itself; the comparison wants one algorithm.
     m.setup.conv_algo = CONV_ALGO_DIRECT;
     if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&ds, 300);
     float *init = malloc(sizeof(float) * m.n_params);
