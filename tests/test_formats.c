@@ -316,7 +316,8 @@ static void test_npy_layouts_versions_dtypes(void **state) {
     assert_true(d.x[119] == (float)chw[119] / 255.0f);
     dataset_free(&d);
     // An ambiguous shape is settled by --layout; without it the error says why.
-    char *xa = write_npy(dir, "amb.npy", 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3, 20, 3), }", chw, 360);
+    static const uint8_t zeros[360];
+    char *xa = write_npy(dir, "amb.npy", 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3, 20, 3), }", zeros, 360);
     assert_int_equal(dataset_load_npy(&d, xa, NULL, &rgb10, &e), -1);
     expect_msg(e.msg, "amb.npy: images of shape (2, 3, 20, 3) are ambiguous: axes 1 and 3 both "
                       "have the model's 3 channels; give --layout nhwc or nchw", NULL);
@@ -338,7 +339,7 @@ static void test_npy_layouts_versions_dtypes(void **state) {
 static void test_npy_malformed(void **state) {
     (void)state;
     char *dir = test_tmpdir("npy-bad");
-    uint8_t pay[512] = {0};
+    static const uint8_t pay[1024]; // zeros, as long as the longest payload below
     float nanv[120];
     for (int i = 0; i < 120; i++) nanv[i] = 0.5f;
     nanv[60 + 7] = NAN;
