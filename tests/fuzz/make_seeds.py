@@ -116,6 +116,20 @@ put("npy", "npz_xy", bytes([1]) + npz([("x.npy", x_nhwc), ("y.npy", y_u1)]))
 put("npy", "npz_no_labels", bytes([1]) + npz([("x_train.npy", x_nhwc)]))
 put("npy", "npz_cut", bytes([1]) + npz([("x_train.npy", x_nhwc), ("y_train.npy", y_i8)])[:-30])
 
+
+def npz_zip64(members):
+    """As numpy's np.savez writes them: every member with a zip64 local header."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, data in members:
+            with z.open(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0)), "w",
+                        force_zip64=True) as f:
+                f.write(data)
+    return buf.getvalue()
+
+
+put("npy", "npz_zip64", bytes([1]) + npz_zip64([("x_train.npy", x_nhwc), ("y_train.npy", y_i8)]))
+
 # ---- CIFAR: mode byte (bits 0..1 the name: data_batch_1.bin, train.bin, records.bin; bit 2
 #      coarse labels; bit 3 a 20-class model), then the file ----
 
