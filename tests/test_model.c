@@ -470,8 +470,8 @@ static void test_config_errors(void **state) {
     expect_cfg_error(NET "[dropout]\nrate = 0.5x\n",
                      "bad.cfg:5: [dropout] rate: expected a number in [0, 1), found \"0.5x\"");
     expect_cfg_error(NET "[conv]\nfilters = 2\nsize = 3\ninit = xavier\n",
-                     "bad.cfg:7: [conv] init: expected zeros|constant|lecun_uniform|"
-                     "glorot_uniform|truncated_normal, found \"xavier\"");
+                     "bad.cfg:7: [conv] init: initializer \"xavier\" is not supported; hetrain "
+                     "has zeros, ones, constant");
     // missing softmax: reported at the last section
     expect_cfg_error(NET "[dense]\nunits = 4\n",
                      "bad.cfg:4: layer 0 (dense): the model must end with softmax");
@@ -499,7 +499,7 @@ static void test_config_errors(void **state) {
     expect_cfg_error(NET "[dense]\nunits = 4\nunits = 5\n", "bad.cfg:6: [dense] units given twice");
     expect_cfg_error(NET "[dense]\n[softmax]\n", "bad.cfg:4: [dense] needs units");
     expect_cfg_error(NET "[dense]\nunits = 4\nactivation = tanh\n",
-                     "bad.cfg:6: [dense] activation: expected linear|relu, found \"tanh\"");
+                     "bad.cfg:6: [dense] activation: expected linear|relu|softmax, found \"tanh\"");
     expect_cfg_error(NET "[dense]\nunits = 4\nname = fc.x\n" "[softmax]\n",
                      "bad.cfg:4: layer 0 (dense): name \"fc.x\"");
 
