@@ -15,13 +15,20 @@
 //                             stride-1 convolutions (--conv-algo overrides it)
 //   [conv]     filters (required), size (required), stride = 1, pad = 0 | same,
 //              activation = linear | relu (relu appends a [relu] layer),
-//              init = glorot_uniform, init_arg, bias_init = zeros, bias_arg
-//   [dense]    units (required), activation, init = lecun_uniform, init_arg, bias_init, bias_arg
-//   [maxpool]  size (required), stride = size
+//              init = glorot_uniform, init_arg, bias = 1, bias_init = zeros, bias_arg
+//   [dense]    units (required), activation, init = lecun_uniform, init_arg, bias = 1,
+//              bias_init, bias_arg
+//   [maxpool]  size (required), stride = size, pad = 0 | same
+//   [avgpool]  size (required), stride = size, pad = 0 | same (the mean of the window's
+//              inputs; padding is not counted)
+//   [globalavgpool]  each channel's mean over the whole plane: CxHxW -> Cx1x1
 //   [dropout]  rate (required, 0 <= rate < 1)
 //   [relu]
 //   [softmax]  softmax + cross-entropy; must be last, over `classes` features
 //
+// pad = same is Keras/TensorFlow's for any size and stride: output ceil(in/stride), the odd
+// padding row/column at the bottom/right. bias = 0 leaves the layer without a bias tensor
+// (Keras use_bias = False).
 // Every layer section also takes `name` (default "conv1", "fc2", ...). Inits are zeros,
 // constant (value = arg), lecun_uniform, glorot_uniform, truncated_normal (stddev = arg).
 // Aliases: [network], [convolutional], [connected]. Errors are one line: "path:LINE: ...".
@@ -52,6 +59,8 @@ typedef enum sec_kind {
     SEC_DROPOUT,
     SEC_RELU,
     SEC_SOFTMAX,
+    SEC_AVGPOOL,
+    SEC_GAVGPOOL,
 } sec_kind;
 
 static const struct {
@@ -61,7 +70,7 @@ static const struct {
     {"net", SEC_NET},         {"network", SEC_NET},       {"conv", SEC_CONV},
     {"convolutional", SEC_CONV}, {"maxpool", SEC_MAXPOOL}, {"dense", SEC_DENSE},
     {"connected", SEC_DENSE}, {"dropout", SEC_DROPOUT},   {"relu", SEC_RELU},
-    {"softmax", SEC_SOFTMAX},
+    {"softmax", SEC_SOFTMAX}, {"avgpool", SEC_AVGPOOL},   {"globalavgpool", SEC_GAVGPOOL},
 };
 
 static const char *const *const sec_keys[] = {
@@ -69,13 +78,15 @@ static const char *const *const sec_keys[] = {
                                       "nesterov", "decay", "beta1", "beta2", "eps", "batch",
                                       "epochs", "val_split", "conv_algo", NULL},
     [SEC_CONV] = (const char *const[]){"name", "filters", "size", "stride", "pad", "activation",
-                                       "init", "init_arg", "bias_init", "bias_arg", NULL},
-    [SEC_MAXPOOL] = (const char *const[]){"name", "size", "stride", NULL},
-    [SEC_DENSE] = (const char *const[]){"name", "units", "activation", "init", "init_arg",
+                                       "init", "init_arg", "bias", "bias_init", "bias_arg", NULL},
+    [SEC_MAXPOOL] = (const char *const[]){"name", "size", "stride", "pad", NULL},
+    [SEC_DENSE] = (const char *const[]){"name", "units", "activation", "init", "init_arg", "bias",
                                         "bias_init", "bias_arg", NULL},
     [SEC_DROPOUT] = (const char *const[]){"name", "rate", NULL},
     [SEC_RELU] = (const char *const[]){"name", NULL},
     [SEC_SOFTMAX] = (const char *const[]){"name", NULL},
+    [SEC_AVGPOOL] = (const char *const[]){"name", "size", "stride", "pad", NULL},
+    [SEC_GAVGPOOL] = (const char *const[]){"name", NULL},
 };
 
 static const char *const init_names[] = {
@@ -309,6 +320,12 @@ static int layer_key(cfg_ctx *c, const char *key, const char *v) {
         c->relu_after = i == 1;
         return 0;
     }
+    if (!strcmp(key, "bias")) {
+        static const char *const names[] = {"0", "1", NULL};
+        if (parse_choice(c, key, v, names, &i)) return -1;
+        s->no_bias = i == 0;
+        return 0;
+    }
     if (!strcmp(key, "init") || !strcmp(key, "bias_init")) {
         if (parse_choice(c, key, v, init_names, &i)) return -1;
         *(key[0] == 'i' ? &s->w_init : &s->b_init) = (init_kind)i;
@@ -343,11 +360,12 @@ static int close_section(cfg_ctx *c) {
     }
     static const char *const required[] = {
         [SEC_CONV] = "filters and size", [SEC_DENSE] = "units", [SEC_MAXPOOL] = "size",
-        [SEC_DROPOUT] = "rate",
+        [SEC_DROPOUT] = "rate", [SEC_AVGPOOL] = "size",
     };
     layer_spec *s = &c->spec;
     int missing = (c->kind == SEC_CONV && (!s->filters || !s->k)) ||
-                  (c->kind == SEC_DENSE && !s->units) || (c->kind == SEC_MAXPOOL && !s->k) ||
+                  (c->kind == SEC_DENSE && !s->units) ||
+                  ((c->kind == SEC_MAXPOOL || c->kind == SEC_AVGPOOL) && !s->k) ||
                   (c->kind == SEC_DROPOUT && !c->rate_set);
     if (missing)
         return cfg_fail(c, c->sec_line, "[%s] needs %s", c->sec_name, required[c->kind]);
@@ -364,6 +382,7 @@ static int open_section(cfg_ctx *c, const char *section, int line) {
     static const layer_kind layer_of[] = {
         [SEC_CONV] = LAYER_CONV2D, [SEC_MAXPOOL] = LAYER_MAXPOOL, [SEC_DENSE] = LAYER_DENSE,
         [SEC_DROPOUT] = LAYER_DROPOUT, [SEC_RELU] = LAYER_RELU, [SEC_SOFTMAX] = LAYER_SOFTMAX_XENT,
+        [SEC_AVGPOOL] = LAYER_AVGPOOL, [SEC_GAVGPOOL] = LAYER_GLOBAL_AVGPOOL,
     };
     if (close_section(c)) return -1;
     while (*section == ' ' || *section == '\t') section++;
@@ -376,7 +395,8 @@ static int open_section(cfg_ctx *c, const char *section, int line) {
         if (!strcmp(c->sec_name, sec_names[i].name)) c->kind = sec_names[i].kind;
     if (c->kind == SEC_NONE)
         return cfg_fail(c, line, "unknown section [%s]; expected [net], [conv], [maxpool], "
-                        "[dense], [dropout], [relu] or [softmax]", c->sec_name);
+                        "[avgpool], [globalavgpool], [dense], [dropout], [relu] or [softmax]",
+                        c->sec_name);
     if (c->kind == SEC_NET && c->have_net)
         return cfg_fail(c, line, "second [%s] section", c->sec_name);
     if (c->kind != SEC_NET && !c->have_net)
