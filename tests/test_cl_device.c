@@ -16,6 +16,7 @@
 #include "device.h"
 #include "engine.h"
 #include "model.h"
+#include "rng.h"
 #include "testutil.h"
 
 // A probability's relative error is about the absolute error of the logits it comes from, and
@@ -80,6 +81,49 @@ static void test_step_matches_cpu(void **state) {
     dataset_free(&ds);
 }
 
+// An RGB (3x32x32) network with every new layer option, models/cifar_small.cfg, on random
+// images: the OpenCL device's step gives the CPU device's mean gradient (the same tolerances
+// as the reference networks'), so three channels flow through both devices and the engine.
+static void test_step_matches_cpu_rgb(void **state) {
+    (void)state;
+    if (!have_opencl()) skip();
+    ht_error e;
+    model m;
+    if (model_init_config(&m, HT_SOURCE_DIR "/models/cifar_small.cfg", &e) < 0)
+        fail_msg("%s", e.msg);
+    assert_int_equal(m.in_c, 3);
+    dataset ds = {.n = 2 * BATCH, .c = 3, .h = 32, .w = 32};
+    const size_t in = (size_t)ds.c * ds.h * ds.w;
+    ds.x = malloc(sizeof(float) * in * (size_t)ds.n);
+    ds.y = malloc((size_t)ds.n);
+    ht_rng r;
+    ht_rng_seed(&r, 31);
+    for (size_t i = 0; i < in * (size_t)ds.n; i++) ds.x[i] = (float)ht_rng_double(&r);
+    for (int i = 0; i < ds.n; i++) ds.y[i] = (uint8_t)(ht_rng_next(&r) % 10);
+    float *init = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, init, 9);
+    test_rig cpu, cl;
+    test_rig_open(&cpu, &m, "cpu", NULL, init, BATCH, 9, 0);
+    test_rig_open(&cl, &m, "cl:0.0", NULL, init, BATCH, 9, 0);
+    for (int s = 0; s < STEPS; s++) {
+        uint32_t idx[BATCH];
+        for (int i = 0; i < BATCH; i++) idx[i] = (uint32_t)(s * BATCH + i);
+        if (engine_set_params(cl.g, engine_params(cpu.g), &e) < 0) fail_msg("%s", e.msg);
+        if (engine_train_step(cpu.g, &ds, idx, BATCH, 1, NULL, NULL, NULL, &e) < 0 ||
+            engine_train_step(cl.g, &ds, idx, BATCH, 1, NULL, NULL, NULL, &e) < 0)
+            fail_msg("%s", e.msg);
+        char what[128];
+        snprintf(what, sizeof what, "cifar_small (3x32x32) step %d mean gradient, cl:0.0 vs cpu",
+                 s + 1);
+        assert_true(check_step_grad(&m, engine_grad(cl.g), engine_grad(cpu.g), what));
+    }
+    test_rig_close(&cpu);
+    test_rig_close(&cl);
+    free(init);
+    dataset_free(&ds);
+    model_free(&m);
+}
+
 // 200 samples, 40 held out: 5 steps of 32 at lr 0.01 from the same weights on each device.
 // The self-check is off: its 8-sample probe can exclude a sound device (see test_faults).
 static void test_short_run_matches_cpu(void **state) {
@@ -132,6 +176,7 @@ static void test_short_run_matches_cpu(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_matches_cpu),
+        cmocka_unit_test(test_step_matches_cpu_rgb),
         cmocka_unit_test(test_short_run_matches_cpu),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,13 +15,20 @@
 //                             stride-1 convolutions (--conv-algo overrides it)
 //   [conv]     filters (required), size (required), stride = 1, pad = 0 | valid | same,
 //              activation = linear | relu | softmax (appends a [relu] or [softmax] layer),
-//              init = glorot_uniform, init_arg, bias_init = zeros, bias_arg
-//   [dense]    units (required), activation, init = lecun_uniform, init_arg, bias_init, bias_arg
-//   [maxpool]  size (required), stride = size
+//              init = glorot_uniform, init_arg, bias = 1, bias_init = zeros, bias_arg
+//   [dense]    units (required), activation, init = lecun_uniform, init_arg, bias = 1,
+//              bias_init, bias_arg
+//   [maxpool]  size (required), stride = size, pad = 0 | same
+//   [avgpool]  size (required), stride = size, pad = 0 | same (the mean of the window's
+//              inputs; padding is not counted)
+//   [globalavgpool]  each channel's mean over the whole plane: CxHxW -> Cx1x1
 //   [dropout]  rate (required, 0 <= rate < 1)
 //   [relu]
 //   [softmax]  softmax + cross-entropy; must be last, over `classes` features
 //
+// pad = same is Keras/TensorFlow's for any size and stride: output ceil(in/stride), the odd
+// padding row/column at the bottom/right. bias = 0 leaves the layer without a bias tensor
+// (Keras use_bias = False).
 // Every layer section also takes `name` (default "conv1", "fc2", ...). An init is one of
 // Keras's initialisers (model.h), by name ("he_normal", or Keras's class name "HeNormal")
 // with its arguments as Keras names them where it has any: zeros, ones, constant(value),
@@ -68,6 +75,8 @@ typedef enum sec_kind {
     SEC_DROPOUT,
     SEC_RELU,
     SEC_SOFTMAX,
+    SEC_AVGPOOL,
+    SEC_GAVGPOOL,
     SEC_ACTIVATION, // Keras's Activation layer: a relu, a softmax or nothing
     SEC_FLATTEN,    // Keras's Flatten: nothing (dense layers flatten their input)
 } sec_kind;
@@ -79,11 +88,12 @@ static const struct {
     {"net", SEC_NET},         {"network", SEC_NET},       {"conv", SEC_CONV},
     {"convolutional", SEC_CONV}, {"maxpool", SEC_MAXPOOL}, {"dense", SEC_DENSE},
     {"connected", SEC_DENSE}, {"dropout", SEC_DROPOUT},   {"relu", SEC_RELU},
-    {"softmax", SEC_SOFTMAX},
+    {"softmax", SEC_SOFTMAX}, {"avgpool", SEC_AVGPOOL},   {"globalavgpool", SEC_GAVGPOOL},
     // Keras's class names
     {"Conv2D", SEC_CONV},     {"MaxPooling2D", SEC_MAXPOOL}, {"Dense", SEC_DENSE},
     {"Dropout", SEC_DROPOUT}, {"ReLU", SEC_RELU},            {"Softmax", SEC_SOFTMAX},
     {"Activation", SEC_ACTIVATION}, {"Flatten", SEC_FLATTEN},
+    {"AveragePooling2D", SEC_AVGPOOL}, {"GlobalAveragePooling2D", SEC_GAVGPOOL},
 };
 
 // Keras's argument names for the keys above, in the sections that have them (SEC_NONE: any).
@@ -94,8 +104,10 @@ static const struct {
     {SEC_NET, "learning_rate", "lr"},  {SEC_NET, "batch_size", "batch"},
     {SEC_NET, "validation_split", "val_split"},
     {SEC_CONV, "kernel_size", "size"}, {SEC_MAXPOOL, "pool_size", "size"},
+    {SEC_AVGPOOL, "pool_size", "size"},
     {SEC_NONE, "strides", "stride"},   {SEC_NONE, "padding", "pad"},
     {SEC_NONE, "kernel_initializer", "init"}, {SEC_NONE, "bias_initializer", "bias_init"},
+    {SEC_NONE, "use_bias", "bias"},
 };
 
 static const char *const *const sec_keys[] = {
@@ -103,13 +115,15 @@ static const char *const *const sec_keys[] = {
                                       "nesterov", "decay", "beta1", "beta2", "eps", "batch",
                                       "epochs", "val_split", "conv_algo", NULL},
     [SEC_CONV] = (const char *const[]){"name", "filters", "size", "stride", "pad", "activation",
-                                       "init", "init_arg", "bias_init", "bias_arg", NULL},
-    [SEC_MAXPOOL] = (const char *const[]){"name", "size", "stride", NULL},
-    [SEC_DENSE] = (const char *const[]){"name", "units", "activation", "init", "init_arg",
+                                       "init", "init_arg", "bias", "bias_init", "bias_arg", NULL},
+    [SEC_MAXPOOL] = (const char *const[]){"name", "size", "stride", "pad", NULL},
+    [SEC_DENSE] = (const char *const[]){"name", "units", "activation", "init", "init_arg", "bias",
                                         "bias_init", "bias_arg", NULL},
     [SEC_DROPOUT] = (const char *const[]){"name", "rate", NULL},
     [SEC_RELU] = (const char *const[]){"name", NULL},
     [SEC_SOFTMAX] = (const char *const[]){"name", NULL},
+    [SEC_AVGPOOL] = (const char *const[]){"name", "size", "stride", "pad", NULL},
+    [SEC_GAVGPOOL] = (const char *const[]){"name", NULL},
     [SEC_ACTIVATION] = (const char *const[]){"name", "activation", NULL},
     [SEC_FLATTEN] = (const char *const[]){"name", NULL},
 };
@@ -420,6 +434,12 @@ static int layer_key(cfg_ctx *c, const char *key, const char *v) {
         c->relu_after = i;
         return 0;
     }
+    if (!strcmp(key, "bias")) {
+        static const char *const names[] = {"0", "1", "false", "true", NULL}; // use_bias too
+        if (parse_choice(c, key, v, names, &i)) return -1;
+        s->no_bias = i % 2 == 0;
+        return 0;
+    }
     if (!strcmp(key, "init") || !strcmp(key, "bias_init")) {
         init_desc d;
         if (parse_init(c, key, v, &d)) return -1;
@@ -456,7 +476,7 @@ static int close_section(cfg_ctx *c) {
     }
     static const char *const required[] = {
         [SEC_CONV] = "filters and size", [SEC_DENSE] = "units", [SEC_MAXPOOL] = "size",
-        [SEC_DROPOUT] = "rate",
+        [SEC_DROPOUT] = "rate", [SEC_AVGPOOL] = "size",
     };
     if (c->kind == SEC_FLATTEN) return 0;
     layer_spec *s = &c->spec;
@@ -472,7 +492,8 @@ static int close_section(cfg_ctx *c) {
         return 0;
     }
     int missing = (c->kind == SEC_CONV && (!s->filters || !s->k)) ||
-                  (c->kind == SEC_DENSE && !s->units) || (c->kind == SEC_MAXPOOL && !s->k) ||
+                  (c->kind == SEC_DENSE && !s->units) ||
+                  ((c->kind == SEC_MAXPOOL || c->kind == SEC_AVGPOOL) && !s->k) ||
                   (c->kind == SEC_DROPOUT && !c->rate_set);
     if (missing)
         return cfg_fail(c, c->sec_line, "[%s] needs %s", c->sec_name, required[c->kind]);
@@ -489,6 +510,7 @@ static int open_section(cfg_ctx *c, const char *section, int line) {
     static const layer_kind layer_of[SEC_FLATTEN + 1] = {
         [SEC_CONV] = LAYER_CONV2D, [SEC_MAXPOOL] = LAYER_MAXPOOL, [SEC_DENSE] = LAYER_DENSE,
         [SEC_DROPOUT] = LAYER_DROPOUT, [SEC_RELU] = LAYER_RELU, [SEC_SOFTMAX] = LAYER_SOFTMAX_XENT,
+        [SEC_AVGPOOL] = LAYER_AVGPOOL, [SEC_GAVGPOOL] = LAYER_GLOBAL_AVGPOOL,
     };
     if (close_section(c)) return -1;
     while (*section == ' ' || *section == '\t') section++;
@@ -501,9 +523,10 @@ static int open_section(cfg_ctx *c, const char *section, int line) {
         if (!strcmp(c->sec_name, sec_names[i].name)) c->kind = sec_names[i].kind;
     if (c->kind == SEC_NONE)
         return cfg_fail(c, line, "unknown section [%s]; expected [net], [conv], [maxpool], "
-                        "[dense], [dropout], [relu] or [softmax], or Keras's [Conv2D], "
-                        "[MaxPooling2D], [Dense], [Dropout], [Activation], [ReLU], [Softmax], "
-                        "[Flatten]", c->sec_name);
+                        "[avgpool], [globalavgpool], [dense], [dropout], [relu] or [softmax], or "
+                        "Keras's [Conv2D], [MaxPooling2D], [AveragePooling2D], "
+                        "[GlobalAveragePooling2D], [Dense], [Dropout], [Activation], [ReLU], "
+                        "[Softmax], [Flatten]", c->sec_name);
     if (c->kind == SEC_NET && c->have_net)
         return cfg_fail(c, line, "second [%s] section", c->sec_name);
     if (c->kind != SEC_NET && !c->have_net)

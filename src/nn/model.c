@@ -19,11 +19,13 @@
 static const char *const kind_names[] = {
     [LAYER_CONV2D] = "conv",   [LAYER_MAXPOOL] = "maxpool", [LAYER_DENSE] = "dense",
     [LAYER_RELU] = "relu",     [LAYER_DROPOUT] = "dropout", [LAYER_SOFTMAX_XENT] = "softmax",
+    [LAYER_AVGPOOL] = "avgpool", [LAYER_GLOBAL_AVGPOOL] = "globalavgpool",
 };
 // Automatic names are prefix + a per-kind counter ("conv1", "fc2"); softmax is alone.
 static const char *const auto_prefix[] = {
     [LAYER_CONV2D] = "conv",   [LAYER_MAXPOOL] = "pool",    [LAYER_DENSE] = "fc",
     [LAYER_RELU] = "relu",     [LAYER_DROPOUT] = "drop",    [LAYER_SOFTMAX_XENT] = "softmax",
+    [LAYER_AVGPOOL] = "avgpool", [LAYER_GLOBAL_AVGPOOL] = "gap",
 };
 
 // ---- presets -------------------------------------------------------------------------------
@@ -182,10 +184,33 @@ static int check_init(init_kind kind, float arg, float arg2, int vs, const char 
     return 0;
 }
 
+// Sets L's window (k, stride, before-pad) and output size: pad >= 0 as given, pad < 0
+// Keras/TensorFlow "same" (layers.h's same_pad_before), whose before-pads must agree between
+// the axes, as the layer keeps one.
+static int same_padding(layer *L, int idx, const char *kname, int k, int stride, int pad,
+                        ht_error *err) {
+    L->k = k, L->stride = stride;
+    if (pad >= 0) {
+        L->pad = pad;
+        L->oh = conv_out_dim(L->h, k, stride, pad);
+        L->ow = conv_out_dim(L->w, k, stride, pad);
+        return 0;
+    }
+    int ph = same_pad_before(L->h, k, stride), pw = same_pad_before(L->w, k, stride);
+    if (ph != pw)
+        return ht_fail(err, "layer %d (%s): \"same\" padding of input %dx%d (window %d, stride "
+                       "%d) pads %d rows but %d columns before; one pad for both is supported",
+                       idx, kname, L->h, L->w, k, stride, ph, pw);
+    L->pad = ph;
+    L->oh = same_out_dim(L->h, stride);
+    L->ow = same_out_dim(L->w, stride);
+    return 0;
+}
+
 int model_add(model *m, const layer_spec *s, ht_error *err) {
     int idx = m->n_layers;
     if (m->in_c < 1) return ht_fail(err, "model_add before model_begin");
-    if ((unsigned)s->kind > LAYER_SOFTMAX_XENT) // the pooling kinds after it: not yet
+    if ((unsigned)s->kind > LAYER_GLOBAL_AVGPOOL)
         return ht_fail(err, "layer %d: unknown kind %d", idx, (int)s->kind);
     const char *kname = kind_names[s->kind];
     if (idx >= MODEL_MAX_LAYERS)
@@ -232,45 +257,39 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
             return ht_fail(err, "layer %d (conv): stride %d: expected 1..%d", idx, stride,
                            MODEL_MAX_K);
         int pad = s->pad;
-        if (pad < 0) {
-            if (s->k % 2 == 0)
-                return ht_fail(err, "layer %d (conv): \"same\" padding needs an odd kernel, got %d",
-                               idx, s->k);
-            if (stride != 1)
-                return ht_fail(err, "layer %d (conv): \"same\" padding needs stride 1, got %d",
-                               idx, stride);
-            pad = (s->k - 1) / 2;
-        }
         if (pad > MODEL_MAX_K)
             return ht_fail(err, "layer %d (conv): pad %d: expected 0..%d", idx, pad, MODEL_MAX_K);
-        if (L.h + 2 * pad < s->k || L.w + 2 * pad < s->k)
+        if (pad >= 0 && (L.h + 2 * pad < s->k || L.w + 2 * pad < s->k))
             return ht_fail(err, "layer %d (conv): kernel %d does not fit input %dx%d (pad %d)",
                            idx, s->k, L.h, L.w, pad);
-        L.k = s->k, L.stride = stride, L.pad = pad;
+        if (same_padding(&L, idx, kname, s->k, stride, pad, err)) return -1;
         L.oc = s->filters;
-        L.oh = conv_out_dim(L.h, s->k, stride, pad);
-        L.ow = conv_out_dim(L.w, s->k, stride, pad);
         L.n_w = (size_t)L.oc * L.c * L.k * L.k;
-        L.n_b = (size_t)L.oc;
+        L.n_b = s->no_bias ? 0 : (size_t)L.oc;
         break;
     }
-    case LAYER_MAXPOOL: {
+    case LAYER_MAXPOOL:
+    case LAYER_AVGPOOL: {
         if (s->k < 1 || s->k > MODEL_MAX_K)
-            return ht_fail(err, "layer %d (maxpool): window %d: expected 1..%d", idx, s->k,
+            return ht_fail(err, "layer %d (%s): window %d: expected 1..%d", idx, kname, s->k,
                            MODEL_MAX_K);
         int stride = s->stride ? s->stride : s->k;
         if (stride < 1 || stride > MODEL_MAX_K)
-            return ht_fail(err, "layer %d (maxpool): stride %d: expected 1..%d", idx, stride,
+            return ht_fail(err, "layer %d (%s): stride %d: expected 1..%d", idx, kname, stride,
                            MODEL_MAX_K);
-        if (L.h < s->k || L.w < s->k)
-            return ht_fail(err, "layer %d (maxpool): window %d does not fit input %dx%d", idx,
+        if (s->pad > 0) // a window of padding alone would have no maximum or average
+            return ht_fail(err, "layer %d (%s): pad %d: pooling pads 0 (valid) or \"same\"",
+                           idx, kname, s->pad);
+        if (s->pad == 0 && (L.h < s->k || L.w < s->k))
+            return ht_fail(err, "layer %d (%s): window %d does not fit input %dx%d", idx, kname,
                            s->k, L.h, L.w);
-        L.k = s->k, L.stride = stride, L.pad = 0;
+        if (same_padding(&L, idx, kname, s->k, stride, s->pad, err)) return -1;
         L.oc = L.c;
-        L.oh = conv_out_dim(L.h, s->k, stride, 0);
-        L.ow = conv_out_dim(L.w, s->k, stride, 0);
         break;
     }
+    case LAYER_GLOBAL_AVGPOOL:
+        L.oc = L.c, L.oh = 1, L.ow = 1;
+        break;
     case LAYER_DENSE:
         if (s->units < 1 || s->units > MODEL_MAX_DIM)
             return ht_fail(err, "layer %d (dense): units %d: expected 1..%d", idx, s->units,
@@ -278,7 +297,7 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
         L.c = (int)layer_in_size(&L), L.h = 1, L.w = 1; // flattens its input
         L.oc = s->units, L.oh = 1, L.ow = 1;
         L.n_w = (size_t)L.oc * L.c;
-        L.n_b = (size_t)L.oc;
+        L.n_b = s->no_bias ? 0 : (size_t)L.oc;
         break;
     case LAYER_DROPOUT:
         if (!(s->rate >= 0 && s->rate < 1))
@@ -304,9 +323,13 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
         return ht_fail(err, "layer %d (%s): output %dx%dx%d has 2^31 or more elements", idx,
                        kname, L.oc, L.oh, L.ow);
 
+    if (s->no_bias && s->kind != LAYER_CONV2D && s->kind != LAYER_DENSE)
+        return ht_fail(err, "layer %d (%s): only conv and dense layers have a bias to leave out",
+                       idx, kname);
     if (L.n_w) {
         if (check_init(s->w_init, s->w_arg, s->w_arg2, s->w_vs, "weight", idx, kname, err) ||
-            check_init(s->b_init, s->b_arg, s->b_arg2, s->b_vs, "bias", idx, kname, err))
+            (L.n_b &&
+             check_init(s->b_init, s->b_arg, s->b_arg2, s->b_vs, "bias", idx, kname, err)))
             return -1;
         if ((int64_t)(m->n_params + L.n_w + L.n_b) >= MODEL_MAX_ELEMS)
             return ht_fail(err, "layer %d (%s): %zu parameters take the total to 2^31 or more",
@@ -315,7 +338,7 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
         L.b_init = s->b_init, L.b_arg = s->b_arg;
         L.w_arg2 = s->w_arg2, L.b_arg2 = s->b_arg2, L.w_vs = s->w_vs, L.b_vs = s->b_vs;
         L.w_off = m->n_params;
-        L.b_off = L.w_off + L.n_w;
+        L.b_off = L.n_b ? L.w_off + L.n_w : LAYER_NO_PARAM;
     }
 
     layer *grown = realloc(m->layers, (size_t)(idx + 1) * sizeof *grown);
@@ -553,8 +576,9 @@ void model_init_params(const model *m, float *params, uint64_t seed) {
         init_fill(params + L->w_off, L->n_w, L->w_init, L->w_arg, L->w_arg2, L->w_vs, fan_in,
                   fan_out, &r);
         // Keras's fans of a bias (shape [n]) are its length, both of them.
-        init_fill(params + L->b_off, L->n_b, L->b_init, L->b_arg, L->b_arg2, L->b_vs,
-                  (double)L->n_b, (double)L->n_b, &r);
+        if (L->n_b)
+            init_fill(params + L->b_off, L->n_b, L->b_init, L->b_arg, L->b_arg2, L->b_vs,
+                      (double)L->n_b, (double)L->n_b, &r);
     }
 }
 
