@@ -144,8 +144,50 @@ static void test_keras_param_counts(void **state) {
         model_free(&m);
         n++;
     }
-    assert_true(n >= 6);
+    assert_true(n >= 10);
     free(list);
+}
+
+// The CIFAR-shaped network: 3x32x32 channels-last input, strided "same", average pooling,
+// a bias-free convolution, global average pooling, a Softmax layer.
+static void test_cifar_shapes(void **state) {
+    (void)state;
+    static const char *const files[] = {KDIR "cifar_k3.json", KDIR "cifar_k2.json"};
+    for (int f = 0; f < 2; f++) {
+        model m;
+        load(&m, files[f]);
+        assert_true(m.in_c == 3 && m.in_h == 32 && m.in_w == 32 && m.n_classes == 10);
+        static const struct {
+            layer_kind kind;
+            int oc, oh, ow;
+            size_t params;
+        } want[] = {
+            {LAYER_CONV2D, 16, 32, 32, 3 * 9 * 16 + 16}, {LAYER_RELU, 16, 32, 32, 0},
+            {LAYER_CONV2D, 32, 16, 16, 16 * 9 * 32 + 32}, {LAYER_RELU, 32, 16, 16, 0},
+            {LAYER_AVGPOOL, 32, 8, 8, 0},                {LAYER_CONV2D, 32, 6, 6, 32 * 9 * 32},
+            {LAYER_RELU, 32, 6, 6, 0},                   {LAYER_GLOBAL_AVGPOOL, 32, 1, 1, 0},
+            {LAYER_DENSE, 64, 1, 1, 32 * 64 + 64},       {LAYER_RELU, 64, 1, 1, 0},
+            {LAYER_DROPOUT, 64, 1, 1, 0},                {LAYER_DENSE, 10, 1, 1, 64 * 10 + 10},
+            {LAYER_SOFTMAX_XENT, 10, 1, 1, 0},
+        };
+        assert_int_equal(m.n_layers, sizeof want / sizeof want[0]);
+        for (int l = 0; l < m.n_layers; l++) {
+            const layer *L = &m.layers[l];
+            if (L->kind != want[l].kind || L->oc != want[l].oc || L->oh != want[l].oh ||
+                L->ow != want[l].ow || L->n_w + L->n_b != want[l].params)
+                fail_msg("%s layer %d %s: kind %d %dx%dx%d %zu params", files[f], l, L->name,
+                         (int)L->kind, L->oc, L->oh, L->ow, L->n_w + L->n_b);
+        }
+        assert_int_equal(m.layers[0].w_init, INIT_HE_NORMAL);
+        assert_int_equal(m.layers[2].w_init, INIT_HE_UNIFORM);
+        assert_int_equal(m.layers[5].w_init, INIT_VARIANCE_SCALING);
+        assert_true(m.layers[5].w_arg == 2.0f &&
+                    m.layers[5].w_vs == (INIT_VS_FAN_OUT | INIT_VS_UNTRUNCATED));
+        assert_int_equal(m.layers[8].w_init, INIT_GLOROT_NORMAL);
+        assert_int_equal(m.layers[11].w_init, INIT_RANDOM_UNIFORM);
+        assert_true(m.layers[11].w_arg == -0.05f && m.layers[11].w_arg2 == 0.05f);
+        model_free(&m);
+    }
 }
 
 // ---- malformed input -------------------------------------------------------------------------
@@ -329,7 +371,7 @@ static void test_errors(void **state) {
 }
 
 // channels_first input is hetrain's own layout; a Keras 2 model without an InputLayer takes its
-// shape from the first layer; rank-1 inputs.
+// shape from the first layer; ReLU/Activation/Softmax layers, use_bias and rank-1 inputs.
 static void test_variants(void **state) {
     (void)state;
     expect_ok("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
@@ -337,6 +379,23 @@ static void test_variants(void **state) {
               "\"filters\": 2, \"kernel_size\": 3, \"data_format\": \"channels_first\"}}, "
               FLATTEN ", " DENSE_SOFTMAX "]}}",
               3 * 9 * 2 + 2 + 2 * 8 * 4 * 4 + 4);
+    model m;
+    ht_error e = {{0}};
+    const char *json =
+        "{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": \"Conv2D\", "
+        "\"config\": {\"name\": \"c\", \"batch_input_shape\": [null, 10, 6, 3], \"filters\": 2, "
+        "\"kernel_size\": 3, \"use_bias\": false}}, {\"class_name\": \"ReLU\", \"config\": "
+        "{\"name\": \"r\", \"negative_slope\": 0.0}}, {\"class_name\": \"Activation\", \"config\": "
+        "{\"name\": \"a\", \"activation\": \"linear\"}}, " FLATTEN ", {\"class_name\": \"Dense\", "
+        "\"config\": {\"name\": \"d\", \"units\": 5}}, {\"class_name\": \"Softmax\", \"config\": "
+        "{\"name\": \"sm\", \"axis\": -1}}]}}";
+    if (model_init_keras_text(&m, json, strlen(json), "v.json", &e) < 0) fail_msg("%s", e.msg);
+    assert_true(m.in_c == 3 && m.in_h == 10 && m.in_w == 6 && m.n_classes == 5);
+    assert_int_equal(m.n_layers, 4); // conv, relu, dense, softmax: linear and Flatten add none
+    assert_int_equal(m.layers[0].n_b, 0);
+    assert_int_equal(m.n_params, 3 * 9 * 2 + 2 * 8 * 4 * 5 + 5);
+    assert_string_equal(m.layers[3].name, "sm");
+    model_free(&m);
     // a plain vector input (an MLP): [null, 20]
     expect_ok("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
               "\"Dense\", \"config\": {\"name\": \"d\", \"batch_input_shape\": [null, 20], "
@@ -578,6 +637,29 @@ static void test_config_keras_names(void **state) {
     model_free(&b);
     free(path);
 
+    // The CIFAR-shaped network in Keras's words: the layers its Keras 3 JSON gives.
+    cfg = "[net]\ninput = 3x32x32\n"
+          "[Conv2D]\nfilters = 16\nkernel_size = 3\npadding = same\nactivation = relu\n"
+          "kernel_initializer = he_normal\n"
+          "[Conv2D]\nfilters = 32\nkernel_size = 3\nstrides = 2\npadding = same\n"
+          "activation = relu\nkernel_initializer = HeUniform\n"
+          "[AveragePooling2D]\npool_size = 2\n"
+          "[Conv2D]\nfilters = 32\nkernel_size = 3\npadding = valid\nuse_bias = false\n"
+          "kernel_initializer = VarianceScaling(scale = 2.0, mode = fan_out, "
+          "distribution = untruncated_normal, seed = 1)\n"
+          "[ReLU]\n[GlobalAveragePooling2D]\n"
+          "[Dense]\nunits = 64\nactivation = relu\nkernel_initializer = glorot_normal\n"
+          "[Dropout]\nrate = 0.3\n"
+          "[Dense]\nunits = 10\nkernel_initializer = random_uniform(minval = -0.05, "
+          "maxval = 0.05)\n[Softmax]\n";
+    path = test_write_file(dir, "cifar.cfg", cfg, strlen(cfg));
+    load(&a, path);
+    load(&b, KDIR "cifar_k3.json");
+    same_layers(&a, &b, path);
+    model_free(&a);
+    model_free(&b);
+    free(path);
+
     // Initialisers with their arguments, and [Softmax] as the last section.
     cfg = "[net]\ninput = 1x4x4\nclasses = 3\noptimizer = Adam\n"
           "[Dense]\nunits = 3\nkernel_initializer = variance_scaling(scale = 2, mode = fan_out, "
@@ -678,6 +760,7 @@ int main(void) {
         cmocka_unit_test(test_reference_networks),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_keras_param_counts),
+        cmocka_unit_test(test_cifar_shapes),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_variants),
         cmocka_unit_test(test_initializers),
