@@ -676,6 +676,17 @@ static void test_config_keras_names(void **state) {
     model_free(&a);
     free(path);
 
+    // init_arg/bias_arg win over an init's defaults whichever comes first.
+    cfg = "[net]\ninput = 1x4x4\nclasses = 3\n[Dense]\nunits = 3\ninit_arg = 0.5\n"
+          "kernel_initializer = constant\nbias_initializer = truncated_normal\nbias_arg = 0.2\n"
+          "[Softmax]\n";
+    path = test_write_file(dir, "args.cfg", cfg, strlen(cfg));
+    load(&a, path);
+    assert_true(a.layers[0].w_init == INIT_CONSTANT && a.layers[0].w_arg == 0.5f);
+    assert_true(a.layers[0].b_init == INIT_TRUNCATED_NORMAL && a.layers[0].b_arg == 0.2f);
+    model_free(&a);
+    free(path);
+
     // Errors name the line as for every key.
     cfg = "[net]\ninput = 1x4x4\n[Dense]\nunits = 3\nkernel_initializer = orthogonal\n";
     path = test_write_file(dir, "bad.cfg", cfg, strlen(cfg));

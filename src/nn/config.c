@@ -150,6 +150,8 @@ typedef struct cfg_ctx {
     layer_spec spec;
     char layer_name[64];
     int relu_after, rate_set; // relu_after: 1 a relu, 2 a softmax follows the layer
+    int w_arg_set, b_arg_set; // init_arg/bias_arg given: applied after init/bias_init
+    float w_arg, b_arg;
     const char *key_shown;    // the key as written (a Keras alias), for messages
 } cfg_ctx;
 
@@ -447,8 +449,15 @@ static int layer_key(cfg_ctx *c, const char *key, const char *v) {
         else s->b_init = d.kind, s->b_arg = d.arg, s->b_arg2 = d.arg2, s->b_vs = d.vs;
         return 0;
     }
-    if (!strcmp(key, "init_arg")) return parse_float(c, key, v, -1e6, 0, 1e6, 0, &s->w_arg);
-    if (!strcmp(key, "bias_arg")) return parse_float(c, key, v, -1e6, 0, 1e6, 0, &s->b_arg);
+    // Kept aside until the section ends, so that they win over the init's defaults in any order.
+    if (!strcmp(key, "init_arg")) {
+        c->w_arg_set = 1;
+        return parse_float(c, key, v, -1e6, 0, 1e6, 0, &c->w_arg);
+    }
+    if (!strcmp(key, "bias_arg")) {
+        c->b_arg_set = 1;
+        return parse_float(c, key, v, -1e6, 0, 1e6, 0, &c->b_arg);
+    }
     if (!strcmp(key, "rate")) {
         c->rate_set = 1;
         return parse_float(c, key, v, 0, 0, 1, 1, &s->rate);
@@ -480,6 +489,8 @@ static int close_section(cfg_ctx *c) {
     };
     if (c->kind == SEC_FLATTEN) return 0;
     layer_spec *s = &c->spec;
+    if (c->w_arg_set) s->w_arg = c->w_arg;
+    if (c->b_arg_set) s->b_arg = c->b_arg;
     if (c->kind == SEC_ACTIVATION) {
         if (!(c->seen & 2u)) return cfg_fail(c, c->sec_line, "[%s] needs activation", c->sec_name);
         if (!c->relu_after) return 0;
@@ -533,7 +544,7 @@ static int open_section(cfg_ctx *c, const char *section, int line) {
         return cfg_fail(c, line, "[%s] before [net]: the file must start with [net]",
                         c->sec_name);
     c->seen = 0;
-    c->relu_after = c->rate_set = 0;
+    c->relu_after = c->rate_set = c->w_arg_set = c->b_arg_set = 0;
     c->layer_name[0] = 0;
     if (c->kind == SEC_NET) {
         c->have_net = 1;
