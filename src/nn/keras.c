@@ -38,11 +38,14 @@ static int kfail(kctx *k, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    // The JSON's own strings (names, classes, values) may hold any character: keep one line.
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
     if (k->idx < 0) return ht_fail(k->err, "%s: %s", k->path, msg);
-    char name[48];
+    char name[48], cls[48];
     ht_escape(name, sizeof name, k->lname, strlen(k->lname));
-    return ht_fail(k->err, "%s: layer %d \"%s\" (%.40s): %s", k->path, k->idx, name, k->lclass,
-                   msg);
+    ht_escape(cls, sizeof cls, k->lclass, strlen(k->lclass));
+    return ht_fail(k->err, "%s: layer %d \"%s\" (%s): %s", k->path, k->idx, name, cls, msg);
 }
 
 static const char *type_name(json_object *v) {
