@@ -100,6 +100,29 @@ put("config", "errors.cfg", "[net]\ninput = 1x28\n[conv]\nfilters = 0\n")
 put("config", "no_net.cfg", "[dense]\nunits = 3\n")
 put("config", "syntax.cfg", "[net\nkey value\n")
 
+# ---- Keras model JSON: the text (compacted fixtures of tests/data/keras, and a few small ones) ----
+
+for name in ("mnist_small_k3", "mnist_small_k2", "cnn3_k2old", "cifar_k3", "cifar_flat_k2"):
+    with open(os.path.join(ROOT, "tests", "data", "keras", name + ".json")) as f:
+        put("keras", name + ".json", json.dumps(json.load(f), separators=(",", ":")))
+put("keras", "channels_first.json", json.dumps({"class_name": "Sequential", "config": {"layers": [
+    {"class_name": "Conv2D", "config": {"name": "c", "batch_input_shape": [None, 2, 6, 6],
+     "filters": 2, "kernel_size": 3, "strides": 2, "padding": "same",
+     "data_format": "channels_first", "use_bias": False, "activation": "relu",
+     "kernel_initializer": {"class_name": "VarianceScaling",
+                            "config": {"scale": 2.0, "mode": "fan_avg", "distribution": "normal"}}}},
+    {"class_name": "GlobalAveragePooling2D", "config": {"name": "g", "keepdims": True,
+     "data_format": "channels_first"}},
+    {"class_name": "Dense", "config": {"name": "d", "units": 3, "bias_initializer": "ones"}},
+    {"class_name": "Softmax", "config": {"name": "s", "axis": -1}}]}}))
+put("keras", "mlp.json", '{"class_name":"Sequential","config":{"layers":[{"class_name":"InputLayer",'
+    '"config":{"batch_shape":[null,12]}},{"class_name":"Dense","config":{"units":4,'
+    '"activation":"relu"}},{"class_name":"Dropout","config":{"rate":0.5}},{"class_name":"Dense",'
+    '"config":{"units":2}},{"class_name":"Activation","config":{"activation":"softmax"}}]}}')
+put("keras", "lstm.json", '{"class_name":"Sequential","config":{"layers":[{"class_name":"InputLayer",'
+    '"config":{"batch_shape":[null,4,4,1]}},{"class_name":"LSTM","config":{"name":"l"}}]}}')
+put("keras", "truncated.json", '{"class_name":"Sequential","config":{"layers":[{"class_name"')
+
 # ---- safetensors: the file, for the harness's model (conv1 [2,1,3,3]+[2], fc1 [3,8]+[3]) ----
 
 TENSORS = [("conv1.weight", [2, 1, 3, 3]), ("conv1.bias", [2]),
