@@ -110,6 +110,7 @@ struct engine {
     int n_devs;
     int max_batch;
     uint64_t seed;
+    data_augment aug; // applied to training steps' samples as they are gathered (engine_set_augment)
     float *params;   // master parameters (n_params), read by the workers through the hub
     float *grad;     // the step's gradient sum when it is not one device's own buffer, then,
                      // over several ranks, the rest of the step's one reduction (reduce_ranks)
@@ -185,6 +186,10 @@ void engine_set_timeout(engine *g, double seconds) {
     g->timeout_s = seconds > 0 ? seconds : ENGINE_DEFAULT_TIMEOUT;
 }
 void engine_set_nan_stop(engine *g, int stop) { g->nan_stop = stop; }
+void engine_set_augment(engine *g, const data_augment *a) {
+    memset(&g->aug, 0, sizeof g->aug);
+    if (a) g->aug = *a;
+}
 void engine_span_ranks(engine *g, int on) { g->span = on && ranks_size() > 1; }
 void engine_watch_stop(engine *g, const volatile int *flag) { g->stop_flag = flag; }
 int engine_stopping(const engine *g) {
@@ -405,7 +410,11 @@ static void work_prepare(engine *g, engine_slot *s, const engine_task *t) {
         for (int i = 0; i < s->n; i++)
             w->ids[i] = t->kind == TASK_TRAIN ? t->idx[s->pos[i]] : (uint32_t)(t->start + s->pos[i]);
         if (!t->ds->y) memset(w->y, 0, (size_t)s->n);
-        dataset_gather(t->ds, w->ids, s->n, w->x, w->y);
+        // Training steps (step >= 1) gather augmented samples; the self-check and the
+        // calibration (step 0) and inference gather them as they are.
+        dataset_gather_augment(t->ds, w->ids, s->n, w->x, w->y,
+                               t->kind == TASK_TRAIN && t->step > 0 ? &g->aug : NULL, g->seed,
+                               t->epoch);
     }
     w->kind = t->kind;
     w->n = s->n;

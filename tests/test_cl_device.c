@@ -39,7 +39,7 @@ static void test_step_matches_cpu(void **state) {
     dataset ds;
     ht_error e;
     if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&ds, 300);
     for (int k = 0; k < 2; k++) {

@@ -495,7 +495,7 @@ static void test_step_winograd_vs_direct(void **state) {
     if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
     dataset tr;
     if (dataset_load_idx(&tr, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     float *params = malloc(m.n_params * sizeof *params);
     model_init_params(&m, params, 7);

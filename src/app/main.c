@@ -17,6 +17,7 @@
 #include "ocl_util.h"
 #include "common.h"
 #include "compare.h"
+#include "data.h"
 #include "model.h"
 #include "plot.h"
 #include "results.h"
@@ -61,15 +62,31 @@ static const char *usage_train =
     "                         a Sequential model, Keras 2 or 3), whose training setup is a\n"
     "                         config's [net] defaults (the 3-layer network's, above) unless\n"
     "                         the options below say otherwise\n"
-    "  --data DIR             IDX folder with train-/t10k- images and labels (.gz or raw)\n"
-    "                         [" TRAIN_DEFAULT_DATA "]\n"
-    "  --train FILE.csv       Kaggle CSV (label,pixel0..pixel783) to train on instead of --data\n"
-    "  --test FILE.csv        Kaggle CSV test set (labels optional) to evaluate and predict\n"
+    "  --data DIR             IDX folder with train-/t10k- images and labels (.gz or raw), or a\n"
+    "                         CIFAR binary folder: CIFAR-10 (data_batch_1..5.bin, test_batch.bin)\n"
+    "                         or CIFAR-100 (train.bin, test.bin) [" TRAIN_DEFAULT_DATA "]\n"
+    "  --train FILE           training data instead of --data, by its name: Kaggle CSV\n"
+    "                         (label,pixel0..), a CIFAR .bin, NumPy images .npy (with\n"
+    "                         --train-labels) or .npz (x_train/y_train, else x/y; its\n"
+    "                         x_test/y_test, when there, are the test set unless --test says)\n"
+    "  --train-labels FILE.npy  labels of a .npy --train: uint8, int32 or int64, shape (N) or (N,1)\n"
+    "  --test FILE            test set to evaluate and predict (labels optional): CSV, .bin,\n"
+    "                         .npy (with --test-labels) or .npz (x_test/y_test, else x/y)\n"
+    "  --test-labels FILE.npy labels of a .npy --test\n"
+    "  --layout nhwc|nchw     axis order of 4-D NumPy images; by default the axis holding the\n"
+    "                         model's channel count decides ((N,32,32,3) is NHWC for a 3-channel\n"
+    "                         model), and a shape with it on both axes 1 and 3 asks for this\n"
+    "  --cifar-labels fine|coarse  CIFAR-100's 100 fine or 20 coarse labels [fine]\n"
+    "  --augment SPEC         training batches only: crop:P (pad P zeros each side, take the\n"
+    "                         image's size at a random offset 0..2P per axis), flip (mirror\n"
+    "                         left-right with probability 1/2), both (crop:4,flip) or none;\n"
+    "                         drawn per (seed, epoch, sample), the same on every device [none]\n"
     "  --epochs N             epochs [the model's setup]\n"
     "  --batch N              samples per step [the model's setup]\n"
     "  --lr X                 learning rate [the model's setup]\n"
     "  --val-split F          fraction held out for validation, 0 <= F < 1 [the model's setup]\n"
-    "  --seed N               seed for initialisation, split, shuffles and dropout [1]\n"
+    "  --seed N               seed for initialisation, split, shuffles, dropout and\n"
+    "                         augmentation [1]\n"
     "  --limit N              train on the first N samples only (before the split)\n"
     "  --devices SPEC         comma list of devices to split each batch over (see 'hetrain\n"
     "                         devices'): cpu (a worker on the cores nobody else uses),\n"
@@ -154,9 +171,13 @@ static const char *usage_predict =
     "                         [cnn2d_3layer_fullconnected_3layer]\n"
     "  --load FILE            weights (safetensors), required\n"
     "  --out FILE             predictions CSV to write, required; never overwritten\n"
-    "  --data DIR             IDX folder whose t10k- files are the test set\n"
-    "                         [" TRAIN_DEFAULT_DATA "]\n"
-    "  --test FILE.csv        Kaggle CSV test set instead (labels optional)\n"
+    "  --data DIR             IDX folder whose t10k- files are the test set, or a CIFAR folder\n"
+    "                         (test_batch.bin, test.bin) [" TRAIN_DEFAULT_DATA "]\n"
+    "  --test FILE            test set instead (labels optional): Kaggle CSV, CIFAR .bin, NumPy\n"
+    "                         .npy or .npz (x_test/y_test, else x/y)\n"
+    "  --test-labels FILE.npy labels of a .npy --test\n"
+    "  --layout nhwc|nchw     as for train\n"
+    "  --cifar-labels fine|coarse  as for train\n"
     "  --limit N              first N test samples only\n"
     "  --devices SPEC         as for train [auto]\n"
     "  --conv-algo auto|direct|winograd|winograd2\n"
@@ -305,8 +326,25 @@ enum {
     OPT_SEED, OPT_LIMIT, OPT_DEVICES, OPT_OUT, OPT_NAME, OPT_SAVE, OPT_LOAD, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_BALANCE, OPT_REBALANCE, OPT_JSON, OPT_CACHE_DIR,
     OPT_MEM_LIMIT, OPT_NO_SELF_CHECK, OPT_ON_NAN, OPT_DEVICE_TIMEOUT, OPT_CHECKPOINT_EVERY,
-    OPT_RESUME, OPT_PROFILE, OPT_CONV_ALGO, OPT_BUDGET
+    OPT_RESUME, OPT_PROFILE, OPT_CONV_ALGO, OPT_BUDGET, OPT_TRAIN_LABELS, OPT_TEST_LABELS,
+    OPT_LAYOUT, OPT_CIFAR_LABELS, OPT_AUGMENT
 };
+
+// --layout's value as a data_layout (nhwc, nchw, auto), or -1 after printing the usage error.
+static int parse_layout(const char *cmd, const char *s) {
+    for (int i = 0; data_layout_names[i]; i++)
+        if (!strcmp(s, data_layout_names[i])) return i;
+    usage_error(cmd, "--layout: expected nhwc, nchw or auto, found \"%s\"", s);
+    return -1;
+}
+
+// --cifar-labels' value: 1 coarse, 0 fine, -1 after printing the usage error.
+static int parse_cifar_labels(const char *cmd, const char *s) {
+    if (!strcmp(s, "fine")) return 0;
+    if (!strcmp(s, "coarse")) return 1;
+    usage_error(cmd, "--cifar-labels: expected fine or coarse, found \"%s\"", s);
+    return -1;
+}
 
 // --conv-algo's value as a conv_algo, or -1 after printing the usage error.
 static int parse_conv_algo(const char *cmd, const char *s) {
@@ -337,8 +375,14 @@ static int cmd_train(int argc, char **argv) {
         {"resume", required_argument, 0, OPT_RESUME},
         {"profile", no_argument, 0, OPT_PROFILE},
         {"conv-algo", required_argument, 0, OPT_CONV_ALGO},
+        {"train-labels", required_argument, 0, OPT_TRAIN_LABELS},
+        {"test-labels", required_argument, 0, OPT_TEST_LABELS},
+        {"layout", required_argument, 0, OPT_LAYOUT},
+        {"cifar-labels", required_argument, 0, OPT_CIFAR_LABELS},
+        {"augment", required_argument, 0, OPT_AUGMENT},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
-    train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1};
+    train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1,
+                    .layout = -1, .coarse = -1};
     long v;
     double f;
     int c;
@@ -349,6 +393,24 @@ static int cmd_train(int argc, char **argv) {
         case OPT_DATA: o.data_dir = optarg; o.given |= TRAIN_GIVEN_DATA; break;
         case OPT_TRAIN: o.train_csv = optarg; o.given |= TRAIN_GIVEN_DATA; break;
         case OPT_TEST: o.test_csv = optarg; o.given |= TRAIN_GIVEN_DATA; break;
+        case OPT_TRAIN_LABELS: o.train_labels = optarg; o.given |= TRAIN_GIVEN_DATA; break;
+        case OPT_TEST_LABELS: o.test_labels = optarg; o.given |= TRAIN_GIVEN_DATA; break;
+        case OPT_LAYOUT:
+            if ((o.layout = parse_layout("train", optarg)) < 0) return EXIT_USAGE;
+            o.given |= TRAIN_GIVEN_DATA;
+            break;
+        case OPT_CIFAR_LABELS:
+            if ((o.coarse = parse_cifar_labels("train", optarg)) < 0) return EXIT_USAGE;
+            o.given |= TRAIN_GIVEN_DATA;
+            break;
+        case OPT_AUGMENT: {
+            data_augment a;
+            ht_error ae;
+            if (data_augment_parse(&a, optarg, &ae) < 0) return usage_error("train", "%s", ae.msg);
+            o.augment = optarg;
+            o.given |= TRAIN_GIVEN_AUGMENT;
+            break;
+        }
         case OPT_EPOCHS:
             if (parse_int("--epochs", optarg, 1, 100000, &v) < 0) return EXIT_USAGE;
             o.epochs = (int)v;
@@ -445,6 +507,10 @@ static int cmd_train(int argc, char **argv) {
     if (optind < argc) return usage_error("train", "unexpected argument \"%s\"", argv[optind]);
     if (o.train_csv && o.data_dir)
         return usage_error("train", "--train and --data both name training data; give one");
+    if (o.train_labels && !o.train_csv)
+        return usage_error("train", "--train-labels goes with --train FILE.npy");
+    if (o.test_labels && !o.test_csv)
+        return usage_error("train", "--test-labels goes with --test FILE.npy");
     char *cmdline = join_args(argc + 1, argv - 1);
     o.command_line = cmdline;
     signal(SIGINT, on_stop_signal);
@@ -468,8 +534,11 @@ static int cmd_predict(int argc, char **argv) {
         {"out", required_argument, 0, OPT_OUT},     {"data", required_argument, 0, OPT_DATA},
         {"test", required_argument, 0, OPT_TEST},   {"limit", required_argument, 0, OPT_LIMIT},
         {"devices", required_argument, 0, OPT_DEVICES}, {"help", no_argument, 0, OPT_HELP},
-        {"conv-algo", required_argument, 0, OPT_CONV_ALGO}, {0, 0, 0, 0}};
-    predict_opts o = {.conv_algo = -1};
+        {"conv-algo", required_argument, 0, OPT_CONV_ALGO},
+        {"test-labels", required_argument, 0, OPT_TEST_LABELS},
+        {"layout", required_argument, 0, OPT_LAYOUT},
+        {"cifar-labels", required_argument, 0, OPT_CIFAR_LABELS}, {0, 0, 0, 0}};
+    predict_opts o = {.conv_algo = -1, .layout = -1, .coarse = -1};
     long v;
     int c;
     opterr = 0;
@@ -480,6 +549,13 @@ static int cmd_predict(int argc, char **argv) {
         case OPT_OUT: o.out = optarg; break;
         case OPT_DATA: o.data_dir = optarg; break;
         case OPT_TEST: o.test_csv = optarg; break;
+        case OPT_TEST_LABELS: o.test_labels = optarg; break;
+        case OPT_LAYOUT:
+            if ((o.layout = parse_layout("predict", optarg)) < 0) return EXIT_USAGE;
+            break;
+        case OPT_CIFAR_LABELS:
+            if ((o.coarse = parse_cifar_labels("predict", optarg)) < 0) return EXIT_USAGE;
+            break;
         case OPT_LIMIT:
             if (parse_int("--limit", optarg, 1, INT_MAX, &v) < 0) return EXIT_USAGE;
             o.limit = (int)v;
@@ -496,6 +572,8 @@ static int cmd_predict(int argc, char **argv) {
     if (optind < argc) return usage_error("predict", "unexpected argument \"%s\"", argv[optind]);
     if (!o.load) return usage_error("predict", "--load FILE.safetensors is required");
     if (!o.out) return usage_error("predict", "--out FILE.csv is required");
+    if (o.test_labels && !o.test_csv)
+        return usage_error("predict", "--test-labels goes with --test FILE.npy");
     ht_error e;
     if (predict_run(&o, &e) < 0) {
         fprintf(stderr, "hetrain: %s\n", e.msg);

@@ -30,26 +30,53 @@
 
 volatile int train_interrupted;
 
-// Loads the training set and (optionally) the test set named by the options.
-static int load_data(const char *data_dir, const char *train_csv, const char *test_csv,
-                     dataset *train, dataset *test, int want_train, ht_error *e) {
-    if (train_csv || (test_csv && !want_train)) {
-        if (want_train && dataset_load_csv(train, train_csv, e) < 0) return -1;
-        if (want_train && !train->y)
-            return ht_fail(e, "%s: training data needs a label column (header \"label,pixel0,...\")",
-                           train_csv);
-        if (test_csv && dataset_load_csv(test, test_csv, e) < 0) return -1;
+// Where the data comes from: a folder (IDX or CIFAR) or files, each with its labels file when
+// it is a .npy.
+typedef struct data_src {
+    const char *dir, *train, *train_labels, *test, *test_labels;
+} data_src;
+
+// What the loaders need of the model (its classes and channels) and of the options.
+static data_opts data_opts_of(const model *m, int layout, int coarse) {
+    return (data_opts){.classes = m->n_classes, .channels = m->in_c,
+                       .layout = layout > 0 ? (data_layout)layout : DATA_LAYOUT_AUTO,
+                       .coarse = coarse > 0};
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+// Loads the training set and (optionally) the test set named by the options. A training .npz
+// brings its x_test/y_test as the test set when no --test is given.
+static int load_data(const data_src *src, const data_opts *dop, dataset *train, dataset *test,
+                     int want_train, ht_error *e) {
+    if (src->train || (src->test && !want_train)) {
+        if (want_train) {
+            if (dataset_load_file(train, src->train, src->train_labels, 0, dop, e) < 0) return -1;
+            if (!train->y && ends_with(src->train, ".npy"))
+                return ht_fail(e, "%s: training images need labels: give --train-labels FILE.npy",
+                               src->train);
+            if (!train->y)
+                return ht_fail(e, "%s: training data needs a label column (header \"label,pixel0,...\")",
+                               src->train);
+        }
+        if (src->test)
+            return dataset_load_file(test, src->test, src->test_labels, 1, dop, e) < 0 ? -1 : 0;
+        if (want_train && ends_with(src->train, ".npz"))
+            return dataset_load_npz(test, src->train, 1, 1, dop, e) < 0 ? -1 : 0;
         return 0;
     }
-    const char *dir = data_dir ? data_dir : TRAIN_DEFAULT_DATA;
+    const char *dir = src->dir ? src->dir : TRAIN_DEFAULT_DATA;
     if (want_train) {
-        if (dataset_load_dir(train, test, dir, e) < 0) return -1;
+        if (dataset_load_dir(train, test, dir, dop, e) < 0) return -1;
     } else {
-        if (dataset_load_dir(NULL, test, dir, e) < 0) return -1;
+        if (dataset_load_dir(NULL, test, dir, dop, e) < 0) return -1;
     }
-    if (test_csv) {
+    if (src->test) {
         dataset_free(test);
-        if (dataset_load_csv(test, test_csv, e) < 0) return -1;
+        if (dataset_load_file(test, src->test, src->test_labels, 1, dop, e) < 0) return -1;
     }
     return 0;
 }
@@ -238,7 +265,9 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     if (o->lr >= 0) s->lr = o->lr;
     if (o->val_split >= 0) s->val_split = o->val_split;
     if (o->conv_algo >= 0) s->conv_algo = (conv_algo)o->conv_algo;
-    if (load_data(o->data_dir, o->train_csv, o->test_csv, &j->all, &j->test, 1, e) < 0) return -1;
+    data_src src = {o->data_dir, o->train_csv, o->train_labels, o->test_csv, o->test_labels};
+    data_opts dop = data_opts_of(&j->m, o->layout, o->coarse);
+    if (load_data(&src, &dop, &j->all, &j->test, 1, e) < 0) return -1;
     dataset_limit(&j->all, o->limit);
     if (dataset_split(&j->all, s->val_split, o->seed, &j->train, &j->val, e) < 0) return -1;
     dataset_free(&j->all);
@@ -262,6 +291,11 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     engine_set_timeout(j->g, o->device_timeout);
     engine_set_nan_stop(j->g, o->nan_stop);
     engine_watch_stop(j->g, &train_interrupted);
+    if (o->augment) {
+        data_augment aug;
+        if (data_augment_parse(&aug, o->augment, e) < 0) return -1;
+        engine_set_augment(j->g, &aug);
+    }
     j->idx = ht_malloc((size_t)j->train.n, sizeof *j->idx, e);
     j->loss = ht_malloc((size_t)s->batch, sizeof *j->loss, e);
     j->pred = ht_malloc((size_t)(j->test.n > s->batch ? j->test.n : s->batch), sizeof *j->pred, e);
@@ -352,6 +386,14 @@ static int job_span(job *j, ht_error *e) {
     return rc;
 }
 
+// The run's --augment in its canonical spelling ("crop:4,flip", "none").
+static void augment_text(const train_opts *o, char *buf, size_t len) {
+    data_augment a = {0};
+    ht_error ignore; // job_prepare has parsed it already
+    if (o->augment) data_augment_parse(&a, o->augment, &ignore);
+    data_augment_text(&a, buf, len);
+}
+
 static void log_header(job *j, const train_opts *o) {
     run_files *rf = &j->rf;
     char when[64];
@@ -364,6 +406,9 @@ static void log_header(job *j, const train_opts *o) {
     run_log(rf, 0, "data: %s, %d training, %d validation, %d test samples\n",
             o->train_csv ? o->train_csv : (o->data_dir ? o->data_dir : TRAIN_DEFAULT_DATA),
             j->train.n, j->val.n, j->test.n);
+    char aug[DATA_AUGMENT_TEXT];
+    augment_text(o, aug, sizeof aug);
+    run_log(rf, 0, "augment: %s%s\n", aug, strcmp(aug, "none") ? " (training batches only)" : "");
     for (int d = 0; ranks_size() == 1 && d < j->n_devs; d++) {
         run_log(rf, 0, "device %s: %s, capacity %g, micro-batch %d\n", j->devs[d].spec,
                 j->devs[d].name, j->devs[d].capacity, j->devs[d].micro);
@@ -643,7 +688,7 @@ static int self_check(job *j, int probe, ht_error *e) {
 }
 
 // A checkpoint's metadata: string keys and values (the values of the short ones kept here).
-#define META_MAX 40
+#define META_MAX 48
 typedef struct meta {
     const char *kv[2 * META_MAX];
     char val[META_MAX][96];
@@ -763,6 +808,13 @@ static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, h
     meta_set(&m, "data", o->data_dir ? o->data_dir : "");
     meta_set(&m, "train", o->train_csv ? o->train_csv : "");
     meta_set(&m, "test", o->test_csv ? o->test_csv : "");
+    meta_set(&m, "train_labels", o->train_labels ? o->train_labels : "");
+    meta_set(&m, "test_labels", o->test_labels ? o->test_labels : "");
+    meta_set(&m, "layout", data_layout_names[o->layout > 0 ? o->layout : 0]);
+    meta_set(&m, "cifar_labels", o->coarse > 0 ? "coarse" : "fine");
+    char aug[DATA_AUGMENT_TEXT];
+    augment_text(o, aug, sizeof aug);
+    meta_set(&m, "augment", aug);
     meta_fmt(&m, "limit", "%d", o->limit);
     meta_fmt(&m, "epochs", "%d", s->epochs);
     meta_fmt(&m, "batch", "%d", s->batch);
@@ -1011,6 +1063,11 @@ static int resume_paths(const char *arg, char *prefix, char *path, ht_error *e) 
     return 0;
 }
 
+static const char *meta_or(const checkpoint *c, const char *key, const char *dflt) {
+    const char *v = checkpoint_meta(c, key);
+    return v ? v : dflt;
+}
+
 static long meta_long(const checkpoint *c, const char *key) {
     const char *v = checkpoint_meta(c, key);
     return v ? strtol(v, NULL, 10) : 0;
@@ -1044,6 +1101,14 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
     if (!model || !data || !train || !test || !checkpoint_meta(c, "epochs_done"))
         return ht_fail(e, "%s: not a hetrain training checkpoint (no run options in it)", o->resume);
     uint64_t seed = strtoull(checkpoint_meta(c, "seed") ? checkpoint_meta(c, "seed") : "0", NULL, 10);
+    // The data options and augmentation (a checkpoint from before they existed: the defaults).
+    const char *train_y = meta_or(c, "train_labels", ""), *test_y = meta_or(c, "test_labels", "");
+    const char *layout = meta_or(c, "layout", "auto"), *aug = meta_or(c, "augment", "none");
+    int coarse = !strcmp(meta_or(c, "cifar_labels", "fine"), "coarse"), lay = 0;
+    for (int i = 0; data_layout_names[i]; i++)
+        if (!strcmp(layout, data_layout_names[i])) lay = i;
+    char aug_given[DATA_AUGMENT_TEXT];
+    augment_text(o, aug_given, sizeof aug_given);
     struct {
         unsigned flag;
         const char *option;
@@ -1053,6 +1118,11 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
         {TRAIN_GIVEN_DATA, "--data", o->data_dir && strcmp(o->data_dir, data)},
         {TRAIN_GIVEN_DATA, "--train", o->train_csv && strcmp(o->train_csv, train)},
         {TRAIN_GIVEN_DATA, "--test", o->test_csv && strcmp(o->test_csv, test)},
+        {TRAIN_GIVEN_DATA, "--train-labels", o->train_labels && strcmp(o->train_labels, train_y)},
+        {TRAIN_GIVEN_DATA, "--test-labels", o->test_labels && strcmp(o->test_labels, test_y)},
+        {TRAIN_GIVEN_DATA, "--layout", o->layout >= 0 && o->layout != lay},
+        {TRAIN_GIVEN_DATA, "--cifar-labels", o->coarse >= 0 && o->coarse != coarse},
+        {TRAIN_GIVEN_AUGMENT, "--augment", strcmp(aug_given, aug) != 0},
         {TRAIN_GIVEN_EPOCHS, "--epochs", o->epochs != meta_long(c, "epochs")},
         {TRAIN_GIVEN_BATCH, "--batch", o->batch != meta_long(c, "batch")},
         {TRAIN_GIVEN_LR, "--lr", o->lr != (float)meta_double(c, "lr")},
@@ -1072,6 +1142,11 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
     r->data_dir = *data ? data : NULL;
     r->train_csv = *train ? train : NULL;
     r->test_csv = *test ? test : NULL;
+    r->train_labels = *train_y ? train_y : NULL;
+    r->test_labels = *test_y ? test_y : NULL;
+    r->layout = lay;
+    r->coarse = coarse;
+    r->augment = strcmp(aug, "none") ? aug : NULL;
     r->epochs = (int)meta_long(c, "epochs");
     r->batch = (int)meta_long(c, "batch");
     r->lr = (float)meta_double(c, "lr");
@@ -1360,7 +1435,9 @@ int predict_run(const predict_opts *o, ht_error *e) {
     if (output_check(o->out, "--out", e) < 0) goto out;
     if (model_init(&j->m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) goto out;
     if (o->conv_algo >= 0) j->m.setup.conv_algo = (conv_algo)o->conv_algo;
-    if (load_data(o->data_dir, NULL, o->test_csv, NULL, &j->test, 0, e) < 0) goto out;
+    data_src src = {o->data_dir, NULL, NULL, o->test_csv, o->test_labels};
+    data_opts dop = data_opts_of(&j->m, o->layout, o->coarse);
+    if (load_data(&src, &dop, NULL, &j->test, 0, e) < 0) goto out;
     dataset_limit(&j->test, o->limit);
     if (j->test.n < 1) {
         ht_fail(e, "no test samples to predict");
