@@ -1,7 +1,8 @@
 // Keras model JSON (keras.c): the reference networks as real Keras 2 and Keras 3 wrote them give
 // the presets' layers, shapes and first-step gradient bit for bit; every fixture has the
 // parameter count Keras printed; malformed inputs give their one-line errors; the CLI reads
-// JSON. Also Keras's initialisers (model.c) by their bounds and moments, and Keras's names in
+// JSON (summary, a run on a Kaggle CSV, the CIFAR-shaped network on a generated CIFAR folder,
+// the 3-layer network's run equal to the preset's). Also Keras's initialisers (model.c) by their bounds and moments, and Keras's names in
 // the config format.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "keras.h"
 #include "model.h"
@@ -741,6 +743,45 @@ static void test_cli(void **state) {
     assert_true(isfinite(loss) && loss > 0);
 }
 
+// The CIFAR-shaped Keras network (channels-last JSON) trains on a generated CIFAR-10 folder:
+// 3x32x32 samples reach it as (C,H,W) without a word from the user.
+static void test_cli_cifar(void **state) {
+    (void)state;
+    free(test_expect_cli("summary --model " KDIR "cifar_k3.json", 0, "Total params: 17,066"));
+    char *dir = test_tmpdir("keras-cifar"), folder[1100];
+    snprintf(folder, sizeof folder, "%s/cifar-10-batches-bin", dir);
+    assert_int_equal(mkdir(folder, 0755), 0);
+    ht_rng r;
+    ht_rng_seed(&r, 8);
+    static const struct {
+        const char *name;
+        int n;
+    } files[] = {{"data_batch_1.bin", 60}, {"test_batch.bin", 20}};
+    for (int f = 0; f < 2; f++) { // records: label byte, then 3x32x32 pixels (R, G, B planes)
+        size_t len = (size_t)files[f].n * 3073;
+        uint8_t *b = malloc(len);
+        for (size_t i = 0; i < len; i++)
+            b[i] = i % 3073 == 0 ? (uint8_t)(i / 3073 % 10) : (uint8_t)(ht_rng_next(&r) >> 56);
+        free(test_write_file(folder, files[f].name, b, len));
+        free(b);
+    }
+    char args[4096], path[1300];
+    snprintf(args, sizeof args,
+             "train --model " KDIR "cifar_k3.json --data '%s' --epochs 1 --batch 16 --devices cpu "
+             "--out '%s' --name c --no-progress",
+             folder, dir);
+    free(test_expect_cli(args, 0, "epoch 1/1"));
+    snprintf(path, sizeof path, "%s/c.metrics.csv", dir);
+    double loss = test_metrics_value(path, -1, "loss");
+    assert_true(isfinite(loss) && loss > 0);
+    snprintf(path, sizeof path, "%s/c.predictions.csv", dir);
+    char *preds = test_read_file(path, NULL);
+    assert_non_null(preds);
+    assert_non_null(strstr(preds, "\n20,")); // the 20 test samples
+    free(preds);
+    free(dir);
+}
+
 // The JSON of the 3-layer network trains exactly as the preset does, through the whole CLI:
 // the same weights after a step, the same loss.
 static void test_cli_same_run(void **state) {
@@ -787,6 +828,7 @@ int main(void) {
         cmocka_unit_test(test_init_names),
         cmocka_unit_test(test_config_keras_names),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_cli_cifar),
         cmocka_unit_test(test_cli_same_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
