@@ -2,8 +2,8 @@
 // the presets' layers, shapes and first-step gradient bit for bit; every fixture has the
 // parameter count Keras printed; malformed inputs give their one-line errors; the CLI reads
 // JSON (summary, a run on a Kaggle CSV, the CIFAR-shaped network on a generated CIFAR folder,
-// the 3-layer network's run equal to the preset's). Also Keras's initialisers (model.c) by their bounds and moments, and Keras's names in
-// the config format.
+// the 3-layer network's run equal to the preset's). Also Keras's initialisers (model.c) by
+// their bounds and moments, and Keras's names in the config format.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -142,7 +142,8 @@ static void test_keras_param_counts(void **state) {
         snprintf(path, sizeof path, KDIR "%s", file);
         model m;
         load(&m, path);
-        if (m.n_params != want) fail_msg("%s: %zu parameters, Keras has %zu", file, m.n_params, want);
+        if (m.n_params != want)
+            fail_msg("%s: %zu parameters, Keras has %zu", file, m.n_params, want);
         model_free(&m);
         n++;
     }
@@ -281,7 +282,8 @@ static void test_errors(void **state) {
     // no final softmax
     expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4}}"),
-                 "bad.json: layer 2 \"d\" (Dense): the network must end in a softmax over the classes (Dense(..., "
+                 "bad.json: layer 2 \"d\" (Dense): the network must end in a softmax over the "
+                 "classes (Dense(..., "
                  "activation=\"softmax\"), Activation(\"softmax\") or Softmax), which hetrain "
                  "trains as its softmax cross-entropy");
     expect_error(seq(FLATTEN ", " DENSE_SOFTMAX ", {\"class_name\": \"Dropout\", \"config\": "

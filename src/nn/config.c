@@ -256,7 +256,8 @@ static int parse_choice(cfg_ctx *c, const char *key, const char *v, const char *
         if (len < sizeof list)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? "|" : "", names[i]);
     }
-    return cfg_fail(c, c->line, "[%s] %s: expected %s, found \"%.40s\"", c->sec_name, SHOWN(key), list,
+    return cfg_fail(c, c->line, "[%s] %s: expected %s, found \"%.40s\"", c->sec_name, SHOWN(key),
+                    list,
                     v);
 }
 
@@ -445,8 +446,10 @@ static int layer_key(cfg_ctx *c, const char *key, const char *v) {
     if (!strcmp(key, "init") || !strcmp(key, "bias_init")) {
         init_desc d;
         if (parse_init(c, key, v, &d)) return -1;
-        if (key[0] == 'i') s->w_init = d.kind, s->w_arg = d.arg, s->w_arg2 = d.arg2, s->w_vs = d.vs;
-        else s->b_init = d.kind, s->b_arg = d.arg, s->b_arg2 = d.arg2, s->b_vs = d.vs;
+        if (key[0] == 'i')
+            s->w_init = d.kind, s->w_arg = d.arg, s->w_arg2 = d.arg2, s->w_vs = d.vs;
+        else
+            s->b_init = d.kind, s->b_arg = d.arg, s->b_arg2 = d.arg2, s->b_vs = d.vs;
         return 0;
     }
     // Kept aside until the section ends, so that they win over the init's defaults in any order.

@@ -603,7 +603,8 @@ static int layer_heading(kctx *k, json_object *layers, int i, json_object **out)
     if (!cn || !json_object_is_type(cn, json_type_string))
         return kfail(k, "class_name: expected a string");
     k->lclass = json_object_get_string(cn);
-    if (name && json_object_is_type(name, json_type_string)) k->lname = json_object_get_string(name);
+    if (name && json_object_is_type(name, json_type_string))
+        k->lname = json_object_get_string(name);
     return 0;
 }
 
