@@ -176,6 +176,30 @@ bias_init = truncated_normal
 bias_arg = 0.2
 [softmax]
 """)
+put("config", "keras_names.cfg", """[net]
+input = 3x8x8
+classes = 3
+optimizer = Adam
+learning_rate = 0.001
+batch_size = 4
+[Conv2D]
+filters = 2
+kernel_size = 3
+strides = 2
+padding = same
+use_bias = false
+kernel_initializer = variance_scaling(scale = 2, mode = fan_out, distribution = uniform)
+[AveragePooling2D]
+pool_size = 2
+[Activation]
+activation = relu
+[Flatten]
+[Dense]
+units = 3
+kernel_initializer = HeNormal
+bias_initializer = random_uniform(minval = -0.1, maxval = 0.1, seed = 3)
+activation = softmax
+""")
 put("config", "errors.cfg", "[net]\ninput = 1x28\n[conv]\nfilters = 0\n")
 put("config", "no_net.cfg", "[dense]\nunits = 3\n")
 put("config", "syntax.cfg", "[net\nkey value\n")
