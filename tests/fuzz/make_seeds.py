@@ -69,7 +69,7 @@ put("csv", "no_header", csv_input(0, "1,2,3,4\n"))
 
 # ---- model config: the file ----
 
-for name in ("cnn2.cfg", "cnn3.cfg"):
+for name in ("cnn2.cfg", "cnn3.cfg", "cifar_small.cfg"):
     with open(os.path.join(ROOT, "models", name), "rb") as f:
         put("config", name, f.read())
 put("config", "small.cfg", """[net]
@@ -94,6 +94,30 @@ name = head
 units = 4
 bias_init = truncated_normal
 bias_arg = 0.2
+[softmax]
+""")
+put("config", "pooling.cfg", """[net]
+input = 3x7x7
+classes = 3
+[conv]
+filters = 4
+size = 3
+stride = 2
+pad = same
+bias = 0
+activation = relu
+[avgpool]
+size = 2
+stride = 1
+pad = same
+[maxpool]
+size = 3
+stride = 2
+pad = same
+[globalavgpool]
+[dense]
+units = 3
+bias = 0
 [softmax]
 """)
 put("config", "errors.cfg", "[net]\ninput = 1x28\n[conv]\nfilters = 0\n")
