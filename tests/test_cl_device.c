@@ -126,13 +126,24 @@ static void test_step_matches_cpu_rgb(void **state) {
 
 // 200 samples, 40 held out: 5 steps of 32 at lr 0.01 from the same weights on each device.
 // The self-check is off: its 8-sample probe can exclude a sound device (see test_faults).
-static void test_short_run_matches_cpu(void **state) {
-    (void)state;
-    if (!have_opencl()) skip();
+// Twice: the 3-layer reference network, and a 1x28x28 network of the Keras layer options
+// (strided "same" convs, one without a bias, average and max pooling with "same" padding,
+// global average pooling, a dense layer without a bias) given as a config file.
+static const char keraslike_cfg[] = "[net]\ninput = 1x28x28\nclasses = 10\n"
+                                    "[conv]\nfilters = 8\nsize = 3\nstride = 2\npad = same\n"
+                                    "bias = 0\nactivation = relu\n"
+                                    "[conv]\nfilters = 16\nsize = 4\npad = same\n"
+                                    "activation = relu\n"
+                                    "[avgpool]\nsize = 3\nstride = 2\npad = same\n"
+                                    "[maxpool]\nsize = 2\nstride = 1\npad = same\n"
+                                    "[globalavgpool]\n"
+                                    "[dense]\nunits = 10\nbias = 0\n[softmax]\n";
+
+static void short_run(const char *model_arg, const char *tag) {
     ht_error e;
     model m;
-    if (model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
-    char *dir = test_tmpdir("cl-run");
+    if (model_init(&m, model_arg, &e) < 0) fail_msg("%s", e.msg);
+    char *dir = test_tmpdir(tag);
     char *train = test_fashion_csv(dir, FASHION_TRAIN, 200, 1);
     assert_non_null(train);
     float *init = malloc(sizeof(float) * m.n_params);
@@ -144,10 +155,10 @@ static void test_short_run_matches_cpu(void **state) {
     for (int k = 0; k < 2; k++) {
         char args[4096], *out;
         snprintf(args, sizeof args,
-                 "train --devices %s --train '%s' --epochs 1 --batch 32 --lr 0.01 --val-split 0.2 "
-                 "--load '%s' --save '%s/w%d.safetensors' --out '%s' --name r%d --no-progress "
-                 "--no-self-check",
-                 specs[k], train, init_path, dir, k, dir, k);
+                 "train --model '%s' --devices %s --train '%s' --epochs 1 --batch 32 --lr 0.01 "
+                 "--val-split 0.2 --load '%s' --save '%s/w%d.safetensors' --out '%s' --name r%d "
+                 "--no-progress --no-self-check",
+                 model_arg, specs[k], train, init_path, dir, k, dir, k);
         int rc = test_run_cli(args, &out);
         if (rc != 0) fail_msg("hetrain %s failed (%d):\n%s", args, rc, out);
         printf("%s", out);
@@ -161,8 +172,9 @@ static void test_short_run_matches_cpu(void **state) {
     }
     printf("cpu: loss %.6f val_loss %.6f; cl:0.0: loss %.6f val_loss %.6f\n", loss[0], vloss[0],
            loss[1], vloss[1]);
-    assert_true(check_updates(&m, w[1], w[0], init, TOL_RUN_OUTPUT, TOL_RUN_OTHER,
-                              "weights after 5 steps, cl:0.0 vs cpu"));
+    char what[160];
+    snprintf(what, sizeof what, "%s: weights after 5 steps, cl:0.0 vs cpu", m.name);
+    assert_true(check_updates(&m, w[1], w[0], init, TOL_RUN_OUTPUT, TOL_RUN_OTHER, what));
     assert_true(fabs(loss[1] - loss[0]) <= TOL_RUN_LOSS * loss[0]);
     assert_true(fabs(vloss[1] - vloss[0]) <= TOL_RUN_LOSS * vloss[0]);
     for (int k = 0; k < 2; k++) free(w[k]);
@@ -171,6 +183,18 @@ static void test_short_run_matches_cpu(void **state) {
     free(train);
     free(dir);
     model_free(&m);
+}
+
+static void test_short_run_matches_cpu(void **state) {
+    (void)state;
+    if (!have_opencl()) skip();
+    short_run("cnn2d_3layer_fullconnected_3layer", "cl-run");
+    char *dir = test_tmpdir("cl-run-cfg");
+    char *cfg = test_write_file(dir, "keraslike.cfg", keraslike_cfg, sizeof keraslike_cfg - 1);
+    assert_non_null(cfg);
+    short_run(cfg, "cl-run-keraslike");
+    free(cfg);
+    free(dir);
 }
 
 int main(void) {

@@ -107,7 +107,8 @@ typedef struct layer {
     char name[32];    // tensor name prefix in safetensors: "conv1" -> "conv1.weight"
     int c, h, w;      // input shape of one sample (dense: c = features, h = w = 1)
     int oc, oh, ow;   // output shape of one sample
-    int k, stride, pad; // conv2d and maxpool (pool: pad = 0)
+    int k, stride, pad; // conv2d and pooling; pad is the before-pad (top/left): "same" may pad
+                        // one row/column more after, as oh/ow imply (layers.h)
     float rate;       // dropout drop probability
     init_kind w_init, b_init;
     float w_arg, b_arg; // init parameters (init_kind says which)
@@ -212,7 +213,7 @@ double model_layer_macs(const model *m, int l, int backward);
 typedef struct layer_spec {
     layer_kind kind;
     const char *name; // NULL: automatic ("conv1", "fc2", ...)
-    int filters, k, stride, pad; // pad < 0: "same"
+    int filters, k, stride, pad; // pad < 0: Keras "same", any stride (pooling: 0 or "same")
     int no_bias;      // conv2d, dense: no bias tensor (Keras use_bias = false)
     int units;
     float rate;

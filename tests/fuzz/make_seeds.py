@@ -149,7 +149,7 @@ put("cifar", "fine_beyond_20", bytes([1 | 8]) + cifar(3, True))
 
 # ---- model config: the file ----
 
-for name in ("cnn2.cfg", "cnn3.cfg"):
+for name in ("cnn2.cfg", "cnn3.cfg", "cifar_small.cfg"):
     with open(os.path.join(ROOT, "models", name), "rb") as f:
         put("config", name, f.read())
 put("config", "small.cfg", """[net]
@@ -199,6 +199,30 @@ units = 3
 kernel_initializer = HeNormal
 bias_initializer = random_uniform(minval = -0.1, maxval = 0.1, seed = 3)
 activation = softmax
+""")
+put("config", "pooling.cfg", """[net]
+input = 3x7x7
+classes = 3
+[conv]
+filters = 4
+size = 3
+stride = 2
+pad = same
+bias = 0
+activation = relu
+[avgpool]
+size = 2
+stride = 1
+pad = same
+[maxpool]
+size = 3
+stride = 2
+pad = same
+[globalavgpool]
+[dense]
+units = 3
+bias = 0
+[softmax]
 """)
 put("config", "errors.cfg", "[net]\ninput = 1x28\n[conv]\nfilters = 0\n")
 put("config", "no_net.cfg", "[dense]\nunits = 3\n")
