@@ -246,7 +246,7 @@ static void test_load_dir(void **state) {
     assert_null(te.x);
     remove(p[0]);
     assert_int_equal(dataset_load_dir(&tr, NULL, dir, NULL, &e), -1);
-    expect_msg(e.msg, dir, "train-images-idx3-ubyte", NULL);
+    expect_msg(e.msg, dir, "train-images-idx3-ubyte", "nor is it a CIFAR folder", NULL);
     char *gone = malloc(strlen(dir) + 16);
     sprintf(gone, "%s/nope", dir);
     assert_int_equal(dataset_load_dir(&tr, &te, gone, NULL, &e), -1);

@@ -246,12 +246,48 @@ static void test_resume_keeps_augment(void **state) {
     free(d.dir);
 }
 
+// An augmented run killed mid-epoch and resumed from its checkpoint ends with the bits of
+// the same run never stopped: the crops and flips of the steps after the resume are the ones
+// the unbroken run drew (they depend on seed, epoch and sample id alone).
+static void test_resume_augments_the_same(void **state) {
+    (void)state;
+    rgb_data d;
+    rgb_data_init(&d);
+    const char *where = "--devices cpu:1 --balance static --conv-algo direct --no-self-check "
+                        "--no-progress --quiet";
+    char args[9000], *out, a[1300], b[1300];
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "train --model '%s' --data '%s' --augment crop:4,flip --epochs 2 "
+                 "--checkpoint-every 2 %s --out '%s' --name %s %s%s%s", d.cfg, d.cifar, where, d.out,
+                 k ? "cut" : "whole", k ? "" : "--save '", k ? "" : d.dir, k ? "" : "/whole.safetensors'");
+        if (k) setenv("HETRAIN_FAULT", "kill:cpu:1@5", 1); // step 5 of 6: after the checkpoint of step 4
+        int rc = test_run_cli(args, &out);
+        unsetenv("HETRAIN_FAULT");
+        if (rc != (k ? 128 + 9 : 0)) fail_msg("run %d: exit %d\n%s", k, rc, out);
+        free(out);
+    }
+    snprintf(args, sizeof args, "train --resume '%s/cut' %s --save '%s/cut.safetensors'", d.out,
+             where, d.dir);
+    free(test_expect_cli(args, 0, NULL));
+    snprintf(a, sizeof a, "%s/whole.safetensors", d.dir);
+    snprintf(b, sizeof b, "%s/cut.safetensors", d.dir);
+    size_t na, nb;
+    char *x = test_read_file(a, &na), *y = test_read_file(b, &nb);
+    assert_non_null(x);
+    assert_non_null(y);
+    if (na != nb || memcmp(x, y, na)) fail_msg("%s and %s differ", a, b);
+    free(x);
+    free(y);
+    free(d.dir);
+}
+
 int main(void) {
     setenv("POCL_DEVICES", "pthread", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rgb_trains_on_cpu_and_pocl),
         cmocka_unit_test(test_rgb_errors),
         cmocka_unit_test(test_resume_keeps_augment),
+        cmocka_unit_test(test_resume_augments_the_same),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

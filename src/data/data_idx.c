@@ -269,7 +269,10 @@ static int find_idx(char *out, size_t cap, const char *dir, const char *name, ht
         struct stat st;
         if (stat(out, &st) == 0) return 0;
     }
-    return ht_fail(e, "%s: missing %s (or %s.gz) in this folder", dir, name, name);
+    return ht_fail(e, "%s: missing %s (or %s.gz) in this folder%s", dir, name, name,
+                   strncmp(name, "train-images", 12) ? ""
+                   : " (nor is it a CIFAR folder: no data_batch_1.bin, test_batch.bin, train.bin "
+                     "or test.bin)");
 }
 
 int dataset_load_dir(dataset *train, dataset *test, const char *dir, const data_opts *o,
