@@ -84,6 +84,13 @@ static void test_summary(void **state) {
     expect_cli("summary", 0, "10,838,016");
     expect_cli("summary --model cnn2", 0, "3,211,264");
     expect_cli("summary --model " HT_SOURCE_DIR "/models/cnn3.cfg", 0, "Total params: 246,682");
+    // The RGB example, counted as Keras counts it: conv1 3*3*3*32 + 32, conv2 3*3*32*32 (no
+    // bias), conv3 3*3*32*64 + 64, fc1 64*10 + 10; its stride-2 "same" conv1 gives 16x16.
+    const char *cifar = "summary --model " HT_SOURCE_DIR "/models/cifar_small.cfg";
+    expect_cli(cifar, 0, "Total params: 29,258");
+    expect_cli(cifar, 0, "(32, 16, 16)");
+    expect_cli(cifar, 0, "avgpool1 (avgpool)");
+    expect_cli(cifar, 0, "gap1 (globalavgpool)");
 }
 
 static void test_bad_files(void **state) {

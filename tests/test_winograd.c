@@ -130,7 +130,9 @@ static errs run_case(const case_shape *s, conv_impl impl, uint64_t seed) {
     // corner without padding) carries the rounding of its tile's largest.
     const int m = impl == CONV_DIRECT ? 1 : (int)impl;
     tile_max(S_out, B * OC, OH, OW, m);
-    if (conv2d_wino_ok(&(conv_geom){.K = 3, .stride = 1, .pad = pad, .Cs = s->Cs}, CONV_DIR_DIN))
+    if (conv2d_wino_ok(&(conv_geom){.H = H, .W = W, .K = 3, .stride = 1, .pad = pad, .OH = OH,
+                                    .OW = OW, .Cs = s->Cs},
+                       CONV_DIR_DIN))
         tile_max(S_din, B * C, H, W, m);
     // Likewise the weight gradient's 3x3 taps of one (oc, c) come out of one transform.
     if (m > 1) tile_max(S_dw, OC * C, 3, 3, 3);
@@ -537,6 +539,29 @@ static void test_step_winograd_vs_direct(void **state) {
     model_free(&m);
 }
 
+// Winograd's tiles assume the last rows and columns are padded as the first: a 3x3 stride-1
+// geometry with another after-pad (one row or column fewer or more than the before-pad) runs
+// direct in every direction; the symmetric ones ("same", valid, explicit pads) may run
+// Winograd. (Keras "same" on 3x3 stride 1 is always symmetric: pad 1 at both ends.)
+static void test_wino_ok_padding(void **state) {
+    (void)state;
+    static const conv_dir dirs[] = {CONV_DIR_FWD, CONV_DIR_DIN, CONV_DIR_DW};
+    for (int pad = 0; pad <= 2; pad++)
+        for (int d = 0; d < 3; d++) {
+            conv_geom g = {.C = 4, .Cs = 16, .H = 9, .W = 8, .OC = 16, .K = 3, .stride = 1,
+                           .pad = pad};
+            g.OH = conv_out_dim(g.H, 3, 1, pad);
+            g.OW = conv_out_dim(g.W, 3, 1, pad);
+            assert_true(conv2d_wino_ok(&g, dirs[d]));
+            g.OH++; // one more row of padding at the bottom
+            assert_false(conv2d_wino_ok(&g, dirs[d]));
+            g.OH--, g.OW--; // one column fewer on the right
+            assert_false(conv2d_wino_ok(&g, dirs[d]));
+        }
+    assert_int_equal(same_pad_before(7, 3, 1), 1);
+    assert_int_equal(same_out_dim(7, 1), 7);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_direct),
@@ -545,6 +570,7 @@ int main(void) {
         cmocka_unit_test(test_wrong_transform_exceeds),
         cmocka_unit_test(test_zero_fields_exact),
         cmocka_unit_test(test_choose),
+        cmocka_unit_test(test_wino_ok_padding),
         cmocka_unit_test(test_step_winograd_vs_direct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

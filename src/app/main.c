@@ -57,8 +57,12 @@ static const char *usage_train =
     "validation split 0.2).\n"
     "\n"
     "options:\n"
-    "  --model NAME|FILE.cfg  preset (cnn2d_3layer_fullconnected_3layer alias cnn3,\n"
-    "                         cnn2d_2layer_full_connected_2layer alias cnn2) or a config file\n"
+    "  --model NAME|FILE      preset (cnn2d_3layer_fullconnected_3layer alias cnn3,\n"
+    "                         cnn2d_2layer_full_connected_2layer alias cnn2), a config file\n"
+    "                         (FILE.cfg) or a Keras model JSON (FILE.json: model.to_json() of\n"
+    "                         a Sequential model, Keras 2 or 3), whose training setup is a\n"
+    "                         config's [net] defaults (the 3-layer network's, above) unless\n"
+    "                         the options below say otherwise\n"
     "  --data DIR             IDX folder with train-/t10k- images and labels (.gz or raw), or a\n"
     "                         CIFAR binary folder: CIFAR-10 (data_batch_1..5.bin, test_batch.bin)\n"
     "                         or CIFAR-100 (train.bin, test.bin) [" TRAIN_DEFAULT_DATA "]\n"
@@ -182,7 +186,7 @@ static const char *usage_predict =
     "Writes ImageId,Label predictions for a test set; prints the accuracy when it has labels.\n"
     "\n"
     "options:\n"
-    "  --model NAME|FILE.cfg  the network the weights belong to\n"
+    "  --model NAME|FILE      the network the weights belong to (preset, .cfg, Keras .json)\n"
     "                         [cnn2d_3layer_fullconnected_3layer]\n"
     "  --load FILE            weights (safetensors), required\n"
     "  --out FILE             predictions CSV to write, required; never overwritten\n"
@@ -200,9 +204,10 @@ static const char *usage_predict =
     "  --help                 this text\n";
 
 static const char *usage_summary =
-    "usage: hetrain summary [--model NAME|FILE.cfg]\n"
+    "usage: hetrain summary [--model NAME|FILE.cfg|FILE.json]\n"
     "\n"
-    "Prints each layer's output shape and parameter count, and the total.\n";
+    "Prints each layer's output shape and parameter count, and the total. A Keras model JSON\n"
+    "(FILE.json) has the parameter count Keras's model.summary() prints.\n";
 
 static const char *usage_devices =
     "usage: hetrain devices [--json]\n"
@@ -237,7 +242,7 @@ static const char *usage_tune =
     "options:\n"
     "  --devices SPEC         OpenCL devices to tune, as for train (cl:P.D, cl:all, gpu; cpu\n"
     "                         items have nothing to tune) [cl:all]\n"
-    "  --model NAME|FILE.cfg  the network whose shapes to tune for\n"
+    "  --model NAME|FILE      the network whose shapes to tune for (preset, .cfg, .json)\n"
     "                         [cnn2d_3layer_fullconnected_3layer]\n"
     "  --batch N              samples per step: the shard a device alone gets, which sets its\n"
     "                         micro-batch and GEMM shapes [the network's reference batch]\n"

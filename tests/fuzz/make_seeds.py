@@ -149,7 +149,7 @@ put("cifar", "fine_beyond_20", bytes([1 | 8]) + cifar(3, True))
 
 # ---- model config: the file ----
 
-for name in ("cnn2.cfg", "cnn3.cfg"):
+for name in ("cnn2.cfg", "cnn3.cfg", "cifar_small.cfg"):
     with open(os.path.join(ROOT, "models", name), "rb") as f:
         put("config", name, f.read())
 put("config", "small.cfg", """[net]
@@ -176,11 +176,82 @@ bias_init = truncated_normal
 bias_arg = 0.2
 [softmax]
 """)
+put("config", "keras_names.cfg", """[net]
+input = 3x8x8
+classes = 3
+optimizer = Adam
+learning_rate = 0.001
+batch_size = 4
+[Conv2D]
+filters = 2
+kernel_size = 3
+strides = 2
+padding = same
+use_bias = false
+kernel_initializer = variance_scaling(scale = 2, mode = fan_out, distribution = uniform)
+[AveragePooling2D]
+pool_size = 2
+[Activation]
+activation = relu
+[Flatten]
+[Dense]
+units = 3
+kernel_initializer = HeNormal
+bias_initializer = random_uniform(minval = -0.1, maxval = 0.1, seed = 3)
+activation = softmax
+""")
+put("config", "pooling.cfg", """[net]
+input = 3x7x7
+classes = 3
+[conv]
+filters = 4
+size = 3
+stride = 2
+pad = same
+bias = 0
+activation = relu
+[avgpool]
+size = 2
+stride = 1
+pad = same
+[maxpool]
+size = 3
+stride = 2
+pad = same
+[globalavgpool]
+[dense]
+units = 3
+bias = 0
+[softmax]
+""")
 put("config", "errors.cfg", "[net]\ninput = 1x28\n[conv]\nfilters = 0\n")
 put("config", "no_net.cfg", "[dense]\nunits = 3\n")
 put("config", "syntax.cfg", "[net\nkey value\n")
 put("config", "schedule.cfg", "[net]\ninput = 1x8x8\nclasses = 4\nlr_schedule = step:2:0.5\n"
     "weight_decay = 5e-4\nweight_decay_mode = decoupled\n[dense]\nunits = 4\n[softmax]\n")
+
+# ---- Keras model JSON: the text (compacted fixtures of tests/data/keras, and a few small ones) ----
+
+for name in ("mnist_small_k3", "mnist_small_k2", "cnn3_k2old", "cifar_k3", "cifar_flat_k2"):
+    with open(os.path.join(ROOT, "tests", "data", "keras", name + ".json")) as f:
+        put("keras", name + ".json", json.dumps(json.load(f), separators=(",", ":")))
+put("keras", "channels_first.json", json.dumps({"class_name": "Sequential", "config": {"layers": [
+    {"class_name": "Conv2D", "config": {"name": "c", "batch_input_shape": [None, 2, 6, 6],
+     "filters": 2, "kernel_size": 3, "strides": 2, "padding": "same",
+     "data_format": "channels_first", "use_bias": False, "activation": "relu",
+     "kernel_initializer": {"class_name": "VarianceScaling",
+                            "config": {"scale": 2.0, "mode": "fan_avg", "distribution": "normal"}}}},
+    {"class_name": "GlobalAveragePooling2D", "config": {"name": "g", "keepdims": True,
+     "data_format": "channels_first"}},
+    {"class_name": "Dense", "config": {"name": "d", "units": 3, "bias_initializer": "ones"}},
+    {"class_name": "Softmax", "config": {"name": "s", "axis": -1}}]}}))
+put("keras", "mlp.json", '{"class_name":"Sequential","config":{"layers":[{"class_name":"InputLayer",'
+    '"config":{"batch_shape":[null,12]}},{"class_name":"Dense","config":{"units":4,'
+    '"activation":"relu"}},{"class_name":"Dropout","config":{"rate":0.5}},{"class_name":"Dense",'
+    '"config":{"units":2}},{"class_name":"Activation","config":{"activation":"softmax"}}]}}')
+put("keras", "lstm.json", '{"class_name":"Sequential","config":{"layers":[{"class_name":"InputLayer",'
+    '"config":{"batch_shape":[null,4,4,1]}},{"class_name":"LSTM","config":{"name":"l"}}]}}')
+put("keras", "truncated.json", '{"class_name":"Sequential","config":{"layers":[{"class_name"')
 
 # ---- safetensors: the file, for the harness's model (conv1 [2,1,3,3]+[2], fc1 [3,8]+[3]) ----
 
