@@ -770,9 +770,16 @@ static void test_cli_cifar(void **state) {
     char args[4096], path[1300];
     snprintf(args, sizeof args,
              "train --model " KDIR "cifar_k3.json --data '%s' --epochs 1 --batch 16 --devices cpu "
-             "--out '%s' --name c --no-progress",
+             "--optimizer adam:epsilon=1e-8 --out '%s' --name c --no-progress",
              folder, dir);
     free(test_expect_cli(args, 0, "epoch 1/1"));
+    // --optimizer: Keras's Adam defaults in place of the JSON's (the config format's) SGD.
+    snprintf(path, sizeof path, "%s/c.log", dir);
+    char *log = test_read_file(path, NULL);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "optimizer: Adam lr 0.001 beta1 0.9 beta2 0.999 eps 1e-08 decay 0"));
+    free(log);
+    free(test_expect_cli("train --optimizer adamw", 2, "--optimizer: expected sgd or adam"));
     snprintf(path, sizeof path, "%s/c.metrics.csv", dir);
     double loss = test_metrics_value(path, -1, "loss");
     assert_true(isfinite(loss) && loss > 0);

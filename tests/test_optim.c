@@ -427,6 +427,48 @@ static void test_weight_decay_spares_biases(void **state) {
     model_free(&m);
 }
 
+// --optimizer: Keras's defaults for the named optimizer replace the model's, then the keys;
+// everything else in the setup stays; errors leave the setup as it was.
+static void test_optimizer_parse(void **state) {
+    (void)state;
+    const train_setup base = {.optim = OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .nesterov = 1,
+                              .decay = 1e-6f, .beta1 = 0.5f, .beta2 = 0.5f, .eps = 1e-3f,
+                              .batch = 77, .epochs = 5, .val_split = 0.25f};
+    ht_error e;
+    train_setup s = base;
+    assert_int_equal(optimizer_parse(&s, "Adam", &e), 0);
+    assert_int_equal(s.optim, OPTIM_ADAM);
+    assert_true(s.lr == 0.001f && s.beta1 == 0.9f && s.beta2 == 0.999f && s.eps == 1e-7f);
+    assert_true(s.decay == 0 && s.batch == 77 && s.epochs == 5 && s.val_split == 0.25f);
+    s = base;
+    assert_int_equal(optimizer_parse(&s, "sgd", &e), 0);
+    assert_true(s.optim == OPTIM_SGD && s.lr == 0.01f && s.momentum == 0 && !s.nesterov);
+    assert_true(s.decay == 0);
+    s = base;
+    assert_int_equal(optimizer_parse(&s, "sgd:momentum=0.8,nesterov=true,learning_rate=0.2,"
+                                         "decay=0.001", &e), 0);
+    assert_true(s.momentum == 0.8f && s.nesterov == 1 && s.lr == 0.2f && s.decay == 0.001f);
+    s = base;
+    assert_int_equal(optimizer_parse(&s, "adam:beta_1=0.8,beta2=0.99,epsilon=1e-8,lr=0.01", &e), 0);
+    assert_true(s.beta1 == 0.8f && s.beta2 == 0.99f && s.eps == 1e-8f && s.lr == 0.01f);
+    const char *bad[][2] = {
+        {"adamw", "expected sgd or adam"}, {"", "expected sgd or adam"},
+        {"sgd:", "KEY=VALUE"},             {"sgd:momentum", "KEY=VALUE"},
+        {"sgd:beta1=0.9", "no key"},       {"adam:momentum=0.9", "no key"},
+        {"adam:eps=0", "eps must be"},     {"sgd:momentum=1", "momentum must be"},
+        {"sgd:lr=x", "lr must be"},        {"sgd:nesterov=2", "nesterov takes"},
+        {"adam:lr=0.1,", "KEY=VALUE"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        s = base;
+        if (optimizer_parse(&s, bad[k][0], &e) != -1) fail_msg("\"%s\" was accepted", bad[k][0]);
+        if (!strstr(e.msg, bad[k][1]) || strchr(e.msg, '\n'))
+            fail_msg("\"%s\": message \"%s\" should say %s on one line", bad[k][0], e.msg,
+                     bad[k][1]);
+        assert_memory_equal(&s, &base, sizeof s); // left as it was
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd_plain),      cmocka_unit_test(test_sgd_momentum),
@@ -435,7 +477,7 @@ int main(void) {
         cmocka_unit_test(test_adam_eps_decay), cmocka_unit_test(test_large_buffer),
         cmocka_unit_test(test_init_free),      cmocka_unit_test(test_lr_schedules),
         cmocka_unit_test(test_lr_schedule_errors), cmocka_unit_test(test_weight_decay_steps),
-        cmocka_unit_test(test_weight_decay_spares_biases),
+        cmocka_unit_test(test_weight_decay_spares_biases), cmocka_unit_test(test_optimizer_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

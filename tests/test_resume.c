@@ -302,11 +302,11 @@ static void test_checkpoint_disk_full(void **state) {
     }
 }
 
-// A learning-rate schedule and weight decay are part of the run: killed mid-epoch and resumed,
-// a cosine-scheduled run with L2 weight decay ends with the uninterrupted run's bits and
+// A learning-rate schedule, weight decay and --optimizer are part of the run: killed mid-epoch
+// and resumed, a cosine-scheduled Adam run (--optimizer) with L2 weight decay ends with the uninterrupted run's bits and
 // metrics, lr column included; its lr column is the schedule's rate of each epoch's last step;
-// a resume that names another schedule or weight decay is refused.
-#define SCHED "--lr-schedule cosine --weight-decay 0.01"
+// a resume that names another schedule, weight decay or optimizer is refused.
+#define SCHED "--lr-schedule cosine --weight-decay 0.01 --optimizer adam"
 static void test_schedule_resume(void **state) {
     (void)state;
     char args[8192], *out;
@@ -315,12 +315,13 @@ static void test_schedule_resume(void **state) {
     if (run(NULL, args, &out) != 0) fail_msg("scheduled reference run failed:\n%s", out);
     free(out);
     // 3 epochs of 10 steps: epoch e's last step is s = 10e + 9 of T = 30, after s updates;
-    // lr_t = 0.05 * 0.5 * (1 + cos(pi*s/T)) / (1 + 1e-6 * s) (the preset's lr and decay).
+    // lr_t = 0.001 * 0.5 * (1 + cos(pi*s/T)) (Keras's Adam: lr 0.001, no decay; the rate
+    // before Adam's bias correction).
     char path[1200];
     snprintf(path, sizeof path, "%s/sref.metrics.csv", data.dir);
     for (int ep = 0; ep < 3; ep++) {
         int st = 10 * ep + 9;
-        double want = 0.05 * 0.5 * (1 + cos(M_PI * st / 30.0)) / (1 + 1e-6 * st);
+        double want = 0.001 * 0.5 * (1 + cos(M_PI * st / 30.0));
         double got = test_metrics_value(path, ep, "lr");
         if (!(fabs(got - want) <= 1e-6 * want)) // the rate is a float: 2^-24 relative
             fail_msg("epoch %d: lr column %.9g, want %.9g", ep, got, want);
@@ -352,6 +353,7 @@ static void test_schedule_resume(void **state) {
         {"--lr-schedule none", "--lr-schedule"},
         {"--weight-decay 0.02", "--weight-decay"},
         {"--weight-decay-mode decoupled", "--weight-decay-mode"},
+        {"--optimizer sgd", "--optimizer"},
     };
     for (size_t k = 0; k < sizeof changes / sizeof changes[0]; k++) {
         snprintf(args, sizeof args, "train --resume '%s/sref' %s " WHERE, data.dir, changes[k][0]);

@@ -84,7 +84,13 @@ static const char *usage_train =
     "                         drawn per (seed, epoch, sample), the same on every device [none]\n"
     "  --epochs N             epochs [the model's setup]\n"
     "  --batch N              samples per step [the model's setup]\n"
-    "  --lr X                 learning rate [the model's setup]\n"
+    "  --optimizer SPEC       Keras's SGD or Adam with Keras's defaults instead of the model's\n"
+    "                         optimizer: sgd (lr 0.01, momentum 0) or adam (lr 0.001, beta1\n"
+    "                         0.9, beta2 0.999, eps 1e-7), then :KEY=VALUE,... (sgd: lr,\n"
+    "                         momentum, nesterov, decay; adam: lr, beta1, beta2, eps, decay;\n"
+    "                         Keras's names learning_rate, beta_1, epsilon... too), e.g.\n"
+    "                         sgd:momentum=0.9,nesterov=1 [the model's setup]\n"
+    "  --lr X                 learning rate [the model's setup, or --optimizer's]\n"
     "  --lr-schedule S        learning-rate schedule, a factor f on lr (epochs counted from\n"
     "                         0): step:E:G multiplies lr by G every E epochs (f = G^floor(\n"
     "                         epoch/E)); exp:G by G every epoch (f = G^epoch); cosine anneals\n"
@@ -346,7 +352,8 @@ enum {
     OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_BALANCE, OPT_REBALANCE, OPT_JSON, OPT_CACHE_DIR,
     OPT_MEM_LIMIT, OPT_NO_SELF_CHECK, OPT_ON_NAN, OPT_DEVICE_TIMEOUT, OPT_CHECKPOINT_EVERY,
     OPT_RESUME, OPT_PROFILE, OPT_CONV_ALGO, OPT_BUDGET, OPT_LR_SCHEDULE, OPT_WEIGHT_DECAY,
-    OPT_WD_MODE, OPT_TRAIN_LABELS, OPT_TEST_LABELS, OPT_LAYOUT, OPT_CIFAR_LABELS, OPT_AUGMENT
+    OPT_WD_MODE, OPT_TRAIN_LABELS, OPT_TEST_LABELS, OPT_LAYOUT, OPT_CIFAR_LABELS, OPT_AUGMENT,
+    OPT_OPTIMIZER
 };
 
 // --layout's value as a data_layout (nhwc, nchw, auto), or -1 after printing the usage error.
@@ -402,6 +409,7 @@ static int cmd_train(int argc, char **argv) {
         {"layout", required_argument, 0, OPT_LAYOUT},
         {"cifar-labels", required_argument, 0, OPT_CIFAR_LABELS},
         {"augment", required_argument, 0, OPT_AUGMENT},
+        {"optimizer", required_argument, 0, OPT_OPTIMIZER},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
     train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1,
                     .weight_decay = -1, .wd_mode = -1, .layout = -1, .coarse = -1};
@@ -448,6 +456,15 @@ static int cmd_train(int argc, char **argv) {
             o.lr = (float)f;
             o.given |= TRAIN_GIVEN_LR;
             break;
+        case OPT_OPTIMIZER: {
+            train_setup ts = {0};
+            ht_error oe;
+            if (optimizer_parse(&ts, optarg, &oe) < 0)
+                return usage_error("train", "--optimizer: %s", oe.msg);
+            o.optimizer = optarg;
+            o.given |= TRAIN_GIVEN_OPTIM;
+            break;
+        }
         case OPT_LR_SCHEDULE: {
             lr_schedule ls;
             ht_error le;

@@ -269,6 +269,7 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     train_setup *s = &j->m.setup;
     if (o->epochs > 0) s->epochs = o->epochs;
     if (o->batch > 0) s->batch = o->batch;
+    if (o->optimizer && optimizer_parse(s, o->optimizer, e) < 0) return ht_wrap(e, "--optimizer");
     if (o->lr >= 0) s->lr = o->lr;
     if (o->val_split >= 0) s->val_split = o->val_split;
     if (o->conv_algo >= 0) s->conv_algo = (conv_algo)o->conv_algo;
@@ -831,6 +832,7 @@ static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, h
     meta_fmt(&m, "epochs", "%d", s->epochs);
     meta_fmt(&m, "batch", "%d", s->batch);
     meta_fmt(&m, "lr", "%.9g", (double)s->lr);
+    meta_set(&m, "optimizer", o->optimizer ? o->optimizer : "");
     char sched[64];
     lr_schedule_text(&s->sched, sched, sizeof sched);
     meta_set(&m, "lr_schedule", sched);
@@ -1149,6 +1151,7 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
         if (!strcmp(layout, data_layout_names[i])) lay = i;
     char aug_given[DATA_AUGMENT_TEXT];
     augment_text(o, aug_given, sizeof aug_given);
+    const char *optimizer = meta_or(c, "optimizer", ""); // older checkpoints: the model's
     struct {
         unsigned flag;
         const char *option;
@@ -1166,6 +1169,7 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
         {TRAIN_GIVEN_EPOCHS, "--epochs", o->epochs != meta_long(c, "epochs")},
         {TRAIN_GIVEN_BATCH, "--batch", o->batch != meta_long(c, "batch")},
         {TRAIN_GIVEN_LR, "--lr", o->lr != (float)meta_double(c, "lr")},
+        {TRAIN_GIVEN_OPTIM, "--optimizer", strcmp(o->optimizer ? o->optimizer : "", optimizer)},
         {TRAIN_GIVEN_VAL, "--val-split", o->val_split != (float)meta_double(c, "val_split")},
         {TRAIN_GIVEN_SEED, "--seed", o->seed != seed},
         {TRAIN_GIVEN_LIMIT, "--limit", o->limit != meta_long(c, "limit")},
@@ -1193,6 +1197,7 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
     r->epochs = (int)meta_long(c, "epochs");
     r->batch = (int)meta_long(c, "batch");
     r->lr = (float)meta_double(c, "lr");
+    r->optimizer = *optimizer ? optimizer : NULL;
     r->val_split = (float)meta_double(c, "val_split");
     r->seed = seed;
     r->limit = (int)meta_long(c, "limit");

@@ -20,6 +20,7 @@ enum {
     TRAIN_GIVEN_SEED = 1 << 6, TRAIN_GIVEN_LIMIT = 1 << 7, TRAIN_GIVEN_LOAD = 1 << 8,
     TRAIN_GIVEN_OUT = 1 << 9, TRAIN_GIVEN_NAME = 1 << 10, TRAIN_GIVEN_SCHED = 1 << 11,
     TRAIN_GIVEN_WD = 1 << 12, TRAIN_GIVEN_AUGMENT = 1 << 13,
+    TRAIN_GIVEN_OPTIM = 1 << 14,
 };
 
 #define TRAIN_DEVICES_BY_MAX 16
@@ -36,7 +37,8 @@ typedef struct train_opts {
     const char *augment;   // --augment spec (data_augment_parse); NULL: none
     int epochs;            // 0: the model's default
     int batch;             // 0: the model's default
-    float lr;              // < 0: the model's default
+    const char *optimizer; // --optimizer spec (optim.h's optimizer_parse); NULL: the model's
+    float lr;              // < 0: the model's default (or --optimizer's)
     float val_split;       // < 0: the model's default
     const char *lr_schedule; // NULL: the model's (optim.h's lr_schedule_parse takes it)
     float weight_decay;    // < 0: the model's default

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 // Below this many parameters a parallel region costs more than it saves.
 #define OPTIM_PAR_MIN 65536
@@ -288,4 +289,79 @@ double lr_schedule_factor(const lr_schedule *s, int epoch, long step, long total
         return total > 0 ? 0.5 * (1.0 + cos(M_PI * (double)step / (double)total)) : 1.0;
     default: return 1.0;
     }
+}
+
+// One KEY=VALUE of an --optimizer spec into r; -1 with e naming the spec.
+static int optimizer_key(train_setup *r, const char *spec, const char *kv, size_t len,
+                         ht_error *e) {
+    char key[32], val[48];
+    const char *eq = memchr(kv, '=', len);
+    size_t kn = eq ? (size_t)(eq - kv) : len;
+    if (!eq || kn == 0 || kn >= sizeof key || len - kn - 1 == 0 || len - kn - 1 >= sizeof val)
+        return ht_fail(e, "\"%.60s\": expected KEY=VALUE after the name, found \"%.*s\"", spec,
+                       (int)(len > 40 ? 40 : len), kv);
+    memcpy(key, kv, kn), key[kn] = 0;
+    memcpy(val, eq + 1, len - kn - 1), val[len - kn - 1] = 0;
+    int sgd = r->optim == OPTIM_SGD;
+    if (sgd && !strcmp(key, "nesterov")) {
+        static const char *const names[] = {"0", "1", "false", "true", NULL};
+        for (int i = 0; names[i]; i++)
+            if (!strcasecmp(val, names[i])) return r->nesterov = i % 2, 0;
+        return ht_fail(e, "\"%.60s\": nesterov takes 0, 1, false or true, found \"%s\"", spec,
+                       val);
+    }
+    struct {
+        const char *name, *alias;
+        int sgd, adam;
+        double lo, hi;
+        int lo_open, hi_open;
+        float *dst;
+    } keys[] = {
+        {"lr", "learning_rate", 1, 1, 0, 100, 1, 0, &r->lr},
+        {"decay", NULL, 1, 1, 0, 1, 0, 0, &r->decay},
+        {"momentum", NULL, 1, 0, 0, 1, 0, 1, &r->momentum},
+        {"beta1", "beta_1", 0, 1, 0, 1, 0, 1, &r->beta1},
+        {"beta2", "beta_2", 0, 1, 0, 1, 0, 1, &r->beta2},
+        {"eps", "epsilon", 0, 1, 0, 1, 1, 0, &r->eps},
+    };
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        if (strcmp(key, keys[k].name) && !(keys[k].alias && !strcmp(key, keys[k].alias)))
+            continue;
+        if (!(sgd ? keys[k].sgd : keys[k].adam)) break;
+        char *end;
+        errno = 0;
+        double x = strtod(val, &end);
+        if (end == val || *end || errno || !isfinite(x) ||
+            (keys[k].lo_open ? x <= keys[k].lo : x < keys[k].lo) ||
+            (keys[k].hi_open ? x >= keys[k].hi : x > keys[k].hi))
+            return ht_fail(e, "\"%.60s\": %s must be a number %s%g and %s%g, found \"%s\"", spec,
+                           key, keys[k].lo_open ? "above " : "from ", keys[k].lo,
+                           keys[k].hi_open ? "below " : "up to ", keys[k].hi, val);
+        *keys[k].dst = (float)x;
+        return 0;
+    }
+    return ht_fail(e, "\"%.60s\": %s has no key \"%s\" (%s)", spec, sgd ? "sgd" : "adam", key,
+                   sgd ? "lr, momentum, nesterov, decay" : "lr, beta1, beta2, eps, decay");
+}
+
+int optimizer_parse(train_setup *s, const char *spec, ht_error *e) {
+    train_setup r = *s;
+    size_t n = strcspn(spec, ":");
+    if (n == 3 && !strncasecmp(spec, "sgd", 3)) {
+        r.optim = OPTIM_SGD, r.lr = 0.01f, r.momentum = 0, r.nesterov = 0, r.decay = 0;
+    } else if (n == 4 && !strncasecmp(spec, "adam", 4)) {
+        r.optim = OPTIM_ADAM, r.lr = 0.001f, r.beta1 = 0.9f, r.beta2 = 0.999f, r.eps = 1e-7f;
+        r.decay = 0;
+    } else {
+        return ht_fail(e, "expected sgd or adam, then :KEY=VALUE,... if any, found \"%.60s\"",
+                       spec);
+    }
+    for (const char *p = spec[n] ? spec + n + 1 : NULL; p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (optimizer_key(&r, spec, p, len, e) < 0) return -1;
+        p = comma ? comma + 1 : NULL;
+    }
+    *s = r;
+    return 0;
 }

@@ -65,4 +65,12 @@ int lr_schedule_parse(lr_schedule *s, const char *text, ht_error *e);
 void lr_schedule_text(const lr_schedule *s, char *buf, size_t len);
 double lr_schedule_factor(const lr_schedule *s, int epoch, long step, long total);
 
+// --optimizer: NAME[:KEY=VALUE,...] replaces s's optimizer by Keras's with Keras's defaults,
+// then the keys: sgd (learning_rate 0.01, momentum 0, nesterov 0, decay 0) or adam
+// (learning_rate 0.001, beta_1 0.9, beta_2 0.999, epsilon 1e-7, decay 0); keys lr or
+// learning_rate, momentum and nesterov (0|1|false|true) for sgd, beta1/beta_1, beta2/beta_2
+// and eps/epsilon for adam, decay for both ("adam:epsilon=1e-8", "sgd:momentum=0.9,nesterov=1").
+// Names are case-blind (Keras's SGD, Adam). Returns 0, or -1 with a one-line error (s untouched).
+int optimizer_parse(train_setup *s, const char *spec, ht_error *e);
+
 #endif
