@@ -1,4 +1,4 @@
-// Winograd F(2x2,3x3) and F(4x4,3x3) on channels-last tensors (see winograd.h): the
+// Winograd F(2x2,3x3), F(4x4,3x3) and F(2x2,5x5) on channels-last tensors (see winograd.h): the
 // transforms, vectorised over 16 channels, and the register-tiled GEMMs of the transformed
 // domain, one sample at a time on the calling thread.
 #include "winograd.h"
@@ -11,6 +11,11 @@
 // F(4,3): B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0;
 // 0 4 0 -5 0 1], G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6;
 // 0 0 1], A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
+// F(2,5), by the Cook-Toom construction on F(4,3)'s points 0, 1, -1, 2, -2, inf (which gives
+// F(4,3)'s matrices above exactly): the same B^T; A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 1] (the points'
+// powers 0 and 1, inf picking the leading coefficient); G's rows the powers 0..4 of each point
+// over f(p) = prod_{q != p} (p - q), as F(4,3)'s: [1/4 0 0 0 0; -1/6 -1/6 -1/6 -1/6 -1/6;
+// -1/6 1/6 -1/6 1/6 -1/6; 1/24 1/12 1/6 1/3 2/3; 1/24 -1/12 1/6 -1/3 2/3; 0 0 0 0 1].
 // Each function maps x[0], x[s], x[2s], ... to y[0], y[s], ...
 
 // B^T x, a = 4.
@@ -52,6 +57,24 @@ static ALWAYS_INLINE void at4(vf *y, const vf *x, int s) {
     y[3 * s] = v_fma(v_set1(8.0f), d, b) + x5;
 }
 
+// A^T x: 6 -> 2 (F(2,5)).
+static ALWAYS_INLINE void at25(vf *y, const vf *x, int s) {
+    const vf x0 = x[0], x1 = x[s], x2 = x[2 * s], x3 = x[3 * s], x4 = x[4 * s], x5 = x[5 * s];
+    y[0] = x0 + (x1 + x2) + (x3 + x4);
+    y[s] = v_fma(v_set1(2.0f), x3 - x4, x1 - x2) + x5;
+}
+
+// A x: 2 -> 6 (F(2,5)).
+static ALWAYS_INLINE void a25(vf *y, const vf *x, int s) {
+    const vf x0 = x[0], x1 = x[s], t = x1 + x1;
+    y[0] = x0;
+    y[s] = x0 + x1;
+    y[2 * s] = x0 - x1;
+    y[3 * s] = x0 + t;
+    y[4 * s] = x0 - t;
+    y[5 * s] = x1;
+}
+
 // A x: 2 -> 4.
 static ALWAYS_INLINE void a2(vf *y, const vf *x, int s) {
     const vf x0 = x[0], x1 = x[s];
@@ -82,10 +105,20 @@ static const double G4[6][3] = {{1.0 / 4, 0, 0},
                                 {1.0 / 24, -1.0 / 12, 1.0 / 6},
                                 {0, 0, 1}};
 
-static const double *g_row(int m, int i) { return m == 2 ? G2[i] : G4[i]; }
+static const double G5[6][5] = {{1.0 / 4, 0, 0, 0, 0},
+                                {-1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                {-1.0 / 6, 1.0 / 6, -1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                {1.0 / 24, 1.0 / 12, 1.0 / 6, 1.0 / 3, 2.0 / 3},
+                                {1.0 / 24, -1.0 / 12, 1.0 / 6, -1.0 / 3, 2.0 / 3},
+                                {0, 0, 0, 0, 1}};
 
-void wino_weights(float *U, int ldu, const float *w, int C, int OC, int m, int flip) {
-    const int a = wino_alpha(m), n_in = flip ? OC : C, n_out = flip ? C : OC;
+// Row i of F(m,r)'s G: r coefficients.
+static const double *g_row(int m, int r, int i) {
+    return r == 5 ? G5[i] : m == 2 ? G2[i] : G4[i];
+}
+
+void wino_weights(float *U, int ldu, const float *w, int C, int OC, int m, int r, int flip) {
+    const int a = wino_alpha(m, r), n_in = flip ? OC : C, n_out = flip ? C : OC, rr = r * r;
     for (int xi = 0; xi < a * a; xi++)
         for (int i = 0; i < n_in; i++) {
             float *row = U + ((size_t)xi * n_in + i) * ldu;
@@ -93,32 +126,36 @@ void wino_weights(float *U, int ldu, const float *w, int C, int OC, int m, int f
         }
     for (int oc = 0; oc < OC; oc++)
         for (int c = 0; c < C; c++) {
-            const float *k = w + ((size_t)oc * C + c) * 9;
-            double g[3][3], t[6][3];
-            for (int r = 0; r < 3; r++)
-                for (int s = 0; s < 3; s++) g[r][s] = flip ? k[(2 - r) * 3 + 2 - s] : k[r * 3 + s];
+            const float *k = w + ((size_t)oc * C + c) * rr;
+            double g[5][5], t[6][5];
+            for (int y = 0; y < r; y++)
+                for (int x = 0; x < r; x++)
+                    g[y][x] = flip ? k[(r - 1 - y) * r + r - 1 - x] : k[y * r + x];
             for (int i = 0; i < a; i++) // t = G g
-                for (int s = 0; s < 3; s++) {
-                    const double *G = g_row(m, i);
-                    t[i][s] = G[0] * g[0][s] + G[1] * g[1][s] + G[2] * g[2][s];
+                for (int x = 0; x < r; x++) {
+                    const double *G = g_row(m, r, i);
+                    double acc = 0.0;
+                    for (int y = 0; y < r; y++) acc += G[y] * g[y][x];
+                    t[i][x] = acc;
                 }
             const int row = flip ? oc : c, col = flip ? c : oc;
             for (int i = 0; i < a; i++) // U = t G^T
                 for (int j = 0; j < a; j++) {
-                    const double *G = g_row(m, j);
-                    double u = t[i][0] * G[0] + t[i][1] * G[1] + t[i][2] * G[2];
+                    const double *G = g_row(m, r, j);
+                    double u = 0.0;
+                    for (int x = 0; x < r; x++) u += t[i][x] * G[x];
                     U[((size_t)(i * a + j) * n_in + row) * ldu + col] = (float)u;
                 }
         }
 }
 
 void wino_dw_finish(float *dw, const double *dU, size_t stride, int n, int ldd, int C, int OC,
-                    int m) {
-    const int a = wino_alpha(m);
+                    int m, int r) {
+    const int a = wino_alpha(m, r), rr = r * r;
     const size_t plane = (size_t)C * ldd;
     for (int oc = 0; oc < OC; oc++)
         for (int c = 0; c < C; c++) {
-            double s[6][6], t[6][3];
+            double s[6][6], t[6][5];
             for (int xi = 0; xi < a * a; xi++) {
                 double acc = 0.0;
                 for (int b = 0; b < n; b++)
@@ -126,17 +163,17 @@ void wino_dw_finish(float *dw, const double *dU, size_t stride, int n, int ldd, 
                 s[xi / a][xi % a] = acc;
             }
             for (int i = 0; i < a; i++) // t = s G
-                for (int l = 0; l < 3; l++) {
+                for (int l = 0; l < r; l++) {
                     double acc = 0.0;
-                    for (int j = 0; j < a; j++) acc += s[i][j] * g_row(m, j)[l];
+                    for (int j = 0; j < a; j++) acc += s[i][j] * g_row(m, r, j)[l];
                     t[i][l] = acc;
                 }
-            float *d = dw + ((size_t)oc * C + c) * 9;
-            for (int k = 0; k < 3; k++) // G^T t
-                for (int l = 0; l < 3; l++) {
+            float *d = dw + ((size_t)oc * C + c) * rr;
+            for (int k = 0; k < r; k++) // G^T t
+                for (int l = 0; l < r; l++) {
                     double acc = 0.0;
-                    for (int i = 0; i < a; i++) acc += g_row(m, i)[k] * t[i][l];
-                    d[k * 3 + l] += (float)acc;
+                    for (int i = 0; i < a; i++) acc += g_row(m, r, i)[k] * t[i][l];
+                    d[k * r + l] += (float)acc;
                 }
         }
 }
@@ -148,9 +185,10 @@ static ALWAYS_INLINE vf load_ch(const float *p, int n) {
     return n == VL ? v_load(p) : v_load_n(p, n);
 }
 
-static ALWAYS_INLINE void input_tiles(const int m, float *V, int ldv, const float *src, int rowstep,
-                                      int cstride, int C, int th, int tw) {
-    const int a = m + 2;
+static ALWAYS_INLINE void input_tiles(const int m, const int r, float *V, int ldv,
+                                      const float *src, int rowstep, int cstride, int C, int th,
+                                      int tw) {
+    const int a = m + r - 1; // B^T depends on a alone
     const size_t plane = (size_t)th * tw * ldv;
     for (int ty = 0; ty < th; ty++)
         for (int tx = 0; tx < tw; tx++) {
@@ -164,11 +202,11 @@ static ALWAYS_INLINE void input_tiles(const int m, float *V, int ldv, const floa
                         d[i * a + j] =
                             load_ch(base + (size_t)i * rowstep + (size_t)j * cstride + c0, n);
                 for (int i = 0; i < a; i++) { // along each row, then each column
-                    if (m == 2) bt2(u + i * a, d + i * a, 1);
+                    if (a == 4) bt2(u + i * a, d + i * a, 1);
                     else bt4(u + i * a, d + i * a, 1);
                 }
                 for (int j = 0; j < a; j++) {
-                    if (m == 2) bt2(d + j, u + j, a);
+                    if (a == 4) bt2(d + j, u + j, a);
                     else bt4(d + j, u + j, a);
                 }
                 float *v = V + (size_t)t * ldv + c0;
@@ -178,16 +216,17 @@ static ALWAYS_INLINE void input_tiles(const int m, float *V, int ldv, const floa
 }
 
 void wino_input(float *V, int ldv, const float *src, int rowstep, int cstride, int C, int m,
-                int th, int tw) {
-    if (m == 2) input_tiles(2, V, ldv, src, rowstep, cstride, C, th, tw);
-    else input_tiles(4, V, ldv, src, rowstep, cstride, C, th, tw);
+                int r, int th, int tw) {
+    if (r == 5) input_tiles(2, 5, V, ldv, src, rowstep, cstride, C, th, tw);
+    else if (m == 2) input_tiles(2, 3, V, ldv, src, rowstep, cstride, C, th, tw);
+    else input_tiles(4, 3, V, ldv, src, rowstep, cstride, C, th, tw);
 }
 
-static ALWAYS_INLINE void output_tiles(const int m, float *out, int ldo, int nv, const float *M,
-                                       int ldm, const float *bias, int relu,
+static ALWAYS_INLINE void output_tiles(const int m, const int r, float *out, int ldo, int nv,
+                                       const float *M, int ldm, const float *bias, int relu,
                                        const unsigned char *exact, int th, int tw, int OH,
                                        int OW) {
-    const int a = m + 2;
+    const int a = m + r - 1;
     const size_t plane = (size_t)th * tw * ldm;
     for (int ty = 0; ty < th; ty++)
         for (int tx = 0; tx < tw; tx++) {
@@ -199,11 +238,13 @@ static ALWAYS_INLINE void output_tiles(const int m, float *out, int ldo, int nv,
                 const float *mp = M + (size_t)t * ldm + v * VL;
                 for (int xi = 0; xi < a * a; xi++) x[xi] = v_load(mp + xi * plane);
                 for (int i = 0; i < a; i++) { // each row a -> m: u is a x m
-                    if (m == 2) at2(u + i * m, x + i * a, 1);
+                    if (r == 5) at25(u + i * m, x + i * a, 1);
+                    else if (m == 2) at2(u + i * m, x + i * a, 1);
                     else at4(u + i * m, x + i * a, 1);
                 }
                 for (int j = 0; j < m; j++) { // each column a -> m: y is m x m
-                    if (m == 2) at2(y + j, u + j, m);
+                    if (r == 5) at25(y + j, u + j, m);
+                    else if (m == 2) at2(y + j, u + j, m);
                     else at4(y + j, u + j, m);
                 }
                 const vf b = bias ? v_load(bias + v * VL) : v_zero();
@@ -219,14 +260,16 @@ static ALWAYS_INLINE void output_tiles(const int m, float *out, int ldo, int nv,
 }
 
 void wino_output(float *out, int ldo, int nv, const float *M, int ldm, const float *bias,
-                 int relu, const unsigned char *exact, int m, int th, int tw, int OH, int OW) {
-    if (m == 2) output_tiles(2, out, ldo, nv, M, ldm, bias, relu, exact, th, tw, OH, OW);
-    else output_tiles(4, out, ldo, nv, M, ldm, bias, relu, exact, th, tw, OH, OW);
+                 int relu, const unsigned char *exact, int m, int r, int th, int tw, int OH,
+                 int OW) {
+    if (r == 5) output_tiles(2, 5, out, ldo, nv, M, ldm, bias, relu, exact, th, tw, OH, OW);
+    else if (m == 2) output_tiles(2, 3, out, ldo, nv, M, ldm, bias, relu, exact, th, tw, OH, OW);
+    else output_tiles(4, 3, out, ldo, nv, M, ldm, bias, relu, exact, th, tw, OH, OW);
 }
 
-static ALWAYS_INLINE void grad_tiles(const int m, float *Z, int ldz, const float *g, int rowstep,
-                                     int cstride, int OC, int th, int tw) {
-    const int a = m + 2;
+static ALWAYS_INLINE void grad_tiles(const int m, const int r, float *Z, int ldz, const float *g,
+                                     int rowstep, int cstride, int OC, int th, int tw) {
+    const int a = m + r - 1;
     const size_t plane = (size_t)th * tw * ldz;
     for (int ty = 0; ty < th; ty++)
         for (int tx = 0; tx < tw; tx++) {
@@ -240,11 +283,13 @@ static ALWAYS_INLINE void grad_tiles(const int m, float *Z, int ldz, const float
                         d[i * m + j] =
                             load_ch(base + (size_t)i * rowstep + (size_t)j * cstride + c0, n);
                 for (int i = 0; i < m; i++) { // each row m -> a: u is m x a
-                    if (m == 2) a2(u + i * a, d + i * m, 1);
+                    if (r == 5) a25(u + i * a, d + i * m, 1);
+                    else if (m == 2) a2(u + i * a, d + i * m, 1);
                     else a4(u + i * a, d + i * m, 1);
                 }
                 for (int j = 0; j < a; j++) { // each column m -> a
-                    if (m == 2) a2(z + j, u + j, a);
+                    if (r == 5) a25(z + j, u + j, a);
+                    else if (m == 2) a2(z + j, u + j, a);
                     else a4(z + j, u + j, a);
                 }
                 float *zp = Z + (size_t)t * ldz + c0;
@@ -254,9 +299,10 @@ static ALWAYS_INLINE void grad_tiles(const int m, float *Z, int ldz, const float
 }
 
 void wino_grad_tiles(float *Z, int ldz, const float *g, int rowstep, int cstride, int OC, int m,
-                     int th, int tw) {
-    if (m == 2) grad_tiles(2, Z, ldz, g, rowstep, cstride, OC, th, tw);
-    else grad_tiles(4, Z, ldz, g, rowstep, cstride, OC, th, tw);
+                     int r, int th, int tw) {
+    if (r == 5) grad_tiles(2, 5, Z, ldz, g, rowstep, cstride, OC, th, tw);
+    else if (m == 2) grad_tiles(2, 3, Z, ldz, g, rowstep, cstride, OC, th, tw);
+    else grad_tiles(4, 3, Z, ldz, g, rowstep, cstride, OC, th, tw);
 }
 
 // ---- the transformed domain's GEMMs: register tiles as conv.c's ------------------------------
@@ -377,8 +423,8 @@ static int block_len(int n, int max, int i) {
 }
 
 void wino_gemm(float *M, int ldm, int nv, const float *V, int ldv, int C, const float *U, int ldu,
-               int T, int m) {
-    const int a = wino_alpha(m);
+               int T, int m, int r) {
+    const int a = wino_alpha(m, r);
     for (int xi = 0; xi < a * a; xi++) {
         const float *Vx = V + (size_t)xi * T * ldv, *Ux = U + (size_t)xi * C * ldu;
         float *Mx = M + (size_t)xi * T * ldm;
@@ -400,8 +446,8 @@ void wino_gemm(float *M, int ldm, int nv, const float *V, int ldv, int C, const 
 }
 
 void wino_dw_accum(double *dU, int ldd, const float *V, int ldv, int C, const float *Z, int ldz,
-                   int nv, int T, int m) {
-    const int a = wino_alpha(m);
+                   int nv, int T, int m, int r) {
+    const int a = wino_alpha(m, r);
     for (int xi = 0; xi < a * a; xi++) {
         dwg_args g = {.ldv = ldv, .ldz = ldz, .T = T, .ldd = ldd};
         const float *Vx = V + (size_t)xi * T * ldv, *Zx = Z + (size_t)xi * T * ldz;
