@@ -12,7 +12,7 @@
 //   decay = 1e-6   beta1 = 0.9   beta2 = 0.999   eps = 1e-8
 //   batch = 1000   epochs = 10   val_split = 0.2
 //   conv_algo = auto          auto|direct|winograd|winograd2: how CPU devices compute 3x3
-//                             stride-1 convolutions (--conv-algo overrides it)
+//                             and 5x5 stride-1 convolutions (--conv-algo overrides it)
 //   [conv]     filters (required), size (required), stride = 1, pad = 0 | same,
 //              activation = linear | relu (relu appends a [relu] layer),
 //              init = glorot_uniform, init_arg, bias_init = zeros, bias_arg
