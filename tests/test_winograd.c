@@ -1,5 +1,6 @@
 // Winograd convolutions (winograd.h, run through layers.h's conv2d_nhwc_* as net.c runs them)
-// against the NCHW reference (ref.c), F(2x2,3x3), F(4x4,3x3) and F(2x2,5x5): their rounding
+// against the NCHW reference (ref.c), F(2x2,3x3), F(4x4,3x3), F(2x2,5x5) and F(4x4,5x5): their
+// rounding
 // error, bounded on random layers of the networks' shapes and on edge cases; the bound's power
 // to see a wrong transform; outputs over all-zero receptive fields exact; the algorithm choice
 // (conv_algo.h) and its text; and one training step of each reference network with Winograd
@@ -40,7 +41,7 @@
 // measured the same way for scale. Measured over the fixed cases below and 1000 random layers
 // of each kernel size (N_RANDOM raised for the measurement; 60 run here) on AVX-512: direct
 // 2.9e-7 (5 x 2^-24), F(2x2,3x3) 1.9e-6 (32 x 2^-24), F(4x4,3x3) 7.2e-6 (120 x 2^-24), the
-// worst of the three tensors each time, the input gradient's; F(2x2,5x5) 8.8e-6 (148 x 2^-24),
+// worst of the three tensors each time, the input gradient's; F(2x2,5x5) and F(4x4,5x5)
 // below. The bounds leave 4x to 5x room. The double-precision transforms of
 // test_wrong_transform_exceeds show what one coefficient off (a typo in any of A, B or G)
 // does: E 0.1 and more, thousands of times the bound.
@@ -53,6 +54,10 @@
 // of a sample, so each carries the rounding of the largest; forward 3.4e-6, input gradient
 // 3.9e-6, as F(4,3)'s); the bound leaves 4.5x.
 #define E_WINO25 4e-5
+// F(4x4,5x5): 8x8 patches, the points +-1/2 added: B^T's coefficients reach 21/4, A^T's 8 and
+// G's 32/45. Measured worst 1.4e-5 (235 x 2^-24), the weight gradient's again (forward 7.5e-6,
+// input gradient 8.3e-6); the bound leaves 4.3x.
+#define E_WINO45 6e-5
 
 typedef struct case_shape {
     int B, C, Cs, H, W, OC, pad, K;
@@ -266,6 +271,11 @@ static void test_error_winograd25(void **state) {
     check_impl(CONV_WINO2, 5, E_WINO25, "winograd F(2x2,5x5)");
 }
 
+static void test_error_winograd45(void **state) {
+    (void)state;
+    check_impl(CONV_WINO4, 5, E_WINO45, "winograd F(4x4,5x5)");
+}
+
 // ---- a wrong transform exceeds the bound -------------------------------------------------
 // Winograd's forward in double with the transform matrices as tables (Lavin & Gray's, those
 // of winograd.c; F(2,5)'s by the same Cook-Toom construction on F(4,3)'s points): with the
@@ -289,10 +299,30 @@ static const double G25[6][5] = {{1.0 / 4, 0, 0, 0, 0},
                                  {1.0 / 24, -1.0 / 12, 1.0 / 6, -1.0 / 3, 2.0 / 3},
                                  {0, 0, 0, 0, 1}};
 static const double AT25[2][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 1}};
+static const double BT8[8][8] = {{1, 0, -21.0 / 4, 0, 21.0 / 4, 0, -1, 0},
+                                 {0, 1, 1, -17.0 / 4, -17.0 / 4, 1, 1, 0},
+                                 {0, -1, 1, 17.0 / 4, -17.0 / 4, -1, 1, 0},
+                                 {0, 0.5, 0.25, -2.5, -1.25, 2, 1, 0},
+                                 {0, -0.5, 0.25, 2.5, -1.25, -2, 1, 0},
+                                 {0, 2, 4, -2.5, -5, 0.5, 1, 0},
+                                 {0, -2, 4, 2.5, -5, -0.5, 1, 0},
+                                 {0, -1, 0, 21.0 / 4, 0, -21.0 / 4, 0, 1}};
+static const double G45[8][5] = {{1, 0, 0, 0, 0},
+                                 {-2.0 / 9, -2.0 / 9, -2.0 / 9, -2.0 / 9, -2.0 / 9},
+                                 {-2.0 / 9, 2.0 / 9, -2.0 / 9, 2.0 / 9, -2.0 / 9},
+                                 {1.0 / 90, 1.0 / 45, 2.0 / 45, 4.0 / 45, 8.0 / 45},
+                                 {1.0 / 90, -1.0 / 45, 2.0 / 45, -4.0 / 45, 8.0 / 45},
+                                 {32.0 / 45, 16.0 / 45, 8.0 / 45, 4.0 / 45, 2.0 / 45},
+                                 {32.0 / 45, -16.0 / 45, 8.0 / 45, -4.0 / 45, 2.0 / 45},
+                                 {0, 0, 0, 0, 1}};
+static const double AT45[4][8] = {{1, 1, 1, 1, 1, 1, 1, 0},
+                                  {0, 1, -1, 2, -2, 0.5, -0.5, 0},
+                                  {0, 1, 1, 4, 4, 0.25, 0.25, 0},
+                                  {0, 1, -1, 8, -8, 0.125, -0.125, 1}};
 
 typedef struct tables {
     int m, r, a;
-    double BT[6][6], G[6][5], AT[4][6];
+    double BT[8][8], G[8][5], AT[4][8];
 } tables;
 
 static tables tables_of(int m, int r) {
@@ -302,12 +332,16 @@ static tables tables_of(int m, int r) {
     t.r = r;
     t.a = m + r - 1;
     for (int i = 0; i < t.a; i++) {
-        for (int j = 0; j < t.a; j++) t.BT[i][j] = t.a == 4 ? BT2[i][j] : BT4[i][j];
-        for (int j = 0; j < r; j++) t.G[i][j] = r == 5 ? G25[i][j] : m == 2 ? G2[i][j] : G4[i][j];
+        for (int j = 0; j < t.a; j++)
+            t.BT[i][j] = t.a == 4 ? BT2[i][j] : t.a == 6 ? BT4[i][j] : BT8[i][j];
+        for (int j = 0; j < r; j++)
+            t.G[i][j] = r == 5 ? (m == 2 ? G25[i][j] : G45[i][j]) : m == 2 ? G2[i][j] : G4[i][j];
     }
     for (int i = 0; i < m; i++)
         for (int j = 0; j < t.a; j++)
-            t.AT[i][j] = r == 5 ? AT25[i][j] : m == 2 ? AT2[i][j] : AT4[i][j];
+            t.AT[i][j] = r == 5 ? (m == 2 ? AT25[i][j] : AT45[i][j])
+                         : m == 2 ? AT2[i][j]
+                                  : AT4[i][j];
     return t;
 }
 
@@ -319,9 +353,9 @@ static void wino_double(float *out, const float *in, const float *w, int B, int 
         for (int oc = 0; oc < OC; oc++)
             for (int ty = 0; ty * m < OH; ty++)
                 for (int tx = 0; tx * m < OW; tx++) {
-                    double M[6][6] = {{0}};
+                    double M[8][8] = {{0}};
                     for (int c = 0; c < C; c++) {
-                        double d[6][6], U[6][6], V[6][6], tg[6][5], td[6][6];
+                        double d[8][8], U[8][8], V[8][8], tg[8][5], td[8][8];
                         for (int i = 0; i < a; i++)
                             for (int j = 0; j < a; j++) {
                                 int ih = ty * m + i - pad, iw = tx * m + j - pad;
@@ -376,11 +410,11 @@ static void test_wrong_transform_exceeds(void **state) {
     static const struct {
         int m, r;
         double bound;
-    } variants[] = {{2, 3, E_WINO2}, {4, 3, E_WINO4}, {2, 5, E_WINO25}};
+    } variants[] = {{2, 3, E_WINO2}, {4, 3, E_WINO4}, {2, 5, E_WINO25}, {4, 5, E_WINO45}};
     const size_t nin = (size_t)B * C * H * W, nout = (size_t)B * OC * H * W;
     float *in = urand(nin, -1, 1, 71), *ain = absv(in, nin);
     float *ref = zeros(nout), *S = zeros(nout), *out = zeros(nout);
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 4; v++) {
         const int m = variants[v].m, r = variants[v].r, pad = (r - 1) / 2;
         const double bound = variants[v].bound;
         const size_t nw = (size_t)OC * C * r * r;
@@ -395,8 +429,8 @@ static void test_wrong_transform_exceeds(void **state) {
                e_right, bound);
         assert_true(e_right <= bound);
         // One coefficient of each matrix off, by a quarter of itself: B^T[1][2] (-4 or 1),
-        // G[1][1] (-1/6 or 1/2), A^T[1][3] (2 or -1), and for F(2,5) G[3][4] (2/3, the
-        // coefficient of the kernel's last row and column only).
+        // G[1][1] (-1/6, 1/2 or -2/9), A^T[1][3] (2 or -1), and for 5x5 kernels G[3][4] (2/3
+        // or 8/45, a coefficient of the kernel's last row and column only).
         struct {
             double *c;
             const char *name;
@@ -443,8 +477,8 @@ static void test_zero_fields_exact(void **state) {
     static const struct {
         conv_impl impl;
         int K;
-    } variants[] = {{CONV_WINO2, 3}, {CONV_WINO4, 3}, {CONV_WINO2, 5}};
-    for (int k = 0; k < 3; k++) {
+    } variants[] = {{CONV_WINO2, 3}, {CONV_WINO4, 3}, {CONV_WINO2, 5}, {CONV_WINO4, 5}};
+    for (int k = 0; k < 4; k++) {
         const conv_impl impl = variants[k].impl;
         const int K = variants[k].K, h2 = K / 2; // "same" padding
         conv_geom g = {.C = C, .Cs = Cs, .H = H, .W = W, .OC = OC, .K = K, .stride = 1,
@@ -491,19 +525,18 @@ static void test_choose(void **state) {
     assert_true(c.fwd == CONV_WINO4 && c.din == CONV_DIRECT && c.dw == CONV_WINO4);
     c = conv_choose(&gc, CONV_ALGO_WINOGRAD, 1, 1);
     assert_true(c.fwd == CONV_WINO4 && c.din == CONV_DIRECT && c.dw == CONV_WINO4);
-    // 5x5: F(2x2,5x5) under both requests (there is no F(4x4,5x5)); its input gradient needs
-    // pad <= 4 as 3x3's needs pad <= 2.
+    // 5x5: F(4x4,5x5) (winograd) and F(2x2,5x5) (winograd2); the input gradient needs pad <= 4
+    // as 3x3's needs pad <= 2.
     c = conv_choose(&g5, CONV_ALGO_DIRECT, 1, 1);
     assert_true(c.fwd == CONV_DIRECT && c.din == CONV_DIRECT && c.dw == CONV_DIRECT);
-    for (int i = CONV_ALGO_WINOGRAD; i <= CONV_ALGO_WINOGRAD2; i++) {
-        c = conv_choose(&g5, (conv_algo)i, 1, 1);
-        assert_true(c.fwd == CONV_WINO2 && c.din == CONV_WINO2 && c.dw == CONV_WINO2);
-        assert_int_equal(c.K, 5);
-    }
+    c = conv_choose(&g5, CONV_ALGO_WINOGRAD, 1, 1);
+    assert_true(c.fwd == CONV_WINO4 && c.din == CONV_WINO4 && c.dw == CONV_WINO4 && c.K == 5);
+    c = conv_choose(&g5, CONV_ALGO_WINOGRAD2, 1, 1);
+    assert_true(c.fwd == CONV_WINO2 && c.din == CONV_WINO2 && c.dw == CONV_WINO2 && c.K == 5);
     conv_geom g5p = g5;
     g5p.pad = 5, g5p.OH = g5p.OW = 20;
     c = conv_choose(&g5p, CONV_ALGO_WINOGRAD, 1, 1);
-    assert_true(c.fwd == CONV_WINO2 && c.din == CONV_DIRECT && c.dw == CONV_WINO2);
+    assert_true(c.fwd == CONV_WINO4 && c.din == CONV_DIRECT && c.dw == CONV_WINO4);
     for (int i = 0; i < 4; i++) { // strided convolutions stay direct under every request
         c = conv_choose(&gs, (conv_algo)i, 1, 1);
         assert_true(c.fwd == CONV_DIRECT && c.din == CONV_DIRECT && c.dw == CONV_DIRECT);
@@ -514,9 +547,9 @@ static void test_choose(void **state) {
                                         .need_din = 1, .K = 5},
                          "conv2", line, sizeof line);
     assert_string_equal(line, "conv2 winograd F(2x2,5x5)");
-    conv_choice_describe(&(conv_choice){.fwd = CONV_DIRECT, .dw = CONV_WINO2, .K = 5}, "conv1",
+    conv_choice_describe(&(conv_choice){.fwd = CONV_DIRECT, .dw = CONV_WINO4, .K = 5}, "conv1",
                          line, sizeof line);
-    assert_string_equal(line, "conv1 fwd direct, dw winograd F(2x2,5x5)");
+    assert_string_equal(line, "conv1 fwd direct, dw winograd F(4x4,5x5)");
     conv_choice_describe(&(conv_choice){.fwd = CONV_WINO2, .dw = CONV_WINO2, .K = 3}, "conv1",
                          line, sizeof line);
     assert_string_equal(line, "conv1 winograd F(2x2,3x3)");
@@ -533,11 +566,11 @@ static void test_choose(void **state) {
     conv_choice again = conv_choose(&g3, CONV_ALGO_AUTO, 1, 2);
     assert_true(again.fwd == a.fwd && again.din == a.din && again.dw == a.dw && again.K == 3);
     assert_memory_equal(again.t, a.t, sizeof a.t);
-    // The same for 5x5: direct or F(2x2,5x5).
+    // The same for 5x5: direct or F(4x4,5x5).
     conv_choice a5 = conv_choose(&g5, CONV_ALGO_AUTO, 1, 2);
     const conv_impl got5[3] = {a5.fwd, a5.din, a5.dw};
     for (int d = 0; d < 3; d++) {
-        assert_true(got5[d] == CONV_DIRECT || got5[d] == CONV_WINO2);
+        assert_true(got5[d] == CONV_DIRECT || got5[d] == CONV_WINO4);
         assert_true(a5.t[d][0] > 0 && a5.t[d][1] > 0);
     }
     conv_choice_describe(&a5, "conv2", line, sizeof line);
@@ -582,7 +615,6 @@ static void test_choose(void **state) {
         "99999999999999999999.32.14.14.48.1.1:4.4.4", "32.32.14.14.48.1.1:4.4.4;;",
         "32.32.14.14.48.1.1:4.4.4 ", "32.32.-14.14.48.1.1:4.4.4", "32.32.1.1.48.0.1:4.4.4",
         "32.32.14.14.48.1.1:2.0.4.4",     // a fourth decision
-        "32.32.14.14.48.5.2.1:4.0.0",     // F(4x4,5x5) does not exist
         "32.32.14.14.48.7.3.1:2.2.2",     // nor 7x7 Winograd
         "32.32.14.14.48.5.2.1.1:2.2.2",   // nine numbers
         "32.32.14.14.48.5:2.2.2",         // six
@@ -661,11 +693,11 @@ static void test_step_winograd_vs_direct(void **state) {
     step_vs_direct("cnn3", algos, 3);
 }
 
-// The 2-layer network's 5x5 convolutions by F(2x2,5x5) (both requests give it).
+// The 2-layer network's 5x5 convolutions: F(4x4,5x5) (winograd) and F(2x2,5x5) (winograd2).
 static void test_step_winograd_5x5_vs_direct(void **state) {
     (void)state;
-    const conv_algo algos[] = {CONV_ALGO_DIRECT, CONV_ALGO_WINOGRAD};
-    step_vs_direct("cnn2", algos, 2);
+    const conv_algo algos[] = {CONV_ALGO_DIRECT, CONV_ALGO_WINOGRAD, CONV_ALGO_WINOGRAD2};
+    step_vs_direct("cnn2", algos, 3);
 }
 
 int main(void) {
@@ -674,6 +706,7 @@ int main(void) {
         cmocka_unit_test(test_error_winograd2),
         cmocka_unit_test(test_error_winograd4),
         cmocka_unit_test(test_error_winograd25),
+        cmocka_unit_test(test_error_winograd45),
         cmocka_unit_test(test_wrong_transform_exceeds),
         cmocka_unit_test(test_zero_fields_exact),
         cmocka_unit_test(test_choose),

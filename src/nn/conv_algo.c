@@ -21,15 +21,14 @@
 #define TUNE_MARGIN 0.9
 
 static const char *impl_name(conv_impl i, int K) {
-    if (K == 5) return i == CONV_WINO2 ? "winograd F(2x2,5x5)" : "direct";
+    if (K == 5)
+        return i == CONV_WINO4   ? "winograd F(4x4,5x5)"
+               : i == CONV_WINO2 ? "winograd F(2x2,5x5)"
+                                 : "direct";
     return i == CONV_WINO4   ? "winograd F(4x4,3x3)"
            : i == CONV_WINO2 ? "winograd F(2x2,3x3)"
                              : "direct";
 }
-
-// The Winograd auto weighs against direct, and `winograd` asks for: the largest tile there is
-// for the kernel size.
-static conv_impl wino_best(int K) { return K == 3 ? CONV_WINO4 : CONV_WINO2; }
 
 static void fill(float *p, size_t n, float scale, uint64_t seed) {
     ht_rng r;
@@ -163,7 +162,7 @@ static conv_choice choose_auto(const conv_geom *g, int need_din, int nthreads) {
             return c;
         }
     conv_choice c = {.need_din = need_din, .K = g->K};
-    const conv_impl wino = wino_best(g->K);
+    const conv_impl wino = CONV_WINO4;
     if (time_layer(&key, wino, need_din, nthreads, c.t) == 0) {
         const int din_ok = need_din && conv2d_wino_ok(g, CONV_DIR_DIN);
         if (c.t[CONV_DIR_FWD][1] < TUNE_MARGIN * c.t[CONV_DIR_FWD][0]) c.fwd = wino;
@@ -195,10 +194,7 @@ size_t conv_choices_text(char *buf, size_t len) {
     return k;
 }
 
-// Whether impl is one a K x K kernel can be given.
-static int valid_impl(long i, long K) {
-    return i == CONV_DIRECT || i == CONV_WINO2 || (i == CONV_WINO4 && K == 3);
-}
+static int valid_impl(long i) { return i == CONV_DIRECT || i == CONV_WINO2 || i == CONV_WINO4; }
 
 // Reads "v0.v1...:f.i.w" at *p: 8 numbers (C.Cs.H.W.OC.K.pad.need_din), or the earlier 7
 // without K, then ':', then 3; each 0..65536. Fills v[0..10] with K in v[5] (3 for the earlier
@@ -240,8 +236,8 @@ int conv_choices_restore(const char *text) {
         for (int i = 0; i < 5; i++)
             if (v[i] < 1) return -1;
         const long K = v[5];
-        if ((K != 3 && K != 5) || v[6] > 64 || v[7] > 1 || !valid_impl(v[8], K) ||
-            !valid_impl(v[9], K) || !valid_impl(v[10], K))
+        if ((K != 3 && K != 5) || v[6] > 64 || v[7] > 1 || !valid_impl(v[8]) ||
+            !valid_impl(v[9]) || !valid_impl(v[10]))
             return -1;
         tune_entry *t = &got[n];
         memset(t, 0, sizeof *t);
@@ -273,7 +269,7 @@ conv_choice conv_choose(const conv_geom *g, conv_algo req, int need_din, int nth
     conv_choice c = {.need_din = need_din, .K = g->K};
     if (req == CONV_ALGO_DIRECT || !conv2d_wino_ok(g, CONV_DIR_FWD)) return c;
     if (req == CONV_ALGO_AUTO) return choose_auto(g, need_din, nthreads < 1 ? 1 : nthreads);
-    const conv_impl impl = req == CONV_ALGO_WINOGRAD2 ? CONV_WINO2 : wino_best(g->K);
+    const conv_impl impl = req == CONV_ALGO_WINOGRAD2 ? CONV_WINO2 : CONV_WINO4;
     c.fwd = c.dw = impl;
     c.din = need_din && conv2d_wino_ok(g, CONV_DIR_DIN) ? impl : CONV_DIRECT;
     return c;

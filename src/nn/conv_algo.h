@@ -1,7 +1,7 @@
 // Which algorithm each convolution of the CPU path runs, per direction (forward, input
 // gradient, weight gradient): what a conv_algo request (model.h) gives a layer's shape. Under
 // CONV_ALGO_AUTO the layer is timed both ways, direct and Winograd (F(4x4,3x3) for a 3x3
-// kernel, F(2x2,5x5) for a 5x5 one), on its own shape before the first step, and each
+// kernel, F(4x4,5x5) for a 5x5 one), on its own shape before the first step, and each
 // direction keeps the faster; the timings are made once per process and shape, so every CPU
 // device of a process decides alike.
 #ifndef HETRAIN_CONV_ALGO_H
@@ -39,7 +39,7 @@ size_t conv_choices_text(char *buf, size_t len);
 int conv_choices_restore(const char *text);
 
 // A layer's choice for the run log: "conv2 winograd F(4x4,3x3)", or per direction ("conv1 fwd
-// direct, dw winograd F(2x2,5x5)"), then what auto timed, us a sample direct/Winograd:
+// direct, dw winograd F(4x4,5x5)"), then what auto timed, us a sample direct/Winograd:
 // " (fwd 111.2/45.8, din 120.2/47.7, dw 115.4/60.0)".
 void conv_choice_describe(const conv_choice *c, const char *layer, char *buf, size_t len);
 

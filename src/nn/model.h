@@ -32,9 +32,8 @@ typedef enum init_kind {
 typedef enum optim_kind { OPTIM_SGD, OPTIM_ADAM } optim_kind;
 
 // How the CPU path computes its 3x3 and 5x5 stride-1 convolutions (conv_algo.h): direct;
-// Winograd in every direction it can, F(4x4,3x3) or F(2x2,3x3) for 3x3 kernels and F(2x2,5x5)
-// for 5x5 ones (winograd: the larger tile; winograd2: F(2x2,.)); or per layer and direction
-// whichever of direct and the larger-tile Winograd a timing at device open finds faster.
+// Winograd in every direction it can, F(4x4,KxK) (winograd) or F(2x2,KxK) (winograd2); or per
+// layer and direction whichever of direct and F(4x4,KxK) a timing at device open finds faster.
 // Other convolutions, and the OpenCL device, always run direct.
 typedef enum conv_algo {
     CONV_ALGO_DIRECT,

@@ -1,10 +1,10 @@
 // Winograd convolution F(m x m, r x r) for r x r stride-1 convolutions of one channels-last
-// sample: F(2x2,3x3) and F(4x4,3x3) for 3x3 kernels, F(2x2,5x5) for 5x5 ones. These are the
-// stages conv.c strings together for the forward pass, the input gradient (the same
-// convolution of the output gradient with the flipped kernel) and the weight gradient. A tile
+// sample, m = 2 or 4, r = 3 or 5: the stages conv.c strings together for the forward pass, the
+// input gradient (the same convolution of the output gradient with the flipped kernel) and
+// the weight gradient. A tile
 // of m x m outputs reads an a x a input patch, a = m + r - 1; with A, B, G the transform
-// matrices of Lavin & Gray (2015), interpolation points 0, ±1, ±2 (a = 6: F(4,3), F(2,5)) and
-// 0, ±1 (a = 4: F(2,3)):
+// matrices of Lavin & Gray (2015), interpolation points 0, ±1, ±2, ±1/2 (a = 8: F(4,5)),
+// 0, ±1, ±2 (a = 6: F(4,3), F(2,5)) and 0, ±1 (a = 4: F(2,3)):
 //   out_tile = A^T [ sum_c (G w[oc][c] G^T) .* (B^T in_tile[c] B) ] A
 // so each of the a*a transform points xi is one small GEMM over (tiles x channels):
 //   M[xi] (T, OC) = V[xi] (T, C) . U[xi] (C, OC)
@@ -22,9 +22,9 @@
 static inline int wino_tiles(int n, int m) { return (n + m - 1) / m; }
 // Transform points per axis, a = m + r - 1; a*a per tile.
 static inline int wino_alpha(int m, int r) { return m + r - 1; }
-// Whether F(m x m, r x r) is implemented: F(2,3), F(4,3), F(2,5).
+// Whether F(m x m, r x r) is implemented: F(2,3), F(4,3), F(2,5), F(4,5).
 static inline int wino_has(int m, int r) {
-    return (r == 3 && (m == 2 || m == 4)) || (r == 5 && m == 2);
+    return (r == 3 || r == 5) && (m == 2 || m == 4);
 }
 
 // Transformed weights U[xi][i][ldu] (rows i < n_in, columns j < n_out, zero for
