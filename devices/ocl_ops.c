@@ -23,9 +23,9 @@
 // Upper bound on row_sum's work-group (a power of two); lowered to what the kernel allows.
 #define CLOP_ROW_SUM_GROUP 256
 
-_Static_assert(offsetof(ocl_ops, k_maxpool_bwd_tiled) ==
-                   offsetof(ocl_ops, k) + OCL_K_MAXPOOL_BWD_TILED * sizeof(cl_kernel) &&
-               OCL_K_MAXPOOL_BWD_TILED == OCL_K_N - 1,
+_Static_assert(offsetof(ocl_ops, k_gavgpool_bwd) ==
+                   offsetof(ocl_ops, k) + OCL_K_GAVGPOOL_BWD * sizeof(cl_kernel) &&
+               OCL_K_GAVGPOOL_BWD == OCL_K_N - 1,
                "ocl_ops: the kernels by name and by id must coincide");
 
 const char *const ocl_kernel_names[OCL_K_N] = {
@@ -45,6 +45,10 @@ const char *const ocl_kernel_names[OCL_K_N] = {
     [OCL_K_SOFTMAX_XENT_FWD] = "softmax_xent_fwd",
     [OCL_K_SOFTMAX_XENT_BWD] = "softmax_xent_bwd",
     [OCL_K_MAXPOOL_BWD_TILED] = "maxpool_bwd_tiled",
+    [OCL_K_AVGPOOL_FWD] = "avgpool_fwd",
+    [OCL_K_AVGPOOL_BWD] = "avgpool_bwd",
+    [OCL_K_GAVGPOOL_FWD] = "gavgpool_fwd",
+    [OCL_K_GAVGPOOL_BWD] = "gavgpool_bwd",
 };
 
 // ---- profiling ----
@@ -406,7 +410,7 @@ static int conv_check(ocl_ops *o, const char *op, int B, int C, int H, int W, in
         check_fits(o, op, "output", (double)OC * n, e) ||
         check_fits(o, op, "input", (double)B * C * H * W, e))
         return -1;
-    return check_offset(o, op, b_off, (size_t)OC, e);
+    return b_off == OCL_NO_BIAS ? 0 : check_offset(o, op, b_off, (size_t)OC, e);
 }
 
 // col (CKK, N) = im2col of in, N = B*OH*OW, at scratch[0..).
@@ -426,14 +430,16 @@ int ocl_conv2d_forward_col(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, siz
         check_offset(o, "conv2d forward", tmp_off, (size_t)OC * B * OH * OW, e))
         return -1;
     const size_t ckk = (size_t)C * K * K, n = (size_t)B * OH * OW;
-    cl_uint toff = (cl_uint)tmp_off, boff = (cl_uint)b_off;
+    const cl_int has_bias = b_off != OCL_NO_BIAS;
+    cl_uint toff = (cl_uint)tmp_off, boff = has_bias ? (cl_uint)b_off : 0;
     int P = OH * OW;
     if (im2col(o, col, in, B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
     // tmp (OC, N) = W (OC, CKK) x col (CKK, N)
     if (ocl_gemm(o, "conv2d forward: W x col", NULL, 'N', 'N', (size_t)OC, n, ckk, params, w_off,
                  ckk, col, 0, n, 0.0f, tmp, tmp_off, n, e))
         return -1;
-    karg a[] = {KA(out), KA(tmp), KA(toff), KA(params), KA(boff), KA(B), KA(OC), KA(P)};
+    karg a[] = {KA(out), KA(tmp),      KA(toff), KA(params), KA(boff),
+                KA(has_bias), KA(B), KA(OC),   KA(P)};
     return launch_3d(o, OCL_K_BIAS_TO_NCHW, a, NARGS(a), (size_t)P, (size_t)OC, (size_t)B, e);
 }
 
@@ -479,7 +485,7 @@ int ocl_conv2d_backward_col(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, 
     if (ocl_gemm(o, "conv2d backward: dW += dtmp x col^T", NULL, 'N', 'T', (size_t)OC, ckk, n,
                  tmp, tmp_off, n, col, 0, n, 1.0f, grads, w_off, ckk, e))
         return -1;
-    if (row_sum(o, grads, b_off, tmp, toff, OC, (int)n, e)) return -1;
+    if (b_off != OCL_NO_BIAS && row_sum(o, grads, b_off, tmp, toff, OC, (int)n, e)) return -1;
     if (!din) return 0;
     // dcol (CKK, N) = W^T (CKK, OC) x dtmp (OC, N), over col, then gathered back into din.
     if (ocl_gemm(o, "conv2d backward: dcol = W^T x dtmp", NULL, 'T', 'N', ckk, n, (size_t)OC,
@@ -499,37 +505,75 @@ int ocl_conv2d_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size
                                    K, stride, pad, OH, OW, scratch, 0, scratch, tmp_off, e);
 }
 
+// Every window must hold an input of the plane: it starts before the plane's end and
+// ends after its start (pad < K).
 static int pool_check(ocl_ops *o, const char *op, int B, int C, int H, int W, int K, int stride,
-                      int OH, int OW, ht_error *e) {
+                      int pad, int OH, int OW, ht_error *e) {
     if (check_dims(o, op, e, 8, B, C, H, W, K, stride, OH, OW)) return -1;
-    // No padding: every window must lie inside the plane (the kernels do not check).
-    if ((OH - 1) * stride + K > H || (OW - 1) * stride + K > W)
-        return ht_fail(e, "%s on %s: %dx%d output with K %d stride %d reads past a %dx%d input",
-                       op, o->label, OH, OW, K, stride, H, W);
+    if (pad < 0 || pad >= K || (OH - 1) * stride - pad >= H || (OW - 1) * stride - pad >= W)
+        return ht_fail(e, "%s on %s: %dx%d output with K %d stride %d pad %d has windows outside "
+                       "a %dx%d input", op, o->label, OH, OW, K, stride, pad, H, W);
     return check_fits(o, op, "input", (double)B * C * H * W, e);
 }
 
 int ocl_maxpool_forward(ocl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B, int C, int H,
-                         int W, int K, int stride, int OH, int OW, ht_error *e) {
+                         int W, int K, int stride, int pad, int OH, int OW, ht_error *e) {
     if (B == 0) return 0;
-    if (pool_check(o, "maxpool forward", B, C, H, W, K, stride, OH, OW, e)) return -1;
-    karg a[] = {KA(out), KA(argmax), KA(in),     KA(B),  KA(C), KA(H),
-                KA(W),   KA(K),      KA(stride), KA(OH), KA(OW)};
+    if (pool_check(o, "maxpool forward", B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
+    karg a[] = {KA(out), KA(argmax), KA(in),     KA(B),   KA(C),  KA(H),
+                KA(W),   KA(K),      KA(stride), KA(pad), KA(OH), KA(OW)};
     return launch_3d(o, OCL_K_MAXPOOL_FWD, a, NARGS(a), (size_t)OW, (size_t)OH, (size_t)B * C, e);
 }
 
 int ocl_maxpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem argmax, int B, int C,
-                          int H, int W, int K, int stride, int OH, int OW, ht_error *e) {
+                          int H, int W, int K, int stride, int pad, int OH, int OW, ht_error *e) {
     if (B == 0) return 0;
-    if (pool_check(o, "maxpool backward", B, C, H, W, K, stride, OH, OW, e)) return -1;
-    if (stride == K && OH * K == H && OW * K == W) { // the windows tile the input
+    if (pool_check(o, "maxpool backward", B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
+    if (stride == K && pad == 0 && OH * K == H && OW * K == W) { // the windows tile the input
         karg t[] = {KA(din), KA(dout), KA(argmax), KA(K), KA(OH), KA(OW)};
         return launch_3d(o, OCL_K_MAXPOOL_BWD_TILED, t, NARGS(t), (size_t)OW, (size_t)OH,
                          (size_t)B * C, e);
     }
-    karg a[] = {KA(din), KA(dout), KA(argmax), KA(B),  KA(C), KA(H),
-                KA(W),   KA(K),    KA(stride), KA(OH), KA(OW)};
+    karg a[] = {KA(din), KA(dout), KA(argmax), KA(B),   KA(C),  KA(H),
+                KA(W),   KA(K),    KA(stride), KA(pad), KA(OH), KA(OW)};
     return launch_3d(o, OCL_K_MAXPOOL_BWD, a, NARGS(a), (size_t)W, (size_t)H, (size_t)B * C, e);
+}
+
+int ocl_avgpool_forward(ocl_ops *o, cl_mem out, cl_mem in, int B, int C, int H, int W, int K,
+                        int stride, int pad, int OH, int OW, ht_error *e) {
+    if (B == 0) return 0;
+    if (pool_check(o, "avgpool forward", B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
+    karg a[] = {KA(out), KA(in), KA(H), KA(W), KA(K), KA(stride), KA(pad), KA(OH), KA(OW)};
+    return launch_3d(o, OCL_K_AVGPOOL_FWD, a, NARGS(a), (size_t)OW, (size_t)OH, (size_t)B * C, e);
+}
+
+int ocl_avgpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, int B, int C, int H, int W, int K,
+                         int stride, int pad, int OH, int OW, ht_error *e) {
+    if (B == 0) return 0;
+    if (pool_check(o, "avgpool backward", B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
+    karg a[] = {KA(din), KA(dout), KA(H), KA(W), KA(K), KA(stride), KA(pad), KA(OH), KA(OW)};
+    return launch_3d(o, OCL_K_AVGPOOL_BWD, a, NARGS(a), (size_t)W, (size_t)H, (size_t)B * C, e);
+}
+
+int ocl_gavgpool_forward(ocl_ops *o, cl_mem out, cl_mem in, int B, int C, int H, int W,
+                         ht_error *e) {
+    if (B == 0) return 0;
+    if (check_dims(o, "global avgpool forward", e, 4, B, C, H, W) ||
+        check_fits(o, "global avgpool forward", "input", (double)B * C * H * W, e))
+        return -1;
+    int planes = B * C, HW = H * W;
+    karg a[] = {KA(out), KA(in), KA(planes), KA(HW)};
+    return launch_1d(o, OCL_K_GAVGPOOL_FWD, a, NARGS(a), (size_t)planes, e);
+}
+
+int ocl_gavgpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, int B, int C, int H, int W,
+                          ht_error *e) {
+    if (B == 0) return 0;
+    if (check_dims(o, "global avgpool backward", e, 4, B, C, H, W) ||
+        check_fits(o, "global avgpool backward", "input", (double)B * C * H * W, e))
+        return -1;
+    karg a[] = {KA(din), KA(dout), KA(H), KA(W)};
+    return launch_3d(o, OCL_K_GAVGPOOL_BWD, a, NARGS(a), (size_t)W, (size_t)H, (size_t)B * C, e);
 }
 
 static int dense_check(ocl_ops *o, const char *op, int B, int IN, int OUT, size_t b_off,
@@ -538,7 +582,7 @@ static int dense_check(ocl_ops *o, const char *op, int B, int IN, int OUT, size_
     if (check_fits(o, op, "input", (double)B * IN, e) ||
         check_fits(o, op, "output", (double)B * OUT, e))
         return -1;
-    return check_offset(o, op, b_off, (size_t)OUT, e);
+    return b_off == OCL_NO_BIAS ? 0 : check_offset(o, op, b_off, (size_t)OUT, e);
 }
 
 int ocl_dense_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
@@ -550,6 +594,7 @@ int ocl_dense_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w
              (size_t)OUT, (size_t)IN, in, 0, (size_t)IN, params, w_off, (size_t)IN, 0.0f, out,
              0, (size_t)OUT, e))
         return -1;
+    if (b_off == OCL_NO_BIAS) return 0;
     cl_uint boff = (cl_uint)b_off;
     karg a[] = {KA(out), KA(params), KA(boff), KA(B), KA(OUT)};
     return launch_1d(o, OCL_K_DENSE_BIAS, a, NARGS(a), (size_t)B * OUT, e);
@@ -567,7 +612,8 @@ int ocl_dense_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_
         return -1;
     cl_uint boff = (cl_uint)b_off;
     karg a[] = {KA(grads), KA(boff), KA(dout), KA(B), KA(OUT)};
-    if (launch_1d(o, OCL_K_COL_SUM, a, NARGS(a), (size_t)OUT, e)) return -1;
+    if (b_off != OCL_NO_BIAS && launch_1d(o, OCL_K_COL_SUM, a, NARGS(a), (size_t)OUT, e))
+        return -1;
     if (!din) return 0;
     // din (B, IN) = dout (B, OUT) x W (OUT, IN)
     return ocl_gemm(o, "dense backward: din = dout x W", NULL, 'N', 'N',

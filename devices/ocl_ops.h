@@ -20,7 +20,8 @@ typedef enum ocl_kernel_id {
     OCL_K_FILL, OCL_K_IM2COL, OCL_K_COL2IM, OCL_K_BIAS_TO_NCHW, OCL_K_NCHW_TO_ROWS,
     OCL_K_ROW_SUM, OCL_K_MAXPOOL_FWD, OCL_K_MAXPOOL_BWD, OCL_K_DENSE_BIAS, OCL_K_COL_SUM,
     OCL_K_RELU_FWD, OCL_K_RELU_BWD, OCL_K_DROPOUT, OCL_K_SOFTMAX_XENT_FWD,
-    OCL_K_SOFTMAX_XENT_BWD, OCL_K_MAXPOOL_BWD_TILED, OCL_K_N
+    OCL_K_SOFTMAX_XENT_BWD, OCL_K_MAXPOOL_BWD_TILED, OCL_K_AVGPOOL_FWD, OCL_K_AVGPOOL_BWD,
+    OCL_K_GAVGPOOL_FWD, OCL_K_GAVGPOOL_BWD, OCL_K_N
 } ocl_kernel_id;
 extern const char *const ocl_kernel_names[OCL_K_N];
 
@@ -51,7 +52,8 @@ typedef struct ocl_ops {
         struct { // by name, in ocl_kernel_id's order
             cl_kernel k_fill, k_im2col, k_col2im, k_bias_to_nchw, k_nchw_to_rows, k_row_sum,
                 k_maxpool_fwd, k_maxpool_bwd, k_dense_bias, k_col_sum, k_relu_fwd, k_relu_bwd,
-                k_dropout, k_softmax_xent_fwd, k_softmax_xent_bwd, k_maxpool_bwd_tiled;
+                k_dropout, k_softmax_xent_fwd, k_softmax_xent_bwd, k_maxpool_bwd_tiled,
+                k_avgpool_fwd, k_avgpool_bwd, k_gavgpool_fwd, k_gavgpool_bwd;
         };
     };
     size_t kmax[OCL_K_N];
@@ -129,6 +131,12 @@ int ocl_fill(ocl_ops *o, cl_mem buf, float value, size_t n, ht_error *e);
 // staging matrix for the GEMM output / the reshaped output gradient).
 size_t ocl_conv2d_scratch_floats(int B, int C, int K, int OC, int OH, int OW);
 
+// A bias offset meaning "no bias" (the layer's LAYER_NO_PARAM): conv and dense ops then add
+// none and compute no bias gradient.
+#define OCL_NO_BIAS ((size_t)-1)
+
+// Convolutions: pad is the before-pad (top/left); OH/OW imply the after-pad ("same" padding
+// may pad one more row/column at the bottom/right), and the kernels bounds-check both ends.
 // in (B,C,H,W), weight params[w_off..] (OC,C,K,K), bias params[b_off..] (OC), out (B,OC,OH,OW).
 int ocl_conv2d_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
                         size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
@@ -154,13 +162,25 @@ int ocl_conv2d_backward_col(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, 
                             int OC, int K, int stride, int pad, int OH, int OW, cl_mem col,
                             int col_ready, cl_mem tmp, size_t tmp_off, ht_error *e);
 
+// Pooling windows start at oy*stride - pad and are clipped to the plane (pad: the before-pad,
+// 0 or "same"'s; every window must hold an input).
 // argmax (int32, B*C*OH*OW): flat index h*W+w within the channel plane; first max wins.
 int ocl_maxpool_forward(ocl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B, int C, int H,
-                         int W, int K, int stride, int OH, int OW, ht_error *e);
+                         int W, int K, int stride, int pad, int OH, int OW, ht_error *e);
 int ocl_maxpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem argmax, int B, int C,
-                          int H, int W, int K, int stride, int OH, int OW, ht_error *e);
+                          int H, int W, int K, int stride, int pad, int OH, int OW, ht_error *e);
+// Average pooling (padding not counted): out (B,C,OH,OW); din (B,C,H,W) overwritten.
+int ocl_avgpool_forward(ocl_ops *o, cl_mem out, cl_mem in, int B, int C, int H, int W, int K,
+                        int stride, int pad, int OH, int OW, ht_error *e);
+int ocl_avgpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, int B, int C, int H, int W, int K,
+                         int stride, int pad, int OH, int OW, ht_error *e);
+// Global average pooling: in (B,C,H,W) -> out (B,C); din (B,C,H,W) = dout / (H*W).
+int ocl_gavgpool_forward(ocl_ops *o, cl_mem out, cl_mem in, int B, int C, int H, int W,
+                         ht_error *e);
+int ocl_gavgpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, int B, int C, int H, int W,
+                          ht_error *e);
 
-// in (B,IN), weight (OUT,IN), out (B,OUT).
+// in (B,IN), weight (OUT,IN), out (B,OUT); b_off OCL_NO_BIAS: no bias.
 int ocl_dense_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
                        size_t b_off, int B, int IN, int OUT, ht_error *e);
 int ocl_dense_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,

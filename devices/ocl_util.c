@@ -371,9 +371,12 @@ char *ocl_kernel_source(char *origin, size_t origin_len, ht_error *e) {
         return src;
     }
     if (!ht_cl_embedded_source[0]) {
-        ht_fail(e, "no OpenCL kernels: no *.cl in $HETRAIN_KERNELS, "
-                   "<exe dir>/../share/hetrain/kernels, <exe dir>/kernels, <exe dir>/../kernels "
-                   "or the source tree's kernels/, and none embedded in this build");
+        // One line naming every folder looked in.
+        char where[1024] = "";
+        size_t k = 0;
+        for (int i = 0; i < nc && k < sizeof where; i++)
+            k += (size_t)snprintf(where + k, sizeof where - k, "%s%.300s", i ? ", " : "", cand[i]);
+        ht_fail(e, "no OpenCL kernels: no *.cl in %s, and none embedded in this build", where);
         return NULL;
     }
     char *src = strdup(ht_cl_embedded_source);

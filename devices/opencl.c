@@ -16,6 +16,9 @@
 // scratch of the reference networks under a few hundred MB.
 #define OCL_MICRO_MAX 512
 
+// A layer without a bias has b_off LAYER_NO_PARAM, which the ops take as "no bias".
+_Static_assert(LAYER_NO_PARAM == OCL_NO_BIAS, "opencl.c passes b_off to the ops as it is");
+
 typedef struct ocl_ctx {
     const model *m;
     ocl_dev_info info;
@@ -299,7 +302,14 @@ static int forward(ocl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_
             break;
         case LAYER_MAXPOOL:
             rc = ocl_maxpool_forward(o, out, c->argmax[l], in, n, L->c, L->h, L->w, L->k,
-                                      L->stride, L->oh, L->ow, e);
+                                      L->stride, L->pad, L->oh, L->ow, e);
+            break;
+        case LAYER_AVGPOOL:
+            rc = ocl_avgpool_forward(o, out, in, n, L->c, L->h, L->w, L->k, L->stride, L->pad,
+                                     L->oh, L->ow, e);
+            break;
+        case LAYER_GLOBAL_AVGPOOL:
+            rc = ocl_gavgpool_forward(o, out, in, n, L->c, L->h, L->w, e);
             break;
         case LAYER_DENSE:
             rc = ocl_dense_forward(o, out, in, c->params, L->w_off, L->b_off, n,
@@ -350,7 +360,15 @@ static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
         case LAYER_MAXPOOL:
             if (din)
                 rc = ocl_maxpool_backward(o, din, dout, c->argmax[l], n, L->c, L->h, L->w, L->k,
-                                           L->stride, L->oh, L->ow, e);
+                                           L->stride, L->pad, L->oh, L->ow, e);
+            break;
+        case LAYER_AVGPOOL:
+            if (din)
+                rc = ocl_avgpool_backward(o, din, dout, n, L->c, L->h, L->w, L->k, L->stride,
+                                          L->pad, L->oh, L->ow, e);
+            break;
+        case LAYER_GLOBAL_AVGPOOL:
+            if (din) rc = ocl_gavgpool_backward(o, din, dout, n, L->c, L->h, L->w, e);
             break;
         case LAYER_DENSE:
             rc = ocl_dense_backward(o, din, c->grads, L->w_off, L->b_off, dout, in, c->params,

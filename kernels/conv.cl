@@ -73,15 +73,16 @@ __kernel void col2im(__global float *din, __global const float *col, const int B
     din[(plane * H + y) * W + x] = acc;
 }
 
-// out (B,OC,P) = tmp (OC, B*P) reshaped, plus bias params[b_off + oc]. tmp starts at float
-// tmp_off of its buffer (a region of the scratch). Range: (p, oc, b).
+// out (B,OC,P) = tmp (OC, B*P) reshaped, plus bias params[b_off + oc] when has_bias. tmp
+// starts at float tmp_off of its buffer (a region of the scratch). Range: (p, oc, b).
 __kernel void bias_to_nchw(__global float *out, __global const float *tmp, const uint tmp_off,
-                           __global const float *params, const uint b_off, const int B,
-                           const int OC, const int P) {
+                           __global const float *params, const uint b_off, const int has_bias,
+                           const int B, const int OC, const int P) {
     const int p = (int)get_global_id(0), oc = (int)get_global_id(1), b = (int)get_global_id(2);
     if (p >= P) return;
     tmp += tmp_off;
-    out[(b * OC + oc) * P + p] = tmp[oc * (B * P) + b * P + p] + params[b_off + oc];
+    const float v = tmp[oc * (B * P) + b * P + p];
+    out[(b * OC + oc) * P + p] = has_bias ? v + params[b_off + oc] : v;
 }
 
 // rows (OC, B*P), from float rows_off of its buffer on, = dout (B,OC,P) reshaped. Range:

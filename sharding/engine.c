@@ -110,6 +110,7 @@ struct engine {
     int n_devs;
     int max_batch;
     uint64_t seed;
+    data_augment aug; // applied to training steps' samples as they are gathered (engine_set_augment)
     float *params;   // master parameters (n_params), read by the workers through the hub
     float *grad;     // the step's gradient sum when it is not one device's own buffer, then,
                      // over several ranks, the rest of the step's one reduction (reduce_ranks)
@@ -185,6 +186,10 @@ void engine_set_timeout(engine *g, double seconds) {
     g->timeout_s = seconds > 0 ? seconds : ENGINE_DEFAULT_TIMEOUT;
 }
 void engine_set_nan_stop(engine *g, int stop) { g->nan_stop = stop; }
+void engine_set_augment(engine *g, const data_augment *a) {
+    memset(&g->aug, 0, sizeof g->aug);
+    if (a) g->aug = *a;
+}
 void engine_span_ranks(engine *g, int on) { g->span = on && ranks_size() > 1; }
 void engine_watch_stop(engine *g, const volatile int *flag) { g->stop_flag = flag; }
 int engine_stopping(const engine *g) {
@@ -405,7 +410,11 @@ static void work_prepare(engine *g, engine_slot *s, const engine_task *t) {
         for (int i = 0; i < s->n; i++)
             w->ids[i] = t->kind == TASK_TRAIN ? t->idx[s->pos[i]] : (uint32_t)(t->start + s->pos[i]);
         if (!t->ds->y) memset(w->y, 0, (size_t)s->n);
-        dataset_gather(t->ds, w->ids, s->n, w->x, w->y);
+        // Training steps (step >= 1) gather augmented samples; the self-check and the
+        // calibration (step 0) and inference gather them as they are.
+        dataset_gather_augment(t->ds, w->ids, s->n, w->x, w->y,
+                               t->kind == TASK_TRAIN && t->step > 0 ? &g->aug : NULL, g->seed,
+                               t->epoch);
     }
     w->kind = t->kind;
     w->n = s->n;
@@ -566,6 +575,10 @@ void engine_get_state(const engine *g, engine_state *st) {
     engine_capacities(g, st->capacity);
     memcpy(st->fit, g->bal.fit, sizeof st->fit);
 }
+
+void engine_set_lr_factor(engine *g, double f) { optim_set_lr_factor(&g->opt, f); }
+
+float engine_lr(const engine *g) { return optim_lr(&g->opt); }
 
 void engine_moments(const engine *g, const float **m, const float **v) {
     *m = g->opt.m;
@@ -775,7 +788,8 @@ int engine_open(engine **out, const model *m, device *devs, int n_devs, const fl
     g->slots = ht_calloc((size_t)n_devs, sizeof *g->slots, e);
     g->threads = ht_calloc((size_t)n_devs, sizeof *g->threads, e);
     if (!g->params || !g->grad || !g->orphans || !g->own || !g->slots || !g->threads ||
-        optim_init(&g->opt, s, m->n_params, e) < 0) {
+        optim_init(&g->opt, s, m->n_params, e) < 0 ||
+        (s->weight_decay > 0 && optim_decay_kernels(&g->opt, m, e) < 0)) {
         engine_close(g);
         return -1;
     }

@@ -64,6 +64,11 @@ void engine_set_balance(engine *g, balance_mode mode, int rebalance);
 void engine_set_timeout(engine *g, double seconds);
 // Non-finite loss or gradient from a device: stop (1) or skip the step (0, default).
 void engine_set_nan_stop(engine *g, int stop);
+// Augments training steps' samples (data.h; NULL: none, the default) as the engine gathers
+// them for the devices, keyed by (the engine's seed, the step's epoch, sample id): the same
+// sample gets the same augmentation on any device or rank. Self-check, calibration and
+// inference see the samples as they are.
+void engine_set_augment(engine *g, const data_augment *a);
 // Whether training steps span every rank of the job (ranks.h): one plan over every rank's
 // devices, gradient sums added in rank order, the same update everywhere. Default: on under
 // mpirun with more than one rank.
@@ -99,6 +104,10 @@ void engine_get_state(const engine *g, engine_state *st);
 // The optimiser's moment buffers (n_params floats each): SGD's velocity as m and v NULL, or
 // Adam's first and second moments.
 void engine_moments(const engine *g, const float **m, const float **v);
+// The learning-rate schedule's factor for the following steps (optim_set_lr_factor), and the
+// rate the next step will use (optim_lr).
+void engine_set_lr_factor(engine *g, double f);
+float engine_lr(const engine *g);
 // Restores what engine_get_state and engine_moments gave, and the parameters (broadcast). m
 // and v must match the optimiser's (v NULL for SGD). The capacities and fits are taken only
 // when st->n_devs is this engine's device count (the caller checks the devices are the same);

@@ -5,6 +5,7 @@
 #include "ref.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,7 +148,7 @@ void ref_conv2d_backward(float *din, float *dw, float *db, const float *dout, co
             im2col(col, in + (size_t)s * C * H * W, C, H, W, K, stride, pad, OH, OW);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, OC, ckk, P, 1.0f, g, P, col, P,
                         1.0f, dwt, ckk);
-            for (int oc = 0; oc < OC; oc++) {
+            for (int oc = 0; db && oc < OC; oc++) {
                 const float *row = g + (size_t)oc * P;
                 float acc = 0.0f;
                 for (int p = 0; p < P; p++) acc += row[p];
@@ -169,7 +170,7 @@ void ref_conv2d_backward(float *din, float *dw, float *db, const float *dout, co
             dw[i] += acc;
         }
 #pragma omp for schedule(static)
-        for (int oc = 0; oc < OC; oc++) {
+        for (int oc = 0; oc < (db ? OC : 0); oc++) {
             float acc = 0.0f;
             for (int t = 0; t < nt; t++) acc += ws[(size_t)t * slice + db_off + (size_t)oc];
             db[oc] += acc;
@@ -180,7 +181,7 @@ void ref_conv2d_backward(float *din, float *dw, float *db, const float *dout, co
 // ---- max pooling ----------------------------------------------------------------------------
 
 void ref_maxpool_forward(float *out, int32_t *argmax, const float *in, int B, int C, int H,
-                         int W, int K, int stride, int OH, int OW, int nthreads) {
+                         int W, int K, int stride, int pad, int OH, int OW, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     const int planes = B * C;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
@@ -190,19 +191,23 @@ void ref_maxpool_forward(float *out, int32_t *argmax, const float *in, int B, in
         int32_t *ap = argmax + (size_t)p * OH * OW;
         for (int oh = 0; oh < OH; oh++) {
             for (int ow = 0; ow < OW; ow++) {
-                int first = oh * stride * W + ow * stride, bi = first;
-                float best = ip[first];
-                // Row-major scan with a strict '>' keeps the first maximum on ties.
+                int bi = -1;
+                float best = 0.0f;
+                // Row-major scan over the window's inputs (padding skipped) with a strict '>'
+                // keeps the first maximum on ties.
                 for (int kh = 0; kh < K; kh++) {
-                    const float *row = ip + first + kh * W;
+                    const int ih = oh * stride - pad + kh;
+                    if (ih < 0 || ih >= H) continue;
                     for (int kw = 0; kw < K; kw++) {
-                        if (row[kw] > best) {
-                            best = row[kw];
-                            bi = first + kh * W + kw;
+                        const int iw = ow * stride - pad + kw;
+                        if (iw < 0 || iw >= W) continue;
+                        if (bi < 0 || ip[ih * W + iw] > best) {
+                            best = ip[ih * W + iw];
+                            bi = ih * W + iw;
                         }
                     }
                 }
-                op[oh * OW + ow] = best;
+                op[oh * OW + ow] = bi < 0 ? NAN : best; // a window of padding alone: a bug
                 ap[oh * OW + ow] = bi;
             }
         }
@@ -222,6 +227,75 @@ void ref_maxpool_backward(float *din, const float *dout, const int32_t *argmax, 
         // Overlapping windows (stride < K) can share a winner: add, do not assign.
         for (int j = 0; j < n; j++) dp[ap[j]] += gp[j];
     }
+}
+
+// ---- average pooling ----------------------------------------------------------------------
+
+// How many inputs (not padding) window (oh, ow) holds.
+static int window_count(int oh, int ow, int H, int W, int K, int stride, int pad) {
+    int n = 0;
+    for (int kh = 0; kh < K; kh++)
+        for (int kw = 0; kw < K; kw++) {
+            const int ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
+            n += ih >= 0 && ih < H && iw >= 0 && iw < W;
+        }
+    return n;
+}
+
+void ref_avgpool_forward(float *out, const float *in, int B, int C, int H, int W, int K,
+                         int stride, int pad, int OH, int OW) {
+    for (int p = 0; p < B * C; p++) {
+        const float *ip = in + (size_t)p * H * W;
+        float *op = out + (size_t)p * OH * OW;
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++) {
+                float s = 0.0f;
+                for (int kh = 0; kh < K; kh++) {
+                    const int ih = oh * stride - pad + kh;
+                    if (ih < 0 || ih >= H) continue;
+                    for (int kw = 0; kw < K; kw++) {
+                        const int iw = ow * stride - pad + kw;
+                        if (iw >= 0 && iw < W) s += ip[ih * W + iw];
+                    }
+                }
+                op[oh * OW + ow] = s / (float)window_count(oh, ow, H, W, K, stride, pad);
+            }
+    }
+}
+
+void ref_avgpool_backward(float *din, const float *dout, int B, int C, int H, int W, int K,
+                          int stride, int pad, int OH, int OW) {
+    memset(din, 0, (size_t)B * C * H * W * sizeof *din);
+    for (int p = 0; p < B * C; p++) {
+        float *dp = din + (size_t)p * H * W;
+        const float *gp = dout + (size_t)p * OH * OW;
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++) {
+                const float g = gp[oh * OW + ow] /
+                                (float)window_count(oh, ow, H, W, K, stride, pad);
+                for (int kh = 0; kh < K; kh++) {
+                    const int ih = oh * stride - pad + kh;
+                    if (ih < 0 || ih >= H) continue;
+                    for (int kw = 0; kw < K; kw++) {
+                        const int iw = ow * stride - pad + kw;
+                        if (iw >= 0 && iw < W) dp[ih * W + iw] += g;
+                    }
+                }
+            }
+    }
+}
+
+void ref_gavgpool_forward(float *out, const float *in, int B, int C, int HW) {
+    for (int p = 0; p < B * C; p++) {
+        float s = 0.0f;
+        for (int i = 0; i < HW; i++) s += in[(size_t)p * HW + i];
+        out[p] = s / (float)HW;
+    }
+}
+
+void ref_gavgpool_backward(float *din, const float *dout, int B, int C, int HW) {
+    for (int p = 0; p < B * C; p++)
+        for (int i = 0; i < HW; i++) din[(size_t)p * HW + i] = dout[p] / (float)HW;
 }
 
 // ---- layouts --------------------------------------------------------------------------------
@@ -298,15 +372,24 @@ const float *ref_forward(ref_net *r, const model *m, const float *params, const 
         float *out = r->act[l];
         switch (L->kind) {
         case LAYER_CONV2D:
-            ref_conv2d_forward(out, in, params + L->w_off, params + L->b_off, B, L->c, L->h, L->w,
-                               L->oc, L->k, L->stride, L->pad, L->oh, L->ow, r->ws, 1);
+            ref_conv2d_forward(out, in, params + L->w_off, L->n_b ? params + L->b_off : NULL, B,
+                               L->c, L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh, L->ow,
+                               r->ws, 1);
             break;
         case LAYER_MAXPOOL:
             ref_maxpool_forward(out, r->argmax[l], in, B, L->c, L->h, L->w, L->k, L->stride,
-                                L->oh, L->ow, 1);
+                                L->pad, L->oh, L->ow, 1);
+            break;
+        case LAYER_AVGPOOL:
+            ref_avgpool_forward(out, in, B, L->c, L->h, L->w, L->k, L->stride, L->pad, L->oh,
+                                L->ow);
+            break;
+        case LAYER_GLOBAL_AVGPOOL:
+            ref_gavgpool_forward(out, in, B, L->c, L->h * L->w);
             break;
         case LAYER_DENSE:
-            dense_forward(out, in, params + L->w_off, params + L->b_off, B, (int)ni, L->oc, 1);
+            dense_forward(out, in, params + L->w_off, L->n_b ? params + L->b_off : NULL, B,
+                          (int)ni, L->oc, 1);
             break;
         case LAYER_RELU:
             relu_forward(out, in, ni * (size_t)B, 1);
@@ -337,16 +420,23 @@ void ref_backward(ref_net *r, const model *m, const float *params, float *grads,
         float *din = r->dinput[l];
         switch (L->kind) {
         case LAYER_CONV2D:
-            ref_conv2d_backward(din, grads + L->w_off, grads + L->b_off, g, in, params + L->w_off,
-                                B, L->c, L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh,
-                                L->ow, r->ws, 1);
+            ref_conv2d_backward(din, grads + L->w_off, L->n_b ? grads + L->b_off : NULL, g, in,
+                                params + L->w_off, B, L->c, L->h, L->w, L->oc, L->k, L->stride,
+                                L->pad, L->oh, L->ow, r->ws, 1);
             break;
         case LAYER_MAXPOOL:
             ref_maxpool_backward(din, g, r->argmax[l], B, L->c, L->h, L->w, L->oh, L->ow, 1);
             break;
+        case LAYER_AVGPOOL:
+            ref_avgpool_backward(din, g, B, L->c, L->h, L->w, L->k, L->stride, L->pad, L->oh,
+                                 L->ow);
+            break;
+        case LAYER_GLOBAL_AVGPOOL:
+            ref_gavgpool_backward(din, g, B, L->c, L->h * L->w);
+            break;
         case LAYER_DENSE:
-            dense_backward(din, grads + L->w_off, grads + L->b_off, g, in, params + L->w_off, B,
-                           (int)ni, L->oc, 1);
+            dense_backward(din, grads + L->w_off, L->n_b ? grads + L->b_off : NULL, g, in,
+                           params + L->w_off, B, (int)ni, L->oc, 1);
             break;
         case LAYER_RELU:
             relu_backward(din, g, r->act[l], ni * (size_t)B, 1);

@@ -23,21 +23,36 @@ void ref_conv2d_forward(float *out, const float *in, const float *w, const float
                         int C, int H, int W, int OC, int K, int stride, int pad, int OH, int OW,
                         float *ws, int nthreads);
 
-// dout is (B,OC,OH,OW); dw (OC,C,K,K) and db (OC) are accumulated; din (B,C,H,W) is
-// overwritten, or skipped when NULL (first layer).
+// dout is (B,OC,OH,OW); dw (OC,C,K,K) and db (OC; NULL without a bias) are accumulated; din
+// (B,C,H,W) is overwritten, or skipped when NULL (first layer). pad is the before-pad; OH/OW
+// may imply a different one after (Keras "same" with stride > 1 or an even K).
 void ref_conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                          const float *w, int B, int C, int H, int W, int OC, int K, int stride,
                          int pad, int OH, int OW, float *ws, int nthreads);
 
+// Pooling windows: output (oh, ow) covers inputs (oh*stride - pad + kh, ow*stride - pad + kw),
+// kh, kw < K; those outside the plane are padding, which never wins a max and is not counted
+// in an average (Keras/TensorFlow "same" padding: pad is the before-pad, OH/OW imply the rest).
 // in is (B,C,H,W), out is (B,C,OH,OW); argmax (B,C,OH,OW) records the flat index h*W+w of the
 // winning input within its channel plane (first maximum in row-major order wins on ties).
 void ref_maxpool_forward(float *out, int32_t *argmax, const float *in, int B, int C, int H,
-                         int W, int K, int stride, int OH, int OW, int nthreads);
+                         int W, int K, int stride, int pad, int OH, int OW, int nthreads);
 
 // din (B,C,H,W) is overwritten: zero except at argmax positions, which receive (the sum of)
 // dout.
 void ref_maxpool_backward(float *din, const float *dout, const int32_t *argmax, int B, int C,
                           int H, int W, int OH, int OW, int nthreads);
+
+// Average pooling: out = the sum of the window's inputs in row-major order / their count;
+// din (B,C,H,W) is overwritten with, for each input, dout / count of every window holding it.
+void ref_avgpool_forward(float *out, const float *in, int B, int C, int H, int W, int K,
+                         int stride, int pad, int OH, int OW);
+void ref_avgpool_backward(float *din, const float *dout, int B, int C, int H, int W, int K,
+                          int stride, int pad, int OH, int OW);
+
+// Global average pooling: in (B,C,H,W) -> out (B,C), each plane's mean; din = dout / (H*W).
+void ref_gavgpool_forward(float *out, const float *in, int B, int C, int HW);
+void ref_gavgpool_backward(float *din, const float *dout, int B, int C, int HW);
 
 // (B,C,HW) -> (B,HW,Cs), the pad channels c >= C set to `pad`; and back, pad channels dropped.
 void ref_to_nhwc(float *dst, const float *src, int B, int C, int Cs, int HW, float pad);

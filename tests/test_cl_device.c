@@ -16,6 +16,7 @@
 #include "device.h"
 #include "engine.h"
 #include "model.h"
+#include "rng.h"
 #include "testutil.h"
 
 // A probability's relative error is about the absolute error of the logits it comes from, and
@@ -38,7 +39,7 @@ static void test_step_matches_cpu(void **state) {
     dataset ds;
     ht_error e;
     if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&ds, 300);
     for (int k = 0; k < 2; k++) {
@@ -80,15 +81,69 @@ static void test_step_matches_cpu(void **state) {
     dataset_free(&ds);
 }
 
-// 200 samples, 40 held out: 5 steps of 32 at lr 0.01 from the same weights on each device.
-// The self-check is off: its 8-sample probe can exclude a sound device (see test_faults).
-static void test_short_run_matches_cpu(void **state) {
+// An RGB (3x32x32) network with every new layer option, models/cifar_small.cfg, on random
+// images: the OpenCL device's step gives the CPU device's mean gradient (the same tolerances
+// as the reference networks'), so three channels flow through both devices and the engine.
+static void test_step_matches_cpu_rgb(void **state) {
     (void)state;
     if (!have_opencl()) skip();
     ht_error e;
     model m;
-    if (model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
-    char *dir = test_tmpdir("cl-run");
+    if (model_init_config(&m, HT_SOURCE_DIR "/models/cifar_small.cfg", &e) < 0)
+        fail_msg("%s", e.msg);
+    assert_int_equal(m.in_c, 3);
+    dataset ds = {.n = 2 * BATCH, .c = 3, .h = 32, .w = 32};
+    const size_t in = (size_t)ds.c * ds.h * ds.w;
+    ds.x = malloc(sizeof(float) * in * (size_t)ds.n);
+    ds.y = malloc((size_t)ds.n);
+    ht_rng r;
+    ht_rng_seed(&r, 31);
+    for (size_t i = 0; i < in * (size_t)ds.n; i++) ds.x[i] = (float)ht_rng_double(&r);
+    for (int i = 0; i < ds.n; i++) ds.y[i] = (uint8_t)(ht_rng_next(&r) % 10);
+    float *init = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, init, 9);
+    test_rig cpu, cl;
+    test_rig_open(&cpu, &m, "cpu", NULL, init, BATCH, 9, 0);
+    test_rig_open(&cl, &m, "cl:0.0", NULL, init, BATCH, 9, 0);
+    for (int s = 0; s < STEPS; s++) {
+        uint32_t idx[BATCH];
+        for (int i = 0; i < BATCH; i++) idx[i] = (uint32_t)(s * BATCH + i);
+        if (engine_set_params(cl.g, engine_params(cpu.g), &e) < 0) fail_msg("%s", e.msg);
+        if (engine_train_step(cpu.g, &ds, idx, BATCH, 1, NULL, NULL, NULL, &e) < 0 ||
+            engine_train_step(cl.g, &ds, idx, BATCH, 1, NULL, NULL, NULL, &e) < 0)
+            fail_msg("%s", e.msg);
+        char what[128];
+        snprintf(what, sizeof what, "cifar_small (3x32x32) step %d mean gradient, cl:0.0 vs cpu",
+                 s + 1);
+        assert_true(check_step_grad(&m, engine_grad(cl.g), engine_grad(cpu.g), what));
+    }
+    test_rig_close(&cpu);
+    test_rig_close(&cl);
+    free(init);
+    dataset_free(&ds);
+    model_free(&m);
+}
+
+// 200 samples, 40 held out: 5 steps of 32 at lr 0.01 from the same weights on each device.
+// The self-check is off: its 8-sample probe can exclude a sound device (see test_faults).
+// Twice: the 3-layer reference network, and a 1x28x28 network of the Keras layer options
+// (strided "same" convs, one without a bias, average and max pooling with "same" padding,
+// global average pooling, a dense layer without a bias) given as a config file.
+static const char keraslike_cfg[] = "[net]\ninput = 1x28x28\nclasses = 10\n"
+                                    "[conv]\nfilters = 8\nsize = 3\nstride = 2\npad = same\n"
+                                    "bias = 0\nactivation = relu\n"
+                                    "[conv]\nfilters = 16\nsize = 4\npad = same\n"
+                                    "activation = relu\n"
+                                    "[avgpool]\nsize = 3\nstride = 2\npad = same\n"
+                                    "[maxpool]\nsize = 2\nstride = 1\npad = same\n"
+                                    "[globalavgpool]\n"
+                                    "[dense]\nunits = 10\nbias = 0\n[softmax]\n";
+
+static void short_run(const char *model_arg, const char *tag) {
+    ht_error e;
+    model m;
+    if (model_init(&m, model_arg, &e) < 0) fail_msg("%s", e.msg);
+    char *dir = test_tmpdir(tag);
     char *train = test_fashion_csv(dir, FASHION_TRAIN, 200, 1);
     assert_non_null(train);
     float *init = malloc(sizeof(float) * m.n_params);
@@ -100,10 +155,10 @@ static void test_short_run_matches_cpu(void **state) {
     for (int k = 0; k < 2; k++) {
         char args[4096], *out;
         snprintf(args, sizeof args,
-                 "train --devices %s --train '%s' --epochs 1 --batch 32 --lr 0.01 --val-split 0.2 "
-                 "--load '%s' --save '%s/w%d.safetensors' --out '%s' --name r%d --no-progress "
-                 "--no-self-check",
-                 specs[k], train, init_path, dir, k, dir, k);
+                 "train --model '%s' --devices %s --train '%s' --epochs 1 --batch 32 --lr 0.01 "
+                 "--val-split 0.2 --load '%s' --save '%s/w%d.safetensors' --out '%s' --name r%d "
+                 "--no-progress --no-self-check",
+                 model_arg, specs[k], train, init_path, dir, k, dir, k);
         int rc = test_run_cli(args, &out);
         if (rc != 0) fail_msg("hetrain %s failed (%d):\n%s", args, rc, out);
         printf("%s", out);
@@ -117,8 +172,9 @@ static void test_short_run_matches_cpu(void **state) {
     }
     printf("cpu: loss %.6f val_loss %.6f; cl:0.0: loss %.6f val_loss %.6f\n", loss[0], vloss[0],
            loss[1], vloss[1]);
-    assert_true(check_updates(&m, w[1], w[0], init, TOL_RUN_OUTPUT, TOL_RUN_OTHER,
-                              "weights after 5 steps, cl:0.0 vs cpu"));
+    char what[160];
+    snprintf(what, sizeof what, "%s: weights after 5 steps, cl:0.0 vs cpu", m.name);
+    assert_true(check_updates(&m, w[1], w[0], init, TOL_RUN_OUTPUT, TOL_RUN_OTHER, what));
     assert_true(fabs(loss[1] - loss[0]) <= TOL_RUN_LOSS * loss[0]);
     assert_true(fabs(vloss[1] - vloss[0]) <= TOL_RUN_LOSS * vloss[0]);
     for (int k = 0; k < 2; k++) free(w[k]);
@@ -129,9 +185,22 @@ static void test_short_run_matches_cpu(void **state) {
     model_free(&m);
 }
 
+static void test_short_run_matches_cpu(void **state) {
+    (void)state;
+    if (!have_opencl()) skip();
+    short_run("cnn2d_3layer_fullconnected_3layer", "cl-run");
+    char *dir = test_tmpdir("cl-run-cfg");
+    char *cfg = test_write_file(dir, "keraslike.cfg", keraslike_cfg, sizeof keraslike_cfg - 1);
+    assert_non_null(cfg);
+    short_run(cfg, "cl-run-keraslike");
+    free(cfg);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_matches_cpu),
+        cmocka_unit_test(test_step_matches_cpu_rgb),
         cmocka_unit_test(test_short_run_matches_cpu),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -36,7 +36,8 @@ static void test_help_texts(void **state) {
     expect_cli("", EXIT_USAGE, "usage: hetrain COMMAND");
     const char *flags[] = {"--model", "--data", "--train", "--test", "--epochs", "--batch",
                            "--lr", "--seed", "--limit", "--val-split", "--devices", "--out",
-                           "--save", "--load", "--conv-algo"};
+                           "--save", "--load", "--conv-algo", "--lr-schedule", "--weight-decay",
+                           "--weight-decay-mode"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         expect_cli("train --help", 0, flags[i]);
     expect_cli("predict --help", 0, "--load");
@@ -61,6 +62,16 @@ static void test_bad_flags(void **state) {
     expect_cli("predict --conv-algo Winograd --load w --out p", EXIT_USAGE,
                "--conv-algo: expected auto");
     expect_cli("predict --out x.csv", EXIT_USAGE, "--load FILE.safetensors is required");
+    // Schedules and weight decay: one line each, quoting what was given.
+    expect_cli("train --lr-schedule step:0:0.5", EXIT_USAGE,
+               "--lr-schedule: \"step:0:0.5\": EPOCHS must be an integer 1..1000000");
+    expect_cli("train --lr-schedule exp:-1", EXIT_USAGE,
+               "--lr-schedule: \"exp:-1\": GAMMA must be a number 0 < GAMMA <= 1, found \"-1\"");
+    expect_cli("train --lr-schedule warmup", EXIT_USAGE,
+               "--lr-schedule: expected step:EPOCHS:GAMMA, exp:GAMMA, cosine or none, found \"warmup\"");
+    expect_cli("train --weight-decay -0.1", EXIT_USAGE, "--weight-decay: expected a number");
+    expect_cli("train --weight-decay-mode adamw", EXIT_USAGE,
+               "--weight-decay-mode: expected l2 or decoupled, found \"adamw\"");
     expect_cli("summary --model nosuchnet", 1, "cnn2d_3layer_fullconnected_3layer");
 }
 
@@ -73,6 +84,13 @@ static void test_summary(void **state) {
     expect_cli("summary", 0, "10,838,016");
     expect_cli("summary --model cnn2", 0, "3,211,264");
     expect_cli("summary --model " HT_SOURCE_DIR "/models/cnn3.cfg", 0, "Total params: 246,682");
+    // The RGB example, counted as Keras counts it: conv1 3*3*3*32 + 32, conv2 3*3*32*32 (no
+    // bias), conv3 3*3*32*64 + 64, fc1 64*10 + 10; its stride-2 "same" conv1 gives 16x16.
+    const char *cifar = "summary --model " HT_SOURCE_DIR "/models/cifar_small.cfg";
+    expect_cli(cifar, 0, "Total params: 29,258");
+    expect_cli(cifar, 0, "(32, 16, 16)");
+    expect_cli(cifar, 0, "avgpool1 (avgpool)");
+    expect_cli(cifar, 0, "gap1 (globalavgpool)");
 }
 
 static void test_bad_files(void **state) {
@@ -121,7 +139,7 @@ static void test_train_save_predict_round_trip(void **state) {
     char *metrics = test_read_file(path, NULL);
     assert_non_null(metrics);
     assert_true(strncmp(metrics, "epoch,accuracy,loss,val_accuracy,val_loss,time_s,samples_per_s,"
-                                 "sync_s,idle_frac,share_cpu,busy_s_cpu,events\n0,", 110) == 0);
+                                 "sync_s,idle_frac,lr,share_cpu,busy_s_cpu,events\n0,", 113) == 0);
     assert_non_null(strstr(metrics, "\n1,"));
     snprintf(path, sizeof path, "%s/run.predictions.csv", dir);
     char *preds = test_read_file(path, NULL);

@@ -16,12 +16,14 @@
 #include "rng.h"
 #include "testutil.h"
 
+#define FASHION_CLASSES 10
+
 static dataset fm_train, fm_test; // real Fashion-MNIST, loaded once by the group setup
 
 static int group_setup(void **state) {
     (void)state;
     ht_error e;
-    if (dataset_load_dir(&fm_train, &fm_test, FASHION_DIR, &e)) {
+    if (dataset_load_dir(&fm_train, &fm_test, FASHION_DIR, NULL, &e)) {
         fprintf(stderr, "loading %s: %s\n", FASHION_DIR, e.msg);
         return -1;
     }
@@ -120,7 +122,7 @@ static void expect_msg(const char *msg, ...) {
         dataset d_;                                                                            \
         memset(&d_, 0xab, sizeof d_);                                                          \
         ht_error e_ = {{0}};                                                                   \
-        assert_int_equal(dataset_load_idx(&d_, (xp), (yp), &e_), -1);                          \
+        assert_int_equal(dataset_load_idx(&d_, (xp), (yp), 10, &e_), -1);                      \
         assert_null(d_.x);                                                                     \
         assert_null(d_.y);                                                                     \
         assert_null(strchr(e_.msg, '\n'));                                                     \
@@ -164,12 +166,12 @@ static void check_fashion(const dataset *d, int n, int per_class) {
     assert_true(hi == 1.0f);
     double mean = sum / (double)len; // Fashion-MNIST's pixel mean is about 0.286
     assert_true(mean > 0.27 && mean < 0.30);
-    int counts[DATA_N_CLASSES] = {0};
+    int counts[FASHION_CLASSES] = {0};
     for (int i = 0; i < n; i++) {
-        assert_true(d->y[i] < DATA_N_CLASSES);
+        assert_true(d->y[i] < FASHION_CLASSES);
         counts[d->y[i]]++;
     }
-    for (int k = 0; k < DATA_N_CLASSES; k++) assert_int_equal(counts[k], per_class);
+    for (int k = 0; k < FASHION_CLASSES; k++) assert_int_equal(counts[k], per_class);
 }
 
 static void test_fashion_train(void **state) {
@@ -192,21 +194,21 @@ static void test_idx_raw_and_gz_match(void **state) {
     write_subset(&fm_test, 300, dir, "x.idx.gz", "y.idx.gz", 1, &xg, &yg);
     ht_error e;
     dataset raw, gz, nolab;
-    assert_int_equal(dataset_load_idx(&raw, xr, yr, &e), 0);
-    assert_int_equal(dataset_load_idx(&gz, xg, yg, &e), 0);
+    assert_int_equal(dataset_load_idx(&raw, xr, yr, 10, &e), 0);
+    assert_int_equal(dataset_load_idx(&gz, xg, yg, 10, &e), 0);
     assert_int_equal(raw.n, 300);
     assert_int_equal(gz.n, 300);
     assert_same_data(&raw, &fm_test, 300);
     assert_same_data(&gz, &fm_test, 300);
     // Without labels; compression is detected by content, not by name.
-    assert_int_equal(dataset_load_idx(&nolab, xg, NULL, &e), 0);
+    assert_int_equal(dataset_load_idx(&nolab, xg, NULL, 10, &e), 0);
     assert_null(nolab.y);
     assert_int_equal(nolab.n, 300);
     dataset_free(&nolab);
     char *renamed = malloc(strlen(dir) + 16);
     sprintf(renamed, "%s/plain-name", dir);
     assert_int_equal(rename(xg, renamed), 0);
-    assert_int_equal(dataset_load_idx(&nolab, renamed, yr, &e), 0);
+    assert_int_equal(dataset_load_idx(&nolab, renamed, yr, 10, &e), 0);
     assert_same_data(&nolab, &fm_test, 300);
     dataset_free(&nolab);
     dataset_free(&raw);
@@ -226,7 +228,7 @@ static void test_load_dir(void **state) {
                  &p[2], &p[3]);
     ht_error e;
     dataset tr, te;
-    assert_int_equal(dataset_load_dir(&tr, &te, dir, &e), 0);
+    assert_int_equal(dataset_load_dir(&tr, &te, dir, NULL, &e), 0);
     assert_int_equal(tr.n, 200);
     assert_int_equal(te.n, 50);
     assert_same_data(&tr, &fm_train, 200);
@@ -235,19 +237,19 @@ static void test_load_dir(void **state) {
     dataset_free(&te);
     // test may be NULL, and then the t10k files are not needed.
     remove(p[3]);
-    assert_int_equal(dataset_load_dir(&tr, NULL, dir, &e), 0);
+    assert_int_equal(dataset_load_dir(&tr, NULL, dir, NULL, &e), 0);
     assert_int_equal(tr.n, 200);
     dataset_free(&tr);
-    assert_int_equal(dataset_load_dir(&tr, &te, dir, &e), -1);
+    assert_int_equal(dataset_load_dir(&tr, &te, dir, NULL, &e), -1);
     expect_msg(e.msg, dir, "t10k-labels-idx1-ubyte", "missing", NULL);
     assert_null(tr.x);
     assert_null(te.x);
     remove(p[0]);
-    assert_int_equal(dataset_load_dir(&tr, NULL, dir, &e), -1);
-    expect_msg(e.msg, dir, "train-images-idx3-ubyte", NULL);
+    assert_int_equal(dataset_load_dir(&tr, NULL, dir, NULL, &e), -1);
+    expect_msg(e.msg, dir, "train-images-idx3-ubyte", "nor is it a CIFAR folder", NULL);
     char *gone = malloc(strlen(dir) + 16);
     sprintf(gone, "%s/nope", dir);
-    assert_int_equal(dataset_load_dir(&tr, &te, gone, &e), -1);
+    assert_int_equal(dataset_load_dir(&tr, &te, gone, NULL, &e), -1);
     expect_msg(e.msg, gone, "No such file or directory", NULL);
     for (int i = 0; i < 4; i++) free(p[i]);
     free(gone);
@@ -410,7 +412,7 @@ static void test_csv_values(void **state) {
         char *p = csv_file(dir, "l.csv", texts[i]);
         dataset d;
         ht_error e;
-        if (dataset_load_csv(&d, p, &e)) fail_msg("case %zu: %s", i, e.msg);
+        if (dataset_load_csv(&d, p, 10, &e)) fail_msg("case %zu: %s", i, e.msg);
         assert_int_equal(d.n, 2);
         assert_int_equal(d.c, 1);
         assert_int_equal(d.h, 2);
@@ -426,7 +428,7 @@ static void test_csv_values(void **state) {
     char *p = csv_file(dir, "u.csv", "pixel0,pixel1,pixel2,pixel3\r\n0,127.5,255,1\r\n");
     dataset d;
     ht_error e;
-    assert_int_equal(dataset_load_csv(&d, p, &e), 0);
+    assert_int_equal(dataset_load_csv(&d, p, 10, &e), 0);
     assert_int_equal(d.n, 1);
     assert_int_equal(d.h, 2);
     assert_null(d.y);
@@ -466,23 +468,23 @@ static void test_csv_matches_idx(void **state) {
     char *pu = test_write_file(dir, "test.csv", text_u, len_u);
     dataset d, du;
     ht_error e;
-    assert_int_equal(dataset_load_csv(&d, p, &e), 0);
+    assert_int_equal(dataset_load_csv(&d, p, 10, &e), 0);
     assert_int_equal(d.n, n);
     assert_same_data(&d, &fm_train, n);
-    assert_int_equal(dataset_load_csv(&du, pu, &e), 0);
+    assert_int_equal(dataset_load_csv(&du, pu, 10, &e), 0);
     assert_int_equal(du.n, n);
     assert_null(du.y);
     assert_memory_equal(du.x, fm_train.x, (size_t)n * 784 * sizeof(float));
     dataset_free(&du);
     // The same file gzip-compressed loads the same; cut short, it is refused.
     char *pg = write_gz(dir, "train.csv.gz", text, len);
-    assert_int_equal(dataset_load_csv(&du, pg, &e), 0);
+    assert_int_equal(dataset_load_csv(&du, pg, 10, &e), 0);
     assert_same_data(&du, &d, n);
     dataset_free(&du);
     size_t glen;
     char *gzb = test_read_file(pg, &glen);
     char *cut = test_write_file(dir, "cut.csv.gz", gzb, glen / 2);
-    assert_int_equal(dataset_load_csv(&du, cut, &e), -1);
+    assert_int_equal(dataset_load_csv(&du, cut, 10, &e), -1);
     expect_msg(e.msg, "cut.csv.gz: gzip stream truncated", NULL);
     assert_null(du.x);
     dataset_free(&d);
@@ -536,7 +538,7 @@ static void test_csv_malformed(void **state) {
         dataset d;
         memset(&d, 0xab, sizeof d);
         ht_error e = {{0}};
-        int rc = dataset_load_csv(&d, p, &e);
+        int rc = dataset_load_csv(&d, p, 10, &e);
         if (rc != -1) fail_msg("case %zu (%s) loaded", i, cases[i].frag);
         assert_null(d.x);
         assert_null(d.y);
@@ -566,7 +568,7 @@ static void test_csv_malformed(void **state) {
         char *p = test_write_file(dir, "bad.csv", text, hl + raw[i].len);
         dataset d;
         ht_error e = {{0}};
-        if (dataset_load_csv(&d, p, &e) != -1) fail_msg("raw case %zu (%s) loaded", i, raw[i].frag);
+        if (dataset_load_csv(&d, p, 10, &e) != -1) fail_msg("raw case %zu (%s) loaded", i, raw[i].frag);
         assert_null(strchr(e.msg, '\n'));
         expect_msg(e.msg, raw[i].frag, NULL);
         dataset_free(&d);
@@ -577,7 +579,7 @@ static void test_csv_malformed(void **state) {
     sprintf(gone, "%s/nope.csv", dir);
     dataset d;
     ht_error e;
-    assert_int_equal(dataset_load_csv(&d, gone, &e), -1);
+    assert_int_equal(dataset_load_csv(&d, gone, 10, &e), -1);
     expect_msg(e.msg, "nope.csv: No such file or directory", NULL);
     dataset_free(&d);
     free(gone), free(dir);
@@ -722,10 +724,10 @@ static void test_split_fashion_classes(void **state) {
     assert_int_equal(dataset_split(&fm_train, 0.2f, 1234, &tr, &va, &e), 0);
     assert_int_equal(tr.n, 48000);
     assert_int_equal(va.n, 12000);
-    int counts[DATA_N_CLASSES] = {0}, vcounts[DATA_N_CLASSES] = {0};
+    int counts[FASHION_CLASSES] = {0}, vcounts[FASHION_CLASSES] = {0};
     for (int i = 0; i < tr.n; i++) counts[tr.y[i]]++;
     for (int i = 0; i < va.n; i++) vcounts[va.y[i]]++;
-    for (int k = 0; k < DATA_N_CLASSES; k++) {
+    for (int k = 0; k < FASHION_CLASSES; k++) {
         assert_int_equal(counts[k] + vcounts[k], 6000);
         assert_true(vcounts[k] > 1000 && vcounts[k] < 1400); // a shuffle, not a sorted cut
     }

@@ -1,5 +1,6 @@
 // Heterogeneous data parallelism: the reduced gradient of a batch is the same whatever mix of
-// devices and weights computes it (dropout included), and a short run over a PoCL pthread
+// devices and weights computes it (dropout included; and, on a 3-channel network, with the
+// training batches augmented by random crops and flips), and a short run over a PoCL pthread
 // device, a PoCL basic (single-threaded) device and a CPU worker splits its batches by the
 // weights its calibration measured, and moves the weights as the same run on one device does.
 // PoCL is asked for both device kinds before anything touches OpenCL.
@@ -18,6 +19,7 @@
 #include "device.h"
 #include "engine.h"
 #include "model.h"
+#include "rng.h"
 #include "testutil.h"
 
 #define BATCH 60
@@ -53,10 +55,11 @@ static void batch_idx(const dataset *ds, int s, uint32_t *idx) {
     for (int i = 0; i < BATCH; i++) idx[i] = (uint32_t)(((s * BATCH + i) * 53 + 7) % ds->n);
 }
 
-// Runs STEPS steps on `spec`, each from the reference's weights before it; with `ref->grad[0]`
-// NULL, records the reference instead. Checks each step's gradient against the reference.
+// Runs STEPS steps on `spec`, each from the reference's weights before it, with the training
+// batches augmented by `aug` (NULL: none); with `ref->grad[0]` NULL, records the reference
+// instead. Checks each step's gradient against the reference.
 static void run_mix(const model *m, const dataset *ds, const char *spec, balance_mode bal,
-                    reference *ref) {
+                    const data_augment *aug, reference *ref) {
     ht_error e;
     float *p = malloc(sizeof(float) * m->n_params);
     model_init_params(m, p, 3);
@@ -65,6 +68,7 @@ static void run_mix(const model *m, const dataset *ds, const char *spec, balance
     engine *g = rig.g;
     int n = rig.n;
     engine_set_balance(g, bal, 1);
+    engine_set_augment(g, aug);
     uint32_t idx[BATCH];
     batch_idx(ds, 0, idx);
     if (bal == BALANCE_AUTO && engine_calibrate(g, ds, idx, BATCH, &e) < 0) fail_msg("%s", e.msg);
@@ -91,8 +95,8 @@ static void run_mix(const model *m, const dataset *ds, const char *spec, balance
             continue;
         }
         char what[512];
-        snprintf(what, sizeof what, "step %d mean gradient of %.200s (%s) vs cpu", s + 1, spec,
-                 bal == BALANCE_AUTO ? "calibrated" : "static weights");
+        snprintf(what, sizeof what, "step %d mean gradient of %.200s (%s%s) vs cpu", s + 1, spec,
+                 bal == BALANCE_AUTO ? "calibrated" : "static weights", aug ? ", augmented" : "");
         assert_true(check_step_grad(m, engine_grad(g), ref->grad[s], what));
     }
     test_rig_close(&rig);
@@ -108,11 +112,11 @@ static void test_sharding_invariance(void **state) {
     dataset ds;
     if (model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
     if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&ds, 500);
     reference ref = {0};
-    run_mix(&m, &ds, "cpu", BALANCE_STATIC, &ref);
+    run_mix(&m, &ds, "cpu", BALANCE_STATIC, NULL, &ref);
     char mixes[6][128];
     int nm = 0;
     snprintf(mixes[nm++], 128, "cpu:1,cpu:1");
@@ -124,10 +128,81 @@ static void test_sharding_invariance(void **state) {
     }
     for (int k = 0; k < nm; k++)
         for (int bal = 0; bal < 2; bal++)
-            run_mix(&m, &ds, mixes[k], bal ? BALANCE_AUTO : BALANCE_STATIC, &ref);
+            run_mix(&m, &ds, mixes[k], bal ? BALANCE_AUTO : BALANCE_STATIC, NULL, &ref);
     for (int s = 0; s < STEPS; s++) {
         free(ref.params[s]);
         free(ref.grad[s]);
+    }
+    dataset_free(&ds);
+    model_free(&m);
+}
+
+// A small 3-channel network (conv, max-pool, conv, dense) and 240 random 3x12x12 images.
+static const char rgb_cfg[] =
+    "[net]\nname = rgb_small\ninput = 3x12x12\nclasses = 10\noptimizer = sgd\nlr = 0.05\n"
+    "momentum = 0.9\nbatch = 60\nepochs = 1\nval_split = 0\n"
+    "[conv]\nfilters = 8\nsize = 3\npad = 1\nactivation = relu\n"
+    "[maxpool]\nsize = 2\n"
+    "[conv]\nfilters = 8\nsize = 3\npad = 1\nactivation = relu\n"
+    "[dense]\nunits = 10\n[softmax]\n";
+
+static void rgb_setup(model *m, dataset *ds) {
+    ht_error e;
+    char *dir = test_tmpdir("hetero-rgb");
+    char *cfg = test_write_file(dir, "rgb.cfg", rgb_cfg, sizeof rgb_cfg - 1);
+    if (model_init(m, cfg, &e) < 0) fail_msg("%s", e.msg);
+    free(cfg);
+    free(dir);
+    *ds = (dataset){.n = 240, .c = 3, .h = 12, .w = 12};
+    ds->x = malloc(sizeof(float) * 240 * 432);
+    ds->y = malloc(240);
+    ht_rng r;
+    ht_rng_seed(&r, 99);
+    for (int i = 0; i < 240 * 432; i++) ds->x[i] = (float)ht_rng_double(&r);
+    for (int i = 0; i < 240; i++) ds->y[i] = (uint8_t)(i % 10);
+}
+
+// Relative L2 distance of two gradients over the whole buffer.
+static double grad_dist(const model *m, const float *a, const float *b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / den);
+}
+
+// With crops and flips on, each device augments the samples the plan gives it, from (seed,
+// epoch, id): any mix computes the step that the CPU device alone computes, to the tolerances
+// of the unaugmented steps. That the batches were augmented at all shows in the reference: its
+// gradient is far from the same step's without augmentation.
+static void test_sharding_invariance_augmented(void **state) {
+    (void)state;
+    int have_cl = find_pocl();
+    model m;
+    dataset ds;
+    rgb_setup(&m, &ds);
+    const data_augment aug = {.crop = 3, .flip = 1};
+    reference ref = {0}, plain = {0};
+    run_mix(&m, &ds, "cpu", BALANCE_STATIC, &aug, &ref);
+    run_mix(&m, &ds, "cpu", BALANCE_STATIC, NULL, &plain);
+    double moved = grad_dist(&m, ref.grad[0], plain.grad[0]);
+    printf("augmented vs plain step 1 gradient: %.3g (relative L2)\n", moved);
+    assert_true(moved > 50 * TOL_GRAD_ROUNDING);
+    char mixes[5][128];
+    int nm = 0;
+    snprintf(mixes[nm++], 128, "cpu:1,cpu:1");
+    snprintf(mixes[nm++], 128, "cpu:1@5,cpu:1@1,cpu:1@2");
+    if (have_cl) {
+        snprintf(mixes[nm++], 128, "cpu,%s", pthread_spec);
+        snprintf(mixes[nm++], 128, "%s@1,%s@0.5,cpu@3", pthread_spec, basic_spec);
+    }
+    for (int k = 0; k < nm; k++) run_mix(&m, &ds, mixes[k], BALANCE_STATIC, &aug, &ref);
+    for (int s = 0; s < STEPS; s++) {
+        free(ref.params[s]);
+        free(ref.grad[s]);
+        free(plain.params[s]);
+        free(plain.grad[s]);
     }
     dataset_free(&ds);
     model_free(&m);
@@ -242,6 +317,7 @@ int main(void) {
     setenv("POCL_DEVICES", "pthread basic", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharding_invariance),
+        cmocka_unit_test(test_sharding_invariance_augmented),
         cmocka_unit_test(test_three_devices_balance_and_match),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

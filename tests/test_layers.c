@@ -106,7 +106,7 @@ static void expect_grad(const float *ana, const float *num, size_t n, float tol,
 // ---- conv2d ----
 
 typedef struct conv_shape {
-    int B, C, H, W, OC, K, stride, pad;
+    int B, C, H, W, OC, K, stride, pad; // pad < 0: Keras "same" (layers.h), maybe asymmetric
 } conv_shape;
 
 typedef struct conv_case {
@@ -120,8 +120,15 @@ static void conv_case_init(conv_case *c, conv_shape s, int nthreads, uint64_t se
     memset(c, 0, sizeof *c);
     c->s = s;
     c->nthreads = nthreads;
-    c->OH = conv_out_dim(s.H, s.K, s.stride, s.pad);
-    c->OW = conv_out_dim(s.W, s.K, s.stride, s.pad);
+    if (s.pad < 0) { // the before-pad, and outputs that may need one more row/column after
+        c->s.pad = same_pad_before(s.H, s.K, s.stride);
+        assert_int_equal(c->s.pad, same_pad_before(s.W, s.K, s.stride));
+        c->OH = same_out_dim(s.H, s.stride);
+        c->OW = same_out_dim(s.W, s.stride);
+    } else {
+        c->OH = conv_out_dim(s.H, s.K, s.stride, s.pad);
+        c->OW = conv_out_dim(s.W, s.K, s.stride, s.pad);
+    }
     c->nin = (size_t)s.B * s.C * s.H * s.W;
     c->nw = (size_t)s.OC * s.C * s.K * s.K;
     c->nout = (size_t)s.B * s.OC * c->OH * c->OW;
@@ -193,6 +200,11 @@ static const conv_shape conv_shapes[] = {
     {2, 2, 4, 1, 3, 3, 3, 2},  // W=1: kernel columns 0 and 1 only ever see padding
     {2, 1, 3, 1, 2, 3, 2, 1},  // W=1, pad 1, stride 2: kernel column 2 only sees padding
     {3, 4, 5, 5, 5, 1, 1, 0},  // 1x1
+    // Keras "same" (pad -1): the odd row/column of padding goes after.
+    {2, 3, 8, 8, 2, 3, 2, -1}, // stride 2, even size: pad 0 before, 1 after
+    {2, 2, 7, 7, 3, 3, 2, -1}, // stride 2, odd size: pad 1 before and after
+    {2, 2, 6, 6, 2, 4, 1, -1}, // even K, stride 1: pad 1 before, 2 after
+    {1, 3, 9, 9, 2, 5, 3, -1}, // stride 3: pad 1 before, 1 after
 };
 #define N_CONV_SHAPES (sizeof conv_shapes / sizeof conv_shapes[0])
 
@@ -307,10 +319,11 @@ static void test_conv_threads_agree(void **state) {
     conv_case_free(&c2);
 }
 
-// ---- maxpool ----
+// ---- max and average pooling ----
 
 typedef struct pool_case {
-    int B, C, H, W, K, stride, OH, OW;
+    int avg; // 0 max pooling, 1 average pooling, 2 global average pooling
+    int B, C, H, W, K, stride, pad, OH, OW;
     float *in, *out, *R;
     int32_t *argmax;
     size_t nin, nout;
@@ -318,15 +331,32 @@ typedef struct pool_case {
 
 static double pool_loss(void *ctx) {
     pool_case *p = ctx;
-    ref_maxpool_forward(p->out, p->argmax, p->in, p->B, p->C, p->H, p->W, p->K, p->stride,
-                        p->OH, p->OW, 2);
+    if (p->avg == 2)
+        ref_gavgpool_forward(p->out, p->in, p->B, p->C, p->H * p->W);
+    else if (p->avg)
+        ref_avgpool_forward(p->out, p->in, p->B, p->C, p->H, p->W, p->K, p->stride, p->pad,
+                            p->OH, p->OW);
+    else
+        ref_maxpool_forward(p->out, p->argmax, p->in, p->B, p->C, p->H, p->W, p->K, p->stride,
+                            p->pad, p->OH, p->OW, 2);
     return dot(p->out, p->R, p->nout);
 }
 
-static void pool_fd(int B, int C, int H, int W, int K, int stride, uint64_t seed) {
-    pool_case p = {.B = B, .C = C, .H = H, .W = W, .K = K, .stride = stride};
-    p.OH = conv_out_dim(H, K, stride, 0);
-    p.OW = conv_out_dim(W, K, stride, 0);
+// same: Keras "same" padding (windows clipped at both ends), else valid.
+static void pool_fd(int avg, int B, int C, int H, int W, int K, int stride, int same,
+                    uint64_t seed) {
+    pool_case p = {.avg = avg, .B = B, .C = C, .H = H, .W = W, .K = K, .stride = stride};
+    if (avg == 2) {
+        p.OH = p.OW = 1;
+    } else if (same) {
+        p.pad = same_pad_before(H, K, stride);
+        assert_int_equal(p.pad, same_pad_before(W, K, stride));
+        p.OH = same_out_dim(H, stride);
+        p.OW = same_out_dim(W, stride);
+    } else {
+        p.OH = conv_out_dim(H, K, stride, 0);
+        p.OW = conv_out_dim(W, K, stride, 0);
+    }
     p.nin = (size_t)B * C * H * W;
     p.nout = (size_t)B * C * p.OH * p.OW;
     // Distinct values 0.05 apart (a shuffled ramp): no window has a tie within 2*FD_EPS.
@@ -347,10 +377,17 @@ static void pool_fd(int B, int C, int H, int W, int K, int stride, uint64_t seed
 
     pool_loss(&p);
     memset(din, 0x7f, p.nin * sizeof *din); // must be overwritten, not added to
-    ref_maxpool_backward(din, p.R, p.argmax, B, C, H, W, p.OH, p.OW, 2);
+    if (avg == 2)
+        ref_gavgpool_backward(din, p.R, B, C, H * W);
+    else if (avg)
+        ref_avgpool_backward(din, p.R, B, C, H, W, K, stride, p.pad, p.OH, p.OW);
+    else
+        ref_maxpool_backward(din, p.R, p.argmax, B, C, H, W, p.OH, p.OW, 2);
     fd_grad(num, p.in, p.nin, pool_loss, &p);
     char name[64];
-    snprintf(name, sizeof name, "maxpool K=%d s=%d din", K, stride);
+    snprintf(name, sizeof name, "%s K=%d s=%d%s din",
+             avg == 2 ? "global avgpool" : avg ? "avgpool" : "maxpool", K, stride,
+             same ? " same" : "");
     expect_grad(din, num, p.nin, TOL_POOL_FD, name);
 
     free(p.in), free(p.R), free(p.out), free(p.argmax), free(din), free(num);
@@ -358,8 +395,79 @@ static void pool_fd(int B, int C, int H, int W, int K, int stride, uint64_t seed
 
 static void test_maxpool_grad_fd(void **state) {
     (void)state;
-    pool_fd(2, 3, 6, 8, 2, 2, 500); // the usual 2x2
-    pool_fd(2, 2, 7, 9, 3, 2, 501); // overlapping windows: shared winners receive sums
+    pool_fd(0, 2, 3, 6, 8, 2, 2, 0, 500); // the usual 2x2
+    pool_fd(0, 2, 2, 7, 9, 3, 2, 0, 501); // overlapping windows: shared winners receive sums
+    pool_fd(0, 2, 2, 7, 7, 2, 2, 1, 502); // "same": the last window clipped (pad 0 + 1)
+    pool_fd(0, 2, 2, 8, 8, 3, 2, 1, 503); // "same" overlapping, pad 0 before, 1 after
+    pool_fd(0, 1, 3, 7, 7, 3, 1, 1, 504); // "same" stride 1: pad 1 at both ends
+}
+
+static void test_avgpool_grad_fd(void **state) {
+    (void)state;
+    pool_fd(1, 2, 3, 6, 8, 2, 2, 0, 510); // the usual 2x2
+    pool_fd(1, 2, 2, 7, 9, 3, 2, 0, 511); // overlapping windows
+    pool_fd(1, 2, 2, 7, 7, 2, 2, 1, 512); // "same": clipped windows average fewer inputs
+    pool_fd(1, 2, 2, 8, 8, 3, 2, 1, 513); // "same" overlapping, pad 0 before, 1 after
+    pool_fd(1, 1, 3, 7, 7, 3, 1, 1, 514); // "same" stride 1: pad 1 at both ends
+    pool_fd(2, 2, 3, 2, 3, 0, 0, 0, 515); // global average pooling (a small plane: din = R/6)
+}
+
+// Known values: "same" average pooling does not count the padding; "same" max pooling never
+// picks it (inputs all negative, padding would be 0).
+static void test_pool_same_known(void **state) {
+    (void)state;
+    // 1 plane 3x3, K=2 stride 2, same: out 2x2, pad 0 before, 1 after.
+    const float in[9] = {-1, -2, -3, //
+                         -4, -5, -6, //
+                         -7, -8, -9};
+    assert_int_equal(same_pad_before(3, 2, 2), 0);
+    assert_int_equal(same_out_dim(3, 2), 2);
+    float out[4];
+    int32_t am[4];
+    ref_avgpool_forward(out, in, 1, 1, 3, 3, 2, 2, 0, 2, 2);
+    const float want_avg[4] = {-3, -4.5f, -7.5f, -9};
+    assert_memory_equal(out, want_avg, sizeof out);
+    ref_maxpool_forward(out, am, in, 1, 1, 3, 3, 2, 2, 0, 2, 2, 1);
+    const float want_max[4] = {-1, -3, -7, -9};
+    const int32_t want_am[4] = {0, 2, 6, 8};
+    assert_memory_equal(out, want_max, sizeof out);
+    assert_memory_equal(am, want_am, sizeof am);
+    const float dout[4] = {4, 2, 2, 1};
+    float din[9];
+    ref_avgpool_backward(din, dout, 1, 1, 3, 3, 2, 2, 0, 2, 2);
+    const float want_din[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    assert_memory_equal(din, want_din, sizeof din);
+}
+
+// A conv without a bias (Keras use_bias = False): the reference takes b NULL and db NULL,
+// its gradients are the finite differences', and the output is the biased one minus the bias.
+static void test_conv_no_bias(void **state) {
+    (void)state;
+    conv_case c;
+    conv_case_init(&c, (conv_shape){2, 3, 8, 8, 4, 3, 2, -1}, 1, 900);
+    float *biased = malloc(c.nout * sizeof *biased);
+    conv_fwd(&c);
+    memcpy(biased, c.out, c.nout * sizeof *biased);
+    free(c.b);
+    c.b = NULL;
+    conv_fwd(&c);
+    const int P = c.OH * c.OW;
+    float *bias = fill_uniform(c.s.OC, -1, 1, 902); // conv_case_init's bias draw
+    for (int n = 0; n < c.s.B; n++)
+        for (int oc = 0; oc < c.s.OC; oc++)
+            for (int p = 0; p < P; p++) {
+                const size_t i = ((size_t)n * c.s.OC + oc) * P + p;
+                assert_true(fabsf(biased[i] - bias[oc] - c.out[i]) <= 1e-5f);
+            }
+    float *din = malloc(c.nin * sizeof *din), *dw = calloc(c.nw, sizeof *dw);
+    conv_bwd(&c, din, dw, NULL, c.R);
+    float *num = malloc((c.nin > c.nw ? c.nin : c.nw) * sizeof *num);
+    fd_grad(num, c.in, c.nin, conv_loss, &c);
+    expect_grad(din, num, c.nin, TOL_CONV_FD, "conv no bias din");
+    fd_grad(num, c.w, c.nw, conv_loss, &c);
+    expect_grad(dw, num, c.nw, TOL_CONV_FD, "conv no bias dw");
+    free(num), free(din), free(dw), free(bias), free(biased);
+    conv_case_free(&c);
 }
 
 // Known values: first maximum wins a tie; an input that wins two overlapping windows gets
@@ -372,7 +480,7 @@ static void test_maxpool_ties_and_overlap(void **state) {
                          3, 4, 4};
     float out[4];
     int32_t am[4];
-    ref_maxpool_forward(out, am, in, 1, 1, 3, 3, 2, 1, 2, 2, 1);
+    ref_maxpool_forward(out, am, in, 1, 1, 3, 3, 2, 1, 0, 2, 2, 1);
     const int32_t want_am[4] = {1, 1, 4, 4};
     const float want_out[4] = {5, 5, 5, 5};
     assert_memory_equal(am, want_am, sizeof am);
@@ -788,6 +896,9 @@ int main(void) {
         cmocka_unit_test(test_conv_threads_agree),
         cmocka_unit_test(test_maxpool_grad_fd),
         cmocka_unit_test(test_maxpool_ties_and_overlap),
+        cmocka_unit_test(test_avgpool_grad_fd),
+        cmocka_unit_test(test_pool_same_known),
+        cmocka_unit_test(test_conv_no_bias),
         cmocka_unit_test(test_conv_nhwc_threads_agree),
         cmocka_unit_test(test_nhwc_layouts),
         cmocka_unit_test(test_dense_grad_fd),

@@ -388,9 +388,12 @@ static void test_model_add_errors(void **state) {
                      "kernel size 65: expected 1..64");
     expect_add_error(&m, &(layer_spec){.kind = LAYER_CONV2D, .filters = 4, .k = 7},
                      "kernel 7 does not fit input 6x6");
-    expect_add_error(&m, &(layer_spec){.kind = LAYER_CONV2D, .filters = 4, .k = 3, .pad = -1,
-                                       .stride = 2},
-                     "\"same\" padding needs stride 1");
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_MAXPOOL, .k = 2, .pad = 1},
+                     "layer 0 (maxpool): pad 1: pooling pads 0 (valid) or \"same\"");
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_AVGPOOL, .k = 7},
+                     "layer 0 (avgpool): window 7 does not fit input 6x6");
+    expect_add_error(&m, &(layer_spec){.kind = LAYER_RELU, .no_bias = 1},
+                     "layer 0 (relu): only conv and dense layers have a bias to leave out");
     expect_add_error(&m, &(layer_spec){.kind = LAYER_DENSE, .units = 70000},
                      "units 70000: expected 1..65536");
     expect_add_error(&m, &(layer_spec){.kind = LAYER_DENSE, .units = 4,
@@ -470,8 +473,8 @@ static void test_config_errors(void **state) {
     expect_cfg_error(NET "[dropout]\nrate = 0.5x\n",
                      "bad.cfg:5: [dropout] rate: expected a number in [0, 1), found \"0.5x\"");
     expect_cfg_error(NET "[conv]\nfilters = 2\nsize = 3\ninit = xavier\n",
-                     "bad.cfg:7: [conv] init: expected zeros|constant|lecun_uniform|"
-                     "glorot_uniform|truncated_normal, found \"xavier\"");
+                     "bad.cfg:7: [conv] init: initializer \"xavier\" is not supported; hetrain "
+                     "has zeros, ones, constant");
     // missing softmax: reported at the last section
     expect_cfg_error(NET "[dense]\nunits = 4\n",
                      "bad.cfg:4: layer 0 (dense): the model must end with softmax");
@@ -480,12 +483,29 @@ static void test_config_errors(void **state) {
     expect_cfg_error("[net]\ninput = 1x8x8\nconv_algo = fft\n" TAIL,
                      "bad.cfg:3: [net] conv_algo: expected direct|auto|winograd|winograd2, found "
                      "\"fft\"");
+    expect_cfg_error(NET "lr_schedule = step:0:0.5\n" TAIL,
+                     "bad.cfg:4: [net] lr_schedule: \"step:0:0.5\": EPOCHS must be an integer");
+    expect_cfg_error(NET "lr_schedule = linear\n" TAIL,
+                     "bad.cfg:4: [net] lr_schedule: expected step:EPOCHS:GAMMA, exp:GAMMA, cosine");
+    expect_cfg_error(NET "weight_decay = -1\n" TAIL, "bad.cfg:4: [net] weight_decay: expected a number");
+    expect_cfg_error(NET "weight_decay_mode = adamw\n" TAIL,
+                     "bad.cfg:4: [net] weight_decay_mode: expected l2|decoupled, found \"adamw\"");
     // 8x8 -> conv3 6x6 -> pool 3x3 -> pool 1x1 -> pool: nothing left
     expect_cfg_error(NET "[conv]\nfilters = 2\nsize = 3\n[maxpool]\nsize = 2\n[maxpool]\n"
                          "size = 2\n[maxpool]\nsize = 2\n" TAIL,
                      "bad.cfg:11: layer 3 (maxpool): window 2 does not fit input 1x1");
-    expect_cfg_error(NET "[conv]\nfilters = 2\nsize = 4\npad = same\n" TAIL,
-                     "bad.cfg:4: layer 0 (conv): \"same\" padding needs an odd kernel, got 4");
+    expect_cfg_error(NET "[maxpool]\nsize = 2\npad = 1\n" TAIL,
+                     "bad.cfg:4: layer 0 (maxpool): pad 1: pooling pads 0 (valid) or \"same\"");
+    expect_cfg_error(NET "[conv]\nfilters = 2\nsize = 3\nbias = no\n" TAIL,
+                     "bad.cfg:7: [conv] bias: expected 0|1|false|true, found \"no\"");
+    expect_cfg_error(NET "[globalavgpool]\nsize = 2\n" TAIL,
+                     "bad.cfg:5: [globalavgpool] unknown key \"size\"; expected one of: name");
+    expect_cfg_error(NET "[avgpool]\nstride = 2\n" TAIL, "bad.cfg:4: [avgpool] needs size");
+    // "same" on 8x7 with stride 2: 1 row but 0 columns of padding before.
+    expect_cfg_error("[net]\ninput = 1x8x7\nclasses = 4\n[conv]\nfilters = 2\nsize = 3\n"
+                     "stride = 2\npad = same\n" TAIL,
+                     "bad.cfg:4: layer 0 (conv): \"same\" padding of input 8x7 (window 3, "
+                     "stride 2) pads 0 rows but 1 columns before");
     expect_cfg_error(NET "[dense]\nunits = 5\n[softmax]\n",
                      "bad.cfg:6: layer 1 (softmax): input has 5 features");
     expect_cfg_error("[net]\nclasses = 4\n" TAIL, "bad.cfg:1: [net] input missing");
@@ -499,7 +519,7 @@ static void test_config_errors(void **state) {
     expect_cfg_error(NET "[dense]\nunits = 4\nunits = 5\n", "bad.cfg:6: [dense] units given twice");
     expect_cfg_error(NET "[dense]\n[softmax]\n", "bad.cfg:4: [dense] needs units");
     expect_cfg_error(NET "[dense]\nunits = 4\nactivation = tanh\n",
-                     "bad.cfg:6: [dense] activation: expected linear|relu, found \"tanh\"");
+                     "bad.cfg:6: [dense] activation: expected linear|relu|softmax, found \"tanh\"");
     expect_cfg_error(NET "[dense]\nunits = 4\nname = fc.x\n" "[softmax]\n",
                      "bad.cfg:4: layer 0 (dense): name \"fc.x\"");
 
@@ -525,6 +545,9 @@ static void test_config_sections(void **state) {
         "optimizer = adam\n"
         "lr = 0.001\n"
         "conv_algo = winograd2\n"
+        "lr_schedule = step:3:0.5\n"
+        "weight_decay = 5e-4\n"
+        "weight_decay_mode = decoupled\n"
         "[conv]\n"
         "  filters = 2\n"
         "  size = 3\n"
@@ -569,6 +592,155 @@ static void test_config_sections(void **state) {
     // Setup: given keys override, the rest are the 3-layer preset's.
     assert_int_equal(m.setup.optim, OPTIM_ADAM);
     assert_true(m.setup.lr == 0.001f && m.setup.batch == 1000 && m.setup.beta2 == 0.999f);
+    assert_true(m.setup.sched.kind == LR_SCHED_STEP && m.setup.sched.every == 3 &&
+                m.setup.sched.gamma == 0.5f);
+    assert_true(m.setup.weight_decay == 5e-4f && m.setup.wd_mode == WD_DECOUPLED);
+    model_free(&m);
+}
+
+// ---- average pooling, global average pooling, no bias, "same" padding for any stride -----
+
+// Keras's arithmetic, written out here independently of layers.h: "same" gives ceil(in/s)
+// outputs and pads max((out-1)*s + k - in, 0) in all, half of it (rounded down) before.
+static int keras_same_out(int in, int s) { return (int)ceil((double)in / s); }
+static int keras_same_before(int in, int k, int s) {
+    int total = (keras_same_out(in, s) - 1) * s + k - in;
+    return total > 0 ? total / 2 : 0;
+}
+
+static void test_same_padding_any_stride(void **state) {
+    (void)state;
+    // Odd and even sizes, strides 1..3, kernels 1..5, conv and both poolings.
+    static const layer_kind kinds[] = {LAYER_CONV2D, LAYER_MAXPOOL, LAYER_AVGPOOL};
+    for (int in = 5; in <= 8; in++)
+        for (int st = 1; st <= 3; st++)
+            for (int k = 1; k <= 5; k++)
+                for (int ki = 0; ki < 3; ki++) {
+                    model m;
+                    ht_error err = {{0}};
+                    assert_int_equal(model_begin(&m, "t", 2, in, in, 4, &err), 0);
+                    layer_spec s = {.kind = kinds[ki], .filters = 3, .k = k, .stride = st,
+                                    .pad = -1, .w_init = INIT_ZEROS};
+                    if (model_add(&m, &s, &err))
+                        fail_msg("in %d k %d s %d: %s", in, k, st, err.msg);
+                    const layer *L = &m.layers[0];
+                    assert_int_equal(L->oh, keras_same_out(in, st));
+                    assert_int_equal(L->ow, keras_same_out(in, st));
+                    assert_int_equal(L->pad, keras_same_before(in, k, st));
+                    assert_int_equal(L->stride, st);
+                    model_free(&m);
+                }
+}
+
+// A CIFAR-shaped network with every new option: shapes, parameter counts as Keras counts
+// them (a Conv2D has k*k*C*F weights plus F biases when use_bias), the tensor table without
+// the left-out biases, and model_layer_macs.
+static void test_new_kinds(void **state) {
+    (void)state;
+    model m;
+    ht_error err = {{0}};
+    assert_int_equal(model_begin(&m, "cifar", 3, 32, 32, 10, &err), 0);
+    const layer_spec specs[] = {
+        {.kind = LAYER_CONV2D, .filters = 16, .k = 3, .stride = 2, .pad = -1, .no_bias = 1,
+         .w_init = INIT_GLOROT_UNIFORM},                                         // 16x16x16
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_CONV2D, .filters = 32, .k = 3, .stride = 2, .pad = -1,
+         .w_init = INIT_GLOROT_UNIFORM},                                         // 32x8x8
+        {.kind = LAYER_AVGPOOL, .k = 3, .stride = 2, .pad = -1},                 // 32x4x4
+        {.kind = LAYER_CONV2D, .filters = 24, .k = 2, .stride = 1, .pad = -1,
+         .w_init = INIT_GLOROT_UNIFORM},                                         // 24x4x4
+        {.kind = LAYER_MAXPOOL, .k = 3, .stride = 3, .pad = -1},                 // 24x2x2
+        {.kind = LAYER_AVGPOOL, .k = 2},                                         // 24x1x1
+        {.kind = LAYER_GLOBAL_AVGPOOL},                                          // 24x1x1
+        {.kind = LAYER_DENSE, .units = 10, .no_bias = 1, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+        if (model_add(&m, &specs[i], &err)) fail_msg("layer %zu: %s", i, err.msg);
+    assert_int_equal(model_finish(&m, &err), 0);
+    static const int want[][3] = {{16, 16, 16}, {16, 16, 16}, {32, 8, 8}, {32, 4, 4},
+                                  {24, 4, 4},   {24, 2, 2},   {24, 1, 1}, {24, 1, 1},
+                                  {10, 1, 1},   {10, 1, 1}};
+    for (int l = 0; l < m.n_layers; l++) {
+        assert_int_equal(m.layers[l].oc, want[l][0]);
+        assert_int_equal(m.layers[l].oh, want[l][1]);
+        assert_int_equal(m.layers[l].ow, want[l][2]);
+    }
+    assert_string_equal(m.layers[3].name, "avgpool1");
+    assert_string_equal(m.layers[7].name, "gap1");
+    assert_string_equal(model_kind_name(LAYER_AVGPOOL), "avgpool");
+    assert_string_equal(model_kind_name(LAYER_GLOBAL_AVGPOOL), "globalavgpool");
+    // Keras: conv1 3*3*3*16 (no bias), conv2 3*3*16*32 + 32, conv3 2*2*32*24 + 24, dense
+    // 24*10 (no bias).
+    const size_t keras = 432 + (4608 + 32) + (3072 + 24) + 240;
+    assert_int_equal(m.n_params, keras);
+    assert_int_equal(m.layers[0].n_b, 0);
+    assert_true(m.layers[0].b_off == LAYER_NO_PARAM);
+    const model_tensor *t;
+    assert_int_equal(model_tensors(&m, &t), 6);
+    assert_string_equal(t[0].name, "conv1.weight");
+    assert_string_equal(t[1].name, "conv2.weight");
+    assert_string_equal(t[2].name, "conv2.bias");
+    assert_string_equal(t[4].name, "conv3.bias");
+    assert_string_equal(t[5].name, "fc1.weight");
+    assert_int_equal(model_output_tensors(&m, &t), 1);
+    assert_string_equal(t[0].name, "fc1.weight");
+    // Pooling costs no multiply-adds; conv1's output grid is 16x16.
+    assert_true(model_layer_macs(&m, 0, 0) == 16.0 * 16 * 16 * 27);
+    assert_true(model_layer_macs(&m, 3, 0) == 0 && model_layer_macs(&m, 7, 1) == 0);
+    // Initialisation leaves nothing out and touches nothing past the end.
+    float *p = malloc(m.n_params * sizeof *p);
+    model_init_params(&m, p, 7);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < m.n_params; i++) nonzero += p[i] != 0;
+    assert_true(nonzero >= m.n_params - 56); // all but the two zero-initialised biases
+    free(p);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    model_print_summary(&m, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "avgpool1 (avgpool)"));
+    assert_non_null(strstr(buf, "gap1 (globalavgpool)"));
+    assert_non_null(strstr(buf, "Total params: 8,408"));
+    free(buf);
+    model_free(&m);
+
+    // The example config models/cifar_small.cfg parses to the same kinds.
+    assert_int_equal(model_init_config(&m, HT_SOURCE_DIR "/models/cifar_small.cfg", &err), 0);
+    assert_int_equal(m.in_c, 3);
+    int kinds[LAYER_GLOBAL_AVGPOOL + 1] = {0};
+    for (int l = 0; l < m.n_layers; l++) kinds[m.layers[l].kind]++;
+    assert_true(kinds[LAYER_AVGPOOL] >= 1 && kinds[LAYER_GLOBAL_AVGPOOL] == 1);
+    assert_true(m.layers[0].stride == 2 || m.layers[1].stride == 2 || m.layers[2].stride == 2);
+    model_free(&m);
+}
+
+// bias = 0 and the new sections in a config.
+static void test_config_new_keys(void **state) {
+    (void)state;
+    static const char text[] = "[net]\ninput = 3x9x9\nclasses = 4\n"
+                               "[conv]\nfilters = 4\nsize = 3\nstride = 2\npad = same\n"
+                               "bias = 0\nactivation = relu\n"
+                               "[maxpool]\nsize = 2\nstride = 1\npad = same\n"
+                               "[avgpool]\nsize = 3\nstride = 2\npad = same\n"
+                               "[globalavgpool]\nname = gap\n"
+                               "[dense]\nunits = 4\nbias = 1\n[softmax]\n";
+    model m;
+    ht_error err = {{0}};
+    if (load_text(&m, "new.cfg", text, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(m.n_layers, 7);
+    assert_int_equal(m.layers[0].oh, 5); // ceil(9/2), pad 1 before and after
+    assert_int_equal(m.layers[0].pad, 1);
+    assert_int_equal(m.layers[0].n_b, 0);
+    assert_int_equal(m.layers[2].kind, LAYER_MAXPOOL);
+    assert_int_equal(m.layers[2].oh, 5); // stride 1 same: pad 0 before, 1 after
+    assert_int_equal(m.layers[3].kind, LAYER_AVGPOOL);
+    assert_int_equal(m.layers[3].oh, 3);
+    assert_int_equal(m.layers[4].kind, LAYER_GLOBAL_AVGPOOL);
+    assert_string_equal(m.layers[4].name, "gap");
+    assert_int_equal(m.layers[5].c, 4);
+    assert_int_equal(m.n_params, 3 * 3 * 3 * 4 + 4 * 4 + 4);
     model_free(&m);
 }
 
@@ -663,6 +835,9 @@ int main(void) {
         cmocka_unit_test(test_config_sections),
         cmocka_unit_test(test_summary),
         cmocka_unit_test(test_tensor_table),
+        cmocka_unit_test(test_same_padding_any_stride),
+        cmocka_unit_test(test_new_kinds),
+        cmocka_unit_test(test_config_new_keys),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

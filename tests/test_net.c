@@ -308,6 +308,49 @@ static void test_net_layouts(void **state) {
     model_free(&m);
 }
 
+// The layer options of Keras Sequential models on an RGB input: strided convs with "same"
+// padding (pad 0 before and 1 after on even sizes), a conv and a dense without a bias, average
+// and max pooling with "same" padding in the trunk, global average pooling ending the trunk,
+// and an average pooling after the dense layers (batch-wise).
+static void test_net_new_kinds(void **state) {
+    (void)state;
+    const layer_spec c[] = {
+        {.kind = LAYER_CONV2D, .filters = 8, .k = 3, .stride = 2, .pad = -1,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f}, // 8x8x8
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_CONV2D, .filters = 6, .k = 4, .stride = 1, .pad = -1, .no_bias = 1,
+         .w_init = INIT_GLOROT_UNIFORM},                                            // 6x8x8
+        {.kind = LAYER_AVGPOOL, .k = 3, .stride = 2, .pad = -1},                   // 6x4x4
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_MAXPOOL, .k = 3, .stride = 2, .pad = -1},                   // 6x2x2
+        {.kind = LAYER_CONV2D, .filters = 5, .k = 3, .stride = 2, .pad = -1,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f}, // 5x1x1
+        {.kind = LAYER_GLOBAL_AVGPOOL},
+        {.kind = LAYER_DENSE, .units = 4, .no_bias = 1, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    const layer_spec d[] = {
+        {.kind = LAYER_AVGPOOL, .k = 2, .stride = 1, .pad = -1},                   // 3x7x7
+        {.kind = LAYER_CONV2D, .filters = 4, .k = 3, .stride = 3, .pad = -1, .no_bias = 1,
+         .w_init = INIT_GLOROT_UNIFORM},                                            // 4x3x3
+        {.kind = LAYER_DENSE, .units = 12, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_GLOBAL_AVGPOOL},                                            // 12x1x1
+        {.kind = LAYER_AVGPOOL, .k = 1},
+        {.kind = LAYER_DENSE, .units = 3, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    model m;
+    build_model(&m, 3, 16, 16, 4, c, (int)(sizeof c / sizeof c[0]));
+    assert_int_equal(m.layers[0].oh, 8);
+    assert_int_equal(m.layers[6].oh, 1);
+    net_ref_check(&m, 2300);
+    model_free(&m);
+    build_model(&m, 3, 7, 7, 3, d, (int)(sizeof d / sizeof d[0]));
+    net_ref_check(&m, 2400);
+    model_free(&m);
+}
+
 // One SGD step of the 3-layer reference network on 64 Fashion-MNIST samples: on one CPU
 // device, and split over two CPU devices with unequal weights.
 static void run_step(const model *m, const dataset *ds, const char *devices, float *out,
@@ -337,7 +380,7 @@ static void test_engine_two_devices_equal_one(void **state) {
     ht_error e;
     if (model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
     if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&ds, 200);
     float *one = malloc(sizeof(float) * m.n_params), *two = malloc(sizeof(float) * m.n_params);
@@ -371,7 +414,7 @@ static void test_engine_restore_continues_exactly(void **state) {
     dataset ds;
     ht_error e;
     if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&ds, 400);
     enum { B = 32, BEFORE = 3, AFTER = 2 };
@@ -430,6 +473,7 @@ int main(void) {
         cmocka_unit_test(test_batch_composition_invariance),
         cmocka_unit_test(test_backward_overwrites),
         cmocka_unit_test(test_net_layouts),
+        cmocka_unit_test(test_net_new_kinds),
         cmocka_unit_test(test_engine_two_devices_equal_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -36,6 +36,10 @@
 #define FLOOR_SUM 0.1f
 // Max pooling selects; its backward adds in the CPU's window order: bit-identical.
 #define TOL_POOL 0.0f
+// Average pooling sums the same inputs in the same order as the CPU and divides by the same
+// count, but OpenCL's float division may be off by 2.5 ulp (OpenCL C 1.2, 7.4): relative to
+// max(|gpu|, |cpu|, 1), a few 1e-7. Its inputs and outputs are of magnitude <= 1.
+#define TOL_AVG 1e-6f
 // relu, dropout (same mask, same float scale), softmax backward (p - 1): bit-identical.
 #define TOL_EXACT 0.0f
 // Softmax in float on the device (exp within a few ulps, a float sum) vs expf and a double sum
@@ -63,14 +67,15 @@
 typedef struct tolset {
     float conv, conv_floor_k;
     float dense, dense_floor_k;
-    float pool, exact, xent;
+    float pool, avg, exact, xent;
 } tolset;
 
 static const tolset cl_tols = {.conv = TOL_CONV, .conv_floor_k = FLOOR_SUM, .dense = TOL_DENSE,
-                               .dense_floor_k = FLOOR_SUM, .pool = TOL_POOL, .exact = TOL_EXACT,
-                               .xent = TOL_XENT};
+                               .dense_floor_k = FLOOR_SUM, .pool = TOL_POOL, .avg = TOL_AVG,
+                               .exact = TOL_EXACT, .xent = TOL_XENT};
+// The CPU's average pooling sums and divides as the reference does (IEEE division): bit for bit.
 static const tolset cpu_tols = {.conv = TOL_NHWC, .conv_floor_k = FLOOR_NHWC, .pool = TOL_BITS,
-                                .exact = TOL_BITS};
+                                .avg = TOL_BITS, .exact = TOL_BITS};
 // The same ops by Winograd F(2x2,3x3), F(4x4,3x3) and F(2x2,5x5) where conv2d_wino_impl_ok
 // allows (direct elsewhere): their transforms add rounding that grows with the tile
 // (test_winograd bounds it per tile). Worst observed in this table's measure: 1.2e-6
@@ -93,14 +98,19 @@ static const tolset cpu_wino45_tols = {.conv = TOL_WINO45, .conv_floor_k = FLOOR
 
 // ---- the cases ----
 
+// pad < 0: Keras "same" (layers.h's same_pad_before/same_out_dim: the odd row/column of
+// padding after); nb: no bias (Keras use_bias = False).
 typedef struct conv_shape {
     int B, C, Cs, H, W, OC, K, stride, pad; // Cs: the CPU backend's input channel stride
+    int nb;
 } conv_shape;
 typedef struct pool_shape {
     int B, C, H, W, K, stride;
+    int same; // Keras "same" padding: windows clipped at both ends
 } pool_shape;
 typedef struct dense_shape {
     int B, IN, OUT;
+    int nb; // no bias
 } dense_shape;
 typedef struct dropout_shape {
     int B, C, HW, Cs; // N = C*HW elements per sample; the CPU backend's channel stride Cs
@@ -108,7 +118,9 @@ typedef struct dropout_shape {
     uint32_t ids[6];
 } dropout_shape;
 
-typedef enum op_kind { OP_CONV, OP_MAXPOOL, OP_DENSE, OP_RELU, OP_DROPOUT, OP_SOFTMAX } op_kind;
+typedef enum op_kind {
+    OP_CONV, OP_MAXPOOL, OP_AVGPOOL, OP_GAVGPOOL, OP_DENSE, OP_RELU, OP_DROPOUT, OP_SOFTMAX
+} op_kind;
 
 typedef struct layer_case {
     op_kind op;
@@ -123,6 +135,8 @@ typedef struct layer_case {
 
 #define CONV(...) {.op = OP_CONV, .conv = {__VA_ARGS__}}
 #define POOL(...) {.op = OP_MAXPOOL, .pool = {__VA_ARGS__}}
+#define APOOL(...) {.op = OP_AVGPOOL, .pool = {__VA_ARGS__}}
+#define GPOOL(B, C, H, W) {.op = OP_GAVGPOOL, .pool = {B, C, H, W, 1, 1, 0}}
 #define DENSE(...) {.op = OP_DENSE, .dense = {__VA_ARGS__}}
 
 static const layer_case cases[] = {
@@ -150,6 +164,14 @@ static const layer_case cases[] = {
     CONV(3, 4, 16, 5, 5, 5, 1, 1, 0),      // 1x1
     CONV(2, 2, 16, 4, 1, 3, 3, 1, 1),      // W=1
     CONV(2, 2, 16, 4, 1, 3, 3, 3, 2),      // W=1: kernel columns 0 and 1 only ever see padding
+    // Keras "same" padding (p -1) for any stride and K: before total/2, the rest after.
+    CONV(2, 3, 3, 32, 32, 16, 3, 2, -1),   // 3x32x32 RGB input, stride 2: pad 0 before, 1 after
+    CONV(2, 3, 16, 9, 9, 8, 3, 2, -1),     // stride 2, odd size: pad 1 and 1
+    CONV(2, 4, 16, 8, 8, 5, 4, 1, -1),     // even K stride 1: pad 1 before, 2 after
+    CONV(2, 4, 16, 8, 8, 5, 4, 1, -1, 1),  // ... without a bias
+    CONV(2, 5, 16, 10, 10, 6, 5, 3, -1),   // stride 3: pad 1 before, 2 after
+    CONV(2, 16, 16, 7, 7, 16, 3, 1, -1, 1), // 3x3 same stride 1 (Winograd's shape), no bias
+    CONV(2, 3, 16, 6, 7, 4, 3, 2, 1, 1),   // explicit pad, stride 2, no bias
     //   B   C   H   W  K  s
     POOL(3, 2, 8, 8, 2, 2),
     POOL(2, 3, 7, 9, 2, 2),    // odd sizes: the last row/column is dropped
@@ -160,9 +182,26 @@ static const layer_case cases[] = {
     POOL(3, 5, 6, 7, 3, 2),    // leftovers only, overlapping windows
     POOL(2, 32, 9, 9, 3, 2),   // overlapping windows on full vectors
     POOL(1, 16, 5, 5, 3, 1),   // stride 1: every input in up to 9 windows
+    POOL(2, 3, 7, 7, 2, 2, 1), // "same": the last row/column's windows clipped (pad 0 + 1)
+    POOL(2, 20, 8, 8, 3, 2, 1), // "same" overlapping, pad 0 before, 1 after; leftover channels
+    POOL(2, 16, 7, 9, 3, 1, 1), // "same" stride 1: pad 1 at both ends
+    POOL(2, 3, 9, 9, 2, 3, 0), // stride 3 > K: inputs in no window
+    POOL(2, 3, 9, 9, 3, 2, 1), // "same" with stride != K, pad 1 and 1
+    //    B   C   H   W  K  s  same
+    APOOL(3, 2, 8, 8, 2, 2),
+    APOOL(2, 3, 7, 9, 2, 2),    // odd sizes: the last row/column is dropped
+    APOOL(2, 20, 9, 9, 3, 2),   // overlapping windows, leftover channels
+    APOOL(2, 3, 7, 7, 2, 2, 1), // "same": clipped windows average fewer inputs
+    APOOL(2, 16, 8, 8, 3, 2, 1), // "same" overlapping, pad 0 before, 1 after
+    APOOL(1, 5, 7, 9, 3, 1, 1), // "same" stride 1: pad 1 at both ends
+    APOOL(2, 3, 9, 9, 2, 3),    // stride 3 > K: inputs in no window
+    GPOOL(3, 3, 32, 32),        // RGB-sized plane
+    GPOOL(2, 20, 5, 7),         // leftover channels, H != W
+    GPOOL(2, 16, 1, 1),         // a 1x1 plane: the identity
     DENSE(5, 37, 13),
     DENSE(64, 300, 128),
     DENSE(1, 10, 1),
+    DENSE(5, 37, 13, 1), // no bias
     {.op = OP_RELU},
     // Global sample ids, some above 2^31 (unsigned all the way through); 777 = 21 x 37.
     {.op = OP_DROPOUT,
@@ -179,15 +218,15 @@ static const layer_case cases[] = {
 // What an op is given and what the backend returns, in NCHW order. Outputs arrive NaN.
 typedef struct conv_io {
     const conv_shape *s;
-    int OH, OW, relu;                        // relu: conv + relu fused (conv_relu backends)
+    int pad, OH, OW, relu; // pad: the before-pad; relu: conv + relu fused (conv_relu backends)
     const float *in, *params, *dout, *grads0; // params and grads: np floats each
-    size_t np, w_off, b_off;
+    size_t np, w_off, b_off; // b_off LAYER_NO_PARAM: no bias
     float *out, *din, *g1, *g2; // g1: grads0 after a backward; g2: after another, din NULL
 } conv_io;
 
 typedef struct pool_io {
     const pool_shape *s;
-    int OH, OW;
+    int pad, OH, OW;
     const float *in, *dout;
     float *out, *din;
     int32_t *argmax; // the winners, for backends that keep them (has_argmax)
@@ -234,6 +273,8 @@ struct backend {
     int conv_relu, has_argmax;
     void (*conv)(backend *b, conv_io *io);
     void (*maxpool)(backend *b, pool_io *io);
+    void (*avgpool)(backend *b, pool_io *io);  // io->argmax unused
+    void (*gavgpool)(backend *b, pool_io *io); // global: OH = OW = 1
     void (*dense)(backend *b, dense_io *io);
     void (*relu)(backend *b, relu_io *io);
     void (*dropout)(backend *b, dropout_io *io);
@@ -341,43 +382,56 @@ static void nontrivial(backend *b, const float *ref, size_t n, const char *what)
 
 // ---- running a case: inputs, the reference, the backend, the comparisons ----
 
+// A window's before-pad and output size along one axis: as given, or Keras "same" (pad < 0).
+static int out_dim(int in, int K, int stride, int pad) {
+    return pad < 0 ? same_out_dim(in, stride) : conv_out_dim(in, K, stride, pad);
+}
+static int pad_of(int H, int W, int K, int stride, int pad) {
+    if (pad >= 0) return pad;
+    assert_int_equal(same_pad_before(H, K, stride), same_pad_before(W, K, stride));
+    return same_pad_before(H, K, stride);
+}
+
 static void run_conv(backend *b, const conv_shape *s, int relu, uint64_t seed) {
     arena a = {0};
     const int B = s->B, C = s->C, H = s->H, W = s->W, OC = s->OC, K = s->K;
-    const int OH = conv_out_dim(H, K, s->stride, s->pad);
-    const int OW = conv_out_dim(W, K, s->stride, s->pad);
+    const int pad = pad_of(H, W, K, s->stride, s->pad);
+    const int OH = out_dim(H, K, s->stride, s->pad), OW = out_dim(W, K, s->stride, s->pad);
     const size_t nin = (size_t)B * C * H * W, nout = (size_t)B * OC * OH * OW;
-    const size_t nw = (size_t)OC * C * K * K, np = PARAM_LEAD + nw + OC;
-    const size_t w_off = PARAM_LEAD, b_off = PARAM_LEAD + nw;
+    const size_t nb = s->nb ? 0 : (size_t)OC; // bias floats
+    const size_t nw = (size_t)OC * C * K * K, np = PARAM_LEAD + nw + nb;
+    const size_t w_off = PARAM_LEAD, b_off = nb ? PARAM_LEAD + nw : LAYER_NO_PARAM;
     char tag[128];
-    snprintf(tag, sizeof tag, "conv B%d C%d(Cs%d) %dx%d OC%d K%d s%d p%d%s", B, C, s->Cs, H, W,
-             OC, K, s->stride, s->pad, relu ? " + relu" : "");
+    snprintf(tag, sizeof tag, "conv B%d C%d(Cs%d) %dx%d OC%d K%d s%d p%d%s%s%s", B, C, s->Cs, H,
+             W, OC, K, s->stride, pad, s->pad < 0 ? " (same)" : "", nb ? "" : " no bias",
+             relu ? " + relu" : "");
     float *in = uniform(&a, nin, -1, 1, seed), *params = uniform(&a, np, -0.5f, 0.5f, seed + 1);
     float *dout = uniform(&a, nout, -1, 1, seed + 2), *grads0 = uniform(&a, np, -1, 1, seed + 3);
+    const float *bias = nb ? params + b_off : NULL;
 
     // Reference: forward (and relu), backward with din, then again without (accumulating
     // twice). With relu, dout is the relu output's gradient: the conv sees it where out > 0.
     float *ws = anew(&a, ref_conv2d_ws_floats(C, K, OC, OH, OW, 1) * sizeof(float));
     float *out_ref = anew(&a, nout * sizeof(float)), *din_ref = anew(&a, nin * sizeof(float));
     float *gr = anew(&a, nout * sizeof(float)), *ref2 = copy(&a, grads0, np);
-    ref_conv2d_forward(out_ref, in, params + w_off, params + b_off, B, C, H, W, OC, K,
-                       s->stride, s->pad, OH, OW, ws, 1);
+    ref_conv2d_forward(out_ref, in, params + w_off, bias, B, C, H, W, OC, K, s->stride, pad, OH,
+                       OW, ws, 1);
     for (size_t i = 0; i < nout; i++) {
         if (relu) out_ref[i] = out_ref[i] > 0.0f ? out_ref[i] : 0.0f;
         gr[i] = !relu || out_ref[i] > 0.0f ? dout[i] : 0.0f;
     }
-    ref_conv2d_backward(din_ref, ref2 + w_off, ref2 + b_off, gr, in, params + w_off, B, C, H, W,
-                        OC, K, s->stride, s->pad, OH, OW, ws, 1);
+    ref_conv2d_backward(din_ref, ref2 + w_off, nb ? ref2 + b_off : NULL, gr, in, params + w_off,
+                        B, C, H, W, OC, K, s->stride, pad, OH, OW, ws, 1);
     float *ref1 = copy(&a, ref2, np);
-    ref_conv2d_backward(NULL, ref2 + w_off, ref2 + b_off, gr, in, params + w_off, B, C, H, W, OC,
-                        K, s->stride, s->pad, OH, OW, ws, 1);
+    ref_conv2d_backward(NULL, ref2 + w_off, nb ? ref2 + b_off : NULL, gr, in, params + w_off, B,
+                        C, H, W, OC, K, s->stride, pad, OH, OW, ws, 1);
     nontrivial(b, out_ref, nout, tag);
     nontrivial(b, din_ref, nin, tag);
 
-    conv_io io = {.s = s, .OH = OH, .OW = OW, .relu = relu, .in = in, .params = params,
-                  .dout = dout, .grads0 = grads0, .np = np, .w_off = w_off, .b_off = b_off,
-                  .out = nans(&a, nout), .din = nans(&a, nin), .g1 = nans(&a, np),
-                  .g2 = nans(&a, np)};
+    conv_io io = {.s = s, .pad = pad, .OH = OH, .OW = OW, .relu = relu, .in = in,
+                  .params = params, .dout = dout, .grads0 = grads0, .np = np, .w_off = w_off,
+                  .b_off = b_off, .out = nans(&a, nout), .din = nans(&a, nin),
+                  .g1 = nans(&a, np), .g2 = nans(&a, np)};
     b->conv(b, &io);
 
     // Products summed per element: out C*K*K, din at most OC*K*K, dW and db B*OH*OW per pass.
@@ -389,45 +443,67 @@ static void run_conv(backend *b, const conv_shape *s, int relu, uint64_t seed) {
     expect(b, io.din, din_ref, nin, t->conv, floor_k(t->conv_floor_k, (double)OC * K * K),
            "%s backward din", tag);
     expect(b, io.g1 + w_off, ref1 + w_off, nw, t->conv, fl_grad1, "%s backward dW", tag);
-    expect(b, io.g1 + b_off, ref1 + b_off, (size_t)OC, t->conv, fl_grad1, "%s backward db", tag);
+    if (nb)
+        expect(b, io.g1 + b_off, ref1 + b_off, nb, t->conv, fl_grad1, "%s backward db", tag);
     expect(b, io.g1, grads0, PARAM_LEAD, t->exact, 1.0f, "%s backward: grads before w_off", tag);
     expect(b, io.g2 + w_off, ref2 + w_off, nw, t->conv, fl_grad2,
            "%s second backward (din NULL) dW", tag);
-    expect(b, io.g2 + b_off, ref2 + b_off, (size_t)OC, t->conv, fl_grad2,
-           "%s second backward (din NULL) db", tag);
+    if (nb)
+        expect(b, io.g2 + b_off, ref2 + b_off, nb, t->conv, fl_grad2,
+               "%s second backward (din NULL) db", tag);
     arena_free(&a);
 }
 
-static void run_maxpool(backend *b, const pool_shape *s, uint64_t seed) {
+// Max (kind OP_MAXPOOL), average (OP_AVGPOOL) or global average pooling (OP_GAVGPOOL).
+static void run_pool(backend *b, op_kind kind, const pool_shape *s, uint64_t seed) {
     arena a = {0};
     const int B = s->B, C = s->C, H = s->H, W = s->W, K = s->K;
-    const int OH = conv_out_dim(H, K, s->stride, 0), OW = conv_out_dim(W, K, s->stride, 0);
+    const int glob = kind == OP_GAVGPOOL, same = s->same ? -1 : 0;
+    const int pad = glob ? 0 : pad_of(H, W, K, s->stride, same);
+    const int OH = glob ? 1 : out_dim(H, K, s->stride, same);
+    const int OW = glob ? 1 : out_dim(W, K, s->stride, same);
     const size_t nin = (size_t)B * C * H * W, nout = (size_t)B * C * OH * OW;
-    char tag[64];
-    snprintf(tag, sizeof tag, "maxpool B%d C%d %dx%d K%d s%d", B, C, H, W, K, s->stride);
-    // Values on a coarse grid, so windows often hold ties: the first maximum must win.
+    char tag[96];
+    snprintf(tag, sizeof tag, "%s B%d C%d %dx%d K%d s%d%s",
+             kind == OP_MAXPOOL ? "maxpool" : glob ? "global avgpool" : "avgpool", B, C, H, W,
+             K, s->stride, s->same ? " same" : "");
+    // Max pooling: values on a coarse grid, so windows often hold ties (the first maximum must
+    // win), all negative, so padding taken for an input would win ("same").
     float *in = uniform(&a, nin, 0, 5, seed);
-    for (size_t i = 0; i < nin; i++) in[i] = floorf(in[i]) * 0.5f - 1.0f;
+    for (size_t i = 0; i < nin; i++)
+        in[i] = kind == OP_MAXPOOL ? floorf(in[i]) * 0.5f - 3.0f : in[i] * 0.4f - 1.0f;
     float *dout = uniform(&a, nout, -1, 1, seed + 1);
 
     float *out_ref = anew(&a, nout * sizeof(float)), *din_ref = anew(&a, nin * sizeof(float));
     int32_t *am_ref = anew(&a, nout * sizeof(int32_t));
-    ref_maxpool_forward(out_ref, am_ref, in, B, C, H, W, K, s->stride, OH, OW, 1);
-    ref_maxpool_backward(din_ref, dout, am_ref, B, C, H, W, OH, OW, 1);
+    if (kind == OP_MAXPOOL) {
+        ref_maxpool_forward(out_ref, am_ref, in, B, C, H, W, K, s->stride, pad, OH, OW, 1);
+        ref_maxpool_backward(din_ref, dout, am_ref, B, C, H, W, OH, OW, 1);
+    } else if (glob) {
+        ref_gavgpool_forward(out_ref, in, B, C, H * W);
+        ref_gavgpool_backward(din_ref, dout, B, C, H * W);
+    } else {
+        ref_avgpool_forward(out_ref, in, B, C, H, W, K, s->stride, pad, OH, OW);
+        ref_avgpool_backward(din_ref, dout, B, C, H, W, K, s->stride, pad, OH, OW);
+    }
     nontrivial(b, din_ref, nin, tag);
 
-    pool_io io = {.s = s, .OH = OH, .OW = OW, .in = in, .dout = dout, .out = nans(&a, nout),
-                  .din = nans(&a, nin), .argmax = anew(&a, nout * sizeof(int32_t))};
+    pool_io io = {.s = s, .pad = pad, .OH = OH, .OW = OW, .in = in, .dout = dout,
+                  .out = nans(&a, nout), .din = nans(&a, nin),
+                  .argmax = anew(&a, nout * sizeof(int32_t))};
     for (size_t i = 0; i < nout; i++) io.argmax[i] = -7;
-    b->maxpool(b, &io);
+    if (kind == OP_MAXPOOL) b->maxpool(b, &io);
+    else if (glob) b->gavgpool(b, &io);
+    else b->avgpool(b, &io);
 
-    expect(b, io.out, out_ref, nout, b->tol->pool, 1.0f, "%s forward out", tag);
-    if (b->has_argmax) {
-        char what[96];
+    const float tol = kind == OP_MAXPOOL ? b->tol->pool : b->tol->avg;
+    expect(b, io.out, out_ref, nout, tol, 1.0f, "%s forward out", tag);
+    if (kind == OP_MAXPOOL && b->has_argmax) {
+        char what[128];
         snprintf(what, sizeof what, "%s forward argmax", tag);
         expect_int(b, io.argmax, am_ref, nout, what);
     }
-    expect(b, io.din, din_ref, nin, b->tol->pool, 1.0f, "%s backward din", tag);
+    expect(b, io.din, din_ref, nin, tol, 1.0f, "%s backward din", tag);
     arena_free(&a);
 }
 
@@ -435,18 +511,22 @@ static void run_dense(backend *b, const dense_shape *s, uint64_t seed) {
     arena a = {0};
     const int B = s->B, IN = s->IN, OUT = s->OUT;
     const size_t nin = (size_t)B * IN, nout = (size_t)B * OUT, nw = (size_t)OUT * IN;
-    const size_t np = PARAM_LEAD + nw + OUT, w_off = PARAM_LEAD, b_off = PARAM_LEAD + nw;
+    const size_t nb = s->nb ? 0 : (size_t)OUT;
+    const size_t np = PARAM_LEAD + nw + nb, w_off = PARAM_LEAD;
+    const size_t b_off = nb ? PARAM_LEAD + nw : LAYER_NO_PARAM;
     char tag[64];
-    snprintf(tag, sizeof tag, "dense B%d IN%d OUT%d", B, IN, OUT);
+    snprintf(tag, sizeof tag, "dense B%d IN%d OUT%d%s", B, IN, OUT, nb ? "" : " no bias");
     float *in = uniform(&a, nin, -1, 1, seed), *params = uniform(&a, np, -0.5f, 0.5f, seed + 1);
     float *dout = uniform(&a, nout, -1, 1, seed + 2), *grads0 = uniform(&a, np, -1, 1, seed + 3);
 
     float *out_ref = anew(&a, nout * sizeof(float)), *din_ref = anew(&a, nin * sizeof(float));
     float *ref2 = copy(&a, grads0, np);
-    dense_forward(out_ref, in, params + w_off, params + b_off, B, IN, OUT, 1);
-    dense_backward(din_ref, ref2 + w_off, ref2 + b_off, dout, in, params + w_off, B, IN, OUT, 1);
+    dense_forward(out_ref, in, params + w_off, nb ? params + b_off : NULL, B, IN, OUT, 1);
+    dense_backward(din_ref, ref2 + w_off, nb ? ref2 + b_off : NULL, dout, in, params + w_off, B,
+                   IN, OUT, 1);
     float *ref1 = copy(&a, ref2, np);
-    dense_backward(NULL, ref2 + w_off, ref2 + b_off, dout, in, params + w_off, B, IN, OUT, 1);
+    dense_backward(NULL, ref2 + w_off, nb ? ref2 + b_off : NULL, dout, in, params + w_off, B, IN,
+                   OUT, 1);
 
     dense_io io = {.s = s, .in = in, .params = params, .dout = dout, .grads0 = grads0, .np = np,
                    .w_off = w_off, .b_off = b_off, .out = nans(&a, nout), .din = nans(&a, nin),
@@ -462,13 +542,14 @@ static void run_dense(backend *b, const dense_shape *s, uint64_t seed) {
     expect(b, io.din, din_ref, nin, t->dense, floor_k(t->dense_floor_k, OUT), "%s backward din",
            tag);
     expect(b, io.g1 + w_off, ref1 + w_off, nw, t->dense, fl_grad1, "%s backward dW", tag);
-    expect(b, io.g1 + b_off, ref1 + b_off, (size_t)OUT, t->dense, fl_grad1, "%s backward db",
-           tag);
+    if (nb)
+        expect(b, io.g1 + b_off, ref1 + b_off, nb, t->dense, fl_grad1, "%s backward db", tag);
     expect(b, io.g1, grads0, PARAM_LEAD, t->exact, 1.0f, "%s backward: grads before w_off", tag);
     expect(b, io.g2 + w_off, ref2 + w_off, nw, t->dense, fl_grad2,
            "%s second backward (din NULL) dW", tag);
-    expect(b, io.g2 + b_off, ref2 + b_off, (size_t)OUT, t->dense, fl_grad2,
-           "%s second backward (din NULL) db", tag);
+    if (nb)
+        expect(b, io.g2 + b_off, ref2 + b_off, nb, t->dense, fl_grad2,
+               "%s second backward (din NULL) db", tag);
     arena_free(&a);
 }
 
@@ -565,7 +646,13 @@ static void run_cases(backend *b) {
             if (b->conv_relu) run_conv(b, &c->conv, 1, seed);
             break;
         case OP_MAXPOOL:
-            if (b->maxpool) run_maxpool(b, &c->pool, seed);
+            if (b->maxpool) run_pool(b, c->op, &c->pool, seed);
+            break;
+        case OP_AVGPOOL:
+            if (b->avgpool) run_pool(b, c->op, &c->pool, seed);
+            break;
+        case OP_GAVGPOOL:
+            if (b->gavgpool) run_pool(b, c->op, &c->pool, seed);
             break;
         case OP_DENSE:
             if (b->dense) run_dense(b, &c->dense, seed);
@@ -615,7 +702,7 @@ static void cpu_conv(backend *b, conv_io *io) {
     const wino_ask *ask = b->ctx;
     const conv_impl impl = ask && ask->K == s->K ? ask->impl : CONV_DIRECT;
     const conv_geom g = {.C = s->C, .Cs = s->Cs, .H = s->H, .W = s->W, .OC = s->OC, .K = s->K,
-                         .stride = s->stride, .pad = s->pad, .OH = io->OH, .OW = io->OW,
+                         .stride = s->stride, .pad = io->pad, .OH = io->OH, .OW = io->OW,
                          .fwd = impl, .din = impl, .dw = impl};
     const size_t in_rows = (size_t)s->B * s->H * s->W, out_rows = (size_t)s->B * io->OH * io->OW;
     float *xin = nan_buf(in_rows * s->Cs), *xout = nan_buf(out_rows * OCs);
@@ -624,15 +711,16 @@ static void cpu_conv(backend *b, conv_io *io) {
     float *ws = malloc(conv2d_nhwc_ws_floats(&g, CPU_THREADS) * sizeof *ws);
     ref_to_nhwc(xin, io->in, s->B, s->C, s->Cs, s->H * s->W, NAN);
     ref_to_nhwc(xR, io->dout, s->B, s->OC, OCs, io->OH * io->OW, NAN);
-    const float *w = io->params + io->w_off, *bias = io->params + io->b_off;
+    const int nb = io->b_off != LAYER_NO_PARAM;
+    const float *w = io->params + io->w_off, *bias = nb ? io->params + io->b_off : NULL;
     const float *relu_out = io->relu ? xout : NULL;
     conv2d_nhwc_forward(xout, xin, w, bias, s->B, &g, io->relu, ws, CPU_THREADS);
     memcpy(io->g1, io->grads0, io->np * sizeof *io->g1);
-    conv2d_nhwc_backward(xdin, io->g1 + io->w_off, io->g1 + io->b_off, xR, relu_out, xin, w,
-                         s->B, &g, ws, CPU_THREADS);
+    conv2d_nhwc_backward(xdin, io->g1 + io->w_off, nb ? io->g1 + io->b_off : NULL, xR, relu_out,
+                         xin, w, s->B, &g, ws, CPU_THREADS);
     memcpy(io->g2, io->g1, io->np * sizeof *io->g2);
-    conv2d_nhwc_backward(NULL, io->g2 + io->w_off, io->g2 + io->b_off, xR, relu_out, xin, w,
-                         s->B, &g, ws, CPU_THREADS);
+    conv2d_nhwc_backward(NULL, io->g2 + io->w_off, nb ? io->g2 + io->b_off : NULL, xR, relu_out,
+                         xin, w, s->B, &g, ws, CPU_THREADS);
     if (!pad_channels_zero(xout, out_rows, s->OC, OCs))
         failed(b, "conv OC%d: forward output's pad channels are not zero", s->OC);
     if (!pad_channels_zero(xdin, in_rows, s->C, s->Cs))
@@ -642,22 +730,38 @@ static void cpu_conv(backend *b, conv_io *io) {
     free(xin), free(xout), free(xR), free(xdin), free(ws);
 }
 
-static void cpu_maxpool(backend *b, pool_io *io) {
-    (void)b;
+// Pooling on NHWC tensors whose channel stride is the channel count rounded up to whole
+// vectors, the pad channels holding NaN on the way in (pooled per channel, they must stay in
+// their channel).
+static void cpu_pool(backend *b, pool_io *io, op_kind kind) {
     const pool_shape *s = io->s;
-    const int C = s->C, HW = s->H * s->W, OHW = io->OH * io->OW;
-    float *xin = nan_buf((size_t)s->B * HW * C), *xg = nan_buf((size_t)s->B * OHW * C);
-    float *xout = nan_buf((size_t)s->B * OHW * C), *xdin = nan_buf((size_t)s->B * HW * C);
-    ref_to_nhwc(xin, io->in, s->B, C, C, HW, 0);
-    ref_to_nhwc(xg, io->dout, s->B, C, C, OHW, 0);
-    maxpool_nhwc_forward(xout, xin, s->B, C, s->H, s->W, s->K, s->stride, io->OH, io->OW,
-                         CPU_THREADS);
-    maxpool_nhwc_backward(xdin, xg, xin, s->B, C, s->H, s->W, s->K, s->stride, io->OH, io->OW,
-                          CPU_THREADS);
-    ref_to_nchw(io->out, xout, s->B, C, C, OHW);
-    ref_to_nchw(io->din, xdin, s->B, C, C, HW);
+    const int C = s->C, Cs = conv_cpad(C), HW = s->H * s->W, OHW = io->OH * io->OW;
+    float *xin = nan_buf((size_t)s->B * HW * Cs), *xg = nan_buf((size_t)s->B * OHW * Cs);
+    float *xout = nan_buf((size_t)s->B * OHW * Cs), *xdin = nan_buf((size_t)s->B * HW * Cs);
+    ref_to_nhwc(xin, io->in, s->B, C, Cs, HW, NAN);
+    ref_to_nhwc(xg, io->dout, s->B, C, Cs, OHW, NAN);
+    const pool_geom g = {.Cs = Cs, .H = s->H, .W = s->W, .K = s->K, .stride = s->stride,
+                         .pad = io->pad, .OH = io->OH, .OW = io->OW};
+    if (kind == OP_MAXPOOL) {
+        maxpool_nhwc_forward(xout, xin, s->B, &g, CPU_THREADS);
+        maxpool_nhwc_backward(xdin, xg, xin, s->B, &g, CPU_THREADS);
+    } else if (kind == OP_AVGPOOL) {
+        avgpool_nhwc_forward(xout, xin, s->B, &g, CPU_THREADS);
+        avgpool_nhwc_backward(xdin, xg, s->B, &g, CPU_THREADS);
+    } else {
+        for (int i = 0; i < s->B; i++) {
+            gavgpool_nhwc_forward_one(xout + (size_t)i * Cs, xin + (size_t)i * HW * Cs, Cs, HW);
+            gavgpool_nhwc_backward_one(xdin + (size_t)i * HW * Cs, xg + (size_t)i * Cs, Cs, HW);
+        }
+    }
+    (void)b;
+    ref_to_nchw(io->out, xout, s->B, C, Cs, OHW);
+    ref_to_nchw(io->din, xdin, s->B, C, Cs, HW);
     free(xin), free(xg), free(xout), free(xdin);
 }
+static void cpu_maxpool(backend *b, pool_io *io) { cpu_pool(b, io, OP_MAXPOOL); }
+static void cpu_avgpool(backend *b, pool_io *io) { cpu_pool(b, io, OP_AVGPOOL); }
+static void cpu_gavgpool(backend *b, pool_io *io) { cpu_pool(b, io, OP_GAVGPOOL); }
 
 // dropout_nhwc_apply masks element (c, p) as dropout_forward masks NCHW element c*HW + p, and
 // zeroes pad channels (given nonzero here).
@@ -680,7 +784,8 @@ static void cpu_dropout(backend *b, dropout_io *io) {
 static void test_parity_cpu(void **state) {
     (void)state;
     backend b = {.name = "cpu (layers.h, channels-last)", .tol = &cpu_tols, .conv_relu = 1,
-                 .conv = cpu_conv, .maxpool = cpu_maxpool, .dropout = cpu_dropout};
+                 .conv = cpu_conv, .maxpool = cpu_maxpool, .avgpool = cpu_avgpool,
+                 .gavgpool = cpu_gavgpool, .dropout = cpu_dropout};
     run_cases(&b);
     printf("%s: %d op checks failed\n", b.name, b.fails);
     assert_int_equal(b.fails, 0);
@@ -768,15 +873,15 @@ static void cl_conv(backend *b, conv_io *io) {
     cl_mem d_din = dbuf(t, io->din, nin * fl), d_grads = dbuf(t, io->grads0, io->np * fl);
     cl_mem d_scr = dbuf(t, scr_nan, nscr * fl);
     OK(t, ocl_conv2d_forward(&t->o, d_out, d_in, d_par, io->w_off, io->b_off, B, C, H, W, OC, K,
-                             s->stride, s->pad, OH, OW, d_scr, &t->err));
+                             s->stride, io->pad, OH, OW, d_scr, &t->err));
     dread(t, d_out, io->out, nout * fl);
     dwrite(t, d_scr, scr_nan, nscr * fl);
     OK(t, ocl_conv2d_backward(&t->o, d_din, d_grads, io->w_off, io->b_off, d_dout, d_in, d_par,
-                              B, C, H, W, OC, K, s->stride, s->pad, OH, OW, d_scr, &t->err));
+                              B, C, H, W, OC, K, s->stride, io->pad, OH, OW, d_scr, &t->err));
     dread(t, d_din, io->din, nin * fl);
     dread(t, d_grads, io->g1, io->np * fl);
     OK(t, ocl_conv2d_backward(&t->o, NULL, d_grads, io->w_off, io->b_off, d_dout, d_in, d_par,
-                              B, C, H, W, OC, K, s->stride, s->pad, OH, OW, d_scr, &t->err));
+                              B, C, H, W, OC, K, s->stride, io->pad, OH, OW, d_scr, &t->err));
     dread(t, d_grads, io->g2, io->np * fl);
     cl_end(t);
     free(scr_nan);
@@ -791,11 +896,41 @@ static void cl_maxpool(backend *b, pool_io *io) {
     cl_mem d_am = dbuf(t, io->argmax, nout * sizeof(int32_t));
     cl_mem d_dout = dbuf(t, io->dout, nout * fl), d_din = dbuf(t, io->din, nin * fl);
     OK(t, ocl_maxpool_forward(&t->o, d_out, d_am, d_in, s->B, s->C, s->H, s->W, s->K, s->stride,
-                              io->OH, io->OW, &t->err));
+                              io->pad, io->OH, io->OW, &t->err));
     dread(t, d_out, io->out, nout * fl);
     dread(t, d_am, io->argmax, nout * sizeof(int32_t));
     OK(t, ocl_maxpool_backward(&t->o, d_din, d_dout, d_am, s->B, s->C, s->H, s->W, s->K,
-                               s->stride, io->OH, io->OW, &t->err));
+                               s->stride, io->pad, io->OH, io->OW, &t->err));
+    dread(t, d_din, io->din, nin * fl);
+    cl_end(t);
+}
+
+static void cl_avgpool(backend *b, pool_io *io) {
+    cl_env *t = b->ctx;
+    const pool_shape *s = io->s;
+    const size_t nin = (size_t)s->B * s->C * s->H * s->W;
+    const size_t nout = (size_t)s->B * s->C * io->OH * io->OW, fl = sizeof(float);
+    cl_mem d_in = dbuf(t, io->in, nin * fl), d_out = dbuf(t, io->out, nout * fl);
+    cl_mem d_dout = dbuf(t, io->dout, nout * fl), d_din = dbuf(t, io->din, nin * fl);
+    OK(t, ocl_avgpool_forward(&t->o, d_out, d_in, s->B, s->C, s->H, s->W, s->K, s->stride,
+                              io->pad, io->OH, io->OW, &t->err));
+    OK(t, ocl_avgpool_backward(&t->o, d_din, d_dout, s->B, s->C, s->H, s->W, s->K, s->stride,
+                               io->pad, io->OH, io->OW, &t->err));
+    dread(t, d_out, io->out, nout * fl);
+    dread(t, d_din, io->din, nin * fl);
+    cl_end(t);
+}
+
+static void cl_gavgpool(backend *b, pool_io *io) {
+    cl_env *t = b->ctx;
+    const pool_shape *s = io->s;
+    const size_t nin = (size_t)s->B * s->C * s->H * s->W, nout = (size_t)s->B * s->C;
+    const size_t fl = sizeof(float);
+    cl_mem d_in = dbuf(t, io->in, nin * fl), d_out = dbuf(t, io->out, nout * fl);
+    cl_mem d_dout = dbuf(t, io->dout, nout * fl), d_din = dbuf(t, io->din, nin * fl);
+    OK(t, ocl_gavgpool_forward(&t->o, d_out, d_in, s->B, s->C, s->H, s->W, &t->err));
+    OK(t, ocl_gavgpool_backward(&t->o, d_din, d_dout, s->B, s->C, s->H, s->W, &t->err));
+    dread(t, d_out, io->out, nout * fl);
     dread(t, d_din, io->din, nin * fl);
     cl_end(t);
 }
@@ -917,7 +1052,8 @@ static void test_parity_opencl(void **state) {
         if (err != CL_SUCCESS) fail_msg("%s: clCreateCommandQueue: %s", label, ocl_error_name(err));
         if (ocl_ops_init(&t->o, t->ctx, t->q, prog, label, &e) < 0) fail_msg("%s", e.msg);
         backend b = {.name = label, .tol = &cl_tols, .ctx = t, .has_argmax = 1,
-                     .conv = cl_conv, .maxpool = cl_maxpool, .dense = cl_dense, .relu = cl_relu,
+                     .conv = cl_conv, .maxpool = cl_maxpool, .avgpool = cl_avgpool,
+                     .gavgpool = cl_gavgpool, .dense = cl_dense, .relu = cl_relu,
                      .dropout = cl_dropout, .softmax = cl_softmax};
         cl_check_fill(&b);
         run_cases(&b);

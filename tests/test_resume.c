@@ -4,6 +4,7 @@
 // the run's trajectory; a resume that would change the run, or a damaged checkpoint, is refused
 // with a clear message.
 #include <setjmp.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -301,6 +302,66 @@ static void test_checkpoint_disk_full(void **state) {
     }
 }
 
+// A learning-rate schedule and weight decay are part of the run: killed mid-epoch and resumed,
+// a cosine-scheduled run with L2 weight decay ends with the uninterrupted run's bits and
+// metrics, lr column included; its lr column is the schedule's rate of each epoch's last step;
+// a resume that names another schedule or weight decay is refused.
+#define SCHED "--lr-schedule cosine --weight-decay 0.01"
+static void test_schedule_resume(void **state) {
+    (void)state;
+    char args[8192], *out;
+    snprintf(args, sizeof args, RUN " " WHERE " " SCHED " --out '%s' --name sref --save '%s/sref.safetensors'",
+             data.args, data.dir, data.dir);
+    if (run(NULL, args, &out) != 0) fail_msg("scheduled reference run failed:\n%s", out);
+    free(out);
+    // 3 epochs of 10 steps: epoch e's last step is s = 10e + 9 of T = 30, after s updates;
+    // lr_t = 0.05 * 0.5 * (1 + cos(pi*s/T)) / (1 + 1e-6 * s) (the preset's lr and decay).
+    char path[1200];
+    snprintf(path, sizeof path, "%s/sref.metrics.csv", data.dir);
+    for (int ep = 0; ep < 3; ep++) {
+        int st = 10 * ep + 9;
+        double want = 0.05 * 0.5 * (1 + cos(M_PI * st / 30.0)) / (1 + 1e-6 * st);
+        double got = test_metrics_value(path, ep, "lr");
+        if (!(fabs(got - want) <= 1e-6 * want)) // the rate is a float: 2^-24 relative
+            fail_msg("epoch %d: lr column %.9g, want %.9g", ep, got, want);
+    }
+    snprintf(args, sizeof args, RUN " " WHERE " " SCHED " --checkpoint-every 4 --out '%s' --name sk",
+             data.args, data.dir);
+    int rc = run("kill:cpu:1@14", args, &out);
+    if (rc != KILLED) fail_msg("expected the run to be killed, exit %d\n%s", rc, out);
+    free(out);
+    // Resumed without the options: the checkpoint keeps them.
+    snprintf(args, sizeof args, "train --resume '%s/sk' " WHERE " --save '%s/sk.safetensors'",
+             data.dir, data.dir);
+    if (run(NULL, args, &out) != 0) fail_msg("resume: %s", out);
+    free(out);
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/sref.safetensors", data.dir);
+    snprintf(b, sizeof b, "%s/sk.safetensors", data.dir);
+    expect_same_file(a, b);
+    snprintf(b, sizeof b, "%s/sk.metrics.csv", data.dir);
+    char *x = det_columns(path), *y = det_columns(b);
+    if (strcmp(x, y)) fail_msg("metrics differ:\n%s\nvs reference\n%s", y, x);
+    free(x);
+    free(y);
+    for (int ep = 0; ep < 3; ep++)
+        assert_true(test_metrics_value(b, ep, "lr") == test_metrics_value(path, ep, "lr"));
+    // Another schedule or weight decay on resume is refused, in one line.
+    const char *changes[][2] = {
+        {"--lr-schedule exp:0.5", "--lr-schedule"},
+        {"--lr-schedule none", "--lr-schedule"},
+        {"--weight-decay 0.02", "--weight-decay"},
+        {"--weight-decay-mode decoupled", "--weight-decay-mode"},
+    };
+    for (size_t k = 0; k < sizeof changes / sizeof changes[0]; k++) {
+        snprintf(args, sizeof args, "train --resume '%s/sref' %s " WHERE, data.dir, changes[k][0]);
+        char *msg = test_expect_cli(args, 1, changes[k][1]);
+        if (!strstr(msg, "differs from the run being resumed") || strchr(msg, '\n') != strrchr(msg, '\n'))
+            fail_msg("%s: expected a one-line refusal, got:\n%s", changes[k][0], msg);
+        free(msg);
+    }
+}
+
 int main(void) {
     setenv("POCL_DEVICES", "pthread", 0);
     const struct CMUnitTest tests[] = {
@@ -310,6 +371,7 @@ int main(void) {
         cmocka_unit_test(test_resume_on_other_devices),
         cmocka_unit_test(test_resume_refusals),
         cmocka_unit_test(test_checkpoint_disk_full),
+        cmocka_unit_test(test_schedule_resume),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

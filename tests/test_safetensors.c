@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "checkpoint.h"
 #include "jsonkeys.h"
 #include "safetensors.h"
 #include "testutil.h"
@@ -240,6 +241,75 @@ static void test_round_trip(void **state) {
     free(dst);
     free(dir);
     tm_free(&t);
+}
+
+// Whether the string s occurs in the len bytes at p.
+static int has_bytes(const char *p, size_t len, const char *s) {
+    const size_t n = strlen(s);
+    for (size_t i = 0; i + n <= len; i++)
+        if (!memcmp(p + i, s, n)) return 1;
+    return 0;
+}
+
+// A model with layers without a bias (models/cifar_small.cfg: conv2 has bias = 0): its
+// weights file and checkpoint hold no "conv2.bias" and load back bit for bit; a file of the
+// same model with the bias is refused, naming the tensor.
+static void test_round_trip_no_bias(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("st-nobias");
+    assert_non_null(dir);
+    char path[1024];
+    ht_error e;
+    model m;
+    if (model_init_config(&m, HT_SOURCE_DIR "/models/cifar_small.cfg", &e)) fail_msg("%s", e.msg);
+    const int conv2 = model_find_layer(&m, "conv2");
+    assert_true(conv2 >= 0 && m.layers[conv2].n_b == 0);
+    for (int i = 0; i < m.n_tensors; i++) assert_string_not_equal(m.tensors[i].name, "conv2.bias");
+    float *src = finite_bits(m.n_params, 31), *dst = random_bits(m.n_params, 32);
+    snprintf(path, sizeof path, "%s/nb.safetensors", dir);
+    assert_int_equal(safetensors_save(path, &m, src, &e), 0);
+    assert_int_equal(safetensors_load(path, &m, dst, &e), 0);
+    assert_memory_equal(src, dst, m.n_params * sizeof *src);
+    size_t len = 0;
+    char *text = test_read_file(path, &len);
+    assert_non_null(text);
+    assert_false(has_bytes(text, len, "\"conv2.bias\""));
+    assert_true(has_bytes(text, len, "\"conv1.bias\""));
+    free(text);
+
+    snprintf(path, sizeof path, "%s/nb.ckpt", dir);
+    const char *meta[] = {"k", "v"};
+    assert_int_equal(checkpoint_write(path, &m, src, NULL, 0, meta, 1, &e), 0);
+    checkpoint c;
+    memset(dst, 0, m.n_params * sizeof *dst);
+    if (checkpoint_read(path, &m, dst, &c, &e)) fail_msg("%s", e.msg);
+    assert_memory_equal(src, dst, m.n_params * sizeof *src);
+    checkpoint_free(&c);
+
+    // The same network with conv2's bias: its weights do not load into the model without.
+    model mb;
+    if (model_init_config(&mb, HT_SOURCE_DIR "/models/cifar_small.cfg", &e)) fail_msg("%s", e.msg);
+    mb.layers[conv2].n_b = (size_t)mb.layers[conv2].oc;
+    mb.layers[conv2].b_off = mb.layers[conv2].w_off + mb.layers[conv2].n_w;
+    for (int l = conv2 + 1; l < mb.n_layers; l++)
+        if (mb.layers[l].w_off != LAYER_NO_PARAM) {
+            mb.layers[l].w_off += mb.layers[conv2].n_b;
+            if (mb.layers[l].n_b) mb.layers[l].b_off += mb.layers[conv2].n_b;
+        }
+    mb.n_params += mb.layers[conv2].n_b;
+    if (model_finish(&mb, &e)) fail_msg("%s", e.msg);
+    float *sb = finite_bits(mb.n_params, 33);
+    snprintf(path, sizeof path, "%s/b.safetensors", dir);
+    assert_int_equal(safetensors_save(path, &mb, sb, &e), 0);
+    assert_int_equal(safetensors_load(path, &m, dst, &e), -1);
+    printf("expected failure: %s\n", e.msg);
+    assert_non_null(strstr(e.msg, "conv2.bias"));
+    free(sb);
+    model_free(&mb);
+    free(src);
+    free(dst);
+    model_free(&m);
+    free(dir);
 }
 
 // What safetensors_save writes, read back with json-c: names, shapes, offsets, alignment.
@@ -786,7 +856,7 @@ static void test_save_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_saved_layout),
+        cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_round_trip_no_bias),      cmocka_unit_test(test_saved_layout),
         cmocka_unit_test(test_python_layout),   cmocka_unit_test(test_dtype_conversion),
         cmocka_unit_test(test_malformed),       cmocka_unit_test(test_save_errors),
         cmocka_unit_test(test_header_strictness), cmocka_unit_test(test_jsonkeys),

@@ -453,7 +453,7 @@ static void test_tuned_gradient_matches(void **state) {
     if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
     dataset ds;
     if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&ds, BATCH);
     float *init = malloc(sizeof(float) * m.n_params);

@@ -143,7 +143,9 @@ static errs run_case(const case_shape *s, conv_impl impl, uint64_t seed) {
     // corner without padding) carries the rounding of its tile's largest.
     const int m = impl == CONV_DIRECT ? 1 : (int)impl;
     tile_max(S_out, B * OC, OH, OW, m);
-    if (conv2d_wino_ok(&(conv_geom){.K = K, .stride = 1, .pad = pad, .Cs = s->Cs}, CONV_DIR_DIN))
+    if (conv2d_wino_ok(&(conv_geom){.H = H, .W = W, .K = K, .stride = 1, .pad = pad, .OH = OH,
+                                    .OW = OW, .Cs = s->Cs},
+                       CONV_DIR_DIN))
         tile_max(S_din, B * C, H, W, m);
     // Likewise the weight gradient's K x K taps of one (oc, c) come out of one transform.
     if (m > 1) tile_max(S_dw, OC * C, K, K, K);
@@ -639,7 +641,7 @@ static void step_vs_direct(const char *preset, const conv_algo *algos, int n) {
     if (model_init_preset(&m, preset, &e) < 0) fail_msg("%s", e.msg);
     dataset tr;
     if (dataset_load_idx(&tr, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     float *params = malloc(m.n_params * sizeof *params);
     model_init_params(&m, params, 7);
@@ -700,6 +702,30 @@ static void test_step_winograd_5x5_vs_direct(void **state) {
     step_vs_direct("cnn2", algos, 3);
 }
 
+// Winograd's tiles assume the last rows and columns are padded as the first: a 3x3 or 5x5
+// stride-1 geometry with another after-pad (one row or column fewer or more than the
+// before-pad) runs direct in every direction; the symmetric ones ("same", valid, explicit
+// pads) may run Winograd. (Keras "same" on odd kernels at stride 1 is always symmetric.)
+static void test_wino_ok_padding(void **state) {
+    (void)state;
+    static const conv_dir dirs[] = {CONV_DIR_FWD, CONV_DIR_DIN, CONV_DIR_DW};
+    for (int K = 3; K <= 5; K += 2)
+        for (int pad = 0; pad <= K - 1; pad++)
+            for (int d = 0; d < 3; d++) {
+                conv_geom g = {.C = 4, .Cs = 16, .H = 9, .W = 8, .OC = 16, .K = K, .stride = 1,
+                               .pad = pad};
+                g.OH = conv_out_dim(g.H, K, 1, pad);
+                g.OW = conv_out_dim(g.W, K, 1, pad);
+                assert_true(conv2d_wino_ok(&g, dirs[d]));
+                g.OH++; // one more row of padding at the bottom
+                assert_false(conv2d_wino_ok(&g, dirs[d]));
+                g.OH--, g.OW--; // one column fewer on the right
+                assert_false(conv2d_wino_ok(&g, dirs[d]));
+            }
+    assert_int_equal(same_pad_before(7, 3, 1), 1);
+    assert_int_equal(same_out_dim(7, 1), 7);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_direct),
@@ -710,6 +736,7 @@ int main(void) {
         cmocka_unit_test(test_wrong_transform_exceeds),
         cmocka_unit_test(test_zero_fields_exact),
         cmocka_unit_test(test_choose),
+        cmocka_unit_test(test_wino_ok_padding),
         cmocka_unit_test(test_step_winograd_vs_direct),
         cmocka_unit_test(test_step_winograd_5x5_vs_direct),
     };

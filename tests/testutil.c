@@ -289,7 +289,7 @@ char *test_fashion_csv(const char *dir, int set, int n, int with_labels) {
     const char *name = set == FASHION_TEST ? "test.csv" : "train.csv";
     dataset d;
     ht_error e;
-    if (dataset_load_idx(&d, images, labels, &e) < 0) {
+    if (dataset_load_idx(&d, images, labels, 10, &e) < 0) {
         fprintf(stderr, "%s\n", e.msg);
         return NULL;
     }

@@ -17,7 +17,9 @@
 #include "ocl_util.h"
 #include "common.h"
 #include "compare.h"
+#include "data.h"
 #include "model.h"
+#include "optim.h"
 #include "plot.h"
 #include "results.h"
 #include "device.h"
@@ -41,7 +43,7 @@ static const char *usage_main =
     "  tune       search each OpenCL device's fastest GEMM and kernel settings for a network\n"
     "  compare    put runs' metrics or predictions CSVs side by side (hetrain, PyTorch, Keras)\n"
     "  plot       draw runs' loss and accuracy curves (and per-device shares) as PNG\n"
-    "  version    print the version\n"
+    "  version    print the version and where the OpenCL kernels are read from\n"
     "\n"
     "Run 'hetrain COMMAND --help' for a command's options.\n";
 
@@ -55,17 +57,55 @@ static const char *usage_train =
     "validation split 0.2).\n"
     "\n"
     "options:\n"
-    "  --model NAME|FILE.cfg  preset (cnn2d_3layer_fullconnected_3layer alias cnn3,\n"
-    "                         cnn2d_2layer_full_connected_2layer alias cnn2) or a config file\n"
-    "  --data DIR             IDX folder with train-/t10k- images and labels (.gz or raw)\n"
-    "                         [" TRAIN_DEFAULT_DATA "]\n"
-    "  --train FILE.csv       Kaggle CSV (label,pixel0..pixel783) to train on instead of --data\n"
-    "  --test FILE.csv        Kaggle CSV test set (labels optional) to evaluate and predict\n"
+    "  --model NAME|FILE      preset (cnn2d_3layer_fullconnected_3layer alias cnn3,\n"
+    "                         cnn2d_2layer_full_connected_2layer alias cnn2), a config file\n"
+    "                         (FILE.cfg) or a Keras model JSON (FILE.json: model.to_json() of\n"
+    "                         a Sequential model, Keras 2 or 3), whose training setup is a\n"
+    "                         config's [net] defaults (the 3-layer network's, above) unless\n"
+    "                         the options below say otherwise\n"
+    "  --data DIR             IDX folder with train-/t10k- images and labels (.gz or raw), or a\n"
+    "                         CIFAR binary folder: CIFAR-10 (data_batch_1..5.bin, test_batch.bin)\n"
+    "                         or CIFAR-100 (train.bin, test.bin) [" TRAIN_DEFAULT_DATA "]\n"
+    "  --train FILE           training data instead of --data, by its name: Kaggle CSV\n"
+    "                         (label,pixel0..), a CIFAR .bin, NumPy images .npy (with\n"
+    "                         --train-labels) or .npz (x_train/y_train, else x/y; its\n"
+    "                         x_test/y_test, when there, are the test set unless --test says)\n"
+    "  --train-labels FILE.npy  labels of a .npy --train: uint8, int32 or int64, shape (N) or (N,1)\n"
+    "  --test FILE            test set to evaluate and predict (labels optional): CSV, .bin,\n"
+    "                         .npy (with --test-labels) or .npz (x_test/y_test, else x/y)\n"
+    "  --test-labels FILE.npy labels of a .npy --test\n"
+    "  --layout nhwc|nchw     axis order of 4-D NumPy images; by default the axis holding the\n"
+    "                         model's channel count decides ((N,32,32,3) is NHWC for a 3-channel\n"
+    "                         model), and a shape with it on both axes 1 and 3 asks for this\n"
+    "  --cifar-labels fine|coarse  CIFAR-100's 100 fine or 20 coarse labels [fine]\n"
+    "  --augment SPEC         training batches only: crop:P (pad P zeros each side, take the\n"
+    "                         image's size at a random offset 0..2P per axis), flip (mirror\n"
+    "                         left-right with probability 1/2), both (crop:4,flip) or none;\n"
+    "                         drawn per (seed, epoch, sample), the same on every device [none]\n"
     "  --epochs N             epochs [the model's setup]\n"
     "  --batch N              samples per step [the model's setup]\n"
     "  --lr X                 learning rate [the model's setup]\n"
+    "  --lr-schedule S        learning-rate schedule, a factor f on lr (epochs counted from\n"
+    "                         0): step:E:G multiplies lr by G every E epochs (f = G^floor(\n"
+    "                         epoch/E)); exp:G by G every epoch (f = G^epoch); cosine anneals\n"
+    "                         per step from lr towards 0 over the run (f = 0.5*(1+cos(pi*s/T)),\n"
+    "                         s the step's index from 0, T the run's steps); none. 0 < G <= 1.\n"
+    "                         Keras's decay divides the result: lr_t = lr*f/(1+decay*t), t the\n"
+    "                         updates so far. The metrics' lr column and the log give the rate\n"
+    "                         of each epoch's last step [the model's lr_schedule, else none]\n"
+    "  --weight-decay W       weight decay on the kernels (conv and dense weights; biases are\n"
+    "                         never decayed), 0 <= W <= 1. l2 mode: the gradient gets W*w, i.e.\n"
+    "                         the loss W/2*sum(w^2), as Keras's kernel_regularizer=l2(W/2) and\n"
+    "                         PyTorch's SGD/Adam weight_decay=W on the weights; the reported\n"
+    "                         loss is the data loss alone, without that term\n"
+    "                         [the model's weight_decay, else 0]\n"
+    "  --weight-decay-mode l2|decoupled\n"
+    "                         l2 (above), or decoupled: w -= lr_t*W*w beside the update, with\n"
+    "                         w before the step and lr_t without Adam's bias correction, as\n"
+    "                         PyTorch's AdamW (SGDW for SGD) [the model's, else l2]\n"
     "  --val-split F          fraction held out for validation, 0 <= F < 1 [the model's setup]\n"
-    "  --seed N               seed for initialisation, split, shuffles and dropout [1]\n"
+    "  --seed N               seed for initialisation, split, shuffles, dropout and\n"
+    "                         augmentation [1]\n"
     "  --limit N              train on the first N samples only (before the split)\n"
     "  --devices SPEC         comma list of devices to split each batch over (see 'hetrain\n"
     "                         devices'): cpu (a worker on the cores nobody else uses),\n"
@@ -147,13 +187,17 @@ static const char *usage_predict =
     "Writes ImageId,Label predictions for a test set; prints the accuracy when it has labels.\n"
     "\n"
     "options:\n"
-    "  --model NAME|FILE.cfg  the network the weights belong to\n"
+    "  --model NAME|FILE      the network the weights belong to (preset, .cfg, Keras .json)\n"
     "                         [cnn2d_3layer_fullconnected_3layer]\n"
     "  --load FILE            weights (safetensors), required\n"
     "  --out FILE             predictions CSV to write, required; never overwritten\n"
-    "  --data DIR             IDX folder whose t10k- files are the test set\n"
-    "                         [" TRAIN_DEFAULT_DATA "]\n"
-    "  --test FILE.csv        Kaggle CSV test set instead (labels optional)\n"
+    "  --data DIR             IDX folder whose t10k- files are the test set, or a CIFAR folder\n"
+    "                         (test_batch.bin, test.bin) [" TRAIN_DEFAULT_DATA "]\n"
+    "  --test FILE            test set instead (labels optional): Kaggle CSV, CIFAR .bin, NumPy\n"
+    "                         .npy or .npz (x_test/y_test, else x/y)\n"
+    "  --test-labels FILE.npy labels of a .npy --test\n"
+    "  --layout nhwc|nchw     as for train\n"
+    "  --cifar-labels fine|coarse  as for train\n"
     "  --limit N              first N test samples only\n"
     "  --devices SPEC         as for train [auto]\n"
     "  --conv-algo auto|direct|winograd|winograd2\n"
@@ -161,9 +205,10 @@ static const char *usage_predict =
     "  --help                 this text\n";
 
 static const char *usage_summary =
-    "usage: hetrain summary [--model NAME|FILE.cfg]\n"
+    "usage: hetrain summary [--model NAME|FILE.cfg|FILE.json]\n"
     "\n"
-    "Prints each layer's output shape and parameter count, and the total.\n";
+    "Prints each layer's output shape and parameter count, and the total. A Keras model JSON\n"
+    "(FILE.json) has the parameter count Keras's model.summary() prints.\n";
 
 static const char *usage_devices =
     "usage: hetrain devices [--json]\n"
@@ -198,7 +243,7 @@ static const char *usage_tune =
     "options:\n"
     "  --devices SPEC         OpenCL devices to tune, as for train (cl:P.D, cl:all, gpu; cpu\n"
     "                         items have nothing to tune) [cl:all]\n"
-    "  --model NAME|FILE.cfg  the network whose shapes to tune for\n"
+    "  --model NAME|FILE      the network whose shapes to tune for (preset, .cfg, .json)\n"
     "                         [cnn2d_3layer_fullconnected_3layer]\n"
     "  --batch N              samples per step: the shard a device alone gets, which sets its\n"
     "                         micro-batch and GEMM shapes [the network's reference batch]\n"
@@ -301,8 +346,25 @@ enum {
     OPT_SEED, OPT_LIMIT, OPT_DEVICES, OPT_OUT, OPT_NAME, OPT_SAVE, OPT_LOAD, OPT_PROGRESS,
     OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_BALANCE, OPT_REBALANCE, OPT_JSON, OPT_CACHE_DIR,
     OPT_MEM_LIMIT, OPT_NO_SELF_CHECK, OPT_ON_NAN, OPT_DEVICE_TIMEOUT, OPT_CHECKPOINT_EVERY,
-    OPT_RESUME, OPT_PROFILE, OPT_CONV_ALGO, OPT_BUDGET
+    OPT_RESUME, OPT_PROFILE, OPT_CONV_ALGO, OPT_BUDGET, OPT_LR_SCHEDULE, OPT_WEIGHT_DECAY,
+    OPT_WD_MODE, OPT_TRAIN_LABELS, OPT_TEST_LABELS, OPT_LAYOUT, OPT_CIFAR_LABELS, OPT_AUGMENT
 };
+
+// --layout's value as a data_layout (nhwc, nchw, auto), or -1 after printing the usage error.
+static int parse_layout(const char *cmd, const char *s) {
+    for (int i = 0; data_layout_names[i]; i++)
+        if (!strcmp(s, data_layout_names[i])) return i;
+    usage_error(cmd, "--layout: expected nhwc, nchw or auto, found \"%s\"", s);
+    return -1;
+}
+
+// --cifar-labels' value: 1 coarse, 0 fine, -1 after printing the usage error.
+static int parse_cifar_labels(const char *cmd, const char *s) {
+    if (!strcmp(s, "fine")) return 0;
+    if (!strcmp(s, "coarse")) return 1;
+    usage_error(cmd, "--cifar-labels: expected fine or coarse, found \"%s\"", s);
+    return -1;
+}
 
 // --conv-algo's value as a conv_algo, or -1 after printing the usage error.
 static int parse_conv_algo(const char *cmd, const char *s) {
@@ -333,8 +395,17 @@ static int cmd_train(int argc, char **argv) {
         {"resume", required_argument, 0, OPT_RESUME},
         {"profile", no_argument, 0, OPT_PROFILE},
         {"conv-algo", required_argument, 0, OPT_CONV_ALGO},
+        {"lr-schedule", required_argument, 0, OPT_LR_SCHEDULE},
+        {"weight-decay", required_argument, 0, OPT_WEIGHT_DECAY},
+        {"weight-decay-mode", required_argument, 0, OPT_WD_MODE},
+        {"train-labels", required_argument, 0, OPT_TRAIN_LABELS},
+        {"test-labels", required_argument, 0, OPT_TEST_LABELS},
+        {"layout", required_argument, 0, OPT_LAYOUT},
+        {"cifar-labels", required_argument, 0, OPT_CIFAR_LABELS},
+        {"augment", required_argument, 0, OPT_AUGMENT},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
-    train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1};
+    train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1,
+                    .weight_decay = -1, .wd_mode = -1, .layout = -1, .coarse = -1};
     long v;
     double f;
     int c;
@@ -345,6 +416,24 @@ static int cmd_train(int argc, char **argv) {
         case OPT_DATA: o.data_dir = optarg; o.given |= TRAIN_GIVEN_DATA; break;
         case OPT_TRAIN: o.train_csv = optarg; o.given |= TRAIN_GIVEN_DATA; break;
         case OPT_TEST: o.test_csv = optarg; o.given |= TRAIN_GIVEN_DATA; break;
+        case OPT_TRAIN_LABELS: o.train_labels = optarg; o.given |= TRAIN_GIVEN_DATA; break;
+        case OPT_TEST_LABELS: o.test_labels = optarg; o.given |= TRAIN_GIVEN_DATA; break;
+        case OPT_LAYOUT:
+            if ((o.layout = parse_layout("train", optarg)) < 0) return EXIT_USAGE;
+            o.given |= TRAIN_GIVEN_DATA;
+            break;
+        case OPT_CIFAR_LABELS:
+            if ((o.coarse = parse_cifar_labels("train", optarg)) < 0) return EXIT_USAGE;
+            o.given |= TRAIN_GIVEN_DATA;
+            break;
+        case OPT_AUGMENT: {
+            data_augment a;
+            ht_error ae;
+            if (data_augment_parse(&a, optarg, &ae) < 0) return usage_error("train", "%s", ae.msg);
+            o.augment = optarg;
+            o.given |= TRAIN_GIVEN_AUGMENT;
+            break;
+        }
         case OPT_EPOCHS:
             if (parse_int("--epochs", optarg, 1, 100000, &v) < 0) return EXIT_USAGE;
             o.epochs = (int)v;
@@ -359,6 +448,25 @@ static int cmd_train(int argc, char **argv) {
             if (parse_float("--lr", optarg, 0, 100, 0, &f) < 0) return EXIT_USAGE;
             o.lr = (float)f;
             o.given |= TRAIN_GIVEN_LR;
+            break;
+        case OPT_LR_SCHEDULE: {
+            lr_schedule ls;
+            ht_error le;
+            if (lr_schedule_parse(&ls, optarg, &le) < 0) return usage_error("train", "--lr-schedule: %s", le.msg);
+            o.lr_schedule = optarg;
+            o.given |= TRAIN_GIVEN_SCHED;
+            break;
+        }
+        case OPT_WEIGHT_DECAY:
+            if (parse_float("--weight-decay", optarg, 0, 1, 0, &f) < 0) return EXIT_USAGE;
+            o.weight_decay = (float)f;
+            o.given |= TRAIN_GIVEN_WD;
+            break;
+        case OPT_WD_MODE:
+            if (!strcmp(optarg, "l2")) o.wd_mode = WD_L2;
+            else if (!strcmp(optarg, "decoupled")) o.wd_mode = WD_DECOUPLED;
+            else return usage_error("train", "--weight-decay-mode: expected l2 or decoupled, found \"%s\"", optarg);
+            o.given |= TRAIN_GIVEN_WD;
             break;
         case OPT_VAL:
             if (parse_float("--val-split", optarg, 0, 1, 1, &f) < 0) return EXIT_USAGE;
@@ -441,6 +549,10 @@ static int cmd_train(int argc, char **argv) {
     if (optind < argc) return usage_error("train", "unexpected argument \"%s\"", argv[optind]);
     if (o.train_csv && o.data_dir)
         return usage_error("train", "--train and --data both name training data; give one");
+    if (o.train_labels && !o.train_csv)
+        return usage_error("train", "--train-labels goes with --train FILE.npy");
+    if (o.test_labels && !o.test_csv)
+        return usage_error("train", "--test-labels goes with --test FILE.npy");
     char *cmdline = join_args(argc + 1, argv - 1);
     o.command_line = cmdline;
     signal(SIGINT, on_stop_signal);
@@ -464,8 +576,11 @@ static int cmd_predict(int argc, char **argv) {
         {"out", required_argument, 0, OPT_OUT},     {"data", required_argument, 0, OPT_DATA},
         {"test", required_argument, 0, OPT_TEST},   {"limit", required_argument, 0, OPT_LIMIT},
         {"devices", required_argument, 0, OPT_DEVICES}, {"help", no_argument, 0, OPT_HELP},
-        {"conv-algo", required_argument, 0, OPT_CONV_ALGO}, {0, 0, 0, 0}};
-    predict_opts o = {.conv_algo = -1};
+        {"conv-algo", required_argument, 0, OPT_CONV_ALGO},
+        {"test-labels", required_argument, 0, OPT_TEST_LABELS},
+        {"layout", required_argument, 0, OPT_LAYOUT},
+        {"cifar-labels", required_argument, 0, OPT_CIFAR_LABELS}, {0, 0, 0, 0}};
+    predict_opts o = {.conv_algo = -1, .layout = -1, .coarse = -1};
     long v;
     int c;
     opterr = 0;
@@ -476,6 +591,13 @@ static int cmd_predict(int argc, char **argv) {
         case OPT_OUT: o.out = optarg; break;
         case OPT_DATA: o.data_dir = optarg; break;
         case OPT_TEST: o.test_csv = optarg; break;
+        case OPT_TEST_LABELS: o.test_labels = optarg; break;
+        case OPT_LAYOUT:
+            if ((o.layout = parse_layout("predict", optarg)) < 0) return EXIT_USAGE;
+            break;
+        case OPT_CIFAR_LABELS:
+            if ((o.coarse = parse_cifar_labels("predict", optarg)) < 0) return EXIT_USAGE;
+            break;
         case OPT_LIMIT:
             if (parse_int("--limit", optarg, 1, INT_MAX, &v) < 0) return EXIT_USAGE;
             o.limit = (int)v;
@@ -492,6 +614,8 @@ static int cmd_predict(int argc, char **argv) {
     if (optind < argc) return usage_error("predict", "unexpected argument \"%s\"", argv[optind]);
     if (!o.load) return usage_error("predict", "--load FILE.safetensors is required");
     if (!o.out) return usage_error("predict", "--out FILE.csv is required");
+    if (o.test_labels && !o.test_csv)
+        return usage_error("predict", "--test-labels goes with --test FILE.npy");
     ht_error e;
     if (predict_run(&o, &e) < 0) {
         fprintf(stderr, "hetrain: %s\n", e.msg);
@@ -736,7 +860,12 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("hetrain %s\n", HT_VERSION);
+        // Where the OpenCL kernels come from (an install finds its own share/hetrain/kernels).
+        char origin[PATH_MAX];
+        ht_error e;
+        char *src = ocl_kernel_source(origin, sizeof origin, &e);
+        printf("hetrain %s\nkernels: %s\n", HT_VERSION, src ? origin : e.msg);
+        free(src);
         return 0;
     }
     // Each command parses its own options from argv[1..].

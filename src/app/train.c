@@ -21,6 +21,7 @@
 #include "ht_omp.h"
 #include "model.h"
 #include "net.h"
+#include "optim.h"
 #include "profile_table.h"
 #include "progress.h"
 #include "ranks.h"
@@ -30,26 +31,53 @@
 
 volatile int train_interrupted;
 
-// Loads the training set and (optionally) the test set named by the options.
-static int load_data(const char *data_dir, const char *train_csv, const char *test_csv,
-                     dataset *train, dataset *test, int want_train, ht_error *e) {
-    if (train_csv || (test_csv && !want_train)) {
-        if (want_train && dataset_load_csv(train, train_csv, e) < 0) return -1;
-        if (want_train && !train->y)
-            return ht_fail(e, "%s: training data needs a label column (header \"label,pixel0,...\")",
-                           train_csv);
-        if (test_csv && dataset_load_csv(test, test_csv, e) < 0) return -1;
+// Where the data comes from: a folder (IDX or CIFAR) or files, each with its labels file when
+// it is a .npy.
+typedef struct data_src {
+    const char *dir, *train, *train_labels, *test, *test_labels;
+} data_src;
+
+// What the loaders need of the model (its classes and channels) and of the options.
+static data_opts data_opts_of(const model *m, int layout, int coarse) {
+    return (data_opts){.classes = m->n_classes, .channels = m->in_c,
+                       .layout = layout > 0 ? (data_layout)layout : DATA_LAYOUT_AUTO,
+                       .coarse = coarse > 0};
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+// Loads the training set and (optionally) the test set named by the options. A training .npz
+// brings its x_test/y_test as the test set when no --test is given.
+static int load_data(const data_src *src, const data_opts *dop, dataset *train, dataset *test,
+                     int want_train, ht_error *e) {
+    if (src->train || (src->test && !want_train)) {
+        if (want_train) {
+            if (dataset_load_file(train, src->train, src->train_labels, 0, dop, e) < 0) return -1;
+            if (!train->y && ends_with(src->train, ".npy"))
+                return ht_fail(e, "%s: training images need labels: give --train-labels FILE.npy",
+                               src->train);
+            if (!train->y)
+                return ht_fail(e, "%s: training data needs a label column (header \"label,pixel0,...\")",
+                               src->train);
+        }
+        if (src->test)
+            return dataset_load_file(test, src->test, src->test_labels, 1, dop, e) < 0 ? -1 : 0;
+        if (want_train && ends_with(src->train, ".npz"))
+            return dataset_load_npz(test, src->train, 1, 1, dop, e) < 0 ? -1 : 0;
         return 0;
     }
-    const char *dir = data_dir ? data_dir : TRAIN_DEFAULT_DATA;
+    const char *dir = src->dir ? src->dir : TRAIN_DEFAULT_DATA;
     if (want_train) {
-        if (dataset_load_dir(train, test, dir, e) < 0) return -1;
+        if (dataset_load_dir(train, test, dir, dop, e) < 0) return -1;
     } else {
-        if (dataset_load_dir(NULL, test, dir, e) < 0) return -1;
+        if (dataset_load_dir(NULL, test, dir, dop, e) < 0) return -1;
     }
-    if (test_csv) {
+    if (src->test) {
         dataset_free(test);
-        if (dataset_load_csv(test, test_csv, e) < 0) return -1;
+        if (dataset_load_file(test, src->test, src->test_labels, 1, dop, e) < 0) return -1;
     }
     return 0;
 }
@@ -123,6 +151,11 @@ static void describe_setup(run_files *rf, const model *m, const train_setup *s, 
     else
         run_log(rf, 0, "optimizer: Adam lr %g beta1 %g beta2 %g eps %g decay %g\n", s->lr,
                 s->beta1, s->beta2, s->eps, s->decay);
+    char sched[64];
+    lr_schedule_text(&s->sched, sched, sizeof sched);
+    run_log(rf, 0, "lr schedule %s, weight decay %g%s\n", sched, s->weight_decay,
+            s->weight_decay == 0 ? "" : s->wd_mode == WD_L2 ? " (L2 on the kernels)"
+                                                             : " (decoupled, on the kernels)");
     run_log(rf, 0, "batch %d, epochs %d, val_split %g, seed %llu\n", s->batch, s->epochs,
             s->val_split, (unsigned long long)seed);
     run_log(rf, 0, "model: %s, %zu parameters, %.1f M multiply-adds per sample\n", m->name,
@@ -143,6 +176,7 @@ typedef struct job {
     // Where training stands: whole epochs done, and steps done of the next one, with that
     // epoch's sums so far (a checkpoint keeps them, so a resumed epoch reports the same row).
     int epochs_done, steps_into;
+    float step_lr;          // the learning rate of the last step (before Adam's bias correction)
     double lsum, epoch_s;
     long correct, seen, counted;
     // The metrics CSV as written so far (header and rows), for checkpoints.
@@ -238,7 +272,13 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     if (o->lr >= 0) s->lr = o->lr;
     if (o->val_split >= 0) s->val_split = o->val_split;
     if (o->conv_algo >= 0) s->conv_algo = (conv_algo)o->conv_algo;
-    if (load_data(o->data_dir, o->train_csv, o->test_csv, &j->all, &j->test, 1, e) < 0) return -1;
+    if (o->lr_schedule && lr_schedule_parse(&s->sched, o->lr_schedule, e) < 0)
+        return ht_wrap(e, "--lr-schedule");
+    if (o->weight_decay >= 0) s->weight_decay = o->weight_decay;
+    if (o->wd_mode >= 0) s->wd_mode = (wd_mode)o->wd_mode;
+    data_src src = {o->data_dir, o->train_csv, o->train_labels, o->test_csv, o->test_labels};
+    data_opts dop = data_opts_of(&j->m, o->layout, o->coarse);
+    if (load_data(&src, &dop, &j->all, &j->test, 1, e) < 0) return -1;
     dataset_limit(&j->all, o->limit);
     if (dataset_split(&j->all, s->val_split, o->seed, &j->train, &j->val, e) < 0) return -1;
     dataset_free(&j->all);
@@ -262,6 +302,11 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     engine_set_timeout(j->g, o->device_timeout);
     engine_set_nan_stop(j->g, o->nan_stop);
     engine_watch_stop(j->g, &train_interrupted);
+    if (o->augment) {
+        data_augment aug;
+        if (data_augment_parse(&aug, o->augment, e) < 0) return -1;
+        engine_set_augment(j->g, &aug);
+    }
     j->idx = ht_malloc((size_t)j->train.n, sizeof *j->idx, e);
     j->loss = ht_malloc((size_t)s->batch, sizeof *j->loss, e);
     j->pred = ht_malloc((size_t)(j->test.n > s->batch ? j->test.n : s->batch), sizeof *j->pred, e);
@@ -352,6 +397,14 @@ static int job_span(job *j, ht_error *e) {
     return rc;
 }
 
+// The run's --augment in its canonical spelling ("crop:4,flip", "none").
+static void augment_text(const train_opts *o, char *buf, size_t len) {
+    data_augment a = {0};
+    ht_error ignore; // job_prepare has parsed it already
+    if (o->augment) data_augment_parse(&a, o->augment, &ignore);
+    data_augment_text(&a, buf, len);
+}
+
 static void log_header(job *j, const train_opts *o) {
     run_files *rf = &j->rf;
     char when[64];
@@ -364,6 +417,9 @@ static void log_header(job *j, const train_opts *o) {
     run_log(rf, 0, "data: %s, %d training, %d validation, %d test samples\n",
             o->train_csv ? o->train_csv : (o->data_dir ? o->data_dir : TRAIN_DEFAULT_DATA),
             j->train.n, j->val.n, j->test.n);
+    char aug[DATA_AUGMENT_TEXT];
+    augment_text(o, aug, sizeof aug);
+    run_log(rf, 0, "augment: %s%s\n", aug, strcmp(aug, "none") ? " (training batches only)" : "");
     for (int d = 0; ranks_size() == 1 && d < j->n_devs; d++) {
         run_log(rf, 0, "device %s: %s, capacity %g, micro-batch %d\n", j->devs[d].spec,
                 j->devs[d].name, j->devs[d].capacity, j->devs[d].micro);
@@ -473,7 +529,7 @@ static int metrics_keep(job *j, const char *line, ht_error *e) {
 // job's comm_s.
 static void metrics_header(char *buf, size_t len, const job *j) {
     size_t k = (size_t)snprintf(buf, len, "epoch,accuracy,loss,val_accuracy,val_loss,time_s,"
-                                          "samples_per_s,sync_s,idle_frac");
+                                          "samples_per_s,sync_s,idle_frac,lr");
     for (int d = 0; d < j->n_all && k < len; d++)
         k += (size_t)snprintf(buf + k, len - k, ",share_%s,busy_s_%s", j->all_name[d], j->all_name[d]);
     for (int r = 0; ranks_size() > 1 && r < ranks_size() && k < len; r++)
@@ -595,6 +651,7 @@ static int epoch_report(job *j, const train_opts *o, int ep, double loss, double
         else if (!strcmp(name, "samples_per_s")) snprintf(val, sizeof val, "%.1f", n / train_s);
         else if (!strcmp(name, "sync_s")) snprintf(val, sizeof val, "%.3f", v->host);
         else if (!strcmp(name, "idle_frac")) snprintf(val, sizeof val, "%.4f", idle);
+        else if (!strcmp(name, "lr")) snprintf(val, sizeof val, "%.9g", (double)j->step_lr);
         else if (!strcmp(name, "comm_s") && ranks_size() > 1) snprintf(val, sizeof val, "%.3f", v->comm);
         else if (!strcmp(name, "events")) snprintf(val, sizeof val, "%s", v->events[0] ? quoted : "");
         else if (vd >= 0 && busy) snprintf(val, sizeof val, "%.3f", v->busy[vd]);
@@ -611,8 +668,8 @@ static int epoch_report(job *j, const train_opts *o, int ep, double loss, double
     j->metrics_rows++;
     char vtext[96] = "";
     if (j->val.n > 0) snprintf(vtext, sizeof vtext, "  val_loss %.4f  val_acc %.4f", vloss, vacc);
-    run_log(&j->rf, !o->quiet, "epoch %d/%d  loss %.4f  acc %.4f%s  %.1fs  %.0f samples/s\n",
-            ep + 1, s->epochs, loss, acc, vtext, el, n / train_s);
+    run_log(&j->rf, !o->quiet, "epoch %d/%d  loss %.4f  acc %.4f%s  lr %.4g  %.1fs  %.0f samples/s\n",
+            ep + 1, s->epochs, loss, acc, vtext, (double)j->step_lr, el, n / train_s);
     if (nd > 1) {
         char line[2048];
         size_t m = (size_t)snprintf(line, sizeof line, "epoch %d/%d ", ep + 1, s->epochs);
@@ -643,7 +700,7 @@ static int self_check(job *j, int probe, ht_error *e) {
 }
 
 // A checkpoint's metadata: string keys and values (the values of the short ones kept here).
-#define META_MAX 40
+#define META_MAX 48
 typedef struct meta {
     const char *kv[2 * META_MAX];
     char val[META_MAX][96];
@@ -763,10 +820,22 @@ static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, h
     meta_set(&m, "data", o->data_dir ? o->data_dir : "");
     meta_set(&m, "train", o->train_csv ? o->train_csv : "");
     meta_set(&m, "test", o->test_csv ? o->test_csv : "");
+    meta_set(&m, "train_labels", o->train_labels ? o->train_labels : "");
+    meta_set(&m, "test_labels", o->test_labels ? o->test_labels : "");
+    meta_set(&m, "layout", data_layout_names[o->layout > 0 ? o->layout : 0]);
+    meta_set(&m, "cifar_labels", o->coarse > 0 ? "coarse" : "fine");
+    char aug[DATA_AUGMENT_TEXT];
+    augment_text(o, aug, sizeof aug);
+    meta_set(&m, "augment", aug);
     meta_fmt(&m, "limit", "%d", o->limit);
     meta_fmt(&m, "epochs", "%d", s->epochs);
     meta_fmt(&m, "batch", "%d", s->batch);
     meta_fmt(&m, "lr", "%.9g", (double)s->lr);
+    char sched[64];
+    lr_schedule_text(&s->sched, sched, sizeof sched);
+    meta_set(&m, "lr_schedule", sched);
+    meta_fmt(&m, "weight_decay", "%.9g", (double)s->weight_decay);
+    meta_set(&m, "weight_decay_mode", s->wd_mode == WD_DECOUPLED ? "decoupled" : "l2");
     meta_fmt(&m, "val_split", "%.9g", (double)s->val_split);
     meta_fmt(&m, "seed", "%llu", (unsigned long long)o->seed);
     meta_fmt(&m, "epochs_done", "%d", j->epochs_done);
@@ -934,6 +1003,12 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
                                saved ? "; checkpoint: " : "", saved ? j->ckpt_path : "");
             }
             int B = n - off < s->batch ? n - off : s->batch;
+            // The schedule's factor is a function of where the step is in the run, so a
+            // resumed run continues it exactly.
+            long per_epoch = (n + s->batch - 1) / s->batch;
+            engine_set_lr_factor(j->g, lr_schedule_factor(&s->sched, ep, ep * per_epoch + off / s->batch,
+                                                          s->epochs * per_epoch));
+            j->step_lr = engine_lr(j->g);
             step_stats st;
             if (j->profiling && j->prof_steps.steps == 0) j->prof_start = ht_now();
             if (engine_train_step(j->g, &j->train, j->idx + off, B, (uint32_t)ep, j->loss,
@@ -1011,6 +1086,11 @@ static int resume_paths(const char *arg, char *prefix, char *path, ht_error *e) 
     return 0;
 }
 
+static const char *meta_or(const checkpoint *c, const char *key, const char *dflt) {
+    const char *v = checkpoint_meta(c, key);
+    return v ? v : dflt;
+}
+
 static long meta_long(const checkpoint *c, const char *key) {
     const char *v = checkpoint_meta(c, key);
     return v ? strtol(v, NULL, 10) : 0;
@@ -1034,6 +1114,16 @@ static int meta_list(const checkpoint *c, const char *key, double *v, int n) {
     return k;
 }
 
+// Whether the --lr-schedule given (NULL: none given) names another schedule than the
+// checkpoint's text (both well formed: main and resume_options checked them).
+static int sched_differs(const char *given, const char *kept) {
+    lr_schedule a, b;
+    ht_error ignore;
+    if (!given) return 0;
+    if (lr_schedule_parse(&a, given, &ignore) < 0 || lr_schedule_parse(&b, kept, &ignore) < 0) return 1;
+    return memcmp(&a, &b, sizeof a) != 0;
+}
+
 // The options of the run the checkpoint continues: those that define it come from the
 // checkpoint, and one given on the command line that differs is refused, naming it. Options
 // that only say where and how it runs are the command line's.
@@ -1044,6 +1134,21 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
     if (!model || !data || !train || !test || !checkpoint_meta(c, "epochs_done"))
         return ht_fail(e, "%s: not a hetrain training checkpoint (no run options in it)", o->resume);
     uint64_t seed = strtoull(checkpoint_meta(c, "seed") ? checkpoint_meta(c, "seed") : "0", NULL, 10);
+    // Checkpoints from before schedules and weight decay: none.
+    const char *sched = checkpoint_meta(c, "lr_schedule"), *mode = checkpoint_meta(c, "weight_decay_mode");
+    if (!sched) sched = "none";
+    float wd = (float)meta_double(c, "weight_decay");
+    int wd_mode = mode && !strcmp(mode, "decoupled") ? WD_DECOUPLED : WD_L2;
+    lr_schedule parsed;
+    if (lr_schedule_parse(&parsed, sched, e) < 0) return ht_wrap(e, "%s", o->resume);
+    // The data options and augmentation (a checkpoint from before they existed: the defaults).
+    const char *train_y = meta_or(c, "train_labels", ""), *test_y = meta_or(c, "test_labels", "");
+    const char *layout = meta_or(c, "layout", "auto"), *aug = meta_or(c, "augment", "none");
+    int coarse = !strcmp(meta_or(c, "cifar_labels", "fine"), "coarse"), lay = 0;
+    for (int i = 0; data_layout_names[i]; i++)
+        if (!strcmp(layout, data_layout_names[i])) lay = i;
+    char aug_given[DATA_AUGMENT_TEXT];
+    augment_text(o, aug_given, sizeof aug_given);
     struct {
         unsigned flag;
         const char *option;
@@ -1053,12 +1158,20 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
         {TRAIN_GIVEN_DATA, "--data", o->data_dir && strcmp(o->data_dir, data)},
         {TRAIN_GIVEN_DATA, "--train", o->train_csv && strcmp(o->train_csv, train)},
         {TRAIN_GIVEN_DATA, "--test", o->test_csv && strcmp(o->test_csv, test)},
+        {TRAIN_GIVEN_DATA, "--train-labels", o->train_labels && strcmp(o->train_labels, train_y)},
+        {TRAIN_GIVEN_DATA, "--test-labels", o->test_labels && strcmp(o->test_labels, test_y)},
+        {TRAIN_GIVEN_DATA, "--layout", o->layout >= 0 && o->layout != lay},
+        {TRAIN_GIVEN_DATA, "--cifar-labels", o->coarse >= 0 && o->coarse != coarse},
+        {TRAIN_GIVEN_AUGMENT, "--augment", strcmp(aug_given, aug) != 0},
         {TRAIN_GIVEN_EPOCHS, "--epochs", o->epochs != meta_long(c, "epochs")},
         {TRAIN_GIVEN_BATCH, "--batch", o->batch != meta_long(c, "batch")},
         {TRAIN_GIVEN_LR, "--lr", o->lr != (float)meta_double(c, "lr")},
         {TRAIN_GIVEN_VAL, "--val-split", o->val_split != (float)meta_double(c, "val_split")},
         {TRAIN_GIVEN_SEED, "--seed", o->seed != seed},
         {TRAIN_GIVEN_LIMIT, "--limit", o->limit != meta_long(c, "limit")},
+        {TRAIN_GIVEN_SCHED, "--lr-schedule", sched_differs(o->lr_schedule, sched)},
+        {TRAIN_GIVEN_WD, "--weight-decay", o->weight_decay >= 0 && o->weight_decay != wd},
+        {TRAIN_GIVEN_WD, "--weight-decay-mode", o->wd_mode >= 0 && o->wd_mode != wd_mode},
         {TRAIN_GIVEN_LOAD, "--load", 1},
         {TRAIN_GIVEN_OUT, "--out", 1},
         {TRAIN_GIVEN_NAME, "--name", 1},
@@ -1072,12 +1185,20 @@ static int resume_options(const train_opts *o, const checkpoint *c, train_opts *
     r->data_dir = *data ? data : NULL;
     r->train_csv = *train ? train : NULL;
     r->test_csv = *test ? test : NULL;
+    r->train_labels = *train_y ? train_y : NULL;
+    r->test_labels = *test_y ? test_y : NULL;
+    r->layout = lay;
+    r->coarse = coarse;
+    r->augment = strcmp(aug, "none") ? aug : NULL;
     r->epochs = (int)meta_long(c, "epochs");
     r->batch = (int)meta_long(c, "batch");
     r->lr = (float)meta_double(c, "lr");
     r->val_split = (float)meta_double(c, "val_split");
     r->seed = seed;
     r->limit = (int)meta_long(c, "limit");
+    r->lr_schedule = sched;
+    r->weight_decay = wd;
+    r->wd_mode = wd_mode;
     r->load = NULL;
     // How the convolutions ran: the checkpoint's unless --conv-algo says otherwise (older
     // checkpoints: the model's default).
@@ -1360,7 +1481,9 @@ int predict_run(const predict_opts *o, ht_error *e) {
     if (output_check(o->out, "--out", e) < 0) goto out;
     if (model_init(&j->m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) goto out;
     if (o->conv_algo >= 0) j->m.setup.conv_algo = (conv_algo)o->conv_algo;
-    if (load_data(o->data_dir, NULL, o->test_csv, NULL, &j->test, 0, e) < 0) goto out;
+    data_src src = {o->data_dir, NULL, NULL, o->test_csv, o->test_labels};
+    data_opts dop = data_opts_of(&j->m, o->layout, o->coarse);
+    if (load_data(&src, &dop, NULL, &j->test, 0, e) < 0) goto out;
     dataset_limit(&j->test, o->limit);
     if (j->test.n < 1) {
         ht_fail(e, "no test samples to predict");

@@ -18,20 +18,29 @@ enum {
     TRAIN_GIVEN_MODEL = 1 << 0, TRAIN_GIVEN_DATA = 1 << 1, TRAIN_GIVEN_EPOCHS = 1 << 2,
     TRAIN_GIVEN_BATCH = 1 << 3, TRAIN_GIVEN_LR = 1 << 4, TRAIN_GIVEN_VAL = 1 << 5,
     TRAIN_GIVEN_SEED = 1 << 6, TRAIN_GIVEN_LIMIT = 1 << 7, TRAIN_GIVEN_LOAD = 1 << 8,
-    TRAIN_GIVEN_OUT = 1 << 9, TRAIN_GIVEN_NAME = 1 << 10,
+    TRAIN_GIVEN_OUT = 1 << 9, TRAIN_GIVEN_NAME = 1 << 10, TRAIN_GIVEN_SCHED = 1 << 11,
+    TRAIN_GIVEN_WD = 1 << 12, TRAIN_GIVEN_AUGMENT = 1 << 13,
 };
 
 #define TRAIN_DEVICES_BY_MAX 16
 
 typedef struct train_opts {
     const char *model;     // preset name or config path
-    const char *data_dir;  // IDX folder (default TRAIN_DEFAULT_DATA) unless train_csv is given
-    const char *train_csv;
-    const char *test_csv;
+    const char *data_dir;  // IDX or CIFAR folder (default TRAIN_DEFAULT_DATA) unless train_csv
+    const char *train_csv; // a file: Kaggle CSV, CIFAR .bin, NumPy .npy or .npz
+    const char *test_csv;  // likewise
+    const char *train_labels; // labels .npy of a .npy train_csv
+    const char *test_labels;  // labels .npy of a .npy test_csv (optional)
+    int layout;            // data_layout of 4-D NumPy images; -1: not given (auto)
+    int coarse;            // CIFAR-100's coarse labels: 1; fine: 0; -1: not given (fine)
+    const char *augment;   // --augment spec (data_augment_parse); NULL: none
     int epochs;            // 0: the model's default
     int batch;             // 0: the model's default
     float lr;              // < 0: the model's default
     float val_split;       // < 0: the model's default
+    const char *lr_schedule; // NULL: the model's (optim.h's lr_schedule_parse takes it)
+    float weight_decay;    // < 0: the model's default
+    int wd_mode;           // wd_mode (model.h); -1: the model's
     uint64_t seed;
     int limit;             // 0: all training samples
     const char *devices;   // NULL or "auto": every OpenCL GPU plus a CPU worker
@@ -63,8 +72,11 @@ int train_run(const train_opts *o, ht_error *e);
 typedef struct predict_opts {
     const char *model;
     const char *load;      // required
-    const char *data_dir;  // uses its t10k files
-    const char *test_csv;
+    const char *data_dir;  // uses its test files (IDX t10k-, CIFAR test_batch.bin/test.bin)
+    const char *test_csv;  // a file, as train_opts' test_csv
+    const char *test_labels;
+    int layout;            // as train_opts
+    int coarse;
     const char *out;       // predictions CSV path (required)
     const char *devices;   // as for train_opts (a ':mem=' per device still applies)
     int conv_algo;         // as for train_opts

@@ -1,6 +1,6 @@
-// Data sets in memory: freeing, trimming, the seeded train/val split, gathering batches, and
-// finding the four files of an MNIST-layout folder. The file formats live in data_idx.c and
-// data_csv.c.
+// Data sets in memory: freeing, trimming, the seeded train/val split, gathering batches (with
+// the training-time augmentation). The file formats live in data_idx.c, data_csv.c,
+// data_cifar.c and data_npy.c; data_file.c picks one by a file's name.
 #include "data.h"
 
 #include <math.h>
@@ -33,9 +33,100 @@ void dataset_limit(dataset *d, int n) {
 }
 
 void dataset_gather(const dataset *src, const uint32_t *idx, int n, float *x, uint8_t *y) {
+    dataset_gather_augment(src, idx, n, x, y, NULL, 0, 0);
+}
+
+const char *const data_layout_names[] = {"auto", "nhwc", "nchw", NULL};
+
+// ---- augmentation ------------------------------------------------------------------------
+
+int data_augment_parse(data_augment *a, const char *spec, ht_error *e) {
+    memset(a, 0, sizeof *a);
+    if (!strcmp(spec, "none")) return 0;
+    const char *p = spec;
+    int have_crop = 0;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        if (n == 4 && !strncmp(p, "flip", 4) && !a->flip) {
+            a->flip = 1;
+        } else if (n > 5 && !strncmp(p, "crop:", 5) && !have_crop) {
+            char *end;
+            long v = strtol(p + 5, &end, 10);
+            if (end != p + n || (unsigned)(p[5] - '0') > 9u || v < 1 || v > DATA_AUGMENT_MAX_CROP)
+                return ht_fail(e, "--augment: crop:P needs a padding P of 1..%d, found \"%.*s\"",
+                               DATA_AUGMENT_MAX_CROP, (int)n, p);
+            a->crop = (int)v;
+            have_crop = 1;
+        } else {
+            return ht_fail(e, "--augment: expected crop:P, flip, both (crop:4,flip) or none, "
+                              "found \"%.*s\" in \"%s\"", (int)n, p, spec);
+        }
+        p += n;
+        if (*p == ',' && !*++p) return ht_fail(e, "--augment: \"%s\" ends with a comma", spec);
+    }
+    if (!a->flip && !have_crop) return ht_fail(e, "--augment: empty");
+    return 0;
+}
+
+void data_augment_text(const data_augment *a, char *buf, size_t len) {
+    if (!data_augment_on(a)) {
+        snprintf(buf, len, "none");
+        return;
+    }
+    if (a->crop > 0) snprintf(buf, len, "crop:%d%s", a->crop, a->flip ? ",flip" : "");
+    else snprintf(buf, len, "flip");
+}
+
+void data_augment_draw(const data_augment *a, uint64_t seed, uint32_t epoch, uint32_t id,
+                       int *dy, int *dx, int *flip) {
+    uint64_t key = ht_rng_key(seed, epoch, DATA_AUGMENT_RNG_LAYER);
+    *dy = *dx = a->crop;
+    if (a->crop > 0) {
+        int span = 2 * a->crop + 1;
+        *dy = (int)((double)ht_rng_uniform(key, id, 0) * span);
+        *dx = (int)((double)ht_rng_uniform(key, id, 1) * span);
+    }
+    *flip = a->flip && ht_rng_uniform(key, id, 2) < 0.5f;
+}
+
+void data_augment_apply(const float *in, float *out, int c, int h, int w, int crop, int dy,
+                        int dx, int flip) {
+    // Output (y, x) shows padded input (y + dy, x' + dx) with x' = x, or w-1-x when flipped,
+    // which is input (y + dy - crop, x' + dx - crop) or a zero outside it.
+    int oy = dy - crop, ox = dx - crop;
+    for (int ch = 0; ch < c; ch++) {
+        const float *src = in + (size_t)ch * h * w;
+        float *dst = out + (size_t)ch * h * w;
+        for (int y = 0; y < h; y++) {
+            int sy = y + oy;
+            float *row = dst + (size_t)y * w;
+            if (sy < 0 || sy >= h) {
+                memset(row, 0, sizeof(float) * (size_t)w);
+                continue;
+            }
+            const float *srow = src + (size_t)sy * w;
+            for (int x = 0; x < w; x++) {
+                int sx = (flip ? w - 1 - x : x) + ox;
+                row[x] = sx >= 0 && sx < w ? srow[sx] : 0.0f;
+            }
+        }
+    }
+}
+
+void dataset_gather_augment(const dataset *src, const uint32_t *idx, int n, float *x, uint8_t *y,
+                            const data_augment *a, uint64_t seed, uint32_t epoch) {
     size_t chw = dataset_sample_size(src);
+    int on = data_augment_on(a);
     for (int i = 0; i < n; i++) {
-        memcpy(x + (size_t)i * chw, src->x + (size_t)idx[i] * chw, chw * sizeof(float));
+        const float *in = src->x + (size_t)idx[i] * chw;
+        float *out = x + (size_t)i * chw;
+        if (on) {
+            int dy, dx, flip;
+            data_augment_draw(a, seed, epoch, idx[i], &dy, &dx, &flip);
+            data_augment_apply(in, out, src->c, src->h, src->w, a->crop, dy, dx, flip);
+        } else {
+            memcpy(out, in, chw * sizeof(float));
+        }
         if (y && src->y) y[i] = src->y[idx[i]];
     }
 }

@@ -111,6 +111,7 @@ typedef struct csv_shape {
     int labelled;
     int ncols; // columns per line, label included
     int side;  // image is side x side
+    int classes; // labels must be below it
 } csv_shape;
 
 static int parse_header(const char *path, char *s, size_t len, csv_shape *sh, ht_error *e) {
@@ -160,14 +161,16 @@ static int parse_row(const csv_reader *r, const csv_shape *sh, const char *s, si
             if (!parse_number(p, t, &v)) v = NAN;
         }
         int is_label = sh->labelled && c == 0;
-        if (is_label ? !(v >= 0 && v < DATA_N_CLASSES && v == floor(v)) : !(v >= 0 && v <= 255)) {
+        if (is_label ? !(v >= 0 && v < sh->classes && v == floor(v)) : !(v >= 0 && v <= 255)) {
             // Quoted with its odd bytes escaped: a NUL shows as \0, not as an empty field.
             size_t flen = (size_t)(t - p);
             char shown[4 * 40 + 1];
             ht_escape(shown, sizeof shown, p, flen > 40 ? 40 : flen);
+            char want[32];
+            if (is_label) snprintf(want, sizeof want, "a label 0..%d", sh->classes - 1);
+            else snprintf(want, sizeof want, "a number 0..255");
             return ht_fail(e, "%s:%ld: column %d: expected %s, found \"%s\"%s", r->path,
-                           r->line, c + 1, is_label ? "a label 0..9" : "a number 0..255", shown,
-                           flen > 40 ? "..." : "");
+                           r->line, c + 1, want, shown, flen > 40 ? "..." : "");
         }
         if (is_label) *y = (uint8_t)v;
         else *x++ = (float)v / 255.0f;
@@ -182,7 +185,7 @@ static int parse_row(const csv_reader *r, const csv_shape *sh, const char *s, si
     return 0;
 }
 
-int dataset_load_csv(dataset *d, const char *path, ht_error *e) {
+int dataset_load_csv(dataset *d, const char *path, int classes, ht_error *e) {
     memset(d, 0, sizeof *d);
     csv_reader r = {.path = path, .cap = 1 << 20};
     errno = 0;
@@ -203,6 +206,7 @@ int dataset_load_csv(dataset *d, const char *path, ht_error *e) {
     }
     csv_shape sh = {0};
     if (parse_header(path, s, len, &sh, e)) goto fail;
+    sh.classes = classes > 0 && classes < DATA_MAX_CLASSES ? classes : DATA_MAX_CLASSES;
     size_t npix = (size_t)sh.side * (size_t)sh.side, rows = 0, cap_rows = 0;
     long blank = 0; // first empty line seen; allowed only at the end of the file
     while ((st = csv_line(&r, &s, &len, e)) > 0) {

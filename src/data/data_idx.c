@@ -211,7 +211,8 @@ fail:
     return -1;
 }
 
-static int load_labels(uint8_t **y, uint32_t *count, const char *path, ht_error *e) {
+static int load_labels(uint8_t **y, uint32_t *count, const char *path, int classes,
+                       ht_error *e) {
     idx_file f;
     if (idx_open(&f, path, e)) return -1;
     uint32_t n = 0;
@@ -225,9 +226,9 @@ static int load_labels(uint8_t **y, uint32_t *count, const char *path, ht_error 
     if (!bytes) goto fail;
     idx_close(&f);
     for (uint32_t i = 0; i < n; i++)
-        if (bytes[i] >= DATA_N_CLASSES) {
+        if (bytes[i] >= classes) {
             ht_fail(e, "%s: label %u at record %u is outside 0..%d", path, bytes[i], i,
-                    DATA_N_CLASSES - 1);
+                    classes - 1);
             goto fail;
         }
     *y = bytes;
@@ -239,13 +240,14 @@ fail:
     return -1;
 }
 
-int dataset_load_idx(dataset *d, const char *images_path, const char *labels_path,
+int dataset_load_idx(dataset *d, const char *images_path, const char *labels_path, int classes,
                      ht_error *e) {
     memset(d, 0, sizeof *d);
+    if (classes <= 0 || classes > DATA_MAX_CLASSES) classes = DATA_MAX_CLASSES;
     if (load_images(d, images_path, e)) return -1;
     if (labels_path) {
         uint32_t n = 0;
-        if (load_labels(&d->y, &n, labels_path, e)) goto fail;
+        if (load_labels(&d->y, &n, labels_path, classes, e)) goto fail;
         if ((int)n != d->n) {
             ht_fail(e, "%s has %d images but %s has %u labels", images_path, d->n, labels_path,
                     n);
@@ -267,16 +269,23 @@ static int find_idx(char *out, size_t cap, const char *dir, const char *name, ht
         struct stat st;
         if (stat(out, &st) == 0) return 0;
     }
-    return ht_fail(e, "%s: missing %s (or %s.gz) in this folder", dir, name, name);
+    return ht_fail(e, "%s: missing %s (or %s.gz) in this folder%s", dir, name, name,
+                   strncmp(name, "train-images", 12) ? ""
+                   : " (nor is it a CIFAR folder: no data_batch_1.bin, test_batch.bin, train.bin "
+                     "or test.bin)");
 }
 
-int dataset_load_dir(dataset *train, dataset *test, const char *dir, ht_error *e) {
+int dataset_load_dir(dataset *train, dataset *test, const char *dir, const data_opts *o,
+                     ht_error *e) {
     if (train) memset(train, 0, sizeof *train);
     if (test) memset(test, 0, sizeof *test);
     if (!train && !test) return 0;
     struct stat st;
     if (stat(dir, &st) != 0) return ht_fail(e, "%s: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode)) return ht_fail(e, "%s: not a folder", dir);
+    int cifar = dataset_load_cifar_dir(train, test, dir, o, e);
+    if (cifar != 0) return cifar < 0 ? -1 : 0;
+    int classes = o ? o->classes : 0;
 
     char xi[4096], yi[4096];
     if (train && (find_idx(xi, sizeof xi, dir, "train-images-idx3-ubyte", e) ||
@@ -287,10 +296,10 @@ int dataset_load_dir(dataset *train, dataset *test, const char *dir, ht_error *e
         if (find_idx(tx, sizeof tx, dir, "t10k-images-idx3-ubyte", e) ||
             find_idx(ty, sizeof ty, dir, "t10k-labels-idx1-ubyte", e))
             return -1;
-        if (dataset_load_idx(test, tx, ty, e)) return -1;
+        if (dataset_load_idx(test, tx, ty, classes, e)) return -1;
     }
     if (!train) return 0;
-    if (dataset_load_idx(train, xi, yi, e)) goto fail;
+    if (dataset_load_idx(train, xi, yi, classes, e)) goto fail;
     if (test && (test->h != train->h || test->w != train->w)) {
         ht_fail(e, "%s: test images are %dx%d but train images are %dx%d", dir, test->h,
                 test->w, train->h, train->w);

@@ -5,7 +5,7 @@
 //   name = mynet              default: the file's base name without extension
 //   input = 1x28x28           CxHxW, required
 //   classes = 10              2..256, default 10
-//   optimizer = sgd           sgd|adam; the setup keys below default to the
+//   optimizer = sgd           sgd|adam (or SGD|Adam); the setup keys below default to the
 //   lr = 0.05                 cnn2d_3layer_fullconnected_3layer preset's setup
 //   momentum = 0.9            (SGD lr 0.05, momentum 0.9, Nesterov, decay 1e-6, batch
 //   nesterov = 1              1000, 10 epochs, val_split 0.2; Adam betas .9/.999, eps 1e-8)
@@ -13,18 +13,43 @@
 //   batch = 1000   epochs = 10   val_split = 0.2
 //   conv_algo = auto          auto|direct|winograd|winograd2: how CPU devices compute 3x3
 //                             and 5x5 stride-1 convolutions (--conv-algo overrides it)
-//   [conv]     filters (required), size (required), stride = 1, pad = 0 | same,
-//              activation = linear | relu (relu appends a [relu] layer),
-//              init = glorot_uniform, init_arg, bias_init = zeros, bias_arg
-//   [dense]    units (required), activation, init = lecun_uniform, init_arg, bias_init, bias_arg
-//   [maxpool]  size (required), stride = size
+//   lr_schedule = none        none|cosine|exp:GAMMA|step:EPOCHS:GAMMA (optim.h; --lr-schedule)
+//   weight_decay = 0          W >= 0 on the kernels (--weight-decay)
+//   weight_decay_mode = l2    l2|decoupled (--weight-decay-mode)
+//   [conv]     filters (required), size (required), stride = 1, pad = 0 | valid | same,
+//              activation = linear | relu | softmax (appends a [relu] or [softmax] layer),
+//              init = glorot_uniform, init_arg, bias = 1, bias_init = zeros, bias_arg
+//   [dense]    units (required), activation, init = lecun_uniform, init_arg, bias = 1,
+//              bias_init, bias_arg
+//   [maxpool]  size (required), stride = size, pad = 0 | same
+//   [avgpool]  size (required), stride = size, pad = 0 | same (the mean of the window's
+//              inputs; padding is not counted)
+//   [globalavgpool]  each channel's mean over the whole plane: CxHxW -> Cx1x1
 //   [dropout]  rate (required, 0 <= rate < 1)
 //   [relu]
 //   [softmax]  softmax + cross-entropy; must be last, over `classes` features
 //
-// Every layer section also takes `name` (default "conv1", "fc2", ...). Inits are zeros,
-// constant (value = arg), lecun_uniform, glorot_uniform, truncated_normal (stddev = arg).
+// pad = same is Keras/TensorFlow's for any size and stride: output ceil(in/stride), the odd
+// padding row/column at the bottom/right. bias = 0 leaves the layer without a bias tensor
+// (Keras use_bias = False).
+// Every layer section also takes `name` (default "conv1", "fc2", ...). An init is one of
+// Keras's initialisers (model.h), by name ("he_normal", or Keras's class name "HeNormal")
+// with its arguments as Keras names them where it has any: zeros, ones, constant(value),
+// random_uniform(minval, maxval), random_normal(mean, stddev), truncated_normal(mean,
+// stddev), glorot_uniform, glorot_normal, he_uniform, he_normal, lecun_uniform, lecun_normal,
+// variance_scaling(scale, mode = fan_in|fan_out|fan_avg, distribution = truncated_normal|
+// untruncated_normal|uniform), e.g. "init = random_uniform(minval = -0.1, maxval = 0.1)";
+// absent arguments take Keras's defaults. init_arg/bias_arg set the first argument (constant's
+// value, truncated_normal's stddev), as before.
 // Aliases: [network], [convolutional], [connected]. Errors are one line: "path:LINE: ...".
+//
+// Keras's names work too, so a Keras model reads almost as written: the sections [Conv2D],
+// [MaxPooling2D], [AveragePooling2D], [GlobalAveragePooling2D], [Dense], [Dropout], [ReLU], [Softmax], [Activation] (activation = relu |
+// softmax | linear: a [relu], a [softmax] or nothing) and [Flatten] (nothing: dense layers
+// flatten their input); the keys kernel_size and pool_size (size), strides (stride), padding
+// (pad: valid | same), kernel_initializer (init), bias_initializer (bias_init), and in [net]
+// learning_rate (lr), batch_size (batch), validation_split (val_split). units, rate, filters,
+// activation and epochs are already Keras's.
 //
 // inih reports neither empty nor repeated sections, so the reader below follows every
 // well-formed section line with a synthetic "__section_line = N" line, which the handler
@@ -39,7 +64,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keras.h"
 #include "model.h"
+#include "optim.h"
 
 #define SECTION_KEY "__section_line"
 
@@ -52,6 +79,10 @@ typedef enum sec_kind {
     SEC_DROPOUT,
     SEC_RELU,
     SEC_SOFTMAX,
+    SEC_AVGPOOL,
+    SEC_GAVGPOOL,
+    SEC_ACTIVATION, // Keras's Activation layer: a relu, a softmax or nothing
+    SEC_FLATTEN,    // Keras's Flatten: nothing (dense layers flatten their input)
 } sec_kind;
 
 static const struct {
@@ -61,30 +92,45 @@ static const struct {
     {"net", SEC_NET},         {"network", SEC_NET},       {"conv", SEC_CONV},
     {"convolutional", SEC_CONV}, {"maxpool", SEC_MAXPOOL}, {"dense", SEC_DENSE},
     {"connected", SEC_DENSE}, {"dropout", SEC_DROPOUT},   {"relu", SEC_RELU},
-    {"softmax", SEC_SOFTMAX},
+    {"softmax", SEC_SOFTMAX}, {"avgpool", SEC_AVGPOOL},   {"globalavgpool", SEC_GAVGPOOL},
+    // Keras's class names
+    {"Conv2D", SEC_CONV},     {"MaxPooling2D", SEC_MAXPOOL}, {"Dense", SEC_DENSE},
+    {"Dropout", SEC_DROPOUT}, {"ReLU", SEC_RELU},            {"Softmax", SEC_SOFTMAX},
+    {"Activation", SEC_ACTIVATION}, {"Flatten", SEC_FLATTEN},
+    {"AveragePooling2D", SEC_AVGPOOL}, {"GlobalAveragePooling2D", SEC_GAVGPOOL},
+};
+
+// Keras's argument names for the keys above, in the sections that have them (SEC_NONE: any).
+static const struct {
+    sec_kind kind;
+    const char *keras, *key;
+} key_aliases[] = {
+    {SEC_NET, "learning_rate", "lr"},  {SEC_NET, "batch_size", "batch"},
+    {SEC_NET, "validation_split", "val_split"},
+    {SEC_CONV, "kernel_size", "size"}, {SEC_MAXPOOL, "pool_size", "size"},
+    {SEC_AVGPOOL, "pool_size", "size"},
+    {SEC_NONE, "strides", "stride"},   {SEC_NONE, "padding", "pad"},
+    {SEC_NONE, "kernel_initializer", "init"}, {SEC_NONE, "bias_initializer", "bias_init"},
+    {SEC_NONE, "use_bias", "bias"},
 };
 
 static const char *const *const sec_keys[] = {
     [SEC_NET] = (const char *const[]){"name", "input", "classes", "optimizer", "lr", "momentum",
                                       "nesterov", "decay", "beta1", "beta2", "eps", "batch",
-                                      "epochs", "val_split", "conv_algo", NULL},
+                                      "epochs", "val_split", "conv_algo", "lr_schedule",
+                                      "weight_decay", "weight_decay_mode", NULL},
     [SEC_CONV] = (const char *const[]){"name", "filters", "size", "stride", "pad", "activation",
-                                       "init", "init_arg", "bias_init", "bias_arg", NULL},
-    [SEC_MAXPOOL] = (const char *const[]){"name", "size", "stride", NULL},
-    [SEC_DENSE] = (const char *const[]){"name", "units", "activation", "init", "init_arg",
+                                       "init", "init_arg", "bias", "bias_init", "bias_arg", NULL},
+    [SEC_MAXPOOL] = (const char *const[]){"name", "size", "stride", "pad", NULL},
+    [SEC_DENSE] = (const char *const[]){"name", "units", "activation", "init", "init_arg", "bias",
                                         "bias_init", "bias_arg", NULL},
     [SEC_DROPOUT] = (const char *const[]){"name", "rate", NULL},
     [SEC_RELU] = (const char *const[]){"name", NULL},
     [SEC_SOFTMAX] = (const char *const[]){"name", NULL},
-};
-
-static const char *const init_names[] = {
-    [INIT_ZEROS] = "zeros",
-    [INIT_CONSTANT] = "constant",
-    [INIT_LECUN_UNIFORM] = "lecun_uniform",
-    [INIT_GLOROT_UNIFORM] = "glorot_uniform",
-    [INIT_TRUNCATED_NORMAL] = "truncated_normal",
-    NULL,
+    [SEC_AVGPOOL] = (const char *const[]){"name", "size", "stride", "pad", NULL},
+    [SEC_GAVGPOOL] = (const char *const[]){"name", NULL},
+    [SEC_ACTIVATION] = (const char *const[]){"name", "activation", NULL},
+    [SEC_FLATTEN] = (const char *const[]){"name", NULL},
 };
 
 typedef struct cfg_ctx {
@@ -108,7 +154,10 @@ typedef struct cfg_ctx {
     unsigned seen;     // keys given, by index into sec_keys[kind]
     layer_spec spec;
     char layer_name[64];
-    int relu_after, rate_set;
+    int relu_after, rate_set; // relu_after: 1 a relu, 2 a softmax follows the layer
+    int w_arg_set, b_arg_set; // init_arg/bias_arg given: applied after init/bias_init
+    float w_arg, b_arg;
+    const char *key_shown;    // the key as written (a Keras alias), for messages
 } cfg_ctx;
 
 static int cfg_fail(cfg_ctx *c, int line, const char *fmt, ...)
@@ -171,13 +220,15 @@ static char *cfg_read(char *str, int num, void *stream) {
 
 // ---- values --------------------------------------------------------------------------------
 
+#define SHOWN(key) (c->key_shown ? c->key_shown : (key))
+
 static int parse_int(cfg_ctx *c, const char *key, const char *v, int lo, int hi, int *out) {
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
     if (!*v || *end || errno || x < lo || x > hi)
         return cfg_fail(c, c->line, "[%s] %s: expected an integer %d..%d, found \"%.40s\"",
-                        c->sec_name, key, lo, hi, v);
+                        c->sec_name, SHOWN(key), lo, hi, v);
     *out = (int)x;
     return 0;
 }
@@ -191,7 +242,8 @@ static int parse_float(cfg_ctx *c, const char *key, const char *v, double lo, in
     if (!*v || *end || errno || !isfinite(x) || (lo_open ? x <= lo : x < lo) ||
         (hi_open ? x >= hi : x > hi))
         return cfg_fail(c, c->line, "[%s] %s: expected a number in %c%g, %g%c, found \"%.40s\"",
-                        c->sec_name, key, lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']', v);
+                        c->sec_name, SHOWN(key), lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']',
+                        v);
     *out = (float)x;
     return 0;
 }
@@ -209,8 +261,84 @@ static int parse_choice(cfg_ctx *c, const char *key, const char *v, const char *
         if (len < sizeof list)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? "|" : "", names[i]);
     }
-    return cfg_fail(c, c->line, "[%s] %s: expected %s, found \"%.40s\"", c->sec_name, key, list,
+    return cfg_fail(c, c->line, "[%s] %s: expected %s, found \"%.40s\"", c->sec_name, SHOWN(key),
+                    list,
                     v);
+}
+
+// An initialiser's arguments as written in "name(key = value, ...)".
+typedef struct init_args {
+    int n;
+    char key[8][24], val[8][48];
+    unsigned used;
+} init_args;
+
+static int init_args_get(void *ctx, const char *key, double *num, const char **str) {
+    init_args *a = ctx;
+    for (int i = 0; i < a->n; i++) {
+        if (strcmp(a->key[i], key)) continue;
+        a->used |= 1u << i;
+        char *end;
+        errno = 0;
+        double x = strtod(a->val[i], &end);
+        if (a->val[i][0] && !*end && !errno) {
+            *num = x;
+            return 1;
+        }
+        *str = a->val[i];
+        return 2;
+    }
+    return 0;
+}
+
+static void trim(char *s) {
+    size_t n = strlen(s), i = 0;
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = 0;
+    while (s[i] == ' ' || s[i] == '\t') i++;
+    memmove(s, s + i, n - i + 1);
+}
+
+// An initialiser as Keras names it, bare ("he_normal", "GlorotUniform") or with its arguments
+// ("random_uniform(minval = -0.1, maxval = 0.1)"); model_init_keras_name knows the names.
+static int parse_init(cfg_ctx *c, const char *key, const char *v, init_desc *d) {
+    char name[64], why[300];
+    init_args a = {0};
+    const char *open = strchr(v, '(');
+    size_t n = open ? (size_t)(open - v) : strlen(v);
+    if (n >= sizeof name) n = sizeof name - 1;
+    memcpy(name, v, n);
+    name[n] = 0;
+    trim(name);
+    if (open) {
+        const char *close = strrchr(open, ')');
+        if (!close || close[1])
+            return cfg_fail(c, c->line, "[%s] %s: expected NAME or NAME(KEY = VALUE, ...), "
+                            "found \"%.60s\"", c->sec_name, SHOWN(key), v);
+        for (const char *p = open + 1; p < close && a.n < 8;) {
+            const char *comma = memchr(p, ',', (size_t)(close - p));
+            const char *end = comma ? comma : close;
+            const char *eq = memchr(p, '=', (size_t)(end - p));
+            if (!eq || eq - p >= 24 || end - eq > 48)
+                return cfg_fail(c, c->line, "[%s] %s: expected KEY = VALUE in \"%.*s\"",
+                                c->sec_name, SHOWN(key), (int)(end - p > 40 ? 40 : end - p), p);
+            snprintf(a.key[a.n], sizeof a.key[0], "%.*s", (int)(eq - p), p);
+            snprintf(a.val[a.n], sizeof a.val[0], "%.*s", (int)(end - eq - 1), eq + 1);
+            trim(a.key[a.n]);
+            trim(a.val[a.n]);
+            a.n++;
+            p = comma ? comma + 1 : close;
+            if (comma && a.n == 8)
+                return cfg_fail(c, c->line, "[%s] %s: at most 8 arguments", c->sec_name,
+                                SHOWN(key));
+        }
+    }
+    if (model_init_keras_name(d, name, init_args_get, &a, why, sizeof why))
+        return cfg_fail(c, c->line, "[%s] %s: %s", c->sec_name, SHOWN(key), why);
+    for (int i = 0; i < a.n; i++)
+        if (!(a.used >> i & 1) && strcmp(a.key[i], "seed"))
+            return cfg_fail(c, c->line, "[%s] %s: %s takes no argument \"%s\"", c->sec_name,
+                            SHOWN(key), init_kind_names[d->kind], a.key[i]);
+    return 0;
 }
 
 static int parse_input(cfg_ctx *c, const char *v) {
@@ -248,7 +376,12 @@ static int net_key(cfg_ctx *c, const char *key, const char *v) {
     if (!strcmp(key, "classes")) return parse_int(c, key, v, 2, 256, &c->classes);
     if (!strcmp(key, "optimizer")) {
         static const char *const names[] = {[OPTIM_SGD] = "sgd", [OPTIM_ADAM] = "adam", NULL};
-        if (parse_choice(c, key, v, names, &i)) return -1;
+        char low[16]; // Keras's class names SGD and Adam too
+        size_t n = 0;
+        for (; v[n] && n + 1 < sizeof low; n++)
+            low[n] = (char)(v[n] >= 'A' && v[n] <= 'Z' ? v[n] - 'A' + 'a' : v[n]);
+        low[n] = 0;
+        if (parse_choice(c, key, v[n] ? v : low, names, &i)) return -1;
         s->optim = (optim_kind)i;
         return 0;
     }
@@ -272,6 +405,19 @@ static int net_key(cfg_ctx *c, const char *key, const char *v) {
         s->conv_algo = (conv_algo)i;
         return 0;
     }
+    if (!strcmp(key, "lr_schedule")) {
+        ht_error le;
+        if (lr_schedule_parse(&s->sched, v, &le) < 0)
+            return cfg_fail(c, c->line, "[%s] %s: %s", c->sec_name, key, le.msg);
+        return 0;
+    }
+    if (!strcmp(key, "weight_decay")) return parse_float(c, key, v, 0, 0, 1, 0, &s->weight_decay);
+    if (!strcmp(key, "weight_decay_mode")) {
+        static const char *const names[] = {[WD_L2] = "l2", [WD_DECOUPLED] = "decoupled", NULL};
+        if (parse_choice(c, key, v, names, &i)) return -1;
+        s->wd_mode = (wd_mode)i;
+        return 0;
+    }
     return cfg_fail(c, c->line, "[%s] %s: not handled", c->sec_name, key); // table out of sync
 }
 
@@ -291,31 +437,48 @@ static int layer_key(cfg_ctx *c, const char *key, const char *v) {
     if (!strcmp(key, "size")) return parse_int(c, key, v, 1, 64, &s->k);
     if (!strcmp(key, "stride")) return parse_int(c, key, v, 1, 64, &s->stride);
     if (!strcmp(key, "pad")) {
-        if (!strcmp(v, "same")) {
-            s->pad = -1;
+        if (!strcmp(v, "same") || !strcmp(v, "valid")) {
+            s->pad = v[0] == 's' ? -1 : 0;
             return 0;
         }
         char *end;
         long x = strtol(v, &end, 10);
         if (!*v || *end || x < 0 || x > 64)
-            return cfg_fail(c, c->line, "[%s] pad: expected an integer 0..64 or \"same\", found "
-                            "\"%.40s\"", c->sec_name, v);
+            return cfg_fail(c, c->line, "[%s] %s: expected an integer 0..64, \"same\" or "
+                            "\"valid\", found \"%.40s\"", c->sec_name, SHOWN(key), v);
         s->pad = (int)x;
         return 0;
     }
     if (!strcmp(key, "activation")) {
-        static const char *const names[] = {"linear", "relu", NULL};
+        static const char *const names[] = {"linear", "relu", "softmax", NULL};
         if (parse_choice(c, key, v, names, &i)) return -1;
-        c->relu_after = i == 1;
+        c->relu_after = i;
+        return 0;
+    }
+    if (!strcmp(key, "bias")) {
+        static const char *const names[] = {"0", "1", "false", "true", NULL}; // use_bias too
+        if (parse_choice(c, key, v, names, &i)) return -1;
+        s->no_bias = i % 2 == 0;
         return 0;
     }
     if (!strcmp(key, "init") || !strcmp(key, "bias_init")) {
-        if (parse_choice(c, key, v, init_names, &i)) return -1;
-        *(key[0] == 'i' ? &s->w_init : &s->b_init) = (init_kind)i;
+        init_desc d;
+        if (parse_init(c, key, v, &d)) return -1;
+        if (key[0] == 'i')
+            s->w_init = d.kind, s->w_arg = d.arg, s->w_arg2 = d.arg2, s->w_vs = d.vs;
+        else
+            s->b_init = d.kind, s->b_arg = d.arg, s->b_arg2 = d.arg2, s->b_vs = d.vs;
         return 0;
     }
-    if (!strcmp(key, "init_arg")) return parse_float(c, key, v, -1e6, 0, 1e6, 0, &s->w_arg);
-    if (!strcmp(key, "bias_arg")) return parse_float(c, key, v, -1e6, 0, 1e6, 0, &s->b_arg);
+    // Kept aside until the section ends, so that they win over the init's defaults in any order.
+    if (!strcmp(key, "init_arg")) {
+        c->w_arg_set = 1;
+        return parse_float(c, key, v, -1e6, 0, 1e6, 0, &c->w_arg);
+    }
+    if (!strcmp(key, "bias_arg")) {
+        c->b_arg_set = 1;
+        return parse_float(c, key, v, -1e6, 0, 1e6, 0, &c->b_arg);
+    }
     if (!strcmp(key, "rate")) {
         c->rate_set = 1;
         return parse_float(c, key, v, 0, 0, 1, 1, &s->rate);
@@ -343,16 +506,31 @@ static int close_section(cfg_ctx *c) {
     }
     static const char *const required[] = {
         [SEC_CONV] = "filters and size", [SEC_DENSE] = "units", [SEC_MAXPOOL] = "size",
-        [SEC_DROPOUT] = "rate",
+        [SEC_DROPOUT] = "rate", [SEC_AVGPOOL] = "size",
     };
+    if (c->kind == SEC_FLATTEN) return 0;
     layer_spec *s = &c->spec;
+    if (c->w_arg_set) s->w_arg = c->w_arg;
+    if (c->b_arg_set) s->b_arg = c->b_arg;
+    if (c->kind == SEC_ACTIVATION) {
+        if (!(c->seen & 2u)) return cfg_fail(c, c->sec_line, "[%s] needs activation", c->sec_name);
+        if (!c->relu_after) return 0;
+        s->kind = c->relu_after == 1 ? LAYER_RELU : LAYER_SOFTMAX_XENT;
+        if (model_add(m, s, err)) {
+            c->failed = 1;
+            return ht_wrap(err, "%s:%d", c->path, c->sec_line);
+        }
+        c->last_line = c->sec_line;
+        return 0;
+    }
     int missing = (c->kind == SEC_CONV && (!s->filters || !s->k)) ||
-                  (c->kind == SEC_DENSE && !s->units) || (c->kind == SEC_MAXPOOL && !s->k) ||
+                  (c->kind == SEC_DENSE && !s->units) ||
+                  ((c->kind == SEC_MAXPOOL || c->kind == SEC_AVGPOOL) && !s->k) ||
                   (c->kind == SEC_DROPOUT && !c->rate_set);
     if (missing)
         return cfg_fail(c, c->sec_line, "[%s] needs %s", c->sec_name, required[c->kind]);
-    layer_spec relu = {.kind = LAYER_RELU};
-    if (model_add(m, s, err) || (c->relu_after && model_add(m, &relu, err))) {
+    layer_spec after = {.kind = c->relu_after == 2 ? LAYER_SOFTMAX_XENT : LAYER_RELU};
+    if (model_add(m, s, err) || (c->relu_after && model_add(m, &after, err))) {
         c->failed = 1;
         return ht_wrap(err, "%s:%d", c->path, c->sec_line);
     }
@@ -361,9 +539,10 @@ static int close_section(cfg_ctx *c) {
 }
 
 static int open_section(cfg_ctx *c, const char *section, int line) {
-    static const layer_kind layer_of[] = {
+    static const layer_kind layer_of[SEC_FLATTEN + 1] = {
         [SEC_CONV] = LAYER_CONV2D, [SEC_MAXPOOL] = LAYER_MAXPOOL, [SEC_DENSE] = LAYER_DENSE,
         [SEC_DROPOUT] = LAYER_DROPOUT, [SEC_RELU] = LAYER_RELU, [SEC_SOFTMAX] = LAYER_SOFTMAX_XENT,
+        [SEC_AVGPOOL] = LAYER_AVGPOOL, [SEC_GAVGPOOL] = LAYER_GLOBAL_AVGPOOL,
     };
     if (close_section(c)) return -1;
     while (*section == ' ' || *section == '\t') section++;
@@ -376,14 +555,17 @@ static int open_section(cfg_ctx *c, const char *section, int line) {
         if (!strcmp(c->sec_name, sec_names[i].name)) c->kind = sec_names[i].kind;
     if (c->kind == SEC_NONE)
         return cfg_fail(c, line, "unknown section [%s]; expected [net], [conv], [maxpool], "
-                        "[dense], [dropout], [relu] or [softmax]", c->sec_name);
+                        "[avgpool], [globalavgpool], [dense], [dropout], [relu] or [softmax], or "
+                        "Keras's [Conv2D], [MaxPooling2D], [AveragePooling2D], "
+                        "[GlobalAveragePooling2D], [Dense], [Dropout], [Activation], [ReLU], "
+                        "[Softmax], [Flatten]", c->sec_name);
     if (c->kind == SEC_NET && c->have_net)
         return cfg_fail(c, line, "second [%s] section", c->sec_name);
     if (c->kind != SEC_NET && !c->have_net)
         return cfg_fail(c, line, "[%s] before [net]: the file must start with [net]",
                         c->sec_name);
     c->seen = 0;
-    c->relu_after = c->rate_set = 0;
+    c->relu_after = c->rate_set = c->w_arg_set = c->b_arg_set = 0;
     c->layer_name[0] = 0;
     if (c->kind == SEC_NET) {
         c->have_net = 1;
@@ -413,6 +595,11 @@ static int cfg_handler(void *user, const char *section, const char *key, const c
         cfg_fail(c, c->line, "key \"%.40s\" outside any section", key);
         return 0;
     }
+    const char *written = key;
+    for (size_t i = 0; i < sizeof key_aliases / sizeof key_aliases[0]; i++)
+        if ((key_aliases[i].kind == SEC_NONE || key_aliases[i].kind == c->kind) &&
+            !strcmp(key, key_aliases[i].keras))
+            key = key_aliases[i].key;
     const char *const *keys = sec_keys[c->kind];
     int k = 0;
     while (keys[k] && strcmp(keys[k], key)) k++;
@@ -421,17 +608,19 @@ static int cfg_handler(void *user, const char *section, const char *key, const c
         size_t len = 0;
         for (int i = 0; keys[i] && len < sizeof list; i++)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", keys[i]);
-        cfg_fail(c, c->line, "[%s] unknown key \"%.40s\"; expected one of: %s", c->sec_name, key,
-                 list);
+        cfg_fail(c, c->line, "[%s] unknown key \"%.40s\"; expected one of: %s", c->sec_name,
+                 written, list);
         return 0;
     }
     if (c->seen & (1u << k)) {
-        cfg_fail(c, c->line, "[%s] %s given twice", c->sec_name, key);
+        cfg_fail(c, c->line, "[%s] %s given twice", c->sec_name, written);
         return 0;
     }
     c->seen |= 1u << k;
+    c->key_shown = written;
     if (c->kind == SEC_NET) net_key(c, key, value);
     else layer_key(c, key, value);
+    c->key_shown = NULL;
     return !c->failed;
 }
 
@@ -476,6 +665,7 @@ static int ends_with(const char *s, const char *suffix) {
 int model_init(model *m, const char *name_or_path, ht_error *err) {
     memset(m, 0, sizeof *m);
     if (!name_or_path) return model_init_preset(m, NULL, err); // names the presets
+    if (ends_with(name_or_path, ".json")) return model_init_keras(m, name_or_path, err);
     if (ends_with(name_or_path, ".cfg") || ends_with(name_or_path, ".ini") ||
         strchr(name_or_path, '/'))
         return model_init_config(m, name_or_path, err);

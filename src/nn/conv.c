@@ -216,7 +216,10 @@ static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 static int max_i(int a, int b) { return a > b ? a : b; }
 
 int conv2d_wino_ok(const conv_geom *g, conv_dir dir) {
-    if ((g->K != 3 && g->K != 5) || g->stride != 1) return 0;
+    // The transforms' tiles assume the padding of the last rows and columns equals the first's.
+    if ((g->K != 3 && g->K != 5) || g->stride != 1 || g->OH != g->H + 2 * g->pad - (g->K - 1) ||
+        g->OW != g->W + 2 * g->pad - (g->K - 1))
+        return 0;
     return dir != CONV_DIR_DIN || (g->pad <= g->K - 1 && g->Cs % VL == 0);
 }
 
@@ -232,13 +235,16 @@ static int wino_m(const conv_geom *g, conv_impl impl, conv_dir dir) {
 
 static nhwc_plan nhwc_plan_of(const conv_geom *g) {
     nhwc_plan p;
-    p.Hp = g->H + 2 * g->pad;
-    p.Wp = g->W + 2 * g->pad;
+    // The padded input holds the pad before, the input, and whatever the last window reads
+    // past it (the after-pad, which "same" padding may make one wider than the before-pad).
+    p.Hp = max_i(g->H + 2 * g->pad, (g->OH - 1) * g->stride + g->K);
+    p.Wp = max_i(g->W + 2 * g->pad, (g->OW - 1) * g->stride + g->K);
     p.OCs = conv_cpad(g->OC);
     p.fast_din = g->stride == 1 && g->pad <= g->K - 1 && g->Cs % VL == 0;
     p.q = p.fast_din ? g->K - 1 - g->pad : 0;
-    p.Gh = g->OH + 2 * p.q;
-    p.Gw = g->OW + 2 * p.q;
+    // The flipped-kernel input gradient reads the bordered buffer down to row H+K-2.
+    p.Gh = max_i(g->OH + 2 * p.q, p.fast_din ? g->H + g->K - 1 : 0);
+    p.Gw = max_i(g->OW + 2 * p.q, p.fast_din ? g->W + g->K - 1 : 0);
     p.wino = conv2d_wino_ok(g, CONV_DIR_FWD);
     p.CV = conv_cpad(g->C);
     p.nu = p.nuf = p.dU_n = p.wa_n = p.wb_n = 0;
@@ -552,7 +558,7 @@ void conv2d_nhwc_scratch_reduce(float *dw, float *db, const float *scratch, size
                 dw[((size_t)oc * C + c) * K * K + tap] += (float)acc;
             }
         }
-    for (int oc = 0; oc < OC; oc++) {
+    for (int oc = 0; db && oc < OC; oc++) {
         double acc = 0.0;
         for (int t = 0; t < n; t++) acc += SUMS(t)[p.nw + oc];
         db[oc] += (float)acc;

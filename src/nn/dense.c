@@ -59,8 +59,8 @@ void dense_backward_beta(float *din, float *dw, float *db, const float *dout, co
                          const float *w, int B, int IN, int OUT, float beta, int nthreads) {
     // dw (OUT x IN) = beta * dw + dout^T (OUT x B) * in (B x IN)
     sgemm_split(CblasTrans, CblasNoTrans, OUT, IN, B, dout, OUT, in, IN, beta, dw, IN, nthreads);
-    if (beta == 0.0f) memset(db, 0, sizeof(float) * (size_t)OUT);
-    for (int i = 0; i < B; i++) {
+    if (db && beta == 0.0f) memset(db, 0, sizeof(float) * (size_t)OUT);
+    for (int i = 0; db && i < B; i++) {
         const float *g = dout + (size_t)i * OUT;
         for (int o = 0; o < OUT; o++) db[o] += g[o];
     }

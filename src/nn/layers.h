@@ -18,11 +18,23 @@ static inline int conv_out_dim(int in, int k, int stride, int pad) {
     return (in + 2 * pad - k) / stride + 1;
 }
 
+// Keras/TensorFlow "same" padding along one axis, for any stride and window: out =
+// ceil(in/stride); total padding max((out-1)*stride + k - in, 0), of which total/2 goes before
+// (top/left) and the rest, possibly one more, after (bottom/right). Layers keep the before-pad
+// (`pad`) and their output size; the after-pad is implied by them, and kernels bounds-check
+// both ends.
+static inline int same_out_dim(int in, int stride) { return (in + stride - 1) / stride; }
+static inline int same_pad_before(int in, int k, int stride) {
+    int total = (same_out_dim(in, stride) - 1) * stride + k - in;
+    return total > 0 ? total / 2 : 0;
+}
+
 // in is (B,IN), w is (OUT,IN) (PyTorch layout), b is (OUT), out is (B,OUT).
 void dense_forward(float *out, const float *in, const float *w, const float *b, int B, int IN,
                    int OUT, int nthreads);
 
-// dw (OUT,IN) and db (OUT) accumulated; din (B,IN) overwritten unless NULL.
+// dw (OUT,IN) and db (OUT) accumulated (db NULL: a layer without bias); din (B,IN)
+// overwritten unless NULL.
 void dense_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                     const float *w, int B, int IN, int OUT, int nthreads);
 // The same with dw = beta * dw + ... (beta 0: dw and db are overwritten, not added to).
@@ -63,16 +75,17 @@ typedef enum conv_impl { CONV_DIRECT = 0, CONV_WINO2 = 2, CONV_WINO4 = 4 } conv_
 
 typedef struct conv_geom {
     int C, Cs, H, W;           // input channels, their stride, height, width
-    int OC, K, stride, pad, OH, OW;
+    int OC, K, stride, pad, OH, OW; // pad: before (top/left); the after-pad follows from OH/OW
     conv_impl fwd, din, dw;    // forward, input gradient, weight gradient (default direct)
 } conv_geom;
 
 // The directions of a convolution, for conv2d_wino_ok.
 typedef enum conv_dir { CONV_DIR_FWD, CONV_DIR_DIN, CONV_DIR_DW } conv_dir;
 
-// Whether direction dir of g may run Winograd: 3x3 or 5x5, stride 1; the input gradient also
-// needs pad <= K-1 and a channel stride Cs that is a multiple of 16 (it is written whole
-// vectors). conv2d_wino_impl_ok: whether it may run impl.
+// Whether direction dir of g may run Winograd: 3x3 or 5x5, stride 1, the same padding at both
+// ends (OH = H + 2*pad - (K-1)); the input gradient also needs pad <= K-1 and a channel stride
+// Cs that is a multiple of 16 (it is written whole vectors). conv2d_wino_impl_ok: whether it
+// may run impl.
 int conv2d_wino_ok(const conv_geom *g, conv_dir dir);
 int conv2d_wino_impl_ok(const conv_geom *g, conv_impl impl, conv_dir dir);
 
@@ -89,8 +102,8 @@ void conv2d_nhwc_forward(float *out, const float *in, const float *w, const floa
 
 // dout is (B,OH,OW,conv_cpad(OC)), its pad channels ignored. relu_out, when not NULL, is the
 // forward's relu'd output: dout then counts only where relu_out > 0 (relu's backward, fused).
-// dw (OC,C,K,K) and db (OC) are accumulated; din (B,H,W,Cs) is overwritten, pad channels zero,
-// or skipped when NULL.
+// dw (OC,C,K,K) and db (OC; NULL without a bias) are accumulated; din (B,H,W,Cs) is
+// overwritten, pad channels zero, or skipped when NULL.
 void conv2d_nhwc_backward(float *din, float *dw, float *db, const float *dout,
                           const float *relu_out, const float *in, const float *w, int B,
                           const conv_geom *g, float *ws, int nthreads);
@@ -113,19 +126,38 @@ void conv2d_nhwc_backward_one(float *din, const float *dout, const float *relu_o
 void conv2d_nhwc_scratch_reduce(float *dw, float *db, const float *scratch, size_t stride,
                                 int n, const conv_geom *g);
 
+// Pooling windows: K x K, stride, before-pad `pad` (0 or "same"'s, same_pad_before; the
+// after-pad is implied by OH/OW). Windows are clipped to the input: padding never wins a max
+// and is not counted in an average (Keras/TensorFlow). Every window holds an input.
+typedef struct pool_geom {
+    int Cs, H, W, K, stride, pad, OH, OW;
+} pool_geom;
+
 // in is (B,H,W,Cs), out (B,OH,OW,Cs); every one of the Cs channels is pooled.
-void maxpool_nhwc_forward(float *out, const float *in, int B, int Cs, int H, int W, int K,
-                          int stride, int OH, int OW, int nthreads);
+void maxpool_nhwc_forward(float *out, const float *in, int B, const pool_geom *g, int nthreads);
 // din (B,H,W,Cs) is overwritten: each window's gradient goes to the window's first maximum
 // in row-major order (as the reference's argmax), found again from the forward input `in`.
-void maxpool_nhwc_backward(float *din, const float *dout, const float *in, int B, int Cs,
-                           int H, int W, int K, int stride, int OH, int OW, int nthreads);
+void maxpool_nhwc_backward(float *din, const float *dout, const float *in, int B,
+                           const pool_geom *g, int nthreads);
 
 // One sample of each, on the calling thread.
-void maxpool_nhwc_forward_one(float *out, const float *in, int Cs, int H, int W, int K,
-                              int stride, int OH, int OW);
-void maxpool_nhwc_backward_one(float *din, const float *dout, const float *in, int Cs, int H,
-                               int W, int K, int stride, int OH, int OW);
+void maxpool_nhwc_forward_one(float *out, const float *in, const pool_geom *g);
+void maxpool_nhwc_backward_one(float *din, const float *dout, const float *in,
+                               const pool_geom *g);
+
+// Average pooling: each output is the sum of its window's inputs (row-major) divided by how
+// many there are; backward gives each input dout/count of every window holding it, added in
+// window order. din is overwritten.
+void avgpool_nhwc_forward_one(float *out, const float *in, const pool_geom *g);
+void avgpool_nhwc_backward_one(float *din, const float *dout, const pool_geom *g);
+void avgpool_nhwc_forward(float *out, const float *in, int B, const pool_geom *g, int nthreads);
+void avgpool_nhwc_backward(float *din, const float *dout, int B, const pool_geom *g,
+                           int nthreads);
+
+// Global average pooling: in (B,HW,Cs) -> out (B,1,1,Cs), each channel's mean over the HW
+// positions (summed in position order, divided by HW); backward: din (B,HW,Cs) = dout / HW.
+void gavgpool_nhwc_forward_one(float *out, const float *in, int Cs, int HW);
+void gavgpool_nhwc_backward_one(float *din, const float *dout, int Cs, int HW);
 
 // Inverted dropout as dropout_forward on (B,HW,Cs) tensors, forward and backward: channel
 // c < C of position p is element c*HW + p of its sample, so masks match the NCHW layout's.

@@ -19,11 +19,13 @@
 static const char *const kind_names[] = {
     [LAYER_CONV2D] = "conv",   [LAYER_MAXPOOL] = "maxpool", [LAYER_DENSE] = "dense",
     [LAYER_RELU] = "relu",     [LAYER_DROPOUT] = "dropout", [LAYER_SOFTMAX_XENT] = "softmax",
+    [LAYER_AVGPOOL] = "avgpool", [LAYER_GLOBAL_AVGPOOL] = "globalavgpool",
 };
 // Automatic names are prefix + a per-kind counter ("conv1", "fc2"); softmax is alone.
 static const char *const auto_prefix[] = {
     [LAYER_CONV2D] = "conv",   [LAYER_MAXPOOL] = "pool",    [LAYER_DENSE] = "fc",
     [LAYER_RELU] = "relu",     [LAYER_DROPOUT] = "drop",    [LAYER_SOFTMAX_XENT] = "softmax",
+    [LAYER_AVGPOOL] = "avgpool", [LAYER_GLOBAL_AVGPOOL] = "gap",
 };
 
 // ---- presets -------------------------------------------------------------------------------
@@ -162,22 +164,53 @@ static int valid_name(const char *s) {
     return 1;
 }
 
-static int check_init(init_kind kind, float arg, const char *what, int idx, const char *kname,
-                      ht_error *err) {
-    if ((unsigned)kind > INIT_TRUNCATED_NORMAL)
+static int check_init(init_kind kind, float arg, float arg2, int vs, const char *what, int idx,
+                      const char *kname, ht_error *err) {
+    if ((unsigned)kind >= INIT_KIND_COUNT)
         return ht_fail(err, "layer %d (%s): unknown %s init %d", idx, kname, what, (int)kind);
-    if (!isfinite(arg))
+    if (!isfinite(arg) || !isfinite(arg2))
         return ht_fail(err, "layer %d (%s): %s init argument is not finite", idx, kname, what);
-    if (kind == INIT_TRUNCATED_NORMAL && !(arg > 0))
-        return ht_fail(err, "layer %d (%s): %s truncated_normal needs a stddev > 0, got %g", idx,
-                       kname, what, (double)arg);
+    if ((kind == INIT_TRUNCATED_NORMAL || kind == INIT_RANDOM_NORMAL) && !(arg > 0))
+        return ht_fail(err, "layer %d (%s): %s %s needs a stddev > 0, got %g", idx, kname, what,
+                       init_kind_names[kind], (double)arg);
+    if (kind == INIT_RANDOM_UNIFORM && !(arg <= arg2))
+        return ht_fail(err, "layer %d (%s): %s random_uniform needs minval <= maxval, got %g, %g",
+                       idx, kname, what, (double)arg, (double)arg2);
+    if (kind == INIT_VARIANCE_SCALING &&
+        (!(arg > 0) || (vs & INIT_VS_MODE) > INIT_VS_FAN_AVG ||
+         (vs & INIT_VS_DIST) > INIT_VS_UNIFORM || (vs & ~(INIT_VS_MODE | INIT_VS_DIST))))
+        return ht_fail(err, "layer %d (%s): %s variance_scaling needs a scale > 0 and a known "
+                       "mode and distribution, got %g, %d", idx, kname, what, (double)arg, vs);
+    return 0;
+}
+
+// Sets L's window (k, stride, before-pad) and output size: pad >= 0 as given, pad < 0
+// Keras/TensorFlow "same" (layers.h's same_pad_before), whose before-pads must agree between
+// the axes, as the layer keeps one.
+static int same_padding(layer *L, int idx, const char *kname, int k, int stride, int pad,
+                        ht_error *err) {
+    L->k = k, L->stride = stride;
+    if (pad >= 0) {
+        L->pad = pad;
+        L->oh = conv_out_dim(L->h, k, stride, pad);
+        L->ow = conv_out_dim(L->w, k, stride, pad);
+        return 0;
+    }
+    int ph = same_pad_before(L->h, k, stride), pw = same_pad_before(L->w, k, stride);
+    if (ph != pw)
+        return ht_fail(err, "layer %d (%s): \"same\" padding of input %dx%d (window %d, stride "
+                       "%d) pads %d rows but %d columns before; one pad for both is supported",
+                       idx, kname, L->h, L->w, k, stride, ph, pw);
+    L->pad = ph;
+    L->oh = same_out_dim(L->h, stride);
+    L->ow = same_out_dim(L->w, stride);
     return 0;
 }
 
 int model_add(model *m, const layer_spec *s, ht_error *err) {
     int idx = m->n_layers;
     if (m->in_c < 1) return ht_fail(err, "model_add before model_begin");
-    if ((unsigned)s->kind > LAYER_SOFTMAX_XENT) // the pooling kinds after it: not yet
+    if ((unsigned)s->kind > LAYER_GLOBAL_AVGPOOL)
         return ht_fail(err, "layer %d: unknown kind %d", idx, (int)s->kind);
     const char *kname = kind_names[s->kind];
     if (idx >= MODEL_MAX_LAYERS)
@@ -224,45 +257,39 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
             return ht_fail(err, "layer %d (conv): stride %d: expected 1..%d", idx, stride,
                            MODEL_MAX_K);
         int pad = s->pad;
-        if (pad < 0) {
-            if (s->k % 2 == 0)
-                return ht_fail(err, "layer %d (conv): \"same\" padding needs an odd kernel, got %d",
-                               idx, s->k);
-            if (stride != 1)
-                return ht_fail(err, "layer %d (conv): \"same\" padding needs stride 1, got %d",
-                               idx, stride);
-            pad = (s->k - 1) / 2;
-        }
         if (pad > MODEL_MAX_K)
             return ht_fail(err, "layer %d (conv): pad %d: expected 0..%d", idx, pad, MODEL_MAX_K);
-        if (L.h + 2 * pad < s->k || L.w + 2 * pad < s->k)
+        if (pad >= 0 && (L.h + 2 * pad < s->k || L.w + 2 * pad < s->k))
             return ht_fail(err, "layer %d (conv): kernel %d does not fit input %dx%d (pad %d)",
                            idx, s->k, L.h, L.w, pad);
-        L.k = s->k, L.stride = stride, L.pad = pad;
+        if (same_padding(&L, idx, kname, s->k, stride, pad, err)) return -1;
         L.oc = s->filters;
-        L.oh = conv_out_dim(L.h, s->k, stride, pad);
-        L.ow = conv_out_dim(L.w, s->k, stride, pad);
         L.n_w = (size_t)L.oc * L.c * L.k * L.k;
-        L.n_b = (size_t)L.oc;
+        L.n_b = s->no_bias ? 0 : (size_t)L.oc;
         break;
     }
-    case LAYER_MAXPOOL: {
+    case LAYER_MAXPOOL:
+    case LAYER_AVGPOOL: {
         if (s->k < 1 || s->k > MODEL_MAX_K)
-            return ht_fail(err, "layer %d (maxpool): window %d: expected 1..%d", idx, s->k,
+            return ht_fail(err, "layer %d (%s): window %d: expected 1..%d", idx, kname, s->k,
                            MODEL_MAX_K);
         int stride = s->stride ? s->stride : s->k;
         if (stride < 1 || stride > MODEL_MAX_K)
-            return ht_fail(err, "layer %d (maxpool): stride %d: expected 1..%d", idx, stride,
+            return ht_fail(err, "layer %d (%s): stride %d: expected 1..%d", idx, kname, stride,
                            MODEL_MAX_K);
-        if (L.h < s->k || L.w < s->k)
-            return ht_fail(err, "layer %d (maxpool): window %d does not fit input %dx%d", idx,
+        if (s->pad > 0) // a window of padding alone would have no maximum or average
+            return ht_fail(err, "layer %d (%s): pad %d: pooling pads 0 (valid) or \"same\"",
+                           idx, kname, s->pad);
+        if (s->pad == 0 && (L.h < s->k || L.w < s->k))
+            return ht_fail(err, "layer %d (%s): window %d does not fit input %dx%d", idx, kname,
                            s->k, L.h, L.w);
-        L.k = s->k, L.stride = stride, L.pad = 0;
+        if (same_padding(&L, idx, kname, s->k, stride, s->pad, err)) return -1;
         L.oc = L.c;
-        L.oh = conv_out_dim(L.h, s->k, stride, 0);
-        L.ow = conv_out_dim(L.w, s->k, stride, 0);
         break;
     }
+    case LAYER_GLOBAL_AVGPOOL:
+        L.oc = L.c, L.oh = 1, L.ow = 1;
+        break;
     case LAYER_DENSE:
         if (s->units < 1 || s->units > MODEL_MAX_DIM)
             return ht_fail(err, "layer %d (dense): units %d: expected 1..%d", idx, s->units,
@@ -270,7 +297,7 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
         L.c = (int)layer_in_size(&L), L.h = 1, L.w = 1; // flattens its input
         L.oc = s->units, L.oh = 1, L.ow = 1;
         L.n_w = (size_t)L.oc * L.c;
-        L.n_b = (size_t)L.oc;
+        L.n_b = s->no_bias ? 0 : (size_t)L.oc;
         break;
     case LAYER_DROPOUT:
         if (!(s->rate >= 0 && s->rate < 1))
@@ -296,17 +323,22 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
         return ht_fail(err, "layer %d (%s): output %dx%dx%d has 2^31 or more elements", idx,
                        kname, L.oc, L.oh, L.ow);
 
+    if (s->no_bias && s->kind != LAYER_CONV2D && s->kind != LAYER_DENSE)
+        return ht_fail(err, "layer %d (%s): only conv and dense layers have a bias to leave out",
+                       idx, kname);
     if (L.n_w) {
-        if (check_init(s->w_init, s->w_arg, "weight", idx, kname, err) ||
-            check_init(s->b_init, s->b_arg, "bias", idx, kname, err))
+        if (check_init(s->w_init, s->w_arg, s->w_arg2, s->w_vs, "weight", idx, kname, err) ||
+            (L.n_b &&
+             check_init(s->b_init, s->b_arg, s->b_arg2, s->b_vs, "bias", idx, kname, err)))
             return -1;
         if ((int64_t)(m->n_params + L.n_w + L.n_b) >= MODEL_MAX_ELEMS)
             return ht_fail(err, "layer %d (%s): %zu parameters take the total to 2^31 or more",
                            idx, kname, L.n_w + L.n_b);
         L.w_init = s->w_init, L.w_arg = s->w_arg;
         L.b_init = s->b_init, L.b_arg = s->b_arg;
+        L.w_arg2 = s->w_arg2, L.b_arg2 = s->b_arg2, L.w_vs = s->w_vs, L.b_vs = s->b_vs;
         L.w_off = m->n_params;
-        L.b_off = L.w_off + L.n_w;
+        L.b_off = L.n_b ? L.w_off + L.n_w : LAYER_NO_PARAM;
     }
 
     layer *grown = realloc(m->layers, (size_t)(idx + 1) * sizeof *grown);
@@ -439,29 +471,94 @@ int model_find_layer(const model *m, const char *name) {
 
 // ---- initialisation ------------------------------------------------------------------------
 
-static void init_fill(float *p, size_t n, init_kind kind, float arg, double fan_in,
-                      double fan_out, ht_rng *r) {
+const char *const init_kind_names[] = {
+    [INIT_ZEROS] = "zeros",
+    [INIT_CONSTANT] = "constant",
+    [INIT_LECUN_UNIFORM] = "lecun_uniform",
+    [INIT_GLOROT_UNIFORM] = "glorot_uniform",
+    [INIT_TRUNCATED_NORMAL] = "truncated_normal",
+    [INIT_ONES] = "ones",
+    [INIT_GLOROT_NORMAL] = "glorot_normal",
+    [INIT_HE_UNIFORM] = "he_uniform",
+    [INIT_HE_NORMAL] = "he_normal",
+    [INIT_LECUN_NORMAL] = "lecun_normal",
+    [INIT_RANDOM_UNIFORM] = "random_uniform",
+    [INIT_RANDOM_NORMAL] = "random_normal",
+    [INIT_VARIANCE_SCALING] = "variance_scaling",
+    NULL,
+};
+
+// x ~ N(0, stddev) redrawn while beyond 2 stddev (Keras's truncated normal).
+static double trunc_normal(ht_rng *r, double stddev) {
+    double x;
+    do x = ht_rng_normal(r) * stddev;
+    while (fabs(x) > 2.0 * stddev);
+    return x;
+}
+
+// variance_scaling(scale, mode, distribution) over fans as Keras computes them.
+static void vs_fill(float *p, size_t n, double scale, int vs, double fan_in, double fan_out,
+                    ht_rng *r) {
+    int mode = vs & INIT_VS_MODE, dist = vs & INIT_VS_DIST;
+    double fan = mode == INIT_VS_FAN_IN    ? fan_in
+                 : mode == INIT_VS_FAN_OUT ? fan_out
+                                           : (fan_in + fan_out) / 2.0;
+    double s = scale / (fan > 1.0 ? fan : 1.0);
+    if (dist == INIT_VS_UNIFORM) {
+        double limit = sqrt(3.0 * s);
+        for (size_t i = 0; i < n; i++) p[i] = (float)((2.0 * ht_rng_double(r) - 1.0) * limit);
+    } else if (dist == INIT_VS_UNTRUNCATED) {
+        double stddev = sqrt(s);
+        for (size_t i = 0; i < n; i++) p[i] = (float)(ht_rng_normal(r) * stddev);
+    } else {
+        double stddev = sqrt(s) / INIT_TRUNC_STDDEV;
+        for (size_t i = 0; i < n; i++) p[i] = (float)trunc_normal(r, stddev);
+    }
+}
+
+static void init_fill(float *p, size_t n, init_kind kind, float arg, float arg2, int vs,
+                      double fan_in, double fan_out, ht_rng *r) {
     double limit = 0;
     switch (kind) {
     case INIT_ZEROS:
-        for (size_t i = 0; i < n; i++) p[i] = 0;
+    case INIT_ONES:
+    case INIT_CONSTANT: {
+        float v = kind == INIT_ZEROS ? 0.0f : kind == INIT_ONES ? 1.0f : arg;
+        for (size_t i = 0; i < n; i++) p[i] = v;
         return;
-    case INIT_CONSTANT:
-        for (size_t i = 0; i < n; i++) p[i] = arg;
-        return;
+    }
     case INIT_LECUN_UNIFORM:
         limit = sqrt(3.0 / fan_in);
         break;
     case INIT_GLOROT_UNIFORM:
         limit = sqrt(6.0 / (fan_in + fan_out));
         break;
-    case INIT_TRUNCATED_NORMAL:
-        for (size_t i = 0; i < n; i++) {
-            double x;
-            do x = ht_rng_normal(r) * arg;
-            while (fabs(x) > 2.0 * arg);
-            p[i] = (float)x;
-        }
+    case INIT_TRUNCATED_NORMAL: // the mean added after the draw: mean 0 keeps the old bits
+        for (size_t i = 0; i < n; i++) p[i] = (float)(trunc_normal(r, arg) + arg2);
+        return;
+    case INIT_RANDOM_NORMAL:
+        for (size_t i = 0; i < n; i++) p[i] = (float)(ht_rng_normal(r) * arg + arg2);
+        return;
+    case INIT_RANDOM_UNIFORM:
+        for (size_t i = 0; i < n; i++)
+            p[i] = (float)(arg + ((double)arg2 - arg) * ht_rng_double(r));
+        return;
+    case INIT_GLOROT_NORMAL:
+        vs_fill(p, n, 1.0, INIT_VS_FAN_AVG | INIT_VS_TRUNCATED, fan_in, fan_out, r);
+        return;
+    case INIT_HE_UNIFORM:
+        vs_fill(p, n, 2.0, INIT_VS_FAN_IN | INIT_VS_UNIFORM, fan_in, fan_out, r);
+        return;
+    case INIT_HE_NORMAL:
+        vs_fill(p, n, 2.0, INIT_VS_FAN_IN | INIT_VS_TRUNCATED, fan_in, fan_out, r);
+        return;
+    case INIT_LECUN_NORMAL:
+        vs_fill(p, n, 1.0, INIT_VS_FAN_IN | INIT_VS_TRUNCATED, fan_in, fan_out, r);
+        return;
+    case INIT_VARIANCE_SCALING:
+        vs_fill(p, n, arg, vs, fan_in, fan_out, r);
+        return;
+    case INIT_KIND_COUNT:
         return;
     }
     for (size_t i = 0; i < n; i++) p[i] = (float)((2.0 * ht_rng_double(r) - 1.0) * limit);
@@ -476,9 +573,136 @@ void model_init_params(const model *m, float *params, uint64_t seed) {
         ht_rng_seed(&r, ht_mix64(seed ^ (uint64_t)l));
         double k2 = L->kind == LAYER_CONV2D ? (double)L->k * L->k : 1.0;
         double fan_in = L->c * k2, fan_out = L->oc * k2; // Keras: receptive field times channels
-        init_fill(params + L->w_off, L->n_w, L->w_init, L->w_arg, fan_in, fan_out, &r);
-        init_fill(params + L->b_off, L->n_b, L->b_init, L->b_arg, fan_in, fan_out, &r);
+        init_fill(params + L->w_off, L->n_w, L->w_init, L->w_arg, L->w_arg2, L->w_vs, fan_in,
+                  fan_out, &r);
+        // Keras's fans of a bias (shape [n]) are its length, both of them.
+        if (L->n_b)
+            init_fill(params + L->b_off, L->n_b, L->b_init, L->b_arg, L->b_arg2, L->b_vs,
+                      (double)L->n_b, (double)L->n_b, &r);
     }
+}
+
+// "GlorotUniform" -> "glorot_uniform"; a name already in snake case stays as it is.
+static void snake_case(const char *name, char *out, size_t cap) {
+    size_t j = 0;
+    for (size_t i = 0; name[i] && j + 2 < cap; i++) {
+        char ch = name[i];
+        if (ch >= 'A' && ch <= 'Z') {
+            if (i > 0 && j + 3 < cap) out[j++] = '_';
+            ch = (char)(ch - 'A' + 'a');
+        }
+        out[j++] = ch;
+    }
+    out[j] = 0;
+}
+
+// Keras's number under `key`, or def when absent; -1 with why when it is not a number.
+static int init_num(init_get_fn get, void *ctx, const char *init, const char *key, double def,
+                    double *out, char *why, size_t cap) {
+    const char *str = NULL;
+    double num = def;
+    int t = get(ctx, key, &num, &str);
+    if (t == 0) num = def;
+    else if (t != 1 || !isfinite(num) || fabs(num) > 1e30) {
+        snprintf(why, cap, "%s: %s: expected a number", init, key);
+        return -1;
+    }
+    *out = num;
+    return 0;
+}
+
+static int init_word(init_get_fn get, void *ctx, const char *init, const char *key,
+                     const char *def, const char *const *names, int *out, char *why, size_t cap) {
+    const char *str = def;
+    double num;
+    int t = get(ctx, key, &num, &str);
+    if (t == 0) str = def;
+    else if (t != 2) {
+        snprintf(why, cap, "%s: %s: expected a string", init, key);
+        return -1;
+    }
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(str, names[i])) {
+            *out = i;
+            return 0;
+        }
+    snprintf(why, cap, "%s: %s \"%.40s\": expected %s%s%s%s%s", init, key, str, names[0],
+             names[1] ? ", " : "", names[1] ? names[1] : "", names[2] ? ", " : "",
+             names[2] ? names[2] : "");
+    return -1;
+}
+
+int model_init_keras_name(init_desc *d, const char *name, init_get_fn get, void *ctx, char *why,
+                          size_t cap) {
+    char snake[48];
+    snake_case(name, snake, sizeof snake);
+    if (!strcmp(snake, "uniform")) strcpy(snake, "random_uniform");
+    if (!strcmp(snake, "normal")) strcpy(snake, "random_normal");
+    int kind = -1;
+    for (int i = 0; init_kind_names[i]; i++)
+        if (!strcmp(snake, init_kind_names[i])) kind = i;
+    if (kind < 0) {
+        snprintf(why, cap, "initializer \"%.40s\" is not supported; hetrain has zeros, ones, "
+                 "constant, random_uniform, random_normal, truncated_normal, glorot_uniform, "
+                 "glorot_normal, he_uniform, he_normal, lecun_uniform, lecun_normal, "
+                 "variance_scaling", name);
+        return -1;
+    }
+    *d = (init_desc){.kind = (init_kind)kind};
+    const char *iname = init_kind_names[kind];
+    double a = 0, b = 0;
+    switch ((init_kind)kind) {
+    case INIT_CONSTANT:
+        if (init_num(get, ctx, iname, "value", 0, &a, why, cap)) return -1;
+        d->arg = (float)a;
+        break;
+    case INIT_RANDOM_UNIFORM:
+        if (init_num(get, ctx, iname, "minval", -0.05, &a, why, cap) ||
+            init_num(get, ctx, iname, "maxval", 0.05, &b, why, cap))
+            return -1;
+        if (!(a <= b)) {
+            snprintf(why, cap, "%s: minval %g is above maxval %g", iname, a, b);
+            return -1;
+        }
+        d->arg = (float)a, d->arg2 = (float)b;
+        break;
+    case INIT_RANDOM_NORMAL:
+    case INIT_TRUNCATED_NORMAL:
+        if (init_num(get, ctx, iname, "mean", 0, &b, why, cap) ||
+            init_num(get, ctx, iname, "stddev", 0.05, &a, why, cap))
+            return -1;
+        if (!(a > 0)) {
+            snprintf(why, cap, "%s: stddev %g: expected a number > 0", iname, a);
+            return -1;
+        }
+        d->arg = (float)a, d->arg2 = (float)b;
+        break;
+    case INIT_VARIANCE_SCALING: {
+        static const char *const modes[] = {"fan_in", "fan_out", "fan_avg", NULL};
+        static const char *const dists[] = {"truncated_normal", "untruncated_normal", "uniform",
+                                            "normal", NULL};
+        int mode, dist;
+        if (init_num(get, ctx, iname, "scale", 1.0, &a, why, cap) ||
+            init_word(get, ctx, iname, "mode", "fan_in", modes, &mode, why, cap) ||
+            init_word(get, ctx, iname, "distribution", "truncated_normal", dists, &dist, why, cap))
+            return -1;
+        if (!(a > 0)) {
+            snprintf(why, cap, "%s: scale %g: expected a number > 0", iname, a);
+            return -1;
+        }
+        if (dist == 3) dist = 0; // Keras 2's "normal" is truncated_normal
+        d->arg = (float)a;
+        d->vs = mode | dist << 2;
+        if (a == 1.0 && d->vs == (INIT_VS_FAN_AVG | INIT_VS_UNIFORM))
+            *d = (init_desc){.kind = INIT_GLOROT_UNIFORM};
+        else if (a == 1.0 && d->vs == (INIT_VS_FAN_IN | INIT_VS_UNIFORM))
+            *d = (init_desc){.kind = INIT_LECUN_UNIFORM};
+        break;
+    }
+    default:
+        break;
+    }
+    return 0;
 }
 
 // ---- reporting -----------------------------------------------------------------------------
@@ -518,20 +742,29 @@ static const char *group_digits(size_t v, char buf[32]) {
 
 void model_print_summary(const model *m, FILE *f) {
     char num[32], macs[32], shape[48], label[48];
+    int lw = 20; // the label column: wider for long (Keras) layer names
+    for (int l = 0; l < m->n_layers; l++) {
+        int n = snprintf(label, sizeof label, "%s (%s)", m->layers[l].name,
+                         kind_names[m->layers[l].kind]);
+        if (n > lw) lw = n < 47 ? n : 47;
+    }
+    int rule = lw + 52;
     fprintf(f, "Model: \"%s\"  input %dx%dx%d, %d classes\n", m->name, m->in_c, m->in_h,
             m->in_w, m->n_classes);
-    fprintf(f, "%-4s %-20s %-18s %12s %14s\n", "#", "Layer (kind)", "Output shape", "Param #",
+    fprintf(f, "%-4s %-*s %-18s %12s %14s\n", "#", lw, "Layer (kind)", "Output shape", "Param #",
             "Forward MACs");
-    fprintf(f, "%.72s\n", "========================================================================");
+    for (int i = 0; i < rule; i++) fputc('=', f);
+    fputc('\n', f);
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
         snprintf(label, sizeof label, "%s (%s)", L->name, kind_names[L->kind]);
         snprintf(shape, sizeof shape, "(%d, %d, %d)", L->oc, L->oh, L->ow);
-        fprintf(f, "%-4d %-20s %-18s %12s %14s\n", l, label, shape,
+        fprintf(f, "%-4d %-*s %-18s %12s %14s\n", l, lw, label, shape,
                 group_digits(L->n_w + L->n_b, num),
                 group_digits((size_t)model_layer_macs(m, l, 0), macs));
     }
-    fprintf(f, "%.72s\n", "========================================================================");
+    for (int i = 0; i < rule; i++) fputc('=', f);
+    fputc('\n', f);
     fprintf(f, "Total params: %s\n", group_digits(m->n_params, num));
     fprintf(f, "Forward multiply-adds per sample: %.2f M\n", model_forward_macs(m) / 1e6);
 }

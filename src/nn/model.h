@@ -21,13 +21,67 @@ typedef enum layer_kind {
     LAYER_GLOBAL_AVGPOOL, // (C,H,W) -> (C,1,1): each channel's mean
 } layer_kind;
 
+// Initialisers as Keras defines them (keras.initializers), drawn from hetrain's seeded
+// generator: the distributions are Keras's, the bits are not. fan_in and fan_out are Keras's:
+// a conv kernel's K*K*C and K*K*OC, a dense weight's inputs and units, a bias's length (both).
+// arg and arg2 are the layer's w_arg/w_arg2 (b_arg/b_arg2); "truncated" redraws beyond two
+// stddev of the mean.
 typedef enum init_kind {
     INIT_ZEROS,
-    INIT_CONSTANT,         // value = init_arg
+    INIT_CONSTANT,         // value = arg
     INIT_LECUN_UNIFORM,    // U(-sqrt(3/fan_in), +)
     INIT_GLOROT_UNIFORM,   // U(-sqrt(6/(fan_in+fan_out)), +)
-    INIT_TRUNCATED_NORMAL, // N(0, init_arg) redrawn beyond 2 stddev
+    INIT_TRUNCATED_NORMAL, // N(mean arg2, stddev arg) truncated
+    INIT_ONES,
+    INIT_GLOROT_NORMAL,    // variance_scaling(1, fan_avg, truncated_normal)
+    INIT_HE_UNIFORM,       // variance_scaling(2, fan_in, uniform)
+    INIT_HE_NORMAL,        // variance_scaling(2, fan_in, truncated_normal)
+    INIT_LECUN_NORMAL,     // variance_scaling(1, fan_in, truncated_normal)
+    INIT_RANDOM_UNIFORM,   // U(minval arg, maxval arg2)
+    INIT_RANDOM_NORMAL,    // N(mean arg2, stddev arg)
+    INIT_VARIANCE_SCALING, // scale = arg; mode and distribution in the layer's w_vs/b_vs
+    INIT_KIND_COUNT
 } init_kind;
+
+// variance_scaling's mode | distribution (a layer's w_vs, b_vs). With n the mode's fan (fan_avg:
+// the mean of both), s = scale / max(1, n): truncated_normal has stddev sqrt(s) / 0.8796...
+// (the stddev of a standard normal truncated at 2, so the result has variance s),
+// untruncated_normal stddev sqrt(s), uniform the limit sqrt(3 s).
+enum {
+    INIT_VS_FAN_IN = 0,
+    INIT_VS_FAN_OUT = 1,
+    INIT_VS_FAN_AVG = 2,
+    INIT_VS_MODE = 3, // mask
+    INIT_VS_TRUNCATED = 0 << 2,
+    INIT_VS_UNTRUNCATED = 1 << 2,
+    INIT_VS_UNIFORM = 2 << 2,
+    INIT_VS_DIST = 3 << 2, // mask
+};
+#define INIT_TRUNC_STDDEV 0.87962566103423978 // stddev of N(0,1) truncated to [-2, 2]
+
+// One initialiser: what a layer keeps per tensor, and what model_init_keras_name reads.
+typedef struct init_desc {
+    init_kind kind;
+    float arg, arg2;
+    int vs;
+} init_desc;
+
+// Their names as config files and Keras's functions write them ("glorot_uniform"), in enum
+// order, NULL-terminated.
+extern const char *const init_kind_names[];
+
+// An initialiser from Keras's name for it: a function name ("he_normal", "zeros"), a class name
+// ("HeNormal", "Zeros"), or the aliases "uniform", "normal", and its config's values, which
+// get(ctx, key, &num, &str) gives: 0 absent or null, 1 a number in *num, 2 a string in *str,
+// 3 anything else. Keras's defaults fill what is absent (random_uniform -0.05..0.05,
+// random_normal and truncated_normal stddev 0.05, variance_scaling 1.0, fan_in,
+// truncated_normal; Keras 2's distribution "normal" is truncated_normal); "seed" is ignored
+// (hetrain's --seed draws). variance_scaling with the parameters of glorot_uniform or
+// lecun_uniform becomes that kind. Returns -1 with a one-line reason in why (no prefix) when
+// the name is unknown or a value is wrong.
+typedef int (*init_get_fn)(void *ctx, const char *key, double *num, const char **str);
+int model_init_keras_name(init_desc *d, const char *name, init_get_fn get, void *ctx, char *why,
+                          size_t cap);
 
 typedef enum optim_kind { OPTIM_SGD, OPTIM_ADAM } optim_kind;
 
@@ -53,10 +107,13 @@ typedef struct layer {
     char name[32];    // tensor name prefix in safetensors: "conv1" -> "conv1.weight"
     int c, h, w;      // input shape of one sample (dense: c = features, h = w = 1)
     int oc, oh, ow;   // output shape of one sample
-    int k, stride, pad; // conv2d and maxpool (pool: pad = 0)
+    int k, stride, pad; // conv2d and pooling; pad is the before-pad (top/left): "same" may pad
+                        // one row/column more after, as oh/ow imply (layers.h)
     float rate;       // dropout drop probability
     init_kind w_init, b_init;
-    float w_arg, b_arg; // init parameters (constant value or stddev)
+    float w_arg, b_arg; // init parameters (init_kind says which)
+    float w_arg2, b_arg2;
+    int w_vs, b_vs;     // variance_scaling's mode | distribution
     size_t w_off, b_off; // offsets into the flat parameter buffer, LAYER_NO_PARAM if none
     size_t n_w, n_b;
 } layer;
@@ -75,6 +132,18 @@ typedef struct model_tensor {
     uint64_t shape[MODEL_TENSOR_MAX_DIMS];
 } model_tensor;
 
+// A learning-rate schedule: a factor on lr by epoch or step (optim.h). Zeroed: none.
+typedef enum lr_sched_kind { LR_SCHED_NONE, LR_SCHED_STEP, LR_SCHED_EXP, LR_SCHED_COSINE } lr_sched_kind;
+typedef struct lr_schedule {
+    lr_sched_kind kind;
+    int every;   // step: epochs between two multiplications by gamma
+    float gamma; // step, exp
+} lr_schedule;
+
+// Weight decay on the kernels (conv and dense weights; biases never): L2 adds W*w to the
+// gradient (loss + W/2*sum(w^2)); decoupled takes lr_t*W*w off the weight (AdamW, SGDW).
+typedef enum wd_mode { WD_L2, WD_DECOUPLED } wd_mode;
+
 typedef struct train_setup {
     optim_kind optim;
     float lr;
@@ -86,6 +155,9 @@ typedef struct train_setup {
     int epochs;
     float val_split;
     conv_algo conv_algo;
+    lr_schedule sched;
+    float weight_decay; // W >= 0 (0: none)
+    wd_mode wd_mode;
 } train_setup;
 
 typedef struct model {
@@ -113,7 +185,8 @@ int model_init_preset(model *m, const char *name, ht_error *err);
 // Loads an INI-style config (see docs in config.c). Errors name the file and line.
 int model_init_config(model *m, const char *path, ht_error *err);
 
-// A preset name, or a path to a config file (anything ending in .cfg/.ini or containing '/').
+// A preset name, a Keras model JSON (a path ending in .json, keras.h), or a path to a config
+// file (anything else ending in .cfg/.ini or containing '/').
 int model_init(model *m, const char *name_or_path, ht_error *err);
 
 void model_free(model *m);
@@ -155,12 +228,14 @@ double model_layer_macs(const model *m, int l, int backward);
 typedef struct layer_spec {
     layer_kind kind;
     const char *name; // NULL: automatic ("conv1", "fc2", ...)
-    int filters, k, stride, pad; // pad < 0: "same"
+    int filters, k, stride, pad; // pad < 0: Keras "same", any stride (pooling: 0 or "same")
     int no_bias;      // conv2d, dense: no bias tensor (Keras use_bias = false)
     int units;
     float rate;
     init_kind w_init, b_init;
     float w_arg, b_arg;
+    float w_arg2, b_arg2;
+    int w_vs, b_vs;
 } layer_spec;
 int model_begin(model *m, const char *name, int c, int h, int w, int n_classes, ht_error *err);
 int model_add(model *m, const layer_spec *s, ht_error *err);

@@ -61,6 +61,8 @@ static fmt plan_layer(const model *m, int l, fmt in, net_lplan *p) {
     switch (L->kind) {
     case LAYER_CONV2D:
     case LAYER_MAXPOOL:
+    case LAYER_AVGPOOL:
+    case LAYER_GLOBAL_AVGPOOL:
         if (!as_nhwc(in, c, hw, &p->in_cs)) {
             p->cvt = 1;
             p->cvt_cs = p->in_cs = conv_cpad(c);
@@ -113,6 +115,29 @@ static conv_geom geom_of(const layer *L, const net_lplan *p) {
     return (conv_geom){.C = L->c, .Cs = p->in_cs, .H = L->h, .W = L->w, .OC = L->oc,
                        .K = L->k, .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow,
                        .fwd = p->algo.fwd, .din = p->algo.din, .dw = p->algo.dw};
+}
+
+static pool_geom pool_of(const layer *L, const net_lplan *p) {
+    return (pool_geom){.Cs = p->in_cs, .H = L->h, .W = L->w, .K = L->k, .stride = L->stride,
+                       .pad = L->pad, .OH = L->oh, .OW = L->ow};
+}
+
+// A layer's bias in a parameter (or gradient) buffer, NULL for a layer without one.
+static float *bias_in(float *buf, const layer *L) { return L->n_b ? buf + L->b_off : NULL; }
+static const float *bias_of(const float *buf, const layer *L) {
+    return L->n_b ? buf + L->b_off : NULL;
+}
+
+// Global average pooling of B samples (B,HW,Cs) <-> (B,1,1,Cs).
+static void gavgpool_forward(float *out, const float *in, int B, int Cs, int HW, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int s = 0; s < B; s++)
+        gavgpool_nhwc_forward_one(out + (size_t)s * Cs, in + (size_t)s * HW * Cs, Cs, HW);
+}
+static void gavgpool_backward(float *din, const float *dout, int B, int Cs, int HW, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int s = 0; s < B; s++)
+        gavgpool_nhwc_backward_one(din + (size_t)s * HW * Cs, dout + (size_t)s * Cs, Cs, HW);
 }
 
 // Each buffer starts on a 64-byte boundary.
@@ -324,7 +349,7 @@ static void trunk_pack(net_ws *ws, const model *m, const float *params, int dir)
         if (L->kind != LAYER_CONV2D) continue;
         double t = ws->prof ? ht_now() : 0;
         conv_geom g = geom_of(L, p);
-        conv2d_nhwc_pack(ws->pack + p->pack_off, params + L->w_off, params + L->b_off, &g);
+        conv2d_nhwc_pack(ws->pack + p->pack_off, params + L->w_off, bias_of(params, L), &g);
         if (ws->prof) ws->prof[2 * l + dir] += ht_now() - t;
     }
 }
@@ -401,9 +426,18 @@ static void trunk_forward(net_ws *ws, const model *m, const float *params, const
                                             mine + p->scr_off);
                     break;
                 }
-                case LAYER_MAXPOOL:
-                    maxpool_nhwc_forward_one(out, in, p->in_cs, L->h, L->w, L->k, L->stride,
-                                             L->oh, L->ow);
+                case LAYER_MAXPOOL: {
+                    pool_geom pg = pool_of(L, p);
+                    maxpool_nhwc_forward_one(out, in, &pg);
+                    break;
+                }
+                case LAYER_AVGPOOL: {
+                    pool_geom pg = pool_of(L, p);
+                    avgpool_nhwc_forward_one(out, in, &pg);
+                    break;
+                }
+                case LAYER_GLOBAL_AVGPOOL:
+                    gavgpool_nhwc_forward_one(out, in, p->in_cs, L->h * L->w);
                     break;
                 case LAYER_RELU:
                     if (!p->skip) relu_forward(out, in, n, 1);
@@ -469,10 +503,18 @@ static void trunk_backward(net_ws *ws, const model *m, const float *params, floa
                                              in, ws->pack + p->pack_off, &g, mine + p->scr_off);
                     break;
                 }
-                case LAYER_MAXPOOL:
-                    if (din)
-                        maxpool_nhwc_backward_one(din, dout, in, p->in_cs, L->h, L->w, L->k,
-                                                  L->stride, L->oh, L->ow);
+                case LAYER_MAXPOOL: {
+                    pool_geom pg = pool_of(L, p);
+                    if (din) maxpool_nhwc_backward_one(din, dout, in, &pg);
+                    break;
+                }
+                case LAYER_AVGPOOL: {
+                    pool_geom pg = pool_of(L, p);
+                    if (din) avgpool_nhwc_backward_one(din, dout, &pg);
+                    break;
+                }
+                case LAYER_GLOBAL_AVGPOOL:
+                    if (din) gavgpool_nhwc_backward_one(din, dout, p->in_cs, L->h * L->w);
                     break;
                 case LAYER_RELU:
                     if (din && !p->skip) relu_backward(dout, dout, ws->act[l] + s * n, n, 1);
@@ -506,7 +548,7 @@ static void trunk_backward(net_ws *ws, const model *m, const float *params, floa
         if (L->kind != LAYER_CONV2D) continue;
         double t = ws->prof ? ht_now() : 0;
         conv_geom g = geom_of(L, p);
-        conv2d_nhwc_scratch_reduce(grads + L->w_off, grads + L->b_off, ws->tscr + p->scr_off,
+        conv2d_nhwc_scratch_reduce(grads + L->w_off, bias_in(grads, L), ws->tscr + p->scr_off,
                                    ws->tslice, nt, &g);
         if (ws->prof) ws->prof[2 * l + 1] += ht_now() - t;
     }
@@ -526,16 +568,25 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
         switch (L->kind) {
         case LAYER_CONV2D: {
             conv_geom g = geom_of(L, p);
-            conv2d_nhwc_forward(out, lin, params + L->w_off, params + L->b_off, B, &g,
+            conv2d_nhwc_forward(out, lin, params + L->w_off, bias_of(params, L), B, &g,
                                 p->fuse_relu, ws->conv_ws, nt);
             break;
         }
-        case LAYER_MAXPOOL:
-            maxpool_nhwc_forward(out, lin, B, p->in_cs, L->h, L->w, L->k, L->stride, L->oh,
-                                 L->ow, nt);
+        case LAYER_MAXPOOL: {
+            pool_geom pg = pool_of(L, p);
+            maxpool_nhwc_forward(out, lin, B, &pg, nt);
+            break;
+        }
+        case LAYER_AVGPOOL: {
+            pool_geom pg = pool_of(L, p);
+            avgpool_nhwc_forward(out, lin, B, &pg, nt);
+            break;
+        }
+        case LAYER_GLOBAL_AVGPOOL:
+            gavgpool_forward(out, lin, B, p->in_cs, L->h * L->w, nt);
             break;
         case LAYER_DENSE:
-            dense_forward(out, lin, params + L->w_off, params + L->b_off, B,
+            dense_forward(out, lin, params + L->w_off, bias_of(params, L), B,
                           (int)layer_in_size(L), L->oc, nt);
             break;
         case LAYER_RELU:
@@ -590,18 +641,26 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
             break;
         case LAYER_CONV2D: {
             conv_geom g = geom_of(L, p);
-            conv2d_nhwc_backward(din, grads + L->w_off, grads + L->b_off, dout,
+            conv2d_nhwc_backward(din, grads + L->w_off, bias_in(grads, L), dout,
                                  p->fuse_relu ? ws->act[l] : NULL, in, params + L->w_off, B, &g,
                                  ws->conv_ws, nt);
             break;
         }
-        case LAYER_MAXPOOL:
-            if (din)
-                maxpool_nhwc_backward(din, dout, in, B, p->in_cs, L->h, L->w, L->k, L->stride,
-                                      L->oh, L->ow, nt);
+        case LAYER_MAXPOOL: {
+            pool_geom pg = pool_of(L, p);
+            if (din) maxpool_nhwc_backward(din, dout, in, B, &pg, nt);
+            break;
+        }
+        case LAYER_AVGPOOL: {
+            pool_geom pg = pool_of(L, p);
+            if (din) avgpool_nhwc_backward(din, dout, B, &pg, nt);
+            break;
+        }
+        case LAYER_GLOBAL_AVGPOOL:
+            if (din) gavgpool_backward(din, dout, B, p->in_cs, L->h * L->w, nt);
             break;
         case LAYER_DENSE:
-            dense_backward_beta(din, grads + L->w_off, grads + L->b_off, dout, in,
+            dense_backward_beta(din, grads + L->w_off, bias_in(grads, L), dout, in,
                                 params + L->w_off, B, (int)layer_in_size(L), L->oc,
                                 overwrite ? 0.0f : 1.0f, nt);
             break;

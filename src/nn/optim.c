@@ -1,9 +1,13 @@
 // Host optimizers over the flat parameter buffer: Keras 2 SGD (momentum, Nesterov, decay) and
-// TensorFlow 1's Adam with Keras-style decay. One pass over the buffer per step.
+// TensorFlow 1's Adam with Keras-style decay, learning-rate schedules and weight decay. One
+// pass over the buffer per step.
 #include "optim.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 // Below this many parameters a parallel region costs more than it saves.
 #define OPTIM_PAR_MIN 65536
@@ -15,6 +19,17 @@ static int check_setup(const train_setup *s, ht_error *e) {
     if (!(s->decay >= 0 && isfinite(s->decay)))
         return ht_fail(e, "optimizer: decay must be a finite number >= 0, found %g",
                        (double)s->decay);
+    if (!(s->weight_decay >= 0 && isfinite(s->weight_decay)))
+        return ht_fail(e, "optimizer: weight decay must be a finite number >= 0, found %g",
+                       (double)s->weight_decay);
+    const lr_schedule *ls = &s->sched;
+    int gamma_ok = ls->gamma > 0 && ls->gamma <= 1;
+    if (!(ls->kind == LR_SCHED_NONE || ls->kind == LR_SCHED_COSINE ||
+          (ls->kind == LR_SCHED_EXP && gamma_ok) || (ls->kind == LR_SCHED_STEP && gamma_ok && ls->every >= 1)))
+        return ht_fail(e, "optimizer: malformed learning-rate schedule (kind %d, every %d, gamma %g)",
+                       (int)ls->kind, ls->every, (double)ls->gamma);
+    if (s->wd_mode != WD_L2 && s->wd_mode != WD_DECOUPLED)
+        return ht_fail(e, "optimizer: unknown weight decay mode %d", (int)s->wd_mode);
     if (s->optim == OPTIM_SGD) {
         if (!(s->momentum >= 0 && isfinite(s->momentum)))
             return ht_fail(e, "optimizer sgd: momentum must be a finite number >= 0, found %g",
@@ -38,6 +53,7 @@ int optim_init(optim *o, const train_setup *s, size_t n, ht_error *e) {
     if (check_setup(s, e)) return -1;
     o->s = *s;
     o->n = n;
+    o->sched = 1.0;
     o->m = ht_calloc(n, sizeof *o->m, e);
     if (o->m && s->optim == OPTIM_ADAM) o->v = ht_calloc(n, sizeof *o->v, e);
     if (!o->m || (s->optim == OPTIM_ADAM && !o->v)) {
@@ -50,59 +66,160 @@ int optim_init(optim *o, const train_setup *s, size_t n, ht_error *e) {
 void optim_free(optim *o) {
     free(o->m);
     free(o->v);
+    free(o->spans);
     o->m = o->v = NULL;
+    o->spans = NULL;
+    o->n_spans = 0;
     o->n = 0;
     o->t = 0;
 }
 
-static double decayed_lr(const train_setup *s, long t) {
-    return (double)s->lr / (1.0 + (double)s->decay * (double)t);
+// Appends [off, off + n) to the spans, merged with the last one when the flag is the same.
+static void span_add(optim *o, size_t off, size_t n, int decay) {
+    optim_span *last = o->n_spans ? &o->spans[o->n_spans - 1] : NULL;
+    if (n == 0) return;
+    if (last && last->decay == decay && last->off + last->n == off) last->n += n;
+    else o->spans[o->n_spans++] = (optim_span){off, n, decay};
 }
 
-float optim_lr(const optim *o) { return (float)decayed_lr(&o->s, o->t); }
+int optim_decay_kernels(optim *o, const model *m, ht_error *e) {
+    if (m->n_params != o->n)
+        return ht_fail(e, "optimizer: model %s has %zu parameters, the optimizer %zu", m->name,
+                       m->n_params, o->n);
+    free(o->spans);
+    o->n_spans = 0;
+    // Each tensor, and a gap before one or at the end, is at most one span.
+    o->spans = ht_calloc(2 * (size_t)m->n_tensors + 1, sizeof *o->spans, e);
+    if (!o->spans) return -1;
+    size_t at = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        if (t->off < at || t->off + t->n > o->n)
+            return ht_fail(e, "optimizer: tensor %s out of order in the parameter buffer", t->name);
+        span_add(o, at, t->off - at, 0);
+        span_add(o, t->off, t->n, !t->bias);
+        at = t->off + t->n;
+    }
+    span_add(o, at, o->n - at, 0);
+    return 0;
+}
 
-static void sgd_step(optim *o, float *restrict p, const float *restrict g, const float sc) {
-    float *restrict v = o->m;
-    const size_t n = o->n;
-    const float mu = o->s.momentum, lr = (float)decayed_lr(&o->s, o->t);
-    if (o->s.nesterov) {
-#pragma omp parallel for simd schedule(static) if (n >= OPTIM_PAR_MIN)
-        for (size_t i = 0; i < n; i++) {
+// The Keras-decayed rate of update t (from 0), with the schedule's factor.
+static double decayed_lr(const optim *o, long t) {
+    return (double)o->s.lr * o->sched / (1.0 + (double)o->s.decay * (double)t);
+}
+
+float optim_lr(const optim *o) { return (float)decayed_lr(o, o->t); }
+
+void optim_set_lr_factor(optim *o, double f) { o->sched = f; }
+
+// The buffer as spans for one update: the kernel spans with weight decay, else all of it
+// undecayed (one span, no allocation).
+static const optim_span *update_spans(const optim *o, optim_span *whole, int *n) {
+    *whole = (optim_span){0, o->n, o->s.weight_decay > 0};
+    if (o->s.weight_decay > 0 && o->spans) {
+        *n = o->n_spans;
+        return o->spans;
+    }
+    *n = 1;
+    return whole;
+}
+
+// SGD over [lo, hi) without weight decay.
+static void sgd_plain(float *restrict p, float *restrict v, const float *restrict g, size_t lo,
+                      size_t hi, float sc, float mu, float lr, int nesterov) {
+    if (nesterov) {
+#pragma omp parallel for simd schedule(static) if (hi - lo >= OPTIM_PAR_MIN)
+        for (size_t i = lo; i < hi; i++) {
             float gi = g[i] * sc;
             float vi = mu * v[i] - lr * gi;
             v[i] = vi;
             p[i] += mu * vi - lr * gi;
         }
     } else {
-#pragma omp parallel for simd schedule(static) if (n >= OPTIM_PAR_MIN)
-        for (size_t i = 0; i < n; i++) {
+#pragma omp parallel for simd schedule(static) if (hi - lo >= OPTIM_PAR_MIN)
+        for (size_t i = lo; i < hi; i++) {
             float vi = mu * v[i] - lr * (g[i] * sc);
             v[i] = vi;
             p[i] += vi;
         }
     }
+}
+
+// SGD over [lo, hi) with weight decay: l2 = W (L2) or 0, dc = lr_t*W (decoupled) or 0.
+static void sgd_decayed(float *restrict p, float *restrict v, const float *restrict g,
+                        size_t lo, size_t hi, float sc, float mu, float lr, int nesterov,
+                        float l2, float dc) {
+#pragma omp parallel for simd schedule(static) if (hi - lo >= OPTIM_PAR_MIN)
+    for (size_t i = lo; i < hi; i++) {
+        float pi = p[i];
+        float gi = g[i] * sc + l2 * pi;
+        float vi = mu * v[i] - lr * gi;
+        v[i] = vi;
+        p[i] = pi - dc * pi + (nesterov ? mu * vi - lr * gi : vi);
+    }
+}
+
+static void sgd_step(optim *o, float *restrict p, const float *restrict g, const float sc) {
+    const float mu = o->s.momentum;
+    const double lr_d = decayed_lr(o, o->t);
+    const float lr = (float)lr_d, W = o->s.weight_decay;
+    const float l2 = o->s.wd_mode == WD_L2 ? W : 0, dc = o->s.wd_mode == WD_L2 ? 0 : (float)(lr_d * W);
+    optim_span whole;
+    int ns;
+    const optim_span *sp = update_spans(o, &whole, &ns);
+    for (int k = 0; k < ns; k++) {
+        size_t lo = sp[k].off, hi = sp[k].off + sp[k].n;
+        if (sp[k].decay) sgd_decayed(p, o->m, g, lo, hi, sc, mu, lr, o->s.nesterov, l2, dc);
+        else sgd_plain(p, o->m, g, lo, hi, sc, mu, lr, o->s.nesterov);
+    }
     o->t++;
 }
 
+// Adam's moments and parameters over [lo, hi): l2 = W (L2) or 0, dc = lr_dec*W (decoupled)
+// or 0; decay = 0 keeps the update without weight decay exactly.
+static void adam_range(float *restrict p, float *restrict m, float *restrict v,
+                       const float *restrict g, size_t lo, size_t hi, float sc, float lr,
+                       float b1, float b2, float eps, int decay, float l2, float dc) {
+    const float c1 = 1.0f - b1, c2 = 1.0f - b2;
+    if (!decay) {
+#pragma omp parallel for simd schedule(static) if (hi - lo >= OPTIM_PAR_MIN)
+        for (size_t i = lo; i < hi; i++) {
+            float gi = g[i] * sc;
+            float mi = b1 * m[i] + c1 * gi;
+            float vi = b2 * v[i] + c2 * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            p[i] -= lr * mi / (sqrtf(vi) + eps);
+        }
+        return;
+    }
+#pragma omp parallel for simd schedule(static) if (hi - lo >= OPTIM_PAR_MIN)
+    for (size_t i = lo; i < hi; i++) {
+        float pi = p[i];
+        float gi = g[i] * sc + l2 * pi;
+        float mi = b1 * m[i] + c1 * gi;
+        float vi = b2 * v[i] + c2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - dc * pi - lr * mi / (sqrtf(vi) + eps);
+    }
+}
+
 static void adam_step(optim *o, float *restrict p, const float *restrict g, const float sc) {
-    float *restrict m = o->m, *restrict v = o->v;
-    const size_t n = o->n;
     o->t++;
     // Bias correction in double: beta^t underflows gracefully and 1-beta^t keeps its digits.
     const double t = (double)o->t, b1 = o->s.beta1, b2 = o->s.beta2;
-    const float lr = (float)(decayed_lr(&o->s, o->t - 1) * sqrt(1.0 - pow(b2, t)) /
-                             (1.0 - pow(b1, t)));
-    const float fb1 = o->s.beta1, fb2 = o->s.beta2, eps = o->s.eps;
-    const float c1 = 1.0f - fb1, c2 = 1.0f - fb2;
-#pragma omp parallel for simd schedule(static) if (n >= OPTIM_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] * sc;
-        float mi = fb1 * m[i] + c1 * gi;
-        float vi = fb2 * v[i] + c2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] -= lr * mi / (sqrtf(vi) + eps);
-    }
+    const double lr_dec = decayed_lr(o, o->t - 1);
+    const float lr = (float)(lr_dec * sqrt(1.0 - pow(b2, t)) / (1.0 - pow(b1, t)));
+    const float W = o->s.weight_decay;
+    const float l2 = o->s.wd_mode == WD_L2 ? W : 0, dc = o->s.wd_mode == WD_L2 ? 0 : (float)(lr_dec * W);
+    optim_span whole;
+    int ns;
+    const optim_span *sp = update_spans(o, &whole, &ns);
+    for (int k = 0; k < ns; k++)
+        adam_range(p, o->m, o->v, g, sp[k].off, sp[k].off + sp[k].n, sc, lr, o->s.beta1,
+                   o->s.beta2, o->s.eps, sp[k].decay, l2, dc);
 }
 
 void optim_step_scaled(optim *o, float *params, const float *g, float scale) {
@@ -111,3 +228,64 @@ void optim_step_scaled(optim *o, float *params, const float *g, float scale) {
 }
 
 void optim_step(optim *o, float *params, const float *g) { optim_step_scaled(o, params, g, 1.0f); }
+
+// ---- learning-rate schedules ----------------------------------------------------------------
+
+// A number 0 < x <= 1 (a schedule's GAMMA).
+static int parse_gamma(const char *text, const char *v, float *out, ht_error *e) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || !(x > 0 && x <= 1))
+        return ht_fail(e, "\"%.60s\": GAMMA must be a number 0 < GAMMA <= 1, found \"%.40s\"",
+                       text, v);
+    *out = (float)x;
+    return 0;
+}
+
+int lr_schedule_parse(lr_schedule *s, const char *text, ht_error *e) {
+    lr_schedule r = {0};
+    if (!strcmp(text, "none") || !strcmp(text, "cosine")) {
+        r.kind = text[0] == 'c' ? LR_SCHED_COSINE : LR_SCHED_NONE;
+    } else if (!strncmp(text, "exp:", 4)) {
+        r.kind = LR_SCHED_EXP;
+        if (parse_gamma(text, text + 4, &r.gamma, e) < 0) return -1;
+    } else if (!strncmp(text, "step:", 5)) {
+        r.kind = LR_SCHED_STEP;
+        const char *v = text + 5;
+        char *end;
+        errno = 0;
+        long k = strtol(v, &end, 10);
+        if (end == v || *end != ':' || errno || k < 1 || k > 1000000)
+            return ht_fail(e, "\"%.60s\": EPOCHS must be an integer 1..1000000 "
+                              "followed by :GAMMA, found \"%.*s\"",
+                           text, (int)strcspn(v, ":"), v);
+        r.every = (int)k;
+        if (parse_gamma(text, end + 1, &r.gamma, e) < 0) return -1;
+    } else {
+        return ht_fail(e, "expected step:EPOCHS:GAMMA, exp:GAMMA, cosine or none, "
+                          "found \"%.60s\"", text);
+    }
+    *s = r;
+    return 0;
+}
+
+void lr_schedule_text(const lr_schedule *s, char *buf, size_t len) {
+    switch (s->kind) {
+    case LR_SCHED_STEP: snprintf(buf, len, "step:%d:%.9g", s->every, (double)s->gamma); break;
+    case LR_SCHED_EXP: snprintf(buf, len, "exp:%.9g", (double)s->gamma); break;
+    case LR_SCHED_COSINE: snprintf(buf, len, "cosine"); break;
+    default: snprintf(buf, len, "none"); break;
+    }
+}
+
+double lr_schedule_factor(const lr_schedule *s, int epoch, long step, long total) {
+    switch (s->kind) {
+    case LR_SCHED_STEP:
+        return s->every > 0 ? pow((double)s->gamma, (double)(epoch / s->every)) : 1.0;
+    case LR_SCHED_EXP: return pow((double)s->gamma, (double)epoch);
+    case LR_SCHED_COSINE:
+        return total > 0 ? 0.5 * (1.0 + cos(M_PI * (double)step / (double)total)) : 1.0;
+    default: return 1.0;
+    }
+}

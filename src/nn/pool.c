@@ -1,20 +1,42 @@
-// Max pooling without padding on channels-last (NHWC) tensors: each window is pooled for all
-// channels at once, and backward finds the winner again from the forward input (no argmax).
-// The NCHW reference with argmax is tests/ref.c.
+// Pooling on channels-last (NHWC) tensors: max, average and global average. Each window is
+// pooled for all channels at once; windows are clipped to the input ("same" padding), and max
+// pooling's backward finds the winner again from the forward input (no argmax). The NCHW
+// reference with argmax is tests/ref.c.
 #include "layers.h"
 
 #include <string.h>
 
-void maxpool_nhwc_forward_one(float *out, const float *in, int Cs, int H, int W, int K,
-                              int stride, int OH, int OW) {
-    (void)H; // windows end at row (OH-1)*stride+K-1 < H by construction
+// The window of output (oh, ow) clipped to the input: its first input row and column and how
+// many rows and columns it covers (at least one each: layers never make an empty window).
+typedef struct pool_win {
+    int ih, iw, nh, nw;
+} pool_win;
+
+static inline int pool_clip(int o, int stride, int pad, int K, int in, int *n) {
+    int i0 = o * stride - pad, i1 = i0 + K;
+    if (i0 < 0) i0 = 0;
+    if (i1 > in) i1 = in;
+    *n = i1 - i0;
+    return i0;
+}
+
+static inline pool_win pool_window(const pool_geom *g, int oh, int ow) {
+    pool_win w;
+    w.ih = pool_clip(oh, g->stride, g->pad, g->K, g->H, &w.nh);
+    w.iw = pool_clip(ow, g->stride, g->pad, g->K, g->W, &w.nw);
+    return w;
+}
+
+void maxpool_nhwc_forward_one(float *out, const float *in, const pool_geom *g) {
+    const int Cs = g->Cs, W = g->W;
     float *o = out;
-    for (int oh = 0; oh < OH; oh++) {
-        for (int ow = 0; ow < OW; ow++, o += Cs) {
-            const float *win = in + ((size_t)oh * stride * W + (size_t)ow * stride) * Cs;
+    for (int oh = 0; oh < g->OH; oh++) {
+        for (int ow = 0; ow < g->OW; ow++, o += Cs) {
+            const pool_win wd = pool_window(g, oh, ow);
+            const float *win = in + ((size_t)wd.ih * W + wd.iw) * Cs;
             memcpy(o, win, (size_t)Cs * sizeof *o);
-            for (int kh = 0; kh < K; kh++) {
-                for (int kw = 0; kw < K; kw++) {
+            for (int kh = 0; kh < wd.nh; kh++) {
+                for (int kw = 0; kw < wd.nw; kw++) {
                     const float *x = win + ((size_t)kh * W + kw) * Cs;
                     for (int c = 0; c < Cs; c++) o[c] = x[c] > o[c] ? x[c] : o[c];
                 }
@@ -23,13 +45,11 @@ void maxpool_nhwc_forward_one(float *out, const float *in, int Cs, int H, int W,
     }
 }
 
-void maxpool_nhwc_forward(float *out, const float *in, int B, int Cs, int H, int W, int K,
-                          int stride, int OH, int OW, int nthreads) {
+void maxpool_nhwc_forward(float *out, const float *in, int B, const pool_geom *g, int nthreads) {
     if (nthreads < 1) nthreads = 1;
+    const size_t in_s = (size_t)g->H * g->W * g->Cs, out_s = (size_t)g->OH * g->OW * g->Cs;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
-    for (int s = 0; s < B; s++)
-        maxpool_nhwc_forward_one(out + (size_t)s * OH * OW * Cs, in + (size_t)s * H * W * Cs, Cs,
-                                 H, W, K, stride, OH, OW);
+    for (int s = 0; s < B; s++) maxpool_nhwc_forward_one(out + s * out_s, in + s * in_s, g);
 }
 
 // Channels are handled in blocks of POOL_CBLOCK: a block's maxima and "still to find" masks
@@ -48,22 +68,22 @@ static inline pool_vf pool_load(const float *p) {
     return v;
 }
 
-// One window, channels [c0, c0 + POOL_CBLOCK): the gradient goes to the first maximum in
-// row-major order (as the reference's argmax); overlapping windows (stride < K) can share a
-// winner, so it is added, not assigned.
+// One window (nh x nw inputs from `first`), channels [c0, c0 + POOL_CBLOCK): the gradient goes
+// to the first maximum in row-major order (as the reference's argmax); overlapping windows
+// (stride < K) can share a winner, so it is added, not assigned.
 static void pool_window_back(float *dp, const float *ip, const float *g, size_t first, int W,
-                             int Cs, int K) {
+                             int Cs, int nh, int nw) {
     pool_vf m = pool_load(ip + first);
-    for (int kh = 0; kh < K; kh++)
-        for (int kw = 0; kw < K; kw++) {
+    for (int kh = 0; kh < nh; kh++)
+        for (int kw = 0; kw < nw; kw++) {
             pool_vf x = pool_load(ip + first + ((size_t)kh * W + kw) * Cs);
             pool_vi gt = x > m;
             m = (pool_vf)(((pool_vi)x & gt) | ((pool_vi)m & ~gt));
         }
     const pool_vi gv = (pool_vi)pool_load(g);
     pool_vi todo = ~(pool_vi){0};
-    for (int kh = 0; kh < K; kh++)
-        for (int kw = 0; kw < K; kw++) {
+    for (int kh = 0; kh < nh; kh++)
+        for (int kw = 0; kw < nw; kw++) {
             const size_t at = first + ((size_t)kh * W + kw) * Cs;
             pool_vi hit = todo & (pool_load(ip + at) == m);
             pool_vf d = pool_load(dp + at) + (pool_vf)(gv & hit);
@@ -72,34 +92,108 @@ static void pool_window_back(float *dp, const float *ip, const float *g, size_t 
         }
 }
 
-void maxpool_nhwc_backward_one(float *din, const float *dout, const float *in, int Cs, int H,
-                               int W, int K, int stride, int OH, int OW) {
-    const float *g = dout;
-    memset(din, 0, (size_t)H * W * Cs * sizeof *din);
-    for (int oh = 0; oh < OH; oh++) {
-        for (int ow = 0; ow < OW; ow++, g += Cs) {
-            const size_t first = ((size_t)oh * stride * W + (size_t)ow * stride) * Cs;
+void maxpool_nhwc_backward_one(float *din, const float *dout, const float *in,
+                               const pool_geom *g) {
+    const int Cs = g->Cs, W = g->W;
+    const float *gp = dout;
+    memset(din, 0, (size_t)g->H * W * Cs * sizeof *din);
+    for (int oh = 0; oh < g->OH; oh++) {
+        for (int ow = 0; ow < g->OW; ow++, gp += Cs) {
+            const pool_win wd = pool_window(g, oh, ow);
+            const size_t first = ((size_t)wd.ih * W + wd.iw) * Cs;
             int c0 = 0;
             for (; c0 + POOL_CBLOCK <= Cs; c0 += POOL_CBLOCK)
-                pool_window_back(din + c0, in + c0, g + c0, first, W, Cs, K);
+                pool_window_back(din + c0, in + c0, gp + c0, first, W, Cs, wd.nh, wd.nw);
             for (int c = c0; c < Cs; c++) { // channels past the last full block
                 size_t best = first + c;
-                for (int kh = 0; kh < K; kh++)
-                    for (int kw = 0; kw < K; kw++) {
+                for (int kh = 0; kh < wd.nh; kh++)
+                    for (int kw = 0; kw < wd.nw; kw++) {
                         const size_t at = first + ((size_t)kh * W + kw) * Cs + c;
                         if (in[at] > in[best]) best = at;
                     }
-                din[best] += g[c];
+                din[best] += gp[c];
             }
         }
     }
 }
 
-void maxpool_nhwc_backward(float *din, const float *dout, const float *in, int B, int Cs,
-                           int H, int W, int K, int stride, int OH, int OW, int nthreads) {
+void maxpool_nhwc_backward(float *din, const float *dout, const float *in, int B,
+                           const pool_geom *g, int nthreads) {
     if (nthreads < 1) nthreads = 1;
+    const size_t in_s = (size_t)g->H * g->W * g->Cs, out_s = (size_t)g->OH * g->OW * g->Cs;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int s = 0; s < B; s++)
-        maxpool_nhwc_backward_one(din + (size_t)s * H * W * Cs, dout + (size_t)s * OH * OW * Cs,
-                                  in + (size_t)s * H * W * Cs, Cs, H, W, K, stride, OH, OW);
+        maxpool_nhwc_backward_one(din + s * in_s, dout + s * out_s, in + s * in_s, g);
+}
+
+// ---- average pooling ----
+
+void avgpool_nhwc_forward_one(float *out, const float *in, const pool_geom *g) {
+    const int Cs = g->Cs, W = g->W;
+    float *o = out;
+    for (int oh = 0; oh < g->OH; oh++) {
+        for (int ow = 0; ow < g->OW; ow++, o += Cs) {
+            const pool_win wd = pool_window(g, oh, ow);
+            const float *win = in + ((size_t)wd.ih * W + wd.iw) * Cs;
+            const float n = (float)(wd.nh * wd.nw);
+            memset(o, 0, (size_t)Cs * sizeof *o);
+            for (int kh = 0; kh < wd.nh; kh++)
+                for (int kw = 0; kw < wd.nw; kw++) {
+                    const float *x = win + ((size_t)kh * W + kw) * Cs;
+                    for (int c = 0; c < Cs; c++) o[c] += x[c];
+                }
+            for (int c = 0; c < Cs; c++) o[c] /= n;
+        }
+    }
+}
+
+void avgpool_nhwc_backward_one(float *din, const float *dout, const pool_geom *g) {
+    const int Cs = g->Cs, W = g->W;
+    const float *gp = dout;
+    memset(din, 0, (size_t)g->H * W * Cs * sizeof *din);
+    for (int oh = 0; oh < g->OH; oh++) {
+        for (int ow = 0; ow < g->OW; ow++, gp += Cs) {
+            const pool_win wd = pool_window(g, oh, ow);
+            float *win = din + ((size_t)wd.ih * W + wd.iw) * Cs;
+            const float n = (float)(wd.nh * wd.nw);
+            for (int kh = 0; kh < wd.nh; kh++)
+                for (int kw = 0; kw < wd.nw; kw++) {
+                    float *d = win + ((size_t)kh * W + kw) * Cs;
+                    for (int c = 0; c < Cs; c++) d[c] += gp[c] / n;
+                }
+        }
+    }
+}
+
+void avgpool_nhwc_forward(float *out, const float *in, int B, const pool_geom *g, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    const size_t in_s = (size_t)g->H * g->W * g->Cs, out_s = (size_t)g->OH * g->OW * g->Cs;
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+    for (int s = 0; s < B; s++) avgpool_nhwc_forward_one(out + s * out_s, in + s * in_s, g);
+}
+
+void avgpool_nhwc_backward(float *din, const float *dout, int B, const pool_geom *g,
+                           int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    const size_t in_s = (size_t)g->H * g->W * g->Cs, out_s = (size_t)g->OH * g->OW * g->Cs;
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+    for (int s = 0; s < B; s++) avgpool_nhwc_backward_one(din + s * in_s, dout + s * out_s, g);
+}
+
+// ---- global average pooling ----
+
+void gavgpool_nhwc_forward_one(float *out, const float *in, int Cs, int HW) {
+    memset(out, 0, (size_t)Cs * sizeof *out);
+    for (int p = 0; p < HW; p++) {
+        const float *x = in + (size_t)p * Cs;
+        for (int c = 0; c < Cs; c++) out[c] += x[c];
+    }
+    for (int c = 0; c < Cs; c++) out[c] /= (float)HW;
+}
+
+void gavgpool_nhwc_backward_one(float *din, const float *dout, int Cs, int HW) {
+    for (int p = 0; p < HW; p++) {
+        float *d = din + (size_t)p * Cs;
+        for (int c = 0; c < Cs; c++) d[c] = dout[c] / (float)HW;
+    }
 }

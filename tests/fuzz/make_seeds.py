@@ -3,10 +3,12 @@
 and a few malformed ones. Run from anywhere; it replaces the files it writes and nothing else.
 The input framing of each harness is described at the top of its fuzz_*.c."""
 import gzip
+import io
 import json
 import os
 import shutil
 import struct
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -67,9 +69,87 @@ put("csv", "ragged", csv_input(0, "label,a,b,c,d\n1,2,3\n1,2,3,4,5,6\n"))
 put("csv", "blank_then_data", csv_input(0, "a\n1\n\n2\n"))
 put("csv", "no_header", csv_input(0, "1,2,3,4\n"))
 
+# ---- NumPy: mode byte (bit 0 npz; bit 1 npz test set / npy labels follow; bits 2..3 layout;
+#      bit 4 one channel), then npy: u16 LE images length, images .npy, labels .npy; npz: the zip ----
+
+def npy(descr, shape, payload, version=1, fortran=False, extra=""):
+    d = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, %s}" % (
+        descr, "True" if fortran else "False",
+        "(%s,)" % shape[0] if len(shape) == 1 else "(%s)" % ", ".join(map(str, shape)), extra)
+    pre = 10 if version == 1 else 12
+    total = (pre + len(d) + 1 + 63) // 64 * 64
+    hl = total - pre
+    head = b"\x93NUMPY" + bytes([version, 0]) + (struct.pack("<H", hl) if version == 1
+                                                   else struct.pack("<I", hl))
+    return head + (d + " " * (hl - len(d) - 1) + "\n").encode() + payload
+
+
+def npy_input(mode, images, labels=b""):
+    return bytes([mode]) + struct.pack("<H", len(images)) + images + labels
+
+
+def npz(members, deflate=True):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED) as z:
+        for name, data in members:
+            z.writestr(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0)), data,
+                       zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED)
+    return buf.getvalue()
+
+
+px = bytes((i * 37) % 256 for i in range(2 * 4 * 4 * 3))
+x_nhwc, x_nchw = npy("|u1", (2, 4, 4, 3), px), npy("|u1", (2, 3, 4, 4), px, version=2)
+y_i8, y_u1 = npy("<i8", (2,), struct.pack("<qq", 3, 9), version=3), npy("|u1", (2, 1), b"\x01\x02")
+x_f4 = npy("<f4", (2, 4, 4), struct.pack("<32f", *[i / 7 for i in range(32)]))
+put("npy", "nhwc_labels", npy_input(2, x_nhwc, y_i8))
+put("npy", "nchw_v2", npy_input(2, x_nchw, y_u1))
+put("npy", "gray_float", npy_input(16, x_f4))
+put("npy", "nan", npy_input(16, npy("<f4", (1, 2, 2), struct.pack("<4f", 0, float("nan"), 1, 2))))
+put("npy", "fortran", npy_input(0, npy("|u1", (2, 4, 4, 3), px, fortran=True)))
+put("npy", "truncated", npy_input(0, x_nhwc[:-5]))
+put("npy", "extra_key", npy_input(0, npy("|u1", (2, 4, 4, 3), px, extra="'x': 1, ")))
+put("npy", "label_range", npy_input(2, x_nhwc, npy("<i4", (2,), struct.pack("<ii", 1, 10))))
+put("npy", "ambiguous", npy_input(0, npy("|u1", (1, 3, 16, 3), px[:144])))
+put("npy", "npz_deflated", bytes([1]) + npz([("x_train.npy", x_nhwc), ("y_train.npy", y_i8)]))
+put("npy", "npz_stored_test", bytes([3]) + npz([("x_test.npy", x_nchw), ("y_test.npy", y_u1)], False))
+put("npy", "npz_xy", bytes([1]) + npz([("x.npy", x_nhwc), ("y.npy", y_u1)]))
+put("npy", "npz_no_labels", bytes([1]) + npz([("x_train.npy", x_nhwc)]))
+put("npy", "npz_cut", bytes([1]) + npz([("x_train.npy", x_nhwc), ("y_train.npy", y_i8)])[:-30])
+
+
+def npz_zip64(members):
+    """As numpy's np.savez writes them: every member with a zip64 local header."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, data in members:
+            with z.open(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0)), "w",
+                        force_zip64=True) as f:
+                f.write(data)
+    return buf.getvalue()
+
+
+put("npy", "npz_zip64", bytes([1]) + npz_zip64([("x_train.npy", x_nhwc), ("y_train.npy", y_i8)]))
+
+# ---- CIFAR: mode byte (bits 0..1 the name: data_batch_1.bin, train.bin, records.bin; bit 2
+#      coarse labels; bit 3 a 20-class model), then the file ----
+
+def cifar(n, hundred=False):
+    out = b""
+    for i in range(n):
+        out += (bytes([i % 20, i % 100]) if hundred else bytes([i % 10]))
+        out += bytes((i * 3 + k * 7) % 256 for k in range(3072))
+    return out
+
+
+put("cifar", "cifar10_two", bytes([0]) + cifar(2))
+put("cifar", "cifar100_coarse", bytes([1 | 4 | 8]) + cifar(2, True))
+put("cifar", "by_size", bytes([2]) + cifar(1, True))
+put("cifar", "partial_record", bytes([0]) + cifar(1)[:-7])
+put("cifar", "fine_beyond_20", bytes([1 | 8]) + cifar(3, True))
+
 # ---- model config: the file ----
 
-for name in ("cnn2.cfg", "cnn3.cfg"):
+for name in ("cnn2.cfg", "cnn3.cfg", "cifar_small.cfg"):
     with open(os.path.join(ROOT, "models", name), "rb") as f:
         put("config", name, f.read())
 put("config", "small.cfg", """[net]
@@ -96,9 +176,82 @@ bias_init = truncated_normal
 bias_arg = 0.2
 [softmax]
 """)
+put("config", "keras_names.cfg", """[net]
+input = 3x8x8
+classes = 3
+optimizer = Adam
+learning_rate = 0.001
+batch_size = 4
+[Conv2D]
+filters = 2
+kernel_size = 3
+strides = 2
+padding = same
+use_bias = false
+kernel_initializer = variance_scaling(scale = 2, mode = fan_out, distribution = uniform)
+[AveragePooling2D]
+pool_size = 2
+[Activation]
+activation = relu
+[Flatten]
+[Dense]
+units = 3
+kernel_initializer = HeNormal
+bias_initializer = random_uniform(minval = -0.1, maxval = 0.1, seed = 3)
+activation = softmax
+""")
+put("config", "pooling.cfg", """[net]
+input = 3x7x7
+classes = 3
+[conv]
+filters = 4
+size = 3
+stride = 2
+pad = same
+bias = 0
+activation = relu
+[avgpool]
+size = 2
+stride = 1
+pad = same
+[maxpool]
+size = 3
+stride = 2
+pad = same
+[globalavgpool]
+[dense]
+units = 3
+bias = 0
+[softmax]
+""")
 put("config", "errors.cfg", "[net]\ninput = 1x28\n[conv]\nfilters = 0\n")
 put("config", "no_net.cfg", "[dense]\nunits = 3\n")
 put("config", "syntax.cfg", "[net\nkey value\n")
+put("config", "schedule.cfg", "[net]\ninput = 1x8x8\nclasses = 4\nlr_schedule = step:2:0.5\n"
+    "weight_decay = 5e-4\nweight_decay_mode = decoupled\n[dense]\nunits = 4\n[softmax]\n")
+
+# ---- Keras model JSON: the text (compacted fixtures of tests/data/keras, and a few small ones) ----
+
+for name in ("mnist_small_k3", "mnist_small_k2", "cnn3_k2old", "cifar_k3", "cifar_flat_k2"):
+    with open(os.path.join(ROOT, "tests", "data", "keras", name + ".json")) as f:
+        put("keras", name + ".json", json.dumps(json.load(f), separators=(",", ":")))
+put("keras", "channels_first.json", json.dumps({"class_name": "Sequential", "config": {"layers": [
+    {"class_name": "Conv2D", "config": {"name": "c", "batch_input_shape": [None, 2, 6, 6],
+     "filters": 2, "kernel_size": 3, "strides": 2, "padding": "same",
+     "data_format": "channels_first", "use_bias": False, "activation": "relu",
+     "kernel_initializer": {"class_name": "VarianceScaling",
+                            "config": {"scale": 2.0, "mode": "fan_avg", "distribution": "normal"}}}},
+    {"class_name": "GlobalAveragePooling2D", "config": {"name": "g", "keepdims": True,
+     "data_format": "channels_first"}},
+    {"class_name": "Dense", "config": {"name": "d", "units": 3, "bias_initializer": "ones"}},
+    {"class_name": "Softmax", "config": {"name": "s", "axis": -1}}]}}))
+put("keras", "mlp.json", '{"class_name":"Sequential","config":{"layers":[{"class_name":"InputLayer",'
+    '"config":{"batch_shape":[null,12]}},{"class_name":"Dense","config":{"units":4,'
+    '"activation":"relu"}},{"class_name":"Dropout","config":{"rate":0.5}},{"class_name":"Dense",'
+    '"config":{"units":2}},{"class_name":"Activation","config":{"activation":"softmax"}}]}}')
+put("keras", "lstm.json", '{"class_name":"Sequential","config":{"layers":[{"class_name":"InputLayer",'
+    '"config":{"batch_shape":[null,4,4,1]}},{"class_name":"LSTM","config":{"name":"l"}}]}}')
+put("keras", "truncated.json", '{"class_name":"Sequential","config":{"layers":[{"class_name"')
 
 # ---- safetensors: the file, for the harness's model (conv1 [2,1,3,3]+[2], fc1 [3,8]+[3]) ----
 

@@ -17,8 +17,9 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -DHT_FUZZ=ON -DCMAKE_BUILD_TYPE=RelW
 cmake --build "$build" -j"$(nproc)" --target fuzzers >/dev/null
 
 # Inputs larger than any format needs only slow the search down.
-declare -A max_len=([fuzz_idx]=4096 [fuzz_csv]=4096 [fuzz_config]=4096 [fuzz_safetensors]=2048
-                    [fuzz_checkpoint]=4096 [fuzz_devices]=256 [fuzz_runcsv]=4096 [fuzz_fault]=512)
+declare -A max_len=([fuzz_idx]=4096 [fuzz_csv]=4096 [fuzz_npy]=8192 [fuzz_cifar]=12800 [fuzz_config]=4096 [fuzz_safetensors]=2048
+                    [fuzz_checkpoint]=4096 [fuzz_devices]=256 [fuzz_runcsv]=4096 [fuzz_fault]=512
+                    [fuzz_keras]=12288)
 
 if (($#)); then harnesses=("$@"); else
   harnesses=()

@@ -1,7 +1,8 @@
 // One training step over 3 ranks, each with one cpu:1 device, against the same step in one
 // process over cpu:1,cpu:1,cpu:1 (the same plan: equal capacities, the same device order): the
 // mean gradient and the update agree tensor by tensor (check_step_grad's tolerances), on every
-// rank, and every position's loss comes back to every rank.
+// rank, and every position's loss comes back to every rank; with augmented batches too (each
+// rank augments its own samples, from their ids).
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,8 +21,7 @@
 
 enum { B = 60 };
 
-static void test_three_ranks_equal_one_process(void **state) {
-    (void)state;
+static void three_ranks_equal_one_process(const data_augment *aug) {
     assert_int_equal(ranks_size(), 3);
     ht_error e;
     model m;
@@ -30,7 +30,7 @@ static void test_three_ranks_equal_one_process(void **state) {
     // Each rank's process would time auto's choice itself; the comparison wants one algorithm.
     m.setup.conv_algo = CONV_ALGO_DIRECT;
     if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&ds, 300);
     float *init = malloc(sizeof(float) * m.n_params);
@@ -43,6 +43,8 @@ static void test_three_ranks_equal_one_process(void **state) {
     test_rig_open(&mpi, &m, "cpu:1", NULL, init, B, 3, 0);
     test_rig_open(&one, &m, "cpu:1,cpu:1,cpu:1", NULL, init, B, 3, 0);
     engine_span_ranks(one.g, 0); // the reference: this process alone
+    engine_set_augment(mpi.g, aug);
+    engine_set_augment(one.g, aug);
     if (engine_train_step(mpi.g, &ds, idx, B, 0, loss_mpi, pred_mpi, NULL, &e) < 0 ||
         engine_train_step(one.g, &ds, idx, B, 0, loss_one, pred_one, NULL, &e) < 0)
         fail_msg("%s", e.msg);
@@ -52,11 +54,27 @@ static void test_three_ranks_equal_one_process(void **state) {
     assert_memory_equal(engine_params(mpi.g), engine_params(one.g), sizeof(float) * m.n_params);
     assert_memory_equal(loss_mpi, loss_one, sizeof loss_one);
     assert_memory_equal(pred_mpi, pred_one, sizeof pred_one);
+    // The augmented step is another step: its losses differ from the plain one's (cmocka runs
+    // the plain test first).
+    static float plain_loss[B];
+    if (!aug) memcpy(plain_loss, loss_one, sizeof plain_loss);
+    else assert_memory_not_equal(plain_loss, loss_one, sizeof plain_loss);
     test_rig_close(&mpi);
     test_rig_close(&one);
     free(init);
     dataset_free(&ds);
     model_free(&m);
+}
+
+static void test_three_ranks_equal_one_process(void **state) {
+    (void)state;
+    three_ranks_equal_one_process(NULL);
+}
+
+static void test_three_ranks_augmented(void **state) {
+    (void)state;
+    const data_augment aug = {.crop = 4, .flip = 1};
+    three_ranks_equal_one_process(&aug);
 }
 
 // Per tensor, the relative L2 difference of a from b is at most tol.
@@ -90,7 +108,7 @@ static void test_mixed_ranks_equal_one_process(void **state) {
     // Each rank's process would time auto's choice itself; the comparison wants one algorithm.
     m.setup.conv_algo = CONV_ALGO_DIRECT;
     if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", &e) < 0)
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&ds, 300);
     float *init = malloc(sizeof(float) * m.n_params);
@@ -130,6 +148,7 @@ int main(int argc, char **argv) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_three_ranks_equal_one_process),
+        cmocka_unit_test(test_three_ranks_augmented),
         cmocka_unit_test(test_mixed_ranks_equal_one_process),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
