@@ -219,6 +219,8 @@ static void test_conv_algo(void **state) {
         {"cnn3", "", "conv algorithms (auto; us a sample direct/winograd): conv1 "},
         {"cfg", "", "conv algorithms (winograd2): conv1 winograd F(2x2,3x3); conv2 winograd"},
         {"cfg", "--conv-algo direct", "conv algorithms (direct): conv1 direct; conv2 direct"},
+        {"cnn2", "--conv-algo winograd",
+         "conv algorithms (winograd): conv1 winograd F(4x4,5x5); conv2 winograd F(4x4,5x5)"},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         char args[4096], path[1200];

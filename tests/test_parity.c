@@ -76,14 +76,20 @@ static const tolset cl_tols = {.conv = TOL_CONV, .conv_floor_k = FLOOR_SUM, .den
 // The CPU's average pooling sums and divides as the reference does (IEEE division): bit for bit.
 static const tolset cpu_tols = {.conv = TOL_NHWC, .conv_floor_k = FLOOR_NHWC, .pool = TOL_BITS,
                                 .avg = TOL_BITS, .exact = TOL_BITS};
-// The same ops by Winograd F(2x2,3x3) and F(4x4,3x3) where conv2d_wino_ok allows (direct
-// elsewhere): their transforms add rounding that grows with the tile (test_winograd bounds it
-// per tile). Worst observed in this table's measure: 1.2e-6 (F(2x2,3x3)), 7.3e-6 (F(4x4,3x3)),
-// both the weight gradient of the cnn3 conv2 case after two backward passes.
+// The same ops by Winograd F(2x2,3x3), F(4x4,3x3) and F(2x2,5x5) where conv2d_wino_impl_ok
+// allows (direct elsewhere): their transforms add rounding that grows with the tile
+// (test_winograd bounds it per tile). Worst observed in this table's measure: 1.2e-6
+// (F(2x2,3x3)), 7.3e-6 (F(4x4,3x3)), both the weight gradient of the cnn3 conv2 case after two
+// backward passes; 1.3e-5 (F(2x2,5x5)), the weight gradient of cnn2's conv1 and conv2 after
+// two passes; 7.5e-6 (F(4x4,5x5)), cnn2 conv1's weight gradient.
 #define TOL_WINO2 1e-5f
 #define TOL_WINO4 5e-5f
+#define TOL_WINO25 5e-5f
+#define TOL_WINO45 5e-5f
 static const tolset cpu_wino2_tols = {.conv = TOL_WINO2, .conv_floor_k = FLOOR_NHWC};
 static const tolset cpu_wino4_tols = {.conv = TOL_WINO4, .conv_floor_k = FLOOR_NHWC};
+static const tolset cpu_wino25_tols = {.conv = TOL_WINO25, .conv_floor_k = FLOOR_NHWC};
+static const tolset cpu_wino45_tols = {.conv = TOL_WINO45, .conv_floor_k = FLOOR_NHWC};
 
 // Parameters and gradients start this many floats into their buffer, so offsets are tested.
 #define PARAM_LEAD 7
@@ -683,12 +689,18 @@ static float *nan_buf(size_t n) {
 
 // The input's pad channels hold NaN, which must never reach a result; the outputs' pad
 // channels must be zero.
-// The backend's ctx, when not NULL, is the conv_impl every direction asks for (Winograd where
-// conv2d_wino_ok allows it, direct elsewhere).
+// The backend's ctx, when not NULL, is a wino_ask: the conv_impl every direction of a K x K
+// convolution asks for (Winograd where conv2d_wino_impl_ok allows it, direct elsewhere).
+typedef struct wino_ask {
+    conv_impl impl;
+    int K;
+} wino_ask;
+
 static void cpu_conv(backend *b, conv_io *io) {
     const conv_shape *s = io->s;
     const int OCs = conv_cpad(s->OC);
-    const conv_impl impl = b->ctx ? *(const conv_impl *)b->ctx : CONV_DIRECT;
+    const wino_ask *ask = b->ctx;
+    const conv_impl impl = ask && ask->K == s->K ? ask->impl : CONV_DIRECT;
     const conv_geom g = {.C = s->C, .Cs = s->Cs, .H = s->H, .W = s->W, .OC = s->OC, .K = s->K,
                          .stride = s->stride, .pad = io->pad, .OH = io->OH, .OW = io->OW,
                          .fwd = impl, .din = impl, .dw = impl};
@@ -779,15 +791,19 @@ static void test_parity_cpu(void **state) {
     assert_int_equal(b.fails, 0);
 }
 
-// The same ops with every 3x3 stride-1 convolution by Winograd, F(2x2,3x3) and F(4x4,3x3).
+// The same ops with every 3x3 stride-1 convolution by Winograd, F(2x2,3x3) and F(4x4,3x3),
+// and every 5x5 one by F(2x2,5x5) and F(4x4,5x5).
 static void test_parity_cpu_winograd(void **state) {
     (void)state;
-    static const conv_impl impls[] = {CONV_WINO2, CONV_WINO4};
-    static const tolset *const tols[] = {&cpu_wino2_tols, &cpu_wino4_tols};
-    static const char *const names[] = {"cpu winograd F(2x2,3x3)", "cpu winograd F(4x4,3x3)"};
+    static const wino_ask asks[] = {{CONV_WINO2, 3}, {CONV_WINO4, 3}, {CONV_WINO2, 5},
+                                    {CONV_WINO4, 5}};
+    static const tolset *const tols[] = {&cpu_wino2_tols, &cpu_wino4_tols, &cpu_wino25_tols,
+                                         &cpu_wino45_tols};
+    static const char *const names[] = {"cpu winograd F(2x2,3x3)", "cpu winograd F(4x4,3x3)",
+                                        "cpu winograd F(2x2,5x5)", "cpu winograd F(4x4,5x5)"};
     int fails = 0;
-    for (int i = 0; i < 2; i++) {
-        backend b = {.name = names[i], .tol = tols[i], .ctx = (void *)&impls[i], .conv_relu = 1,
+    for (int i = 0; i < 4; i++) {
+        backend b = {.name = names[i], .tol = tols[i], .ctx = (void *)&asks[i], .conv_relu = 1,
                      .conv = cpu_conv};
         run_cases(&b);
         printf("%s: %d op checks failed\n", b.name, b.fails);

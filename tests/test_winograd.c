@@ -1,8 +1,10 @@
 // Winograd convolutions (winograd.h, run through layers.h's conv2d_nhwc_* as net.c runs them)
-// against the NCHW reference (ref.c): their rounding error, bounded on random layers of the
-// network's shapes and on edge cases; the bound's power to see a wrong transform; outputs
-// over all-zero receptive fields exact; the algorithm choice (conv_algo.h); and one training
-// step with Winograd against one direct.
+// against the NCHW reference (ref.c), F(2x2,3x3), F(4x4,3x3), F(2x2,5x5) and F(4x4,5x5): their
+// rounding
+// error, bounded on random layers of the networks' shapes and on edge cases; the bound's power
+// to see a wrong transform; outputs over all-zero receptive fields exact; the algorithm choice
+// (conv_algo.h) and its text; and one training step of each reference network with Winograd
+// against one direct.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,28 +28,39 @@
 // Each element of a convolution's output, input gradient or weight gradient is a sum of n
 // products p_k. Summed in float, in any order, it rounds to within about sqrt(n) * 2^-24 * S
 // (typically; n * 2^-24 * S at worst), S = sum_k |p_k|, whatever the cancellation. Winograd
-// computes the same sums through transforms whose coefficients (F(4,3): up to 5 in B, 8 in A,
-// 1/4..1/24 in G) mix a whole tile's patch and then cancel magnitudes larger than the
-// inputs', so its rounding is a multiple of 2^-24 times the magnitudes of the tile: the
-// error measure is
+// computes the same sums through transforms whose coefficients (F(4,3) and F(2,5): up to 5 in
+// B; 8 in F(4,3)'s A, 2 in F(2,5)'s; 1/4..1/24 and up to 2/3 in G) mix a whole tile's patch
+// and then cancel magnitudes larger than the inputs', so its rounding is a multiple of 2^-24
+// times the magnitudes of the tile: the error measure is
 //   E = max over elements |result - reference| / S_tile,
 // with S computed by the reference itself on |x|, |w| (|dout|), and S_tile the largest S of
-// the element's tile (m x m outputs or input-gradient positions, the 3x3 taps of one weight
+// the element's tile (m x m outputs or input-gradient positions, the K x K taps of one weight
 // gradient kernel; the element itself for direct). Without the tile a corner output of an
 // unpadded layer, a few small products of its own, shows its tile's rounding as E ~1e-4.
 // The reference (float im2col + SGEMM) carries its own rounding in E; the direct path is
 // measured the same way for scale. Measured over the fixed cases below and 1000 random layers
-// (N_RANDOM raised for the measurement; 12 + 60 run here) on AVX-512: direct 2.9e-7 (5 x
-// 2^-24), F(2x2,3x3) 1.9e-6 (32 x 2^-24), F(4x4,3x3) 7.2e-6 (120 x 2^-24), the worst of the
-// three tensors each time, the input gradient's. The bounds leave 4x to 5x room. The
-// double-precision transforms of test_wrong_transform_exceeds show what one coefficient off
-// (a typo in any of A, B or G) does: E 0.1 and more, thousands of times the bound.
+// of each kernel size (N_RANDOM raised for the measurement; 60 run here) on AVX-512: direct
+// 2.9e-7 (5 x 2^-24), F(2x2,3x3) 1.9e-6 (32 x 2^-24), F(4x4,3x3) 7.2e-6 (120 x 2^-24), the
+// worst of the three tensors each time, the input gradient's; F(2x2,5x5) and F(4x4,5x5)
+// below. The bounds leave 4x to 5x room. The double-precision transforms of
+// test_wrong_transform_exceeds show what one coefficient off (a typo in any of A, B or G)
+// does: E 0.1 and more, thousands of times the bound.
 #define E_DIRECT 1.5e-6
 #define E_WINO2 1e-5
 #define E_WINO4 3e-5
+// F(2x2,5x5): F(4,3)'s B^T (coefficients to 5) on the same 6x6 patch, but a G whose last
+// finite rows reach 2/3 (the 4th powers of +-2 over 24) and an A^T of 1s and 2s. Measured worst
+// 8.8e-6, the weight gradient's (its 25 taps come out of one transform of sums over every tile
+// of a sample, so each carries the rounding of the largest; forward 3.4e-6, input gradient
+// 3.9e-6, as F(4,3)'s); the bound leaves 4.5x.
+#define E_WINO25 4e-5
+// F(4x4,5x5): 8x8 patches, the points +-1/2 added: B^T's coefficients reach 21/4, A^T's 8 and
+// G's 32/45. Measured worst 1.4e-5 (235 x 2^-24), the weight gradient's again (forward 7.5e-6,
+// input gradient 8.3e-6); the bound leaves 4.3x.
+#define E_WINO45 6e-5
 
 typedef struct case_shape {
-    int B, C, Cs, H, W, OC, pad;
+    int B, C, Cs, H, W, OC, pad, K;
 } case_shape;
 
 // Errors of one layer's three tensors (E above).
@@ -104,11 +117,11 @@ static double emax(const float *a, const float *b, const float *S, size_t n) {
     return worst;
 }
 
-// One layer (3x3, stride 1) through conv2d_nhwc_forward/backward with every direction asking
-// for impl, against the reference. Pad channels of the NHWC inputs hold NaN, which must not
-// reach a result.
+// One layer (K x K, stride 1) through conv2d_nhwc_forward/backward with every direction
+// asking for impl, against the reference. Pad channels of the NHWC inputs hold NaN, which must
+// not reach a result.
 static errs run_case(const case_shape *s, conv_impl impl, uint64_t seed) {
-    const int B = s->B, C = s->C, H = s->H, W = s->W, OC = s->OC, K = 3, pad = s->pad;
+    const int B = s->B, C = s->C, H = s->H, W = s->W, OC = s->OC, K = s->K, pad = s->pad;
     const int OH = conv_out_dim(H, K, 1, pad), OW = conv_out_dim(W, K, 1, pad);
     const int OCs = conv_cpad(OC);
     const size_t nin = (size_t)B * C * H * W, nout = (size_t)B * OC * OH * OW;
@@ -130,12 +143,12 @@ static errs run_case(const case_shape *s, conv_impl impl, uint64_t seed) {
     // corner without padding) carries the rounding of its tile's largest.
     const int m = impl == CONV_DIRECT ? 1 : (int)impl;
     tile_max(S_out, B * OC, OH, OW, m);
-    if (conv2d_wino_ok(&(conv_geom){.H = H, .W = W, .K = 3, .stride = 1, .pad = pad, .OH = OH,
+    if (conv2d_wino_ok(&(conv_geom){.H = H, .W = W, .K = K, .stride = 1, .pad = pad, .OH = OH,
                                     .OW = OW, .Cs = s->Cs},
                        CONV_DIR_DIN))
         tile_max(S_din, B * C, H, W, m);
-    // Likewise the weight gradient's 3x3 taps of one (oc, c) come out of one transform.
-    if (m > 1) tile_max(S_dw, OC * C, 3, 3, 3);
+    // Likewise the weight gradient's K x K taps of one (oc, c) come out of one transform.
+    if (m > 1) tile_max(S_dw, OC * C, K, K, K);
 
     const conv_geom g = {.C = C, .Cs = s->Cs, .H = H, .W = W, .OC = OC, .K = K, .stride = 1,
                          .pad = pad, .OH = OH, .OW = OW, .fwd = impl, .din = impl, .dw = impl};
@@ -164,33 +177,45 @@ static errs run_case(const case_shape *s, conv_impl impl, uint64_t seed) {
 }
 
 //   B   C  Cs   H   W  OC  pad
-static const case_shape fixed_cases[] = {
-    {2, 1, 1, 28, 28, 32, 1},    // cnn3 conv1: one input channel (stride 1)
-    {2, 32, 32, 28, 28, 48, 1},  // cnn3 conv2
-    {2, 48, 48, 14, 14, 32, 1},  // cnn3 conv3: F(4,3) tiles overhang 14 by 2
-    {1, 1, 1, 1, 1, 1, 1},       // a 1x1 image, one channel each side, batch 1
-    {1, 17, 32, 1, 1, 5, 1},     // a 1x1 image with 17 channels (a vector and one more)
-    {1, 3, 16, 5, 7, 20, 1},     // odd sizes, 20 outputs (12 pad channels)
-    {1, 33, 48, 13, 9, 17, 1},   // > 32 channels, odd sizes, 17 outputs
-    {1, 20, 20, 6, 5, 7, 1},     // Cs not a multiple of 16: the input gradient stays direct
-    {1, 4, 16, 6, 6, 3, 0},      // no padding ("valid")
-    {1, 4, 16, 5, 6, 3, 2},      // pad 2: outputs larger than the input
-    {3, 2, 16, 3, 3, 2, 1},      // one F(4,3) tile, mostly overhang
-    {1, 40, 48, 2, 17, 50, 1},   // two rows, many channels
+static const case_shape fixed_cases3[] = {
+    {2, 1, 1, 28, 28, 32, 1, 3},    // cnn3 conv1: one input channel (stride 1)
+    {2, 32, 32, 28, 28, 48, 1, 3},  // cnn3 conv2
+    {2, 48, 48, 14, 14, 32, 1, 3},  // cnn3 conv3: F(4,3) tiles overhang 14 by 2
+    {1, 1, 1, 1, 1, 1, 1, 3},       // a 1x1 image, one channel each side, batch 1
+    {1, 17, 32, 1, 1, 5, 1, 3},     // a 1x1 image with 17 channels (a vector and one more)
+    {1, 3, 16, 5, 7, 20, 1, 3},     // odd sizes, 20 outputs (12 pad channels)
+    {1, 33, 48, 13, 9, 17, 1, 3},   // > 32 channels, odd sizes, 17 outputs
+    {1, 20, 20, 6, 5, 7, 1, 3},     // Cs not a multiple of 16: the input gradient stays direct
+    {1, 4, 16, 6, 6, 3, 0, 3},      // no padding ("valid")
+    {1, 4, 16, 5, 6, 3, 2, 3},      // pad 2: outputs larger than the input
+    {3, 2, 16, 3, 3, 2, 1, 3},      // one F(4,3) tile, mostly overhang
+    {1, 40, 48, 2, 17, 50, 1, 3},   // two rows, many channels
 };
-#define N_FIXED ((int)(sizeof fixed_cases / sizeof fixed_cases[0]))
+static const case_shape fixed_cases5[] = {
+    {2, 1, 1, 28, 28, 32, 2, 5},    // cnn2 conv1: one input channel, "same"
+    {2, 32, 32, 14, 14, 64, 2, 5},  // cnn2 conv2
+    {1, 1, 1, 1, 1, 1, 2, 5},       // a 1x1 image: every tap but the centre reads padding
+    {1, 17, 32, 3, 2, 5, 2, 5},     // 17 channels, an image smaller than the kernel
+    {1, 33, 48, 13, 9, 17, 2, 5},   // > 32 channels, odd sizes: F(2,5) tiles overhang by 1
+    {1, 20, 20, 8, 7, 7, 2, 5},     // Cs not a multiple of 16: the input gradient stays direct
+    {1, 4, 16, 9, 8, 3, 0, 5},      // no padding ("valid")
+    {1, 4, 16, 5, 6, 3, 4, 5},      // pad 4: outputs larger than the input, widest din border
+    {1, 3, 16, 6, 5, 20, 1, 5},     // pad 1, 20 outputs
+    {1, 40, 48, 2, 17, 50, 3, 5},   // two rows, many channels, pad 3
+};
 #define N_RANDOM 60
 
-static case_shape random_case(ht_rng *r) {
+static case_shape random_case(ht_rng *r, int K) {
     case_shape s;
+    s.K = K;
     s.B = 1 + (int)ht_rng_below(r, 2);
     s.C = 1 + (int)ht_rng_below(r, 40);
     s.Cs = s.C == 1 && ht_rng_below(r, 2) ? 1 : conv_cpad(s.C);
     s.H = 1 + (int)ht_rng_below(r, 17);
     s.W = 1 + (int)ht_rng_below(r, 17);
     s.OC = 1 + (int)ht_rng_below(r, 40);
-    s.pad = (int)ht_rng_below(r, 3);
-    while (s.H + 2 * s.pad < 3 || s.W + 2 * s.pad < 3) s.pad++;
+    s.pad = (int)ht_rng_below(r, (uint64_t)K);
+    while (s.H + 2 * s.pad < K || s.W + 2 * s.pad < K) s.pad++;
     return s;
 }
 
@@ -205,18 +230,22 @@ static void worst_of(errs *w, const errs *e) {
     if (!(e->dw <= w->dw)) w->dw = e->dw;
 }
 
-// Every case, fixed and random, under one algorithm: the worst E of each tensor within bound.
-static void check_impl(conv_impl impl, double bound, const char *name) {
+// Every case of kernel size K, fixed and random, under one algorithm: the worst E of each
+// tensor within bound.
+static void check_impl(conv_impl impl, int K, double bound, const char *name) {
     errs worst = {0, 0, 0};
     ht_rng r;
-    ht_rng_seed(&r, 2024);
-    for (int i = 0; i < N_FIXED + N_RANDOM; i++) {
-        case_shape s = i < N_FIXED ? fixed_cases[i] : random_case(&r);
+    ht_rng_seed(&r, K == 3 ? 2024 : 2025);
+    const case_shape *fixed = K == 3 ? fixed_cases3 : fixed_cases5;
+    const int n_fixed = K == 3 ? (int)(sizeof fixed_cases3 / sizeof fixed_cases3[0])
+                               : (int)(sizeof fixed_cases5 / sizeof fixed_cases5[0]);
+    for (int i = 0; i < n_fixed + N_RANDOM; i++) {
+        case_shape s = i < n_fixed ? fixed[i] : random_case(&r, K);
         errs e = run_case(&s, impl, 500 + 10 * (uint64_t)i);
         if (!(e.out <= bound && e.din <= bound && e.dw <= bound)) {
             show(name, &e);
-            fail_msg("%s: B%d C%d(Cs%d) %dx%d OC%d pad %d: E above %.2g", name, s.B, s.C, s.Cs,
-                     s.H, s.W, s.OC, s.pad, bound);
+            fail_msg("%s: B%d C%d(Cs%d) %dx%d OC%d K%d pad %d: E above %.2g", name, s.B, s.C,
+                     s.Cs, s.H, s.W, s.OC, s.K, s.pad, bound);
         }
         worst_of(&worst, &e);
     }
@@ -225,23 +254,35 @@ static void check_impl(conv_impl impl, double bound, const char *name) {
 
 static void test_error_direct(void **state) {
     (void)state;
-    check_impl(CONV_DIRECT, E_DIRECT, "direct");
+    check_impl(CONV_DIRECT, 3, E_DIRECT, "direct 3x3");
+    check_impl(CONV_DIRECT, 5, E_DIRECT, "direct 5x5");
 }
 
 static void test_error_winograd2(void **state) {
     (void)state;
-    check_impl(CONV_WINO2, E_WINO2, "winograd F(2x2,3x3)");
+    check_impl(CONV_WINO2, 3, E_WINO2, "winograd F(2x2,3x3)");
 }
 
 static void test_error_winograd4(void **state) {
     (void)state;
-    check_impl(CONV_WINO4, E_WINO4, "winograd F(4x4,3x3)");
+    check_impl(CONV_WINO4, 3, E_WINO4, "winograd F(4x4,3x3)");
+}
+
+static void test_error_winograd25(void **state) {
+    (void)state;
+    check_impl(CONV_WINO2, 5, E_WINO25, "winograd F(2x2,5x5)");
+}
+
+static void test_error_winograd45(void **state) {
+    (void)state;
+    check_impl(CONV_WINO4, 5, E_WINO45, "winograd F(4x4,5x5)");
 }
 
 // ---- a wrong transform exceeds the bound -------------------------------------------------
 // Winograd's forward in double with the transform matrices as tables (Lavin & Gray's, those
-// of winograd.c): with the right ones its E is the reference's own rounding; with any one
-// coefficient changed (as a typo would) E is far above the bounds above.
+// of winograd.c; F(2,5)'s by the same Cook-Toom construction on F(4,3)'s points): with the
+// right ones its E is the reference's own rounding; with any one coefficient changed (as a
+// typo would) E is far above the bounds above.
 
 static const double BT2[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
 static const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
@@ -253,53 +294,90 @@ static const double G4[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, 
                                 {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
 static const double AT4[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0},
                                  {0, 1, -1, 8, -8, 1}};
+static const double G25[6][5] = {{1.0 / 4, 0, 0, 0, 0},
+                                 {-1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                 {-1.0 / 6, 1.0 / 6, -1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                 {1.0 / 24, 1.0 / 12, 1.0 / 6, 1.0 / 3, 2.0 / 3},
+                                 {1.0 / 24, -1.0 / 12, 1.0 / 6, -1.0 / 3, 2.0 / 3},
+                                 {0, 0, 0, 0, 1}};
+static const double AT25[2][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 1}};
+static const double BT8[8][8] = {{1, 0, -21.0 / 4, 0, 21.0 / 4, 0, -1, 0},
+                                 {0, 1, 1, -17.0 / 4, -17.0 / 4, 1, 1, 0},
+                                 {0, -1, 1, 17.0 / 4, -17.0 / 4, -1, 1, 0},
+                                 {0, 0.5, 0.25, -2.5, -1.25, 2, 1, 0},
+                                 {0, -0.5, 0.25, 2.5, -1.25, -2, 1, 0},
+                                 {0, 2, 4, -2.5, -5, 0.5, 1, 0},
+                                 {0, -2, 4, 2.5, -5, -0.5, 1, 0},
+                                 {0, -1, 0, 21.0 / 4, 0, -21.0 / 4, 0, 1}};
+static const double G45[8][5] = {{1, 0, 0, 0, 0},
+                                 {-2.0 / 9, -2.0 / 9, -2.0 / 9, -2.0 / 9, -2.0 / 9},
+                                 {-2.0 / 9, 2.0 / 9, -2.0 / 9, 2.0 / 9, -2.0 / 9},
+                                 {1.0 / 90, 1.0 / 45, 2.0 / 45, 4.0 / 45, 8.0 / 45},
+                                 {1.0 / 90, -1.0 / 45, 2.0 / 45, -4.0 / 45, 8.0 / 45},
+                                 {32.0 / 45, 16.0 / 45, 8.0 / 45, 4.0 / 45, 2.0 / 45},
+                                 {32.0 / 45, -16.0 / 45, 8.0 / 45, -4.0 / 45, 2.0 / 45},
+                                 {0, 0, 0, 0, 1}};
+static const double AT45[4][8] = {{1, 1, 1, 1, 1, 1, 1, 0},
+                                  {0, 1, -1, 2, -2, 0.5, -0.5, 0},
+                                  {0, 1, 1, 4, 4, 0.25, 0.25, 0},
+                                  {0, 1, -1, 8, -8, 0.125, -0.125, 1}};
 
 typedef struct tables {
-    int m, a;
-    double BT[6][6], G[6][3], AT[4][6];
+    int m, r, a;
+    double BT[8][8], G[8][5], AT[4][8];
 } tables;
 
-static tables tables_of(int m) {
+static tables tables_of(int m, int r) {
     tables t;
     memset(&t, 0, sizeof t);
     t.m = m;
-    t.a = m + 2;
+    t.r = r;
+    t.a = m + r - 1;
     for (int i = 0; i < t.a; i++) {
-        for (int j = 0; j < t.a; j++) t.BT[i][j] = m == 2 ? BT2[i][j] : BT4[i][j];
-        for (int j = 0; j < 3; j++) t.G[i][j] = m == 2 ? G2[i][j] : G4[i][j];
+        for (int j = 0; j < t.a; j++)
+            t.BT[i][j] = t.a == 4 ? BT2[i][j] : t.a == 6 ? BT4[i][j] : BT8[i][j];
+        for (int j = 0; j < r; j++)
+            t.G[i][j] = r == 5 ? (m == 2 ? G25[i][j] : G45[i][j]) : m == 2 ? G2[i][j] : G4[i][j];
     }
     for (int i = 0; i < m; i++)
-        for (int j = 0; j < t.a; j++) t.AT[i][j] = m == 2 ? AT2[i][j] : AT4[i][j];
+        for (int j = 0; j < t.a; j++)
+            t.AT[i][j] = r == 5 ? (m == 2 ? AT25[i][j] : AT45[i][j])
+                         : m == 2 ? AT2[i][j]
+                                  : AT4[i][j];
     return t;
 }
 
-// out (B,OC,OH,OW) of in (B,C,H,W) and w (OC,C,3,3), pad 1, by the tables.
+// out (B,OC,OH,OW) of in (B,C,H,W) and w (OC,C,r,r), "same" padding (r-1)/2, by the tables.
 static void wino_double(float *out, const float *in, const float *w, int B, int C, int H, int W,
                         int OC, const tables *t) {
-    const int m = t->m, a = t->a, OH = H, OW = W;
+    const int m = t->m, r = t->r, a = t->a, OH = H, OW = W, pad = (r - 1) / 2;
     for (int n = 0; n < B; n++)
         for (int oc = 0; oc < OC; oc++)
             for (int ty = 0; ty * m < OH; ty++)
                 for (int tx = 0; tx * m < OW; tx++) {
-                    double M[6][6] = {{0}};
+                    double M[8][8] = {{0}};
                     for (int c = 0; c < C; c++) {
-                        double d[6][6], U[6][6], V[6][6], tg[6][3], td[6][6];
+                        double d[8][8], U[8][8], V[8][8], tg[8][5], td[8][8];
                         for (int i = 0; i < a; i++)
                             for (int j = 0; j < a; j++) {
-                                int ih = ty * m + i - 1, iw = tx * m + j - 1;
+                                int ih = ty * m + i - pad, iw = tx * m + j - pad;
                                 d[i][j] = ih < 0 || iw < 0 || ih >= H || iw >= W
                                               ? 0
                                               : in[(((size_t)n * C + c) * H + ih) * W + iw];
                             }
-                        const float *k = w + ((size_t)oc * C + c) * 9;
+                        const float *k = w + ((size_t)oc * C + c) * r * r;
                         for (int i = 0; i < a; i++)
-                            for (int j = 0; j < 3; j++)
-                                tg[i][j] = t->G[i][0] * k[j] + t->G[i][1] * k[3 + j] +
-                                           t->G[i][2] * k[6 + j];
+                            for (int j = 0; j < r; j++) {
+                                double s = 0;
+                                for (int k2 = 0; k2 < r; k2++) s += t->G[i][k2] * k[k2 * r + j];
+                                tg[i][j] = s;
+                            }
                         for (int i = 0; i < a; i++)
-                            for (int j = 0; j < a; j++)
-                                U[i][j] = tg[i][0] * t->G[j][0] + tg[i][1] * t->G[j][1] +
-                                          tg[i][2] * t->G[j][2];
+                            for (int j = 0; j < a; j++) {
+                                double s = 0;
+                                for (int k2 = 0; k2 < r; k2++) s += tg[i][k2] * t->G[j][k2];
+                                U[i][j] = s;
+                            }
                         for (int i = 0; i < a; i++)
                             for (int j = 0; j < a; j++) {
                                 double s = 0;
@@ -331,39 +409,50 @@ static void wino_double(float *out, const float *in, const float *w, int B, int 
 static void test_wrong_transform_exceeds(void **state) {
     (void)state;
     enum { B = 1, C = 8, H = 12, W = 12, OC = 6 };
+    static const struct {
+        int m, r;
+        double bound;
+    } variants[] = {{2, 3, E_WINO2}, {4, 3, E_WINO4}, {2, 5, E_WINO25}, {4, 5, E_WINO45}};
     const size_t nin = (size_t)B * C * H * W, nout = (size_t)B * OC * H * W;
-    const size_t nw = (size_t)OC * C * 9;
-    float *in = urand(nin, -1, 1, 71), *w = urand(nw, -0.5f, 0.5f, 72), *ain = absv(in, nin);
-    float *aw = absv(w, nw), *ref = zeros(nout), *S = zeros(nout), *out = zeros(nout);
-    float *rws = zeros(ref_conv2d_ws_floats(C, 3, OC, H, W, 1));
-    ref_conv2d_forward(ref, in, w, NULL, B, C, H, W, OC, 3, 1, 1, H, W, rws, 1);
-    ref_conv2d_forward(S, ain, aw, NULL, B, C, H, W, OC, 3, 1, 1, H, W, rws, 1);
-    for (int m = 2; m <= 4; m += 2) {
-        const double bound = m == 2 ? E_WINO2 : E_WINO4;
-        tables t = tables_of(m);
+    float *in = urand(nin, -1, 1, 71), *ain = absv(in, nin);
+    float *ref = zeros(nout), *S = zeros(nout), *out = zeros(nout);
+    for (int v = 0; v < 4; v++) {
+        const int m = variants[v].m, r = variants[v].r, pad = (r - 1) / 2;
+        const double bound = variants[v].bound;
+        const size_t nw = (size_t)OC * C * r * r;
+        float *w = urand(nw, -0.5f, 0.5f, 72), *aw = absv(w, nw);
+        float *rws = zeros(ref_conv2d_ws_floats(C, r, OC, H, W, 1));
+        ref_conv2d_forward(ref, in, w, NULL, B, C, H, W, OC, r, 1, pad, H, W, rws, 1);
+        ref_conv2d_forward(S, ain, aw, NULL, B, C, H, W, OC, r, 1, pad, H, W, rws, 1);
+        tables t = tables_of(m, r);
         wino_double(out, in, w, B, C, H, W, OC, &t);
         double e_right = emax(out, ref, S, nout);
-        printf("F(%dx%d,3x3) in double, right tables: E %.2g (bound %.2g)\n", m, m, e_right, bound);
+        printf("F(%dx%d,%dx%d) in double, right tables: E %.2g (bound %.2g)\n", m, m, r, r,
+               e_right, bound);
         assert_true(e_right <= bound);
-        // One coefficient of each matrix off: B^T[1][2] (-4 or 1), G[1][1] (-1/6 or 1/2),
-        // A^T[1][3] (2 or -1), each by a quarter of itself.
+        // One coefficient of each matrix off, by a quarter of itself: B^T[1][2] (-4 or 1),
+        // G[1][1] (-1/6, 1/2 or -2/9), A^T[1][3] (2 or -1), and for 5x5 kernels G[3][4] (2/3
+        // or 8/45, a coefficient of the kernel's last row and column only).
         struct {
             double *c;
             const char *name;
-        } typos[] = {
-            {&t.BT[1][2], "B^T[1][2]"}, {&t.G[1][1], "G[1][1]"}, {&t.AT[1][3], "A^T[1][3]"}};
-        for (int k = 0; k < 3; k++) {
+        } typos[] = {{&t.BT[1][2], "B^T[1][2]"},
+                     {&t.G[1][1], "G[1][1]"},
+                     {&t.AT[1][3], "A^T[1][3]"},
+                     {&t.G[3][4], "G[3][4]"}};
+        for (int k = 0; k < (r == 5 ? 4 : 3); k++) {
             const double keep = *typos[k].c;
             *typos[k].c = keep * 1.25;
             wino_double(out, in, w, B, C, H, W, OC, &t);
             double e = emax(out, ref, S, nout);
-            printf("F(%dx%d,3x3) with %s x1.25: E %.2g = %.0f x the bound\n", m, m, typos[k].name,
-                   e, e / bound);
+            printf("F(%dx%d,%dx%d) with %s x1.25: E %.2g = %.0f x the bound\n", m, m, r, r,
+                   typos[k].name, e, e / bound);
             assert_true(e > 100 * bound);
             *typos[k].c = keep;
         }
+        free(w), free(aw), free(rws);
     }
-    free(in), free(w), free(ain), free(aw), free(ref), free(S), free(out), free(rws);
+    free(in), free(ain), free(ref), free(S), free(out);
 }
 
 // ---- exact zeros -----------------------------------------------------------------------------
@@ -375,7 +464,7 @@ static void test_zero_fields_exact(void **state) {
     (void)state;
     enum { B = 2, C = 5, Cs = 16, H = 13, W = 11, OC = 20 };
     const int OCs = conv_cpad(OC);
-    float *in = zeros((size_t)B * H * W * Cs), *w = urand((size_t)OC * C * 9, -0.5f, 0.5f, 81);
+    float *in = zeros((size_t)B * H * W * Cs), *w = urand((size_t)OC * C * 25, -0.5f, 0.5f, 81);
     float *b = urand(OC, -0.2f, 0.2f, 82);
     for (int i = 0; i < OC; i += 3) b[i] = 0.0f; // zero biases as at initialisation
     // A 3x4 blob of values in each sample; everything else zero.
@@ -387,10 +476,15 @@ static void test_zero_fields_exact(void **state) {
                 for (int c = 0; c < C; c++)
                     in[(((size_t)n * H + h) * W + x) * Cs + c] = (float)(ht_rng_double(&r) - 0.5);
     float *out_d = zeros((size_t)B * H * W * OCs), *out_w = zeros((size_t)B * H * W * OCs);
-    for (int k = 0; k < 2; k++) {
-        const conv_impl impl = k ? CONV_WINO4 : CONV_WINO2;
-        conv_geom g = {.C = C, .Cs = Cs, .H = H, .W = W, .OC = OC, .K = 3, .stride = 1,
-                       .pad = 1, .OH = H, .OW = W};
+    static const struct {
+        conv_impl impl;
+        int K;
+    } variants[] = {{CONV_WINO2, 3}, {CONV_WINO4, 3}, {CONV_WINO2, 5}, {CONV_WINO4, 5}};
+    for (int k = 0; k < 4; k++) {
+        const conv_impl impl = variants[k].impl;
+        const int K = variants[k].K, h2 = K / 2; // "same" padding
+        conv_geom g = {.C = C, .Cs = Cs, .H = H, .W = W, .OC = OC, .K = K, .stride = 1,
+                       .pad = h2, .OH = H, .OW = W};
         float *ws = malloc(conv2d_nhwc_ws_floats(&g, 1) * sizeof *ws);
         conv2d_nhwc_forward(out_d, in, w, b, B, &g, 1, ws, 1);
         g.fwd = impl;
@@ -399,11 +493,12 @@ static void test_zero_fields_exact(void **state) {
         for (int n = 0; n < B; n++)
             for (int h = 0; h < H; h++)
                 for (int x = 0; x < W; x++) {
-                    if (h >= 3 && h <= 7 && x >= 1 + n && x <= 6 + n) continue; // sees the blob
+                    if (h >= 4 - h2 && h <= 6 + h2 && x >= 2 + n - h2 && x <= 5 + n + h2)
+                        continue; // sees the blob
                     const size_t o = (((size_t)n * H + h) * W + x) * OCs;
                     if (memcmp(out_d + o, out_w + o, OCs * sizeof(float)))
-                        fail_msg("F(%d): output (%d,%d,%d) over zeros differs from direct", impl, n,
-                                 h, x);
+                        fail_msg("F(%d,%d): output (%d,%d,%d) over zeros differs from direct",
+                                 impl, K, n, h, x);
                     exact++;
                 }
         assert_true(exact > B * H * W / 2);
@@ -432,12 +527,34 @@ static void test_choose(void **state) {
     assert_true(c.fwd == CONV_WINO4 && c.din == CONV_DIRECT && c.dw == CONV_WINO4);
     c = conv_choose(&gc, CONV_ALGO_WINOGRAD, 1, 1);
     assert_true(c.fwd == CONV_WINO4 && c.din == CONV_DIRECT && c.dw == CONV_WINO4);
-    for (int i = 0; i < 4; i++) { // other shapes stay direct under every request
-        c = conv_choose(&g5, (conv_algo)i, 1, 1);
-        assert_true(c.fwd == CONV_DIRECT && c.din == CONV_DIRECT && c.dw == CONV_DIRECT);
+    // 5x5: F(4x4,5x5) (winograd) and F(2x2,5x5) (winograd2); the input gradient needs pad <= 4
+    // as 3x3's needs pad <= 2.
+    c = conv_choose(&g5, CONV_ALGO_DIRECT, 1, 1);
+    assert_true(c.fwd == CONV_DIRECT && c.din == CONV_DIRECT && c.dw == CONV_DIRECT);
+    c = conv_choose(&g5, CONV_ALGO_WINOGRAD, 1, 1);
+    assert_true(c.fwd == CONV_WINO4 && c.din == CONV_WINO4 && c.dw == CONV_WINO4 && c.K == 5);
+    c = conv_choose(&g5, CONV_ALGO_WINOGRAD2, 1, 1);
+    assert_true(c.fwd == CONV_WINO2 && c.din == CONV_WINO2 && c.dw == CONV_WINO2 && c.K == 5);
+    conv_geom g5p = g5;
+    g5p.pad = 5, g5p.OH = g5p.OW = 20;
+    c = conv_choose(&g5p, CONV_ALGO_WINOGRAD, 1, 1);
+    assert_true(c.fwd == CONV_WINO4 && c.din == CONV_DIRECT && c.dw == CONV_WINO4);
+    for (int i = 0; i < 4; i++) { // strided convolutions stay direct under every request
         c = conv_choose(&gs, (conv_algo)i, 1, 1);
         assert_true(c.fwd == CONV_DIRECT && c.din == CONV_DIRECT && c.dw == CONV_DIRECT);
     }
+    // The run log's names carry the kernel size.
+    char line[512];
+    conv_choice_describe(&(conv_choice){.fwd = CONV_WINO2, .din = CONV_WINO2, .dw = CONV_WINO2,
+                                        .need_din = 1, .K = 5},
+                         "conv2", line, sizeof line);
+    assert_string_equal(line, "conv2 winograd F(2x2,5x5)");
+    conv_choice_describe(&(conv_choice){.fwd = CONV_DIRECT, .dw = CONV_WINO4, .K = 5}, "conv1",
+                         line, sizeof line);
+    assert_string_equal(line, "conv1 fwd direct, dw winograd F(4x4,5x5)");
+    conv_choice_describe(&(conv_choice){.fwd = CONV_WINO2, .dw = CONV_WINO2, .K = 3}, "conv1",
+                         line, sizeof line);
+    assert_string_equal(line, "conv1 winograd F(2x2,3x3)");
     // auto: each direction direct or F(4x4,3x3), every direction timed both ways, and asked
     // again (another device of the process) the same decisions without timing anew.
     conv_choice a = conv_choose(&g3, CONV_ALGO_AUTO, 1, 2);
@@ -446,19 +563,32 @@ static void test_choose(void **state) {
         assert_true(got[d] == CONV_DIRECT || got[d] == CONV_WINO4);
         assert_true(a.t[d][0] > 0 && a.t[d][1] > 0);
     }
-    char line[512];
     conv_choice_describe(&a, "conv2", line, sizeof line);
     printf("auto: %s\n", line);
     conv_choice again = conv_choose(&g3, CONV_ALGO_AUTO, 1, 2);
-    assert_memory_equal(&a, &again, sizeof a);
+    assert_true(again.fwd == a.fwd && again.din == a.din && again.dw == a.dw && again.K == 3);
+    assert_memory_equal(again.t, a.t, sizeof a.t);
+    // The same for 5x5: direct or F(4x4,5x5).
+    conv_choice a5 = conv_choose(&g5, CONV_ALGO_AUTO, 1, 2);
+    const conv_impl got5[3] = {a5.fwd, a5.din, a5.dw};
+    for (int d = 0; d < 3; d++) {
+        assert_true(got5[d] == CONV_DIRECT || got5[d] == CONV_WINO4);
+        assert_true(a5.t[d][0] > 0 && a5.t[d][1] > 0);
+    }
+    conv_choice_describe(&a5, "conv2", line, sizeof line);
+    printf("auto: %s\n", line);
 
     // The decisions as text (what a checkpoint keeps and rank 0 sends), and back: a restored
     // decision replaces the timed one and is used without timing.
     char text[CONV_CHOICES_TEXT];
     conv_choices_text(text, sizeof text);
     char want[64];
-    snprintf(want, sizeof want, "32.32.14.14.48.1.1:%d.%d.%d", a.fwd, a.din, a.dw);
+    snprintf(want, sizeof want, "32.32.14.14.48.3.1.1:%d.%d.%d", a.fwd, a.din, a.dw);
     if (!strstr(text, want)) fail_msg("\"%s\" lacks \"%s\"", text, want);
+    snprintf(want, sizeof want, "32.32.14.14.48.5.2.1:%d.%d.%d", a5.fwd, a5.din, a5.dw);
+    if (!strstr(text, want)) fail_msg("\"%s\" lacks \"%s\"", text, want);
+    // A text of the earlier format (no K: every entry 3x3), as checkpoints written before 5x5
+    // kernels ran Winograd keep it, is taken as 3x3.
     assert_int_equal(conv_choices_restore("32.32.14.14.48.1.1:2.0.4;5.16.9.9.7.0.0:4.0.0"), 0);
     c = conv_choose(&g3, CONV_ALGO_AUTO, 1, 2);
     assert_true(c.fwd == CONV_WINO2 && c.din == CONV_DIRECT && c.dw == CONV_WINO4);
@@ -467,13 +597,30 @@ static void test_choose(void **state) {
                           .pad = 0, .OH = 7, .OW = 7};
     c = conv_choose(&g9, CONV_ALGO_AUTO, 0, 2);
     assert_true(c.fwd == CONV_WINO4 && c.din == CONV_DIRECT && c.dw == CONV_DIRECT);
+    // And one of this format with a 5x5 entry, whose decision replaces the timed one.
+    assert_int_equal(conv_choices_restore("32.32.14.14.48.5.2.1:0.2.2"), 0);
+    c = conv_choose(&g5, CONV_ALGO_AUTO, 1, 2);
+    assert_true(c.fwd == CONV_DIRECT && c.din == CONV_WINO2 && c.dw == CONV_WINO2 && c.K == 5);
+    assert_true(c.t[0][0] == 0);
     conv_choices_text(text, sizeof text);
-    assert_non_null(strstr(text, "32.32.14.14.48.1.1:2.0.4"));
+    assert_non_null(strstr(text, "32.32.14.14.48.3.1.1:2.0.4"));
+    assert_non_null(strstr(text, "5.16.9.9.7.3.0.0:4.0.0"));
+    assert_non_null(strstr(text, "32.32.14.14.48.5.2.1:0.2.2"));
+    // The text written is taken back whole (what a resumed checkpoint and every rank do).
+    assert_int_equal(conv_choices_restore(text), 0);
+    char text2[CONV_CHOICES_TEXT];
+    conv_choices_text(text2, sizeof text2);
+    assert_string_equal(text, text2);
     static const char *const bad[] = {
         "x", "32.32.14.14.48.1", "32.32.14.14.48.1.1:4.4", "32.32.14.14.48.1.1:4.4.3",
         "32.32.14.14.48.1.2:4.4.4", "0.32.14.14.48.1.1:4.4.4", "32.16.14.14.48.1.1:4.4.4",
         "99999999999999999999.32.14.14.48.1.1:4.4.4", "32.32.14.14.48.1.1:4.4.4;;",
         "32.32.14.14.48.1.1:4.4.4 ", "32.32.-14.14.48.1.1:4.4.4", "32.32.1.1.48.0.1:4.4.4",
+        "32.32.14.14.48.1.1:2.0.4.4",     // a fourth decision
+        "32.32.14.14.48.7.3.1:2.2.2",     // nor 7x7 Winograd
+        "32.32.14.14.48.5.2.1.1:2.2.2",   // nine numbers
+        "32.32.14.14.48.5:2.2.2",         // six
+        "32.32.2.2.48.5.0.1:2.2.2",       // a 2x2 image under a 5x5 kernel, no padding
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (conv_choices_restore(bad[i]) != -1) fail_msg("\"%s\" taken", bad[i]);
@@ -483,16 +630,15 @@ static void test_choose(void **state) {
 
 // ---- one training step -------------------------------------------------------------------------
 
-// The 3-layer network's mean gradient over 64 Fashion-MNIST images (dropout on) with every
-// eligible convolution by Winograd, against the same step direct: the output layer within
-// rounding (TOL_GRAD_ROUNDING), the others within TOL_GRAD_BRANCH (check_step_grad), every
-// sample's loss within TOL_RUN_LOSS.
-static void test_step_winograd_vs_direct(void **state) {
-    (void)state;
+// A network's mean gradient over 64 Fashion-MNIST images (dropout on) with every eligible
+// convolution by Winograd (requests algos[1..n-1]), against the same step direct: the output
+// layer within rounding (TOL_GRAD_ROUNDING), the others within TOL_GRAD_BRANCH
+// (check_step_grad), every sample's loss within TOL_RUN_LOSS.
+static void step_vs_direct(const char *preset, const conv_algo *algos, int n) {
     enum { N = 64 };
     ht_error e;
     model m;
-    if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
+    if (model_init_preset(&m, preset, &e) < 0) fail_msg("%s", e.msg);
     dataset tr;
     if (dataset_load_idx(&tr, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
                          FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
@@ -505,26 +651,29 @@ static void test_step_winograd_vs_direct(void **state) {
     uint8_t y[N];
     dataset_gather(&tr, ids, N, x, y);
     net_dropout drop = {.seed = 3, .epoch = 1, .ids = ids};
-    const conv_algo algos[] = {CONV_ALGO_DIRECT, CONV_ALGO_WINOGRAD, CONV_ALGO_WINOGRAD2};
     float *grads[3], loss[3][N];
-    for (int k = 0; k < 3; k++) {
+    assert_true(n <= 3 && algos[0] == CONV_ALGO_DIRECT);
+    for (int k = 0; k < n; k++) {
         m.setup.conv_algo = algos[k];
         net_ws ws;
         if (net_ws_init(&ws, &m, N, 2, &e) < 0) fail_msg("%s", e.msg);
-        if (k) // the second and third convolutions run Winograd in every direction
+        if (k) // the convolutions after the first run Winograd in every direction
             for (int l = 1; l < m.n_layers; l++)
                 if (m.layers[l].kind == LAYER_CONV2D)
                     assert_true(ws.plan[l].algo.fwd != CONV_DIRECT &&
                                 ws.plan[l].algo.din != CONV_DIRECT &&
                                 ws.plan[l].algo.dw != CONV_DIRECT);
+        if (k) // the first in both of its directions
+            assert_true(ws.plan[0].algo.fwd != CONV_DIRECT && ws.plan[0].algo.dw != CONV_DIRECT);
         grads[k] = calloc(m.n_params, sizeof(float));
         net_forward(&ws, &m, params, x, y, N, &drop);
         memcpy(loss[k], ws.loss, sizeof loss[k]);
         net_backward(&ws, &m, params, grads[k], x, y, N, &drop);
         net_ws_free(&ws);
     }
-    for (int k = 1; k < 3; k++) {
-        const char *what = k == 1 ? "winograd vs direct step" : "winograd2 vs direct step";
+    for (int k = 1; k < n; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s: %s vs direct step", preset, conv_algo_names[algos[k]]);
         assert_true(check_step_grad(&m, grads[k], grads[0], what));
         for (int i = 0; i < N; i++)
             if (!(fabsf(loss[k][i] - loss[0][i]) <= TOL_RUN_LOSS * fabsf(loss[0][i])))
@@ -539,25 +688,40 @@ static void test_step_winograd_vs_direct(void **state) {
     model_free(&m);
 }
 
-// Winograd's tiles assume the last rows and columns are padded as the first: a 3x3 stride-1
-// geometry with another after-pad (one row or column fewer or more than the before-pad) runs
-// direct in every direction; the symmetric ones ("same", valid, explicit pads) may run
-// Winograd. (Keras "same" on 3x3 stride 1 is always symmetric: pad 1 at both ends.)
+// The 3-layer network: F(4x4,3x3) (winograd) and F(2x2,3x3) (winograd2).
+static void test_step_winograd_vs_direct(void **state) {
+    (void)state;
+    const conv_algo algos[] = {CONV_ALGO_DIRECT, CONV_ALGO_WINOGRAD, CONV_ALGO_WINOGRAD2};
+    step_vs_direct("cnn3", algos, 3);
+}
+
+// The 2-layer network's 5x5 convolutions: F(4x4,5x5) (winograd) and F(2x2,5x5) (winograd2).
+static void test_step_winograd_5x5_vs_direct(void **state) {
+    (void)state;
+    const conv_algo algos[] = {CONV_ALGO_DIRECT, CONV_ALGO_WINOGRAD, CONV_ALGO_WINOGRAD2};
+    step_vs_direct("cnn2", algos, 3);
+}
+
+// Winograd's tiles assume the last rows and columns are padded as the first: a 3x3 or 5x5
+// stride-1 geometry with another after-pad (one row or column fewer or more than the
+// before-pad) runs direct in every direction; the symmetric ones ("same", valid, explicit
+// pads) may run Winograd. (Keras "same" on odd kernels at stride 1 is always symmetric.)
 static void test_wino_ok_padding(void **state) {
     (void)state;
     static const conv_dir dirs[] = {CONV_DIR_FWD, CONV_DIR_DIN, CONV_DIR_DW};
-    for (int pad = 0; pad <= 2; pad++)
-        for (int d = 0; d < 3; d++) {
-            conv_geom g = {.C = 4, .Cs = 16, .H = 9, .W = 8, .OC = 16, .K = 3, .stride = 1,
-                           .pad = pad};
-            g.OH = conv_out_dim(g.H, 3, 1, pad);
-            g.OW = conv_out_dim(g.W, 3, 1, pad);
-            assert_true(conv2d_wino_ok(&g, dirs[d]));
-            g.OH++; // one more row of padding at the bottom
-            assert_false(conv2d_wino_ok(&g, dirs[d]));
-            g.OH--, g.OW--; // one column fewer on the right
-            assert_false(conv2d_wino_ok(&g, dirs[d]));
-        }
+    for (int K = 3; K <= 5; K += 2)
+        for (int pad = 0; pad <= K - 1; pad++)
+            for (int d = 0; d < 3; d++) {
+                conv_geom g = {.C = 4, .Cs = 16, .H = 9, .W = 8, .OC = 16, .K = K, .stride = 1,
+                               .pad = pad};
+                g.OH = conv_out_dim(g.H, K, 1, pad);
+                g.OW = conv_out_dim(g.W, K, 1, pad);
+                assert_true(conv2d_wino_ok(&g, dirs[d]));
+                g.OH++; // one more row of padding at the bottom
+                assert_false(conv2d_wino_ok(&g, dirs[d]));
+                g.OH--, g.OW--; // one column fewer on the right
+                assert_false(conv2d_wino_ok(&g, dirs[d]));
+            }
     assert_int_equal(same_pad_before(7, 3, 1), 1);
     assert_int_equal(same_out_dim(7, 1), 7);
 }
@@ -567,11 +731,14 @@ int main(void) {
         cmocka_unit_test(test_error_direct),
         cmocka_unit_test(test_error_winograd2),
         cmocka_unit_test(test_error_winograd4),
+        cmocka_unit_test(test_error_winograd25),
+        cmocka_unit_test(test_error_winograd45),
         cmocka_unit_test(test_wrong_transform_exceeds),
         cmocka_unit_test(test_zero_fields_exact),
         cmocka_unit_test(test_choose),
         cmocka_unit_test(test_wino_ok_padding),
         cmocka_unit_test(test_step_winograd_vs_direct),
+        cmocka_unit_test(test_step_winograd_5x5_vs_direct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,8 +1,8 @@
 // 2-D convolution, channels-last (NHWC): direct convolution with register-tiled vector
-// kernels, the layout and code the network (net.c) runs on, and for 3x3 stride-1 layers
-// Winograd F(2x2,3x3)/F(4x4,3x3) (winograd.c's stages, strung together here) in whichever
-// directions conv_geom asks. The NCHW reference it is checked against (im2col + SGEMM) is
-// tests/ref.c.
+// kernels, the layout and code the network (net.c) runs on, and for 3x3 and 5x5 stride-1
+// layers Winograd F(2x2,3x3)/F(4x4,3x3)/F(2x2,5x5)/F(4x4,5x5) (winograd.c's stages, strung
+// together here) in whichever directions conv_geom asks. The NCHW reference it is checked against
+// (im2col + SGEMM) is tests/ref.c.
 #include "layers.h"
 
 #include "ht_omp.h"
@@ -203,10 +203,10 @@ typedef struct nhwc_plan {
     int CV;          // channel stride of the input's transformed tiles, conv_cpad(C)
     size_t nw;       // K*K*C*OCs packed weights
     size_t nflip;    // K*K*OC*Cs flipped weights (fast_din)
-    size_t nu, nuf;  // Winograd weights: 36*C*OCs (forward) and 36*OC*Cs (input gradient)
+    size_t nu, nuf;  // Winograd weights: a*a*C*OCs (forward) and a*a*OC*Cs (input gradient)
     size_t pin_n, gb_n; // floats of the padded input and of the gradient buffer, rounded up
     size_t sums_n;   // doubles of the dw and db sums
-    size_t dU_n;     // doubles of the transformed-domain dw sums (36*C*OCs)
+    size_t dU_n;     // doubles of the transformed-domain dw sums (a*a*C*OCs)
     size_t wa_n, wb_n; // floats of the two Winograd work buffers (V; M or Z)
     size_t zf_n;     // floats holding the zero-field bytes (Hp*Wp input, OH*OW output)
 } nhwc_plan;
@@ -217,15 +217,20 @@ static int max_i(int a, int b) { return a > b ? a : b; }
 
 int conv2d_wino_ok(const conv_geom *g, conv_dir dir) {
     // The transforms' tiles assume the padding of the last rows and columns equals the first's.
-    if (g->K != 3 || g->stride != 1 || g->OH != g->H + 2 * g->pad - 2 ||
-        g->OW != g->W + 2 * g->pad - 2)
+    if ((g->K != 3 && g->K != 5) || g->stride != 1 || g->OH != g->H + 2 * g->pad - (g->K - 1) ||
+        g->OW != g->W + 2 * g->pad - (g->K - 1))
         return 0;
-    return dir != CONV_DIR_DIN || (g->pad <= 2 && g->Cs % VL == 0);
+    return dir != CONV_DIR_DIN || (g->pad <= g->K - 1 && g->Cs % VL == 0);
 }
 
-// The Winograd tile size of a direction, 0 for direct.
+int conv2d_wino_impl_ok(const conv_geom *g, conv_impl impl, conv_dir dir) {
+    return (impl == CONV_WINO2 || impl == CONV_WINO4) && wino_has((int)impl, g->K) &&
+           conv2d_wino_ok(g, dir);
+}
+
+// The Winograd tile size of a direction, 0 for direct; the kernel size r is g->K.
 static int wino_m(const conv_geom *g, conv_impl impl, conv_dir dir) {
-    return (impl == CONV_WINO2 || impl == CONV_WINO4) && conv2d_wino_ok(g, dir) ? (int)impl : 0;
+    return conv2d_wino_impl_ok(g, impl, dir) ? (int)impl : 0;
 }
 
 static nhwc_plan nhwc_plan_of(const conv_geom *g) {
@@ -244,32 +249,35 @@ static nhwc_plan nhwc_plan_of(const conv_geom *g) {
     p.CV = conv_cpad(g->C);
     p.nu = p.nuf = p.dU_n = p.wa_n = p.wb_n = 0;
     if (p.wino) {
-        const int wdin = conv2d_wino_ok(g, CONV_DIR_DIN);
+        const int wdin = conv2d_wino_ok(g, CONV_DIR_DIN), r = g->K;
+        size_t a2max = 0;
         for (int m = 2; m <= 4; m += 2) {
-            const int a2 = (m + 2) * (m + 2);
+            if (!wino_has(m, r)) continue;
+            const size_t a2 = (size_t)wino_alpha(m, r) * wino_alpha(m, r);
             const int th = wino_tiles(g->OH, m), tw = wino_tiles(g->OW, m);
             const int ih = wino_tiles(g->H, m), iw = wino_tiles(g->W, m);
-            // Forward and weight-gradient tiles read the padded input up to row th*m + 1; the
-            // weight gradient reads the output gradient's tiles (at the border q) up to
-            // q + th*m - 1, the input gradient its patches up to ih*m + 1.
-            p.Hp = max_i(p.Hp, th * m + 2);
-            p.Wp = max_i(p.Wp, tw * m + 2);
+            a2max = max_z(a2max, a2);
+            // Forward and weight-gradient tiles read the padded input up to row th*m + r - 2;
+            // the weight gradient reads the output gradient's tiles (at the border q) up to
+            // q + th*m - 1, the input gradient its patches up to ih*m + r - 2.
+            p.Hp = max_i(p.Hp, th * m + r - 1);
+            p.Wp = max_i(p.Wp, tw * m + r - 1);
             p.Gh = max_i(p.Gh, p.q + th * m);
             p.Gw = max_i(p.Gw, p.q + tw * m);
             size_t T = (size_t)th * tw;
             p.wa_n = max_z(p.wa_n, a2 * T * p.CV);
             p.wb_n = max_z(p.wb_n, a2 * T * p.OCs);
             if (wdin) {
-                p.Gh = max_i(p.Gh, ih * m + 2);
-                p.Gw = max_i(p.Gw, iw * m + 2);
+                p.Gh = max_i(p.Gh, ih * m + r - 1);
+                p.Gw = max_i(p.Gw, iw * m + r - 1);
                 size_t Ti = (size_t)ih * iw;
                 p.wa_n = max_z(p.wa_n, a2 * Ti * p.OCs);
                 p.wb_n = max_z(p.wb_n, a2 * Ti * g->Cs);
             }
         }
-        p.nu = (size_t)36 * g->C * p.OCs;
-        p.nuf = wdin ? (size_t)36 * g->OC * g->Cs : 0;
-        p.dU_n = (size_t)36 * g->C * p.OCs;
+        p.nu = a2max * g->C * p.OCs;
+        p.nuf = wdin ? a2max * g->OC * g->Cs : 0;
+        p.dU_n = a2max * g->C * p.OCs;
         p.wa_n = round16(p.wa_n);
         p.wb_n = round16(p.wb_n);
     }
@@ -331,8 +339,8 @@ void conv2d_nhwc_pack(float *pack, const float *w, const float *b, const conv_ge
         for (size_t r = 0; r < rows; r++) wp[r * OCs + oc] = w[(size_t)oc * rows + r];
     if (b) memcpy(bp, b, (size_t)OC * sizeof *bp);
     const int mf = wino_m(g, g->fwd, CONV_DIR_FWD), md = wino_m(g, g->din, CONV_DIR_DIN);
-    if (mf) wino_weights(pack + pack_u_off(&p), OCs, w, C, OC, mf, 0);
-    if (md) wino_weights(pack + pack_uf_off(&p), Cs, w, C, OC, md, 1);
+    if (mf) wino_weights(pack + pack_u_off(&p), OCs, w, C, OC, mf, K, 0);
+    if (md) wino_weights(pack + pack_uf_off(&p), Cs, w, C, OC, md, K, 1);
     if (!p.fast_din || md) return;
     memset(wf, 0, p.nflip * sizeof *wf);
     for (int oc = 0; oc < OC; oc++)
@@ -395,14 +403,14 @@ void conv2d_nhwc_forward_one(float *out, const float *in, const float *pack, con
     }
     const int th = wino_tiles(g->OH, m), tw = wino_tiles(g->OW, m), nv = p.OCs / VL;
     float *V = scratch + scr_wa_off(&p), *M = scratch + scr_wb_off(&p);
-    wino_input(V, p.CV, scratch, p.Wp * g->Cs, g->Cs, g->C, m, th, tw);
-    wino_gemm(M, p.OCs, nv, V, p.CV, g->C, pack + pack_u_off(&p), p.OCs, th * tw, m);
+    wino_input(V, p.CV, scratch, p.Wp * g->Cs, g->Cs, g->C, m, g->K, th, tw);
+    wino_gemm(M, p.OCs, nv, V, p.CV, g->C, pack + pack_u_off(&p), p.OCs, th * tw, m, g->K);
     // Outputs that see only zeros (an image's blank background, and what a relu made of it
     // after zero biases) are exactly the bias direct, and a relu or max pool after them sees
     // exact ties there; Winograd would leave noise of the size of its rounding instead.
     unsigned char *zf = (unsigned char *)(scratch + scr_zf_off(&p)), *nz = zf + g->OH * g->OW;
     const int exact = zero_fields(zf, nz, scratch, &p, g);
-    wino_output(out, p.OCs, nv, M, p.OCs, pack + p.nw, relu, exact ? zf : NULL, m, th, tw,
+    wino_output(out, p.OCs, nv, M, p.OCs, pack + p.nw, relu, exact ? zf : NULL, m, g->K, th, tw,
                 g->OH, g->OW);
 }
 
@@ -508,10 +516,10 @@ void conv2d_nhwc_backward_one(float *din, const float *dout, const float *relu_o
     if (mw) {
         // dU[xi] += V[xi]^T Z[xi]: the input's tiles against the output gradient's.
         const int th = wino_tiles(g->OH, mw), tw = wino_tiles(g->OW, mw);
-        wino_input(V, p.CV, pin, p.Wp * g->Cs, g->Cs, g->C, mw, th, tw);
-        wino_grad_tiles(MZ, OCs, gi, grow, OCs, g->OC, mw, th, tw);
+        wino_input(V, p.CV, pin, p.Wp * g->Cs, g->Cs, g->C, mw, g->K, th, tw);
+        wino_grad_tiles(MZ, OCs, gi, grow, OCs, g->OC, mw, g->K, th, tw);
         wino_dw_accum((double *)(scratch + scr_dU_off(&p)), OCs, V, p.CV, g->C, MZ, OCs,
-                      OCs / VL, th * tw, mw);
+                      OCs / VL, th * tw, mw, g->K);
     } else {
         dw_sample(dwt, pin, gi, grow, p.Wp, g, OCs);
     }
@@ -520,9 +528,10 @@ void conv2d_nhwc_backward_one(float *din, const float *dout, const float *relu_o
     if (md) {
         // The forward's three stages on the bordered output gradient, flipped weights.
         const int th = wino_tiles(g->H, md), tw = wino_tiles(g->W, md), nv = g->Cs / VL;
-        wino_input(V, OCs, gb, grow, OCs, g->OC, md, th, tw);
-        wino_gemm(MZ, g->Cs, nv, V, OCs, g->OC, pack + pack_uf_off(&p), g->Cs, th * tw, md);
-        wino_output(din, g->Cs, nv, MZ, g->Cs, NULL, 0, NULL, md, th, tw, g->H, g->W);
+        wino_input(V, OCs, gb, grow, OCs, g->OC, md, g->K, th, tw);
+        wino_gemm(MZ, g->Cs, nv, V, OCs, g->OC, pack + pack_uf_off(&p), g->Cs, th * tw, md,
+                  g->K);
+        wino_output(din, g->Cs, nv, MZ, g->Cs, NULL, 0, NULL, md, g->K, th, tw, g->H, g->W);
     } else if (p.fast_din) {
         fwd_rows(din, g->Cs, gb, p.Gw, OCs, g->OC, g->K, 1, g->H, g->W, pack + pack_flip_off(&p),
                  g->Cs, NULL, 0);
@@ -539,7 +548,7 @@ void conv2d_nhwc_scratch_reduce(float *dw, float *db, const float *scratch, size
 #define SUMS(t) ((const double *)(scratch + (size_t)(t) * stride + scr_sums_off(&p)))
     if (mw) // the sums are in the transformed domain: added over threads, then brought back
         wino_dw_finish(dw, (const double *)(scratch + scr_dU_off(&p)), stride / 2, n, OCs, C, OC,
-                       mw);
+                       mw, K);
     else
         for (int r = 0; r < K * K * C; r++) {
             const int tap = r / C, c = r % C;

@@ -20,7 +20,11 @@
 // direct, so that timings repeated in another process decide alike.
 #define TUNE_MARGIN 0.9
 
-static const char *impl_name(conv_impl i) {
+static const char *impl_name(conv_impl i, int K) {
+    if (K == 5)
+        return i == CONV_WINO4   ? "winograd F(4x4,5x5)"
+               : i == CONV_WINO2 ? "winograd F(2x2,5x5)"
+                                 : "direct";
     return i == CONV_WINO4   ? "winograd F(4x4,3x3)"
            : i == CONV_WINO2 ? "winograd F(2x2,3x3)"
                              : "direct";
@@ -157,13 +161,13 @@ static conv_choice choose_auto(const conv_geom *g, int need_din, int nthreads) {
             pthread_mutex_unlock(&tune_lock);
             return c;
         }
-    conv_choice c = {CONV_DIRECT, CONV_DIRECT, CONV_DIRECT, need_din, {{0}}};
-    if (time_layer(&key, CONV_WINO4, need_din, nthreads, c.t) == 0) {
+    conv_choice c = {.need_din = need_din, .K = g->K};
+    const conv_impl wino = CONV_WINO4;
+    if (time_layer(&key, wino, need_din, nthreads, c.t) == 0) {
         const int din_ok = need_din && conv2d_wino_ok(g, CONV_DIR_DIN);
-        if (c.t[CONV_DIR_FWD][1] < TUNE_MARGIN * c.t[CONV_DIR_FWD][0]) c.fwd = CONV_WINO4;
-        if (c.t[CONV_DIR_DW][1] < TUNE_MARGIN * c.t[CONV_DIR_DW][0]) c.dw = CONV_WINO4;
-        if (din_ok && c.t[CONV_DIR_DIN][1] < TUNE_MARGIN * c.t[CONV_DIR_DIN][0])
-            c.din = CONV_WINO4;
+        if (c.t[CONV_DIR_FWD][1] < TUNE_MARGIN * c.t[CONV_DIR_FWD][0]) c.fwd = wino;
+        if (c.t[CONV_DIR_DW][1] < TUNE_MARGIN * c.t[CONV_DIR_DW][0]) c.dw = wino;
+        if (din_ok && c.t[CONV_DIR_DIN][1] < TUNE_MARGIN * c.t[CONV_DIR_DIN][0]) c.din = wino;
         if (!din_ok) c.t[CONV_DIR_DIN][0] = c.t[CONV_DIR_DIN][1] = 0.0;
         if (tune_n < TUNE_CACHE) tune_cache[tune_n++] = (tune_entry){key, need_din, c};
     }
@@ -177,8 +181,8 @@ size_t conv_choices_text(char *buf, size_t len) {
     pthread_mutex_lock(&tune_lock);
     for (int i = 0; i < tune_n; i++) {
         const tune_entry *t = &tune_cache[i];
-        int n = snprintf(buf + k, len - k, "%s%d.%d.%d.%d.%d.%d.%d:%d.%d.%d", k ? ";" : "",
-                         t->g.C, t->g.Cs, t->g.H, t->g.W, t->g.OC, t->g.pad, t->need_din,
+        int n = snprintf(buf + k, len - k, "%s%d.%d.%d.%d.%d.%d.%d.%d:%d.%d.%d", k ? ";" : "",
+                         t->g.C, t->g.Cs, t->g.H, t->g.W, t->g.OC, t->g.K, t->g.pad, t->need_din,
                          (int)t->c.fwd, (int)t->c.din, (int)t->c.dw);
         if (n < 0 || (size_t)n >= len - k) {
             if (len) buf[k] = 0;
@@ -192,18 +196,33 @@ size_t conv_choices_text(char *buf, size_t len) {
 
 static int valid_impl(long i) { return i == CONV_DIRECT || i == CONV_WINO2 || i == CONV_WINO4; }
 
-// Reads "v0.v1...:v7.v8.v9" (7 numbers, ':', 3 numbers), each 0..65536, at *p; advances *p.
-static int read_entry(const char **p, long v[10]) {
+// Reads "v0.v1...:f.i.w" at *p: 8 numbers (C.Cs.H.W.OC.K.pad.need_din), or the earlier 7
+// without K, then ':', then 3; each 0..65536. Fills v[0..10] with K in v[5] (3 for the earlier
+// format); advances *p.
+static int read_entry(const char **p, long v[11]) {
     const char *q = *p;
-    for (int i = 0; i < 10; i++) {
+    long got[11];
+    int n = 0, colon = -1;
+    while (n < 11) {
         if (*q < '0' || *q > '9') return -1;
         char *end;
         errno = 0;
-        v[i] = strtol(q, &end, 10);
-        if (errno || v[i] > 65536) return -1;
+        got[n] = strtol(q, &end, 10);
+        if (errno || got[n] > 65536) return -1;
         q = end;
-        if (i < 9 && *q++ != (i == 6 ? ':' : '.')) return -1;
+        n++;
+        if (colon < 0 && *q == ':' && (n == 7 || n == 8)) {
+            colon = n;
+            q++;
+        } else if (colon >= 0 && n == colon + 3) {
+            break;
+        } else if (*q++ != '.') {
+            return -1;
+        }
     }
+    if (colon < 0 || n != colon + 3) return -1;
+    const int old = colon == 7; // no K: the format of 3x3-only Winograd
+    for (int i = 0, k = 0; i < 11; i++) v[i] = old && i == 5 ? 3 : got[k++];
     *p = q;
     return 0;
 }
@@ -212,22 +231,24 @@ int conv_choices_restore(const char *text) {
     tune_entry got[TUNE_CACHE];
     int n = 0;
     for (const char *p = text; *p && n < TUNE_CACHE; n++) {
-        long v[10];
+        long v[11];
         if (read_entry(&p, v) < 0) return -1;
         for (int i = 0; i < 5; i++)
             if (v[i] < 1) return -1;
-        if (v[5] > 64 || v[6] > 1 || !valid_impl(v[7]) || !valid_impl(v[8]) || !valid_impl(v[9]))
+        const long K = v[5];
+        if ((K != 3 && K != 5) || v[6] > 64 || v[7] > 1 || !valid_impl(v[8]) ||
+            !valid_impl(v[9]) || !valid_impl(v[10]))
             return -1;
         tune_entry *t = &got[n];
         memset(t, 0, sizeof *t);
         t->g.C = (int)v[0], t->g.Cs = (int)v[1], t->g.H = (int)v[2], t->g.W = (int)v[3];
-        t->g.OC = (int)v[4], t->g.K = 3, t->g.stride = 1, t->g.pad = (int)v[5];
-        t->g.OH = conv_out_dim(t->g.H, 3, 1, t->g.pad);
-        t->g.OW = conv_out_dim(t->g.W, 3, 1, t->g.pad);
+        t->g.OC = (int)v[4], t->g.K = (int)K, t->g.stride = 1, t->g.pad = (int)v[6];
+        t->g.OH = conv_out_dim(t->g.H, t->g.K, 1, t->g.pad);
+        t->g.OW = conv_out_dim(t->g.W, t->g.K, 1, t->g.pad);
         if (t->g.OH < 1 || t->g.OW < 1 || t->g.Cs < t->g.C) return -1;
-        t->need_din = (int)v[6];
-        t->c = (conv_choice){(conv_impl)v[7], (conv_impl)v[8], (conv_impl)v[9], t->need_din,
-                             {{0}}};
+        t->need_din = (int)v[7];
+        t->c = (conv_choice){.fwd = (conv_impl)v[8], .din = (conv_impl)v[9],
+                             .dw = (conv_impl)v[10], .need_din = t->need_din, .K = t->g.K};
         if (*p == ';') p++;
         else if (*p) return -1;
     }
@@ -245,7 +266,7 @@ int conv_choices_restore(const char *text) {
 }
 
 conv_choice conv_choose(const conv_geom *g, conv_algo req, int need_din, int nthreads) {
-    conv_choice c = {CONV_DIRECT, CONV_DIRECT, CONV_DIRECT, need_din, {{0}}};
+    conv_choice c = {.need_din = need_din, .K = g->K};
     if (req == CONV_ALGO_DIRECT || !conv2d_wino_ok(g, CONV_DIR_FWD)) return c;
     if (req == CONV_ALGO_AUTO) return choose_auto(g, need_din, nthreads < 1 ? 1 : nthreads);
     const conv_impl impl = req == CONV_ALGO_WINOGRAD2 ? CONV_WINO2 : CONV_WINO4;
@@ -265,7 +286,7 @@ void conv_choice_describe(const conv_choice *c, const char *layer, char *buf, si
         if (same && d) break;
         if (!used[d]) continue;
         k += (size_t)snprintf(buf + k, len - k, "%s%s%s %s", d ? "," : "", same ? "" : " ",
-                              same ? "" : dir[d], impl_name(impl[d]));
+                              same ? "" : dir[d], impl_name(impl[d], c->K));
     }
     for (int d = 0, n = 0; d < 3 && k < len; d++) {
         if (!used[d] || c->t[d][0] <= 0) continue;

@@ -69,8 +69,8 @@ void softmax_xent_backward(float *dlogits, const float *probs, const uint8_t *la
 static inline int conv_cpad(int c) { return (c + CONV_CPAD - 1) / CONV_CPAD * CONV_CPAD; }
 
 // How one direction of a convolution is computed: direct (any shape), or Winograd
-// F(m x m, 3x3) with m = 2 or 4 (winograd.h), for the shapes conv2d_wino_ok allows. A
-// direction given Winograd where it is not allowed runs direct.
+// F(m x m, K x K) with m = 2 or 4, K = 3 or 5 (winograd.h), for the shapes conv2d_wino_impl_ok
+// allows. A direction given Winograd where it is not allowed runs direct.
 typedef enum conv_impl { CONV_DIRECT = 0, CONV_WINO2 = 2, CONV_WINO4 = 4 } conv_impl;
 
 typedef struct conv_geom {
@@ -82,10 +82,12 @@ typedef struct conv_geom {
 // The directions of a convolution, for conv2d_wino_ok.
 typedef enum conv_dir { CONV_DIR_FWD, CONV_DIR_DIN, CONV_DIR_DW } conv_dir;
 
-// Whether direction dir of g may run Winograd: 3x3, stride 1, the same padding at both ends
-// (OH = H + 2*pad - 2); the input gradient also needs pad <= 2 and a channel stride Cs that is
-// a multiple of 16 (it is written whole vectors).
+// Whether direction dir of g may run Winograd: 3x3 or 5x5, stride 1, the same padding at both
+// ends (OH = H + 2*pad - (K-1)); the input gradient also needs pad <= K-1 and a channel stride
+// Cs that is a multiple of 16 (it is written whole vectors). conv2d_wino_impl_ok: whether it
+// may run impl.
 int conv2d_wino_ok(const conv_geom *g, conv_dir dir);
+int conv2d_wino_impl_ok(const conv_geom *g, conv_impl impl, conv_dir dir);
 
 // Floats of scratch memory conv2d_nhwc_forward/backward need for `nthreads` threads. The
 // sizes below hold for every choice of g's fwd, din and dw: the algorithm of a direction may

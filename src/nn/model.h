@@ -85,10 +85,10 @@ int model_init_keras_name(init_desc *d, const char *name, init_get_fn get, void 
 
 typedef enum optim_kind { OPTIM_SGD, OPTIM_ADAM } optim_kind;
 
-// How the CPU path computes its 3x3 stride-1 convolutions (conv_algo.h): direct; Winograd
-// F(4x4,3x3) or F(2x2,3x3) in every direction it can; or per layer and direction whichever
-// of direct and F(4x4,3x3) a timing at device open finds faster. Other convolutions, and the
-// OpenCL device, always run direct.
+// How the CPU path computes its 3x3 and 5x5 stride-1 convolutions (conv_algo.h): direct;
+// Winograd in every direction it can, F(4x4,KxK) (winograd) or F(2x2,KxK) (winograd2); or per
+// layer and direction whichever of direct and F(4x4,KxK) a timing at device open finds faster.
+// Other convolutions, and the OpenCL device, always run direct.
 typedef enum conv_algo {
     CONV_ALGO_DIRECT,
     CONV_ALGO_AUTO,

@@ -88,7 +88,7 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
 void net_conv_decide(const model *m, int nthreads);
 
 // The convolutions' algorithms on one line for the run log ("conv algorithms (auto; ...):
-// conv1 direct (...); conv2 winograd F(4x4,3x3) (...)"); "" for a model without any.
+// conv1 direct (...); conv2 winograd F(4x4,5x5) (...)"); "" for a model without any.
 void net_conv_describe(const net_ws *ws, const model *m, char *buf, size_t len);
 
 // Index of the largest of n values (first on ties).

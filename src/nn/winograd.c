@@ -1,4 +1,5 @@
-// Winograd F(2x2,3x3) and F(4x4,3x3) on channels-last tensors (see winograd.h): the
+// Winograd F(2x2,3x3), F(4x4,3x3), F(2x2,5x5) and F(4x4,5x5) on channels-last tensors (see
+// winograd.h): the
 // transforms, vectorised over 16 channels, and the register-tiled GEMMs of the transformed
 // domain, one sample at a time on the calling thread.
 #include "winograd.h"
@@ -11,6 +12,17 @@
 // F(4,3): B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0;
 // 0 4 0 -5 0 1], G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6;
 // 0 0 1], A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
+// F(2,5), by the Cook-Toom construction on F(4,3)'s points 0, 1, -1, 2, -2, inf (which gives
+// F(4,3)'s matrices above exactly): the same B^T; A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 1] (the points'
+// powers 0 and 1, inf picking the leading coefficient); G's rows the powers 0..4 of each point
+// over f(p) = prod_{q != p} (p - q), as F(4,3)'s: [1/4 0 0 0 0; -1/6 -1/6 -1/6 -1/6 -1/6;
+// -1/6 1/6 -1/6 1/6 -1/6; 1/24 1/12 1/6 1/3 2/3; 1/24 -1/12 1/6 -1/3 2/3; 0 0 0 0 1].
+// F(4,5), by the same construction on the points 0, 1, -1, 2, -2, 1/2, -1/2, inf (a = 8; the
+// first row of B^T and G negated, so that both start with +1): B^T = [1 0 -21/4 0 21/4 0 -1 0;
+// 0 1 1 -17/4 -17/4 1 1 0; 0 -1 1 17/4 -17/4 -1 1 0; 0 1/2 1/4 -5/2 -5/4 2 1 0;
+// 0 -1/2 1/4 5/2 -5/4 -2 1 0; 0 2 4 -5/2 -5 1/2 1 0; 0 -2 4 5/2 -5 -1/2 1 0;
+// 0 -1 0 21/4 0 -21/4 0 1], A^T = [1 1 1 1 1 1 1 0; 0 1 -1 2 -2 1/2 -1/2 0;
+// 0 1 1 4 4 1/4 1/4 0; 0 1 -1 8 -8 1/8 -1/8 1], G = G45 below.
 // Each function maps x[0], x[s], x[2s], ... to y[0], y[s], ...
 
 // B^T x, a = 4.
@@ -52,6 +64,71 @@ static ALWAYS_INLINE void at4(vf *y, const vf *x, int s) {
     y[3 * s] = v_fma(v_set1(8.0f), d, b) + x5;
 }
 
+// B^T x, a = 8.
+static ALWAYS_INLINE void bt8(vf *y, const vf *x, int s) {
+    const vf x0 = x[0], x1 = x[s], x2 = x[2 * s], x3 = x[3 * s], x4 = x[4 * s], x5 = x[5 * s],
+             x6 = x[6 * s], x7 = x[7 * s];
+    const vf c214 = v_set1(21.0f / 4), m174 = v_set1(-17.0f / 4), h = v_set1(0.5f),
+             q = v_set1(0.25f), m52 = v_set1(-2.5f), m54 = v_set1(-1.25f), f2 = v_set1(2.0f),
+             f4 = v_set1(4.0f), m5 = v_set1(-5.0f);
+    y[0] = v_fma(c214, x4 - x2, x0 - x6);
+    y[7 * s] = v_fma(c214, x3 - x5, x7 - x1);
+    const vf a1 = v_fma(m174, x3, x1 + x5), b1 = v_fma(m174, x4, x2 + x6);
+    y[s] = b1 + a1;
+    y[2 * s] = b1 - a1;
+    const vf a3 = v_fma(f2, x5, v_fma(m52, x3, h * x1)), b3 = v_fma(m54, x4, v_fma(q, x2, x6));
+    y[3 * s] = b3 + a3;
+    y[4 * s] = b3 - a3;
+    const vf a5 = v_fma(h, x5, v_fma(m52, x3, f2 * x1)), b5 = v_fma(m5, x4, v_fma(f4, x2, x6));
+    y[5 * s] = b5 + a5;
+    y[6 * s] = b5 - a5;
+}
+
+// A^T x: 8 -> 4 (F(4,5)).
+static ALWAYS_INLINE void at45(vf *y, const vf *x, int s) {
+    const vf x0 = x[0], x1 = x[s], x2 = x[2 * s], x3 = x[3 * s], x4 = x[4 * s], x5 = x[5 * s],
+             x6 = x[6 * s], x7 = x[7 * s];
+    const vf p1 = x1 + x2, d1 = x1 - x2, p2 = x3 + x4, d2 = x3 - x4, p3 = x5 + x6, d3 = x5 - x6;
+    y[0] = x0 + p1 + p2 + p3;
+    y[s] = v_fma(v_set1(0.5f), d3, v_fma(v_set1(2.0f), d2, d1));
+    y[2 * s] = v_fma(v_set1(0.25f), p3, v_fma(v_set1(4.0f), p2, p1));
+    y[3 * s] = v_fma(v_set1(0.125f), d3, v_fma(v_set1(8.0f), d2, d1)) + x7;
+}
+
+// A x: 4 -> 8 (F(4,5)).
+static ALWAYS_INLINE void a45(vf *y, const vf *x, int s) {
+    const vf x0 = x[0], x1 = x[s], x2 = x[2 * s], x3 = x[3 * s];
+    const vf e1 = x0 + x2, o1 = x1 + x3;
+    const vf e2 = v_fma(v_set1(4.0f), x2, x0), o2 = v_fma(v_set1(8.0f), x3, x1 + x1);
+    const vf e3 = v_fma(v_set1(0.25f), x2, x0), o3 = v_fma(v_set1(0.125f), x3, v_set1(0.5f) * x1);
+    y[0] = x0;
+    y[s] = e1 + o1;
+    y[2 * s] = e1 - o1;
+    y[3 * s] = e2 + o2;
+    y[4 * s] = e2 - o2;
+    y[5 * s] = e3 + o3;
+    y[6 * s] = e3 - o3;
+    y[7 * s] = x3;
+}
+
+// A^T x: 6 -> 2 (F(2,5)).
+static ALWAYS_INLINE void at25(vf *y, const vf *x, int s) {
+    const vf x0 = x[0], x1 = x[s], x2 = x[2 * s], x3 = x[3 * s], x4 = x[4 * s], x5 = x[5 * s];
+    y[0] = x0 + (x1 + x2) + (x3 + x4);
+    y[s] = v_fma(v_set1(2.0f), x3 - x4, x1 - x2) + x5;
+}
+
+// A x: 2 -> 6 (F(2,5)).
+static ALWAYS_INLINE void a25(vf *y, const vf *x, int s) {
+    const vf x0 = x[0], x1 = x[s], t = x1 + x1;
+    y[0] = x0;
+    y[s] = x0 + x1;
+    y[2 * s] = x0 - x1;
+    y[3 * s] = x0 + t;
+    y[4 * s] = x0 - t;
+    y[5 * s] = x1;
+}
+
 // A x: 2 -> 4.
 static ALWAYS_INLINE void a2(vf *y, const vf *x, int s) {
     const vf x0 = x[0], x1 = x[s];
@@ -82,10 +159,29 @@ static const double G4[6][3] = {{1.0 / 4, 0, 0},
                                 {1.0 / 24, -1.0 / 12, 1.0 / 6},
                                 {0, 0, 1}};
 
-static const double *g_row(int m, int i) { return m == 2 ? G2[i] : G4[i]; }
+static const double G5[6][5] = {{1.0 / 4, 0, 0, 0, 0},
+                                {-1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                {-1.0 / 6, 1.0 / 6, -1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                {1.0 / 24, 1.0 / 12, 1.0 / 6, 1.0 / 3, 2.0 / 3},
+                                {1.0 / 24, -1.0 / 12, 1.0 / 6, -1.0 / 3, 2.0 / 3},
+                                {0, 0, 0, 0, 1}};
 
-void wino_weights(float *U, int ldu, const float *w, int C, int OC, int m, int flip) {
-    const int a = wino_alpha(m), n_in = flip ? OC : C, n_out = flip ? C : OC;
+static const double G45[8][5] = {{1, 0, 0, 0, 0},
+                                 {-2.0 / 9, -2.0 / 9, -2.0 / 9, -2.0 / 9, -2.0 / 9},
+                                 {-2.0 / 9, 2.0 / 9, -2.0 / 9, 2.0 / 9, -2.0 / 9},
+                                 {1.0 / 90, 1.0 / 45, 2.0 / 45, 4.0 / 45, 8.0 / 45},
+                                 {1.0 / 90, -1.0 / 45, 2.0 / 45, -4.0 / 45, 8.0 / 45},
+                                 {32.0 / 45, 16.0 / 45, 8.0 / 45, 4.0 / 45, 2.0 / 45},
+                                 {32.0 / 45, -16.0 / 45, 8.0 / 45, -4.0 / 45, 2.0 / 45},
+                                 {0, 0, 0, 0, 1}};
+
+// Row i of F(m,r)'s G: r coefficients.
+static const double *g_row(int m, int r, int i) {
+    return r == 5 ? (m == 2 ? G5[i] : G45[i]) : m == 2 ? G2[i] : G4[i];
+}
+
+void wino_weights(float *U, int ldu, const float *w, int C, int OC, int m, int r, int flip) {
+    const int a = wino_alpha(m, r), n_in = flip ? OC : C, n_out = flip ? C : OC, rr = r * r;
     for (int xi = 0; xi < a * a; xi++)
         for (int i = 0; i < n_in; i++) {
             float *row = U + ((size_t)xi * n_in + i) * ldu;
@@ -93,32 +189,36 @@ void wino_weights(float *U, int ldu, const float *w, int C, int OC, int m, int f
         }
     for (int oc = 0; oc < OC; oc++)
         for (int c = 0; c < C; c++) {
-            const float *k = w + ((size_t)oc * C + c) * 9;
-            double g[3][3], t[6][3];
-            for (int r = 0; r < 3; r++)
-                for (int s = 0; s < 3; s++) g[r][s] = flip ? k[(2 - r) * 3 + 2 - s] : k[r * 3 + s];
+            const float *k = w + ((size_t)oc * C + c) * rr;
+            double g[5][5], t[8][5];
+            for (int y = 0; y < r; y++)
+                for (int x = 0; x < r; x++)
+                    g[y][x] = flip ? k[(r - 1 - y) * r + r - 1 - x] : k[y * r + x];
             for (int i = 0; i < a; i++) // t = G g
-                for (int s = 0; s < 3; s++) {
-                    const double *G = g_row(m, i);
-                    t[i][s] = G[0] * g[0][s] + G[1] * g[1][s] + G[2] * g[2][s];
+                for (int x = 0; x < r; x++) {
+                    const double *G = g_row(m, r, i);
+                    double acc = 0.0;
+                    for (int y = 0; y < r; y++) acc += G[y] * g[y][x];
+                    t[i][x] = acc;
                 }
             const int row = flip ? oc : c, col = flip ? c : oc;
             for (int i = 0; i < a; i++) // U = t G^T
                 for (int j = 0; j < a; j++) {
-                    const double *G = g_row(m, j);
-                    double u = t[i][0] * G[0] + t[i][1] * G[1] + t[i][2] * G[2];
+                    const double *G = g_row(m, r, j);
+                    double u = 0.0;
+                    for (int x = 0; x < r; x++) u += t[i][x] * G[x];
                     U[((size_t)(i * a + j) * n_in + row) * ldu + col] = (float)u;
                 }
         }
 }
 
 void wino_dw_finish(float *dw, const double *dU, size_t stride, int n, int ldd, int C, int OC,
-                    int m) {
-    const int a = wino_alpha(m);
+                    int m, int r) {
+    const int a = wino_alpha(m, r), rr = r * r;
     const size_t plane = (size_t)C * ldd;
     for (int oc = 0; oc < OC; oc++)
         for (int c = 0; c < C; c++) {
-            double s[6][6], t[6][3];
+            double s[8][8], t[8][5];
             for (int xi = 0; xi < a * a; xi++) {
                 double acc = 0.0;
                 for (int b = 0; b < n; b++)
@@ -126,17 +226,17 @@ void wino_dw_finish(float *dw, const double *dU, size_t stride, int n, int ldd, 
                 s[xi / a][xi % a] = acc;
             }
             for (int i = 0; i < a; i++) // t = s G
-                for (int l = 0; l < 3; l++) {
+                for (int l = 0; l < r; l++) {
                     double acc = 0.0;
-                    for (int j = 0; j < a; j++) acc += s[i][j] * g_row(m, j)[l];
+                    for (int j = 0; j < a; j++) acc += s[i][j] * g_row(m, r, j)[l];
                     t[i][l] = acc;
                 }
-            float *d = dw + ((size_t)oc * C + c) * 9;
-            for (int k = 0; k < 3; k++) // G^T t
-                for (int l = 0; l < 3; l++) {
+            float *d = dw + ((size_t)oc * C + c) * rr;
+            for (int k = 0; k < r; k++) // G^T t
+                for (int l = 0; l < r; l++) {
                     double acc = 0.0;
-                    for (int i = 0; i < a; i++) acc += g_row(m, i)[k] * t[i][l];
-                    d[k * 3 + l] += (float)acc;
+                    for (int i = 0; i < a; i++) acc += g_row(m, r, i)[k] * t[i][l];
+                    d[k * r + l] += (float)acc;
                 }
         }
 }
@@ -148,9 +248,10 @@ static ALWAYS_INLINE vf load_ch(const float *p, int n) {
     return n == VL ? v_load(p) : v_load_n(p, n);
 }
 
-static ALWAYS_INLINE void input_tiles(const int m, float *V, int ldv, const float *src, int rowstep,
-                                      int cstride, int C, int th, int tw) {
-    const int a = m + 2;
+static ALWAYS_INLINE void input_tiles(const int m, const int r, float *V, int ldv,
+                                      const float *src, int rowstep, int cstride, int C, int th,
+                                      int tw) {
+    const int a = m + r - 1; // B^T depends on a alone
     const size_t plane = (size_t)th * tw * ldv;
     for (int ty = 0; ty < th; ty++)
         for (int tx = 0; tx < tw; tx++) {
@@ -158,18 +259,20 @@ static ALWAYS_INLINE void input_tiles(const int m, float *V, int ldv, const floa
             const float *base = src + (size_t)ty * m * rowstep + (size_t)tx * m * cstride;
             for (int c0 = 0; c0 < C; c0 += VL) {
                 const int n = C - c0 < VL ? C - c0 : VL;
-                vf d[36], u[36];
+                vf d[64], u[64];
                 for (int i = 0; i < a; i++)
                     for (int j = 0; j < a; j++)
                         d[i * a + j] =
                             load_ch(base + (size_t)i * rowstep + (size_t)j * cstride + c0, n);
                 for (int i = 0; i < a; i++) { // along each row, then each column
-                    if (m == 2) bt2(u + i * a, d + i * a, 1);
-                    else bt4(u + i * a, d + i * a, 1);
+                    if (a == 4) bt2(u + i * a, d + i * a, 1);
+                    else if (a == 6) bt4(u + i * a, d + i * a, 1);
+                    else bt8(u + i * a, d + i * a, 1);
                 }
                 for (int j = 0; j < a; j++) {
-                    if (m == 2) bt2(d + j, u + j, a);
-                    else bt4(d + j, u + j, a);
+                    if (a == 4) bt2(d + j, u + j, a);
+                    else if (a == 6) bt4(d + j, u + j, a);
+                    else bt8(d + j, u + j, a);
                 }
                 float *v = V + (size_t)t * ldv + c0;
                 for (int xi = 0; xi < a * a; xi++) v_store(v + xi * plane, d[xi]);
@@ -178,16 +281,18 @@ static ALWAYS_INLINE void input_tiles(const int m, float *V, int ldv, const floa
 }
 
 void wino_input(float *V, int ldv, const float *src, int rowstep, int cstride, int C, int m,
-                int th, int tw) {
-    if (m == 2) input_tiles(2, V, ldv, src, rowstep, cstride, C, th, tw);
-    else input_tiles(4, V, ldv, src, rowstep, cstride, C, th, tw);
+                int r, int th, int tw) {
+    if (r == 5 && m == 4) input_tiles(4, 5, V, ldv, src, rowstep, cstride, C, th, tw);
+    else if (r == 5) input_tiles(2, 5, V, ldv, src, rowstep, cstride, C, th, tw);
+    else if (m == 2) input_tiles(2, 3, V, ldv, src, rowstep, cstride, C, th, tw);
+    else input_tiles(4, 3, V, ldv, src, rowstep, cstride, C, th, tw);
 }
 
-static ALWAYS_INLINE void output_tiles(const int m, float *out, int ldo, int nv, const float *M,
-                                       int ldm, const float *bias, int relu,
+static ALWAYS_INLINE void output_tiles(const int m, const int r, float *out, int ldo, int nv,
+                                       const float *M, int ldm, const float *bias, int relu,
                                        const unsigned char *exact, int th, int tw, int OH,
                                        int OW) {
-    const int a = m + 2;
+    const int a = m + r - 1;
     const size_t plane = (size_t)th * tw * ldm;
     for (int ty = 0; ty < th; ty++)
         for (int tx = 0; tx < tw; tx++) {
@@ -195,15 +300,19 @@ static ALWAYS_INLINE void output_tiles(const int m, float *out, int ldo, int nv,
             const int rows = OH - ty * m < m ? OH - ty * m : m;
             const int cols = OW - tx * m < m ? OW - tx * m : m;
             for (int v = 0; v < nv; v++) {
-                vf x[36], u[24], y[16];
+                vf x[64], u[32], y[16];
                 const float *mp = M + (size_t)t * ldm + v * VL;
                 for (int xi = 0; xi < a * a; xi++) x[xi] = v_load(mp + xi * plane);
                 for (int i = 0; i < a; i++) { // each row a -> m: u is a x m
-                    if (m == 2) at2(u + i * m, x + i * a, 1);
+                    if (r == 5 && m == 4) at45(u + i * m, x + i * a, 1);
+                    else if (r == 5) at25(u + i * m, x + i * a, 1);
+                    else if (m == 2) at2(u + i * m, x + i * a, 1);
                     else at4(u + i * m, x + i * a, 1);
                 }
                 for (int j = 0; j < m; j++) { // each column a -> m: y is m x m
-                    if (m == 2) at2(y + j, u + j, m);
+                    if (r == 5 && m == 4) at45(y + j, u + j, m);
+                    else if (r == 5) at25(y + j, u + j, m);
+                    else if (m == 2) at2(y + j, u + j, m);
                     else at4(y + j, u + j, m);
                 }
                 const vf b = bias ? v_load(bias + v * VL) : v_zero();
@@ -219,14 +328,18 @@ static ALWAYS_INLINE void output_tiles(const int m, float *out, int ldo, int nv,
 }
 
 void wino_output(float *out, int ldo, int nv, const float *M, int ldm, const float *bias,
-                 int relu, const unsigned char *exact, int m, int th, int tw, int OH, int OW) {
-    if (m == 2) output_tiles(2, out, ldo, nv, M, ldm, bias, relu, exact, th, tw, OH, OW);
-    else output_tiles(4, out, ldo, nv, M, ldm, bias, relu, exact, th, tw, OH, OW);
+                 int relu, const unsigned char *exact, int m, int r, int th, int tw, int OH,
+                 int OW) {
+    if (r == 5 && m == 4)
+        output_tiles(4, 5, out, ldo, nv, M, ldm, bias, relu, exact, th, tw, OH, OW);
+    else if (r == 5) output_tiles(2, 5, out, ldo, nv, M, ldm, bias, relu, exact, th, tw, OH, OW);
+    else if (m == 2) output_tiles(2, 3, out, ldo, nv, M, ldm, bias, relu, exact, th, tw, OH, OW);
+    else output_tiles(4, 3, out, ldo, nv, M, ldm, bias, relu, exact, th, tw, OH, OW);
 }
 
-static ALWAYS_INLINE void grad_tiles(const int m, float *Z, int ldz, const float *g, int rowstep,
-                                     int cstride, int OC, int th, int tw) {
-    const int a = m + 2;
+static ALWAYS_INLINE void grad_tiles(const int m, const int r, float *Z, int ldz, const float *g,
+                                     int rowstep, int cstride, int OC, int th, int tw) {
+    const int a = m + r - 1;
     const size_t plane = (size_t)th * tw * ldz;
     for (int ty = 0; ty < th; ty++)
         for (int tx = 0; tx < tw; tx++) {
@@ -234,17 +347,21 @@ static ALWAYS_INLINE void grad_tiles(const int m, float *Z, int ldz, const float
             const float *base = g + (size_t)ty * m * rowstep + (size_t)tx * m * cstride;
             for (int c0 = 0; c0 < OC; c0 += VL) {
                 const int n = OC - c0 < VL ? OC - c0 : VL;
-                vf d[16], u[24], z[36];
+                vf d[16], u[32], z[64];
                 for (int i = 0; i < m; i++)
                     for (int j = 0; j < m; j++)
                         d[i * m + j] =
                             load_ch(base + (size_t)i * rowstep + (size_t)j * cstride + c0, n);
                 for (int i = 0; i < m; i++) { // each row m -> a: u is m x a
-                    if (m == 2) a2(u + i * a, d + i * m, 1);
+                    if (r == 5 && m == 4) a45(u + i * a, d + i * m, 1);
+                    else if (r == 5) a25(u + i * a, d + i * m, 1);
+                    else if (m == 2) a2(u + i * a, d + i * m, 1);
                     else a4(u + i * a, d + i * m, 1);
                 }
                 for (int j = 0; j < a; j++) { // each column m -> a
-                    if (m == 2) a2(z + j, u + j, a);
+                    if (r == 5 && m == 4) a45(z + j, u + j, a);
+                    else if (r == 5) a25(z + j, u + j, a);
+                    else if (m == 2) a2(z + j, u + j, a);
                     else a4(z + j, u + j, a);
                 }
                 float *zp = Z + (size_t)t * ldz + c0;
@@ -254,9 +371,11 @@ static ALWAYS_INLINE void grad_tiles(const int m, float *Z, int ldz, const float
 }
 
 void wino_grad_tiles(float *Z, int ldz, const float *g, int rowstep, int cstride, int OC, int m,
-                     int th, int tw) {
-    if (m == 2) grad_tiles(2, Z, ldz, g, rowstep, cstride, OC, th, tw);
-    else grad_tiles(4, Z, ldz, g, rowstep, cstride, OC, th, tw);
+                     int r, int th, int tw) {
+    if (r == 5 && m == 4) grad_tiles(4, 5, Z, ldz, g, rowstep, cstride, OC, th, tw);
+    else if (r == 5) grad_tiles(2, 5, Z, ldz, g, rowstep, cstride, OC, th, tw);
+    else if (m == 2) grad_tiles(2, 3, Z, ldz, g, rowstep, cstride, OC, th, tw);
+    else grad_tiles(4, 3, Z, ldz, g, rowstep, cstride, OC, th, tw);
 }
 
 // ---- the transformed domain's GEMMs: register tiles as conv.c's ------------------------------
@@ -377,8 +496,8 @@ static int block_len(int n, int max, int i) {
 }
 
 void wino_gemm(float *M, int ldm, int nv, const float *V, int ldv, int C, const float *U, int ldu,
-               int T, int m) {
-    const int a = wino_alpha(m);
+               int T, int m, int r) {
+    const int a = wino_alpha(m, r);
     for (int xi = 0; xi < a * a; xi++) {
         const float *Vx = V + (size_t)xi * T * ldv, *Ux = U + (size_t)xi * C * ldu;
         float *Mx = M + (size_t)xi * T * ldm;
@@ -400,8 +519,8 @@ void wino_gemm(float *M, int ldm, int nv, const float *V, int ldv, int C, const 
 }
 
 void wino_dw_accum(double *dU, int ldd, const float *V, int ldv, int C, const float *Z, int ldz,
-                   int nv, int T, int m) {
-    const int a = wino_alpha(m);
+                   int nv, int T, int m, int r) {
+    const int a = wino_alpha(m, r);
     for (int xi = 0; xi < a * a; xi++) {
         dwg_args g = {.ldv = ldv, .ldz = ldz, .T = T, .ldd = ldd};
         const float *Vx = V + (size_t)xi * T * ldv, *Zx = Z + (size_t)xi * T * ldz;
