@@ -21,10 +21,28 @@
 
 static test_csv_data data;
 
-// 600 training images (480 after the 20% split: 10 steps of 50 an epoch) and 100 test images.
+// 600 training images (480 after the 20% split: 10 steps of 50 an epoch) and 100 test images,
+// and a small network with every kind of state a resume must restore (convolutions, dropout's
+// masks, the optimiser's moments), a tenth of the 3-layer preset's work per sample so that the
+// suite's many runs stay quick under the sanitizers. The runs' arguments carry its --model.
+static const char small_cfg[] = "[net]\ninput = 1x28x28\n"
+                                "[conv]\nfilters = 8\nsize = 3\npad = same\nactivation = relu\n"
+                                "[maxpool]\nsize = 2\n"
+                                "[conv]\nfilters = 16\nsize = 3\npad = same\nactivation = relu\n"
+                                "[maxpool]\nsize = 2\n"
+                                "[dense]\nunits = 64\nactivation = relu\n[dropout]\nrate = 0.25\n"
+                                "[dense]\nunits = 10\n[softmax]\n";
+static char small_path[1200];
 static int setup(void **state) {
     (void)state;
-    return test_csv_data_init(&data, "resume", 600, 100);
+    if (test_csv_data_init(&data, "resume", 600, 100) < 0) return -1;
+    char *cfg = test_write_file(data.dir, "small.cfg", small_cfg, sizeof small_cfg - 1);
+    if (!cfg) return -1;
+    snprintf(small_path, sizeof small_path, "%s", cfg);
+    free(cfg);
+    size_t n = strlen(data.args);
+    int w = snprintf(data.args + n, sizeof data.args - n, " --model '%s'", small_path);
+    return w > 0 && (size_t)w < sizeof data.args - n ? 0 : -1;
 }
 
 // What defines the run, and where it runs (given again on resume).
@@ -228,7 +246,7 @@ static void test_resume_on_other_devices(void **state) {
     free(out);
     ht_error e;
     model m;
-    if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
+    if (model_init(&m, small_path, &e) < 0) fail_msg("%s", e.msg);
     float *init = malloc(sizeof(float) * m.n_params);
     model_init_params(&m, init, 1);
     char p0[1200], p1[1200];
@@ -292,9 +310,10 @@ static void test_checkpoint_disk_full(void **state) {
     for (int k = 0; k < 2; k++) {
         char cmd[8192], *out;
         snprintf(cmd, sizeof cmd,
-                 "bash -c \"trap '' XFSZ; ulimit -f 1024; exec '%s' train %s --epochs 1 --batch 50 "
-                 "--val-split 0 --limit 200 --devices cpu:1 --no-self-check --no-progress --out '%s' "
-                 "--name full%d%s\" 2>&1", HT_BINARY, data.args, data.dir, k, cases[k][0]);
+                 "bash -c \"trap '' XFSZ; ulimit -f 1024; exec '%s' train --train '%s' --test '%s' "
+                 "--epochs 1 --batch 50 --val-split 0 --limit 200 --devices cpu:1 --no-self-check "
+                 "--no-progress --out '%s' --name full%d%s\" 2>&1", // the 3-layer preset: its
+                 HT_BINARY, data.train, data.test, data.dir, k, cases[k][0]); // checkpoint > 1 MiB
         int rc = test_run_shell(cmd, &out);
         if (rc != (k == 0 ? 0 : 1) || !strstr(out, cases[k][1]) || !strstr(out, ".ckpt"))
             fail_msg("case %d: exit %d\n%s", k, rc, out);
