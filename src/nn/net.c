@@ -2,7 +2,8 @@
 // Spatial activations (conv and pool outputs) are kept channels-last, where the direct
 // convolution kernels are fast; a layer that needs the other layout (dense: PyTorch's NCHW
 // flattening order) gets a converted copy of its input, and its input gradient is converted
-// back. A relu right after a conv is applied by the conv, forward and backward. The leading
+// back. A relu right after a conv is applied by the conv, forward and backward; a relu right
+// before a dropout (after the trunk) does the dropout's backward too (drop_fold). The leading
 // run of spatial layers (the trunk) goes one sample at a time through all its layers on one
 // thread, so a sample's tensors stay in that core's cache between layers; the layers after it
 // (dense and the rest) go batch-wise.
