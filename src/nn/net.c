@@ -685,7 +685,7 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
             break;
         case LAYER_DROPOUT:
             // After a relu with drop_fold, that relu's backward does the dropout's work.
-            if (drop && !ws->plan[l - 1].drop_fold)
+            if (drop && !(l > 0 && ws->plan[l - 1].drop_fold))
                 dropout_layer(dout, dout, L, p, B, dropout_key(drop, l), drop->ids, nt);
             din = dout;
             break;
