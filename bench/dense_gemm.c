@@ -1,7 +1,9 @@
 // Microbenchmark of the dense layer's three GEMMs on fc1's shapes in cnn2 (batch 50, 3136 ->
-// 1024): forward NT, weight gradient TN (beta 0) and input gradient NN, each as dense.c's
-// sgemm_split does it and in the alternatives below, alternated round by round in one process.
-// Prints each way's median milliseconds. Not a test: build with `cmake --build build --target
+// 1024): forward NT, weight gradient TN (beta 0) and input gradient NN, each split the way
+// dense.c's sgemm_split once split every GEMM (split16: the longer of M and N in blocks of 16)
+// and in the alternatives below, alternated round by round in one process. Prints each way's
+// median milliseconds, marking ways whose bits differ from split16's. dense.c now takes split16
+// for the forward pass, splitM for the weight gradient and split64 for the input gradient. Not a test: build with `cmake --build build --target
 // bench_dense_gemm`, run `build/bench_dense_gemm [rounds] [threads]`.
 #include <cblas.h>
 #include <omp.h>
@@ -16,7 +18,7 @@ static double now(void) {
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-// dense.c's split (align 16, the longer of M and N); align and the dimension are parameters.
+// The longer of M and N (force 0), or M (1) or N (2), in blocks of `align`.
 static void split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
                   int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc, int nthreads,
                   int align, int force /* 0 longer, 1 M, 2 N */) {
@@ -77,7 +79,7 @@ static int cmp(const void *a, const void *b) {
 }
 
 enum { B = 50, IN = 3136, OUT = 1024, NV = 10 };
-static const char *names[NV] = {"split16 (now)", "split32",     "split64",   "splitM",
+static const char *names[NV] = {"split16", "split32",     "split64",   "splitM",
                                 "splitN",        "openblas-mt", "chunk256",  "chunk512",
                                 "chunkM128",     "chunkM256"};
 
