@@ -750,6 +750,39 @@ static void test_dropout_grad_fd(void **state) {
     free(e.in), free(e.R), free(e.out), free(din), free(num);
 }
 
+// dropout_forward against its definition, element by element: kept where
+// ht_rng_uniform(key, id, e) >= rate, scaled by 1/(1-rate) (bit for bit), on sizes that are
+// and are not whole multiples of its blocks, with 1 and 2 threads, into out and in place.
+static void test_dropout_matches_definition(void **state) {
+    (void)state;
+    const uint32_t ids[3] = {7, 123456, 0};
+    const size_t sizes[] = {1, 1000, 1024, 2500, 20000}; // 3 x 20000 runs in parallel
+    const uint64_t key = ht_rng_key(11, 3, 6);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const size_t N = sizes[k], total = 3 * N;
+        float *in = fill_uniform(total, -1, 1, 1100 + k), *want = malloc(total * sizeof *want);
+        float *out = malloc(total * sizeof *out), *x = malloc(total * sizeof *x);
+        const float rate = 0.4f, scale = 1.0f / (1.0f - rate);
+        size_t dropped = 0;
+        for (int i = 0; i < 3; i++)
+            for (size_t e = 0; e < N; e++) {
+                const size_t at = (size_t)i * N + e;
+                const int keep = ht_rng_uniform(key, ids[i], (uint32_t)e) >= rate;
+                want[at] = keep ? in[at] * scale : 0.0f;
+                dropped += !keep;
+            }
+        if (N >= 1000) assert_true(dropped > total / 4 && dropped < total / 2 + total / 20);
+        for (int nt = 1; nt <= 2; nt++) {
+            dropout_forward(out, in, 3, N, rate, key, ids, nt);
+            assert_memory_equal(out, want, total * sizeof *out);
+            memcpy(x, in, total * sizeof *x);
+            dropout_forward(x, x, 3, N, rate, key, ids, nt);
+            assert_memory_equal(x, want, total * sizeof *x);
+        }
+        free(in), free(want), free(out), free(x);
+    }
+}
+
 // Sample id 42's mask is the same alone at position 0 of a batch of 1 and at position 5 of a
 // batch of 8 with other ids.
 static void test_dropout_sample_invariance(void **state) {
@@ -905,6 +938,7 @@ int main(void) {
         cmocka_unit_test(test_dense_accumulates),
         cmocka_unit_test(test_relu_grad_fd),
         cmocka_unit_test(test_dropout_grad_fd),
+        cmocka_unit_test(test_dropout_matches_definition),
         cmocka_unit_test(test_dropout_sample_invariance),
         cmocka_unit_test(test_dropout_keep_fraction_and_keys),
         cmocka_unit_test(test_softmax_xent_grad_fd),

@@ -263,6 +263,70 @@ static void net_ref_check(const model *m, uint64_t seed) {
     free(p), free(gr), free(g), free(g1), free(gp), free(x);
 }
 
+// relu -> dropout after the trunk goes backward in one pass (the plan's drop_fold): the same
+// bits as relu's and dropout's separate passes, with 1 and 2 threads and a batch of an odd
+// size, for two dropout rates; a relu inside the trunk or after a conv is left alone.
+static void test_relu_dropout_fold_same_bits(void **state) {
+    (void)state;
+    const layer_spec s[] = {
+        {.kind = LAYER_CONV2D, .filters = 4, .k = 3, .stride = 1, .pad = 1,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_MAXPOOL, .k = 2, .stride = 2},
+        {.kind = LAYER_DROPOUT, .rate = 0.2f},
+        {.kind = LAYER_DENSE, .units = 40, .w_init = INIT_LECUN_UNIFORM, .b_init = INIT_CONSTANT,
+         .b_arg = 0.01f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_DROPOUT, .rate = 0.5f},
+        {.kind = LAYER_DENSE, .units = 24, .w_init = INIT_LECUN_UNIFORM, .b_init = INIT_ZEROS},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_DROPOUT, .rate = 0.3f},
+        {.kind = LAYER_DENSE, .units = 5, .w_init = INIT_LECUN_UNIFORM, .b_init = INIT_ZEROS},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    enum { B = 7 };
+    model m;
+    build_model(&m, 1, 8, 8, 5, s, (int)(sizeof s / sizeof s[0]));
+    const size_t in = (size_t)m.in_c * m.in_h * m.in_w;
+    float *p = malloc(sizeof(float) * m.n_params), *x = malloc(sizeof(float) * B * in);
+    float *g_on = malloc(sizeof(float) * m.n_params), *g_off = malloc(sizeof(float) * m.n_params);
+    random_fill(x, B * in, 31, -1, 1);
+    model_init_params(&m, p, 32);
+    uint8_t y[B] = {0, 1, 2, 3, 4, 0, 1};
+    uint32_t ids[B] = {11, 3, 250, 7, 90, 12, 1000};
+    net_dropout d = {.seed = 77, .epoch = 4, .ids = ids};
+    for (int nt = 1; nt <= 2; nt++) {
+        net_ws ws;
+        ht_error e;
+        assert_int_equal(net_ws_init(&ws, &m, B, nt, &e), 0);
+        // Folded: the relus after the dense layers; not the conv's (its relu is skipped).
+        for (int l = 0; l < m.n_layers; l++)
+            assert_int_equal(ws.plan[l].drop_fold, l == 5 || l == 8);
+        for (int fold = 1; fold >= 0; fold--) {
+            ws.plan[5].drop_fold = ws.plan[8].drop_fold = fold;
+            float *g = fold ? g_on : g_off;
+            memset(g, 0, sizeof(float) * m.n_params);
+            net_forward(&ws, &m, p, x, y, B, &d);
+            net_backward(&ws, &m, p, g, x, y, B, &d);
+        }
+        // Both dense relus had units cut by the mask and units at zero before it, so the fold
+        // was tested where it matters.
+        int dropped = 0, kept = 0;
+        for (size_t i = 0; i < (size_t)B * 40; i++) {
+            dropped += ws.act[5][i] == 0.0f;
+            kept += ws.act[5][i] > 0.0f;
+        }
+        assert_true(dropped > 40 && kept > 40);
+        double norm = 0;
+        for (size_t i = 0; i < m.n_params; i++) norm += fabs(g_on[i]);
+        assert_true(norm > 1e-3);
+        assert_memory_equal(g_on, g_off, sizeof(float) * m.n_params);
+        net_ws_free(&ws);
+    }
+    model_free(&m);
+    free(p), free(x), free(g_on), free(g_off);
+}
+
 // Layer orders the presets do not have: a 3-channel input (converted to channels-last), relu
 // after a pool, dropout and a stride-2 conv inside the per-sample trunk, convs after a dense
 // layer (batch-wise on 1x1 inputs whose channel stride is no multiple of 16, one with its relu
@@ -473,6 +537,7 @@ int main(void) {
         cmocka_unit_test(test_batch_composition_invariance),
         cmocka_unit_test(test_backward_overwrites),
         cmocka_unit_test(test_net_layouts),
+        cmocka_unit_test(test_relu_dropout_fold_same_bits),
         cmocka_unit_test(test_net_new_kinds),
         cmocka_unit_test(test_engine_two_devices_equal_one),
     };

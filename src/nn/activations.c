@@ -7,6 +7,8 @@
 
 // Below this many elements a parallel region costs more than the loop it would split.
 #define ACT_PARALLEL_MIN 32768
+// Elements of one sample a dropout task masks at a time.
+#define DROPOUT_BLOCK 1024
 
 void relu_forward(float *out, const float *in, size_t n, int nthreads) {
     if (nthreads < 1) nthreads = 1;
@@ -20,20 +22,33 @@ void relu_backward(float *din, const float *dout, const float *out, size_t n, in
     for (size_t i = 0; i < n; i++) din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
 }
 
+void relu_dropout_backward(float *din, const float *dout, const float *out, size_t n,
+                           float rate, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    const float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) din[i] = out[i] > 0.0f ? dout[i] * scale : 0.0f;
+}
+
 // Forward and backward apply the same mask and scale; the mask is a pure function of
 // (key, sample id, element), never of the batch position.
 void dropout_forward(float *out, const float *in, int B, size_t N, float rate, uint64_t key,
                      const uint32_t *ids, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     const float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
-    const size_t total = (size_t)B * N;
+    const size_t total = (size_t)B * N, nblk = (N + DROPOUT_BLOCK - 1) / DROPOUT_BLOCK;
     (void)total; // read only by the OpenMP clause
+    // Blocks of a sample's elements, so that the inner loop (the hash) runs in vector lanes.
 #pragma omp parallel for collapse(2) num_threads(nthreads) schedule(static) \
     if (total >= ACT_PARALLEL_MIN)
     for (int i = 0; i < B; i++) {
-        for (size_t e = 0; e < N; e++) {
-            const size_t k = (size_t)i * N + e;
-            out[k] = ht_rng_uniform(key, ids[i], (uint32_t)e) >= rate ? in[k] * scale : 0.0f;
+        for (size_t b = 0; b < nblk; b++) {
+            const size_t lo = b * DROPOUT_BLOCK, hi = lo + DROPOUT_BLOCK < N ? lo + DROPOUT_BLOCK : N;
+            const float *x = in + (size_t)i * N;
+            float *y = out + (size_t)i * N;
+            const uint32_t id = ids[i];
+            for (size_t e = lo; e < hi; e++)
+                y[e] = ht_rng_uniform(key, id, (uint32_t)e) >= rate ? x[e] * scale : 0.0f;
         }
     }
 }

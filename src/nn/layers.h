@@ -45,6 +45,12 @@ void dense_backward_beta(float *din, float *dw, float *db, const float *dout, co
 void relu_forward(float *out, const float *in, size_t n, int nthreads);
 // din = dout where out > 0, else 0; in-place allowed (din == dout).
 void relu_backward(float *din, const float *dout, const float *out, size_t n, int nthreads);
+// relu's backward and the backward of an inverted dropout of `rate` right after it, in one
+// pass: out is the dropout's output (written over the relu's), so out > 0 exactly where the
+// mask kept a positive relu output; din = out > 0 ? dout * scale : 0, the same bits as
+// dropout_forward's masking of dout followed by relu_backward. din may be dout.
+void relu_dropout_backward(float *din, const float *dout, const float *out, size_t n,
+                           float rate, int nthreads);
 
 // Inverted dropout over B samples of N elements each: element e of sample i is kept when
 // ht_rng_uniform(key, ids[i], e) >= rate, and kept values are scaled by 1/(1-rate).

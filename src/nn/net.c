@@ -2,7 +2,8 @@
 // Spatial activations (conv and pool outputs) are kept channels-last, where the direct
 // convolution kernels are fast; a layer that needs the other layout (dense: PyTorch's NCHW
 // flattening order) gets a converted copy of its input, and its input gradient is converted
-// back. A relu right after a conv is applied by the conv, forward and backward. The leading
+// back. A relu right after a conv is applied by the conv, forward and backward; a relu right
+// before a dropout (after the trunk) does the dropout's backward too (drop_fold). The leading
 // run of spatial layers (the trunk) goes one sample at a time through all its layers on one
 // thread, so a sample's tensors stay in that core's cache between layers; the layers after it
 // (dense and the rest) go batch-wise.
@@ -258,6 +259,13 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
     ws->conv_ws = p;
     p += align16(s.conv_floats);
     ws->trunk = s.trunk;
+    // Backward through relu -> dropout in one pass, without the dropout's random numbers: the
+    // dropout's output (kept in place of the relu's) is > 0 exactly where the mask kept a
+    // positive relu output, and there the dropout's gradient is dout * scale; elsewhere the
+    // relu passes nothing. The same bits as the two passes (relu_dropout_backward).
+    for (int l = s.trunk; l + 1 < m->n_layers; l++)
+        ws->plan[l].drop_fold = m->layers[l].kind == LAYER_RELU && !ws->plan[l].skip &&
+                                m->layers[l + 1].kind == LAYER_DROPOUT;
     ws->pack = p;
     p += s.pack_floats;
     ws->tscr = p;
@@ -667,12 +675,18 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
         case LAYER_RELU:
             // ws->act[l] is the relu output (dropout after it keeps the sign, so it still marks
             // where the relu was active). A relu after a conv is the conv's business.
-            if (din && !p->skip)
+            // With drop_fold and dropout on, the dropout's scale is applied here too.
+            if (din && p->drop_fold && drop)
+                relu_dropout_backward(dout, dout, ws->act[l], out_floats(L, p) * (size_t)B,
+                                      m->layers[l + 1].rate, nt);
+            else if (din && !p->skip)
                 relu_backward(dout, dout, ws->act[l], out_floats(L, p) * (size_t)B, nt);
             din = dout;
             break;
         case LAYER_DROPOUT:
-            if (drop) dropout_layer(dout, dout, L, p, B, dropout_key(drop, l), drop->ids, nt);
+            // After a relu with drop_fold, that relu's backward does the dropout's work.
+            if (drop && !(l > 0 && ws->plan[l - 1].drop_fold))
+                dropout_layer(dout, dout, L, p, B, dropout_key(drop, l), drop->ids, nt);
             din = dout;
             break;
         }

@@ -20,6 +20,8 @@ typedef struct net_lplan {
     int in_cs;            // channel stride of the (converted) input, NHWC consumers
     int fuse_relu;        // conv whose relu (the next layer) it applies itself
     int skip;             // relu applied by the conv before it
+    int drop_fold;        // relu (batch-wise) right before a dropout: backward applies the
+                          // dropout's scale itself, and the dropout's backward does nothing
     size_t pack_off;      // conv in the trunk: its packed weights in ws->pack
     size_t scr_off;       // conv in the trunk: its scratch in each thread's slice of ws->tscr
     conv_choice algo;     // conv: the algorithm of each direction (m->setup.conv_algo)

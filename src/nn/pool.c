@@ -71,8 +71,8 @@ static inline pool_vf pool_load(const float *p) {
 // One window (nh x nw inputs from `first`), channels [c0, c0 + POOL_CBLOCK): the gradient goes
 // to the first maximum in row-major order (as the reference's argmax); overlapping windows
 // (stride < K) can share a winner, so it is added, not assigned.
-static void pool_window_back(float *dp, const float *ip, const float *g, size_t first, int W,
-                             int Cs, int nh, int nw) {
+static inline void pool_window_back(float *dp, const float *ip, const float *g, size_t first,
+                                    int W, int Cs, int nh, int nw, int assign) {
     pool_vf m = pool_load(ip + first);
     for (int kh = 0; kh < nh; kh++)
         for (int kw = 0; kw < nw; kw++) {
@@ -86,7 +86,9 @@ static void pool_window_back(float *dp, const float *ip, const float *g, size_t 
         for (int kw = 0; kw < nw; kw++) {
             const size_t at = first + ((size_t)kh * W + kw) * Cs;
             pool_vi hit = todo & (pool_load(ip + at) == m);
-            pool_vf d = pool_load(dp + at) + (pool_vf)(gv & hit);
+            // Assigning (windows that tile the input, din not zeroed first): 0 + g, the
+            // same bits as adding to a zeroed din (-0 becomes +0 either way).
+            pool_vf d = (assign ? (pool_vf){0} : pool_load(dp + at)) + (pool_vf)(gv & hit);
             memcpy(dp + at, &d, sizeof d);
             todo &= ~hit;
         }
@@ -96,6 +98,18 @@ void maxpool_nhwc_backward_one(float *din, const float *dout, const float *in,
                                const pool_geom *g) {
     const int Cs = g->Cs, W = g->W;
     const float *gp = dout;
+    // Windows that cover every input exactly once, over whole channel blocks: each element of
+    // din is written once, by its window, and needs no zeroing first.
+    if (g->pad == 0 && g->stride == g->K && g->OH * g->K == g->H && g->OW * g->K == W &&
+        Cs % POOL_CBLOCK == 0) {
+        for (int oh = 0; oh < g->OH; oh++)
+            for (int ow = 0; ow < g->OW; ow++, gp += Cs) {
+                const size_t first = ((size_t)oh * g->K * W + (size_t)ow * g->K) * Cs;
+                for (int c0 = 0; c0 < Cs; c0 += POOL_CBLOCK)
+                    pool_window_back(din + c0, in + c0, gp + c0, first, W, Cs, g->K, g->K, 1);
+            }
+        return;
+    }
     memset(din, 0, (size_t)g->H * W * Cs * sizeof *din);
     for (int oh = 0; oh < g->OH; oh++) {
         for (int ow = 0; ow < g->OW; ow++, gp += Cs) {
@@ -103,7 +117,7 @@ void maxpool_nhwc_backward_one(float *din, const float *dout, const float *in,
             const size_t first = ((size_t)wd.ih * W + wd.iw) * Cs;
             int c0 = 0;
             for (; c0 + POOL_CBLOCK <= Cs; c0 += POOL_CBLOCK)
-                pool_window_back(din + c0, in + c0, gp + c0, first, W, Cs, wd.nh, wd.nw);
+                pool_window_back(din + c0, in + c0, gp + c0, first, W, Cs, wd.nh, wd.nw, 0);
             for (int c = c0; c < Cs; c++) { // channels past the last full block
                 size_t best = first + c;
                 for (int kh = 0; kh < wd.nh; kh++)
