@@ -131,11 +131,13 @@ static const float *bias_of(const float *buf, const layer *L) {
 
 // Global average pooling of B samples (B,HW,Cs) <-> (B,1,1,Cs).
 static void gavgpool_forward(float *out, const float *in, int B, int Cs, int HW, int nt) {
+    (void)nt; // read only by the OpenMP clause
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int s = 0; s < B; s++)
         gavgpool_nhwc_forward_one(out + (size_t)s * Cs, in + (size_t)s * HW * Cs, Cs, HW);
 }
 static void gavgpool_backward(float *din, const float *dout, int B, int Cs, int HW, int nt) {
+    (void)nt; // read only by the OpenMP clause
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int s = 0; s < B; s++)
         gavgpool_nhwc_backward_one(din + (size_t)s * HW * Cs, dout + (size_t)s * Cs, Cs, HW);
