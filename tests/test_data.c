@@ -101,20 +101,8 @@ static void write_subset(const dataset *d, int n, const char *dir, const char *x
     free(px);
 }
 
-// Asserts that msg contains every fragment (NULL-terminated list), printing it when not.
-static void expect_msg(const char *msg, ...) {
-    va_list ap;
-    va_start(ap, msg);
-    const char *frag;
-    while ((frag = va_arg(ap, const char *))) {
-        if (!strstr(msg, frag)) {
-            print_error("error message \"%s\"\n  lacks \"%s\"\n", msg, frag);
-            va_end(ap);
-            fail();
-        }
-    }
-    va_end(ap);
-}
+// Asserts that msg is containing every fragment (NULL-terminated list).
+#define expect_msg(msg, ...) test_expect_frags(msg, 0, __VA_ARGS__)
 
 // The load must fail, leave d empty, and say what frag1.. say.
 #define EXPECT_IDX_FAIL(xp, yp, ...)                                                           \

@@ -17,21 +17,8 @@
 #include "data.h"
 #include "testutil.h"
 
-// Asserts that msg is one line and contains every fragment (NULL-terminated list).
-static void expect_msg(const char *msg, ...) {
-    if (strchr(msg, '\n')) fail_msg("error message spans lines: \"%s\"", msg);
-    va_list ap;
-    va_start(ap, msg);
-    const char *frag;
-    while ((frag = va_arg(ap, const char *))) {
-        if (!strstr(msg, frag)) {
-            print_error("error message \"%s\"\n  lacks \"%s\"\n", msg, frag);
-            va_end(ap);
-            fail();
-        }
-    }
-    va_end(ap);
-}
+// Asserts that msg is one line containing every fragment (NULL-terminated list).
+#define expect_msg(msg, ...) test_expect_frags(msg, 1, __VA_ARGS__)
 
 static const data_opts rgb10 = {.classes = 10, .channels = 3};
 

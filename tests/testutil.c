@@ -353,3 +353,18 @@ int test_csv_data_init(test_csv_data *d, const char *tag, int n_train, int n_tes
     free(test);
     return ok ? 0 : -1;
 }
+
+void test_expect_frags(const char *msg, int one_line, ...) {
+    if (one_line && strchr(msg, '\n')) fail_msg("error message spans lines: \"%s\"", msg);
+    va_list ap;
+    va_start(ap, one_line);
+    const char *frag;
+    while ((frag = va_arg(ap, const char *))) {
+        if (!strstr(msg, frag)) {
+            print_error("error message \"%s\"\n  lacks \"%s\"\n", msg, frag);
+            va_end(ap);
+            fail();
+        }
+    }
+    va_end(ap);
+}

@@ -92,6 +92,10 @@ double test_metrics_value(const char *path, int row, const char *column);
 // buffer's copy the caller frees.
 char *test_tmpdir(const char *tag);
 
+// Asserts that the error message msg contains every fragment of the NULL-terminated list that
+// follows (printing msg and the missing one when not) and, when one_line, that it is one line.
+void test_expect_frags(const char *msg, int one_line, ...);
+
 // Writes `len` bytes to dir/name and returns the malloc'd full path.
 char *test_write_file(const char *dir, const char *name, const void *data, size_t len);
 
