@@ -3,8 +3,9 @@
 // dense.c's sgemm_split once split every GEMM (split16: the longer of M and N in blocks of 16)
 // and in the alternatives below, alternated round by round in one process. Prints each way's
 // median milliseconds, marking ways whose bits differ from split16's. dense.c now takes split16
-// for the forward pass, splitM for the weight gradient and split64 for the input gradient. Not a test: build with `cmake --build build --target
-// bench_dense_gemm`, run `build/bench_dense_gemm [rounds] [threads]`.
+// for the forward pass, splitM for the weight gradient and split64 for the input gradient. Not
+// a test: build with `cmake --build build --target bench_dense_gemm`, run
+// `build/bench_dense_gemm [rounds] [threads] [ways]`.
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -16,6 +17,21 @@ static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+// Rows [lo, hi) of C (split_m) or its columns [lo, hi), by one single-threaded SGEMM.
+static void block(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+                  int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc, int lo,
+                  int hi, int split_m) {
+    if (split_m) {
+        const float *a = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
+        cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, 1.0f, a, lda, Bm, ldb, beta,
+                    Cm + (size_t)lo * ldc, ldc);
+    } else {
+        const float *bm = tb == CblasNoTrans ? Bm + lo : Bm + (size_t)lo * ldb;
+        cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, 1.0f, A, lda, bm, ldb, beta, Cm + lo,
+                    ldc);
+    }
 }
 
 // The longer of M and N (force 0), or M (1) or N (2), in blocks of `align`.
@@ -31,17 +47,7 @@ static void split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, c
         const int nt = omp_get_num_threads(), t = omp_get_thread_num();
         int lo = (int)((long)blocks * t / nt) * align, hi = (int)((long)blocks * (t + 1) / nt) * align;
         if (hi > len) hi = len;
-        if (hi > lo) {
-            if (split_m) {
-                const float *a = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
-                cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, 1.0f, a, lda, Bm, ldb, beta,
-                            Cm + (size_t)lo * ldc, ldc);
-            } else {
-                const float *bm = tb == CblasNoTrans ? Bm + lo : Bm + (size_t)lo * ldb;
-                cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, 1.0f, A, lda, bm, ldb, beta,
-                            Cm + lo, ldc);
-            }
-        }
+        if (hi > lo) block(ta, tb, M, N, K, A, lda, Bm, ldb, beta, Cm, ldc, lo, hi, split_m);
     }
 }
 
@@ -61,15 +67,7 @@ static void split_chunks(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, i
     for (int c = 0; c < nch; c++) {
         omp_set_num_threads(1);
         int lo = c * chunk, hi = lo + chunk < len ? lo + chunk : len;
-        if (split_m) {
-            const float *a = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
-            cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, 1.0f, a, lda, Bm, ldb, beta,
-                        Cm + (size_t)lo * ldc, ldc);
-        } else {
-            const float *bm = tb == CblasNoTrans ? Bm + lo : Bm + (size_t)lo * ldb;
-            cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, 1.0f, A, lda, bm, ldb, beta,
-                        Cm + lo, ldc);
-        }
+        block(ta, tb, M, N, K, A, lda, Bm, ldb, beta, Cm, ldc, lo, hi, split_m);
     }
 }
 
