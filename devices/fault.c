@@ -200,7 +200,20 @@ static const device_ops fault_ops_bind = {
 int fault_wrap_devices(device *devs, int n, const model *m, const char *plan_text, ht_error *e) {
     fault_plan plan;
     if (fault_plan_parse(&plan, plan_text, e) < 0) return -1;
-    if (plan.n == 0 || n <= 0) return 0;
+    if (plan.n == 0) return 0;
+    // A fault for a device that is not open would never fire: a typo, or a spec the registry
+    // writes otherwise ("cpu:1#2" for the second cpu:1). Say so rather than test nothing.
+    for (int k = 0; k < plan.n; k++) {
+        int open = 0;
+        for (int i = 0; i < n; i++) open |= !strcmp(plan.f[k].spec, devs[i].spec);
+        if (open) continue;
+        char list[512] = "";
+        size_t len = 0;
+        for (int i = 0; i < n && len < sizeof list; i++)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", devs[i].spec);
+        return ht_fail(e, "HETRAIN_FAULT: \"%s\" names no open device (open: %s)", plan.f[k].spec,
+                       n > 0 ? list : "none");
+    }
     // Every wrapper first, so that running out of memory leaves the devices as they were.
     fault_dev **w = ht_calloc((size_t)n, sizeof *w, e);
     if (!w) return -1;

@@ -53,8 +53,8 @@ int fault_planned(const fault_plan *p, fault_kind kind, const char *spec, long s
 // devs[0..n) whose spec a fault names: its ops and ctx become the wrapper's, which owns the
 // device from then on (closing the wrapper closes it); spec, name, capacity and micro stay.
 // Devices the plan does not name are left as they are. m is the model the devices were opened
-// for (the wrapper scales its gradient). -1 with e when plan_text is malformed or memory runs
-// out; nothing is wrapped then.
+// for (the wrapper scales its gradient). -1 with e when plan_text is malformed, names a device
+// that is not among devs, or memory runs out; nothing is wrapped then.
 int fault_wrap_devices(device *devs, int n, const model *m, const char *plan_text, ht_error *e);
 
 // Releases the hangs of every device wrapped before this call, now and later: a shard hung

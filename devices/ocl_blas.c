@@ -19,6 +19,13 @@ static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
 void ocl_blas_lock(void) { pthread_mutex_lock(&blas_lock); }
 void ocl_blas_unlock(void) { pthread_mutex_unlock(&blas_lock); }
 
+void ocl_blas_release_all(void) {
+    ocl_blas_lock();
+    CLBlastClearCache();
+    ocl_blas_unlock();
+    ocl_runtime_release_all();
+}
+
 const char *ocl_blas_status_name(int st) {
     switch (st) {
     case CLBlastNotImplemented: return "CLBlastNotImplemented";

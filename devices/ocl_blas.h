@@ -24,6 +24,13 @@ int ocl_gemm_cfg_equal(const ocl_gemm_cfg *a, const ocl_gemm_cfg *b);
 void ocl_blas_lock(void);
 void ocl_blas_unlock(void);
 
+// Empties CLBlast's caches, then releases every shared context and program
+// (ocl_runtime_release_all). CLBlast keeps the programs and kernels it built for a context until
+// it is told to forget them, or until its static destructors run at exit: after the contexts are
+// gone, which some drivers do not survive (oclgrind: heap corruption), and a later context at the
+// same address would be handed the old programs. Every caller that is done with OpenCL calls this.
+void ocl_blas_release_all(void);
+
 // "CLBlastInvalidLocalMemUsage" for -2046; OpenCL's names for codes above -1000.
 const char *ocl_blas_status_name(int status);
 

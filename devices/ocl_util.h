@@ -85,7 +85,8 @@ void ocl_mkdirs(const char *path);
 int ocl_device_runtime(const ocl_dev_info *dev, cl_context *ctx, cl_program *prog, int *from_cache,
                       ht_error *e);
 
-// Releases every shared context/program (at exit; safe to call when none exist).
+// Releases every shared context/program (at exit; safe to call when none exist). Callers go
+// through ocl_blas_release_all, which first empties CLBlast's caches of them.
 void ocl_runtime_release_all(void);
 
 // Counters for tests: programs built from source, and loaded from the cache, in this process.

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "ocl_blas.h"
 #include "ocl_util.h"
 #include "data.h"
 #include "device.h"
@@ -204,6 +205,6 @@ int main(void) {
         cmocka_unit_test(test_short_run_matches_cpu),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    ocl_runtime_release_all();
+    ocl_blas_release_all();
     return rc;
 }

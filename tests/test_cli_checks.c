@@ -246,6 +246,23 @@ static void test_cpu_thread_bound(void **state) {
     assert_int_equal(it.threads, over - 1);
 }
 
+// A HETRAIN_FAULT entry for a device the run did not open would never fire: the run is refused
+// with one line naming the entry and the devices that are open, before any file is written.
+static void test_fault_names_no_device(void **state) {
+    fixture *f = *state;
+    char out[1200], args[4096];
+    snprintf(out, sizeof out, "%s/out-fault", f->dir);
+    snprintf(args, sizeof args, "train --model '%s' --train '%s' --out '%s' --devices cpu:1,cpu:1 "
+             "--no-progress", f->cfg, f->train, out);
+    setenv("HETRAIN_FAULT", "fail:cpu:1#2@2,kill:cpu:2@3", 1);
+    char *text = test_expect_cli(args, 1, "HETRAIN_FAULT: \"cpu:2\" names no open device (open: "
+                                          "cpu:1, cpu:1#2)");
+    unsetenv("HETRAIN_FAULT");
+    if (strchr(text, '\n') != strrchr(text, '\n')) fail_msg("expected one line, got:\n%s", text);
+    free(text);
+    assert_false(exists(out));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_non_finite_weights),
@@ -254,6 +271,7 @@ int main(void) {
         cmocka_unit_test(test_timeout_logged),
         cmocka_unit_test(test_run_names),
         cmocka_unit_test(test_cpu_thread_bound),
+        cmocka_unit_test(test_fault_names_no_device),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

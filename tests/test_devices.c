@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "ht_omp.h"
+#include "ocl_blas.h"
 #include "ocl_util.h"
 #include "device.h"
 #include "model.h"
@@ -97,7 +98,7 @@ static void test_lists(void **state) {
     assert_int_equal(device_open_list(&devs, &n, "cpu,tpu", &m, 8, 0, &e), -1);
     assert_non_null(strstr(e.msg, "unknown device \"tpu\""));
     model_free(&m);
-    ocl_runtime_release_all();
+    ocl_blas_release_all();
 }
 
 // The CPU device sets its thread count for its own shard and gives the calling thread its

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <cmocka.h>
 
+#include "ocl_blas.h"
 #include "ocl_util.h"
 #include "device.h"
 #include "fault.h"
@@ -53,7 +54,7 @@ static int teardown(void **state) {
     (void)state;
     free(params);
     model_free(&net);
-    ocl_runtime_release_all();
+    ocl_blas_release_all();
     return 0;
 }
 
@@ -328,7 +329,7 @@ static void test_delegates(void **state) {
 }
 
 // Only the devices the plan names are wrapped (by spec, numbered duplicates included); a
-// malformed plan wraps none.
+// malformed plan, or one naming a device that is not open, wraps none.
 static void test_unnamed_devices_untouched(void **state) {
     (void)state;
     device *devs;
@@ -345,7 +346,13 @@ static void test_unnamed_devices_untouched(void **state) {
     assert_int_equal(fault_wrap_devices(devs, n, &net, "fail:cpu:1#2@2,oom:cpu:1#2,boom:cpu:1", &e), -1);
     assert_non_null(strstr(e.msg, "unknown fault \"boom\""));
     assert_int_equal(fault_wrap_devices(devs, n, &net, "", &e), 0);
-    assert_int_equal(fault_wrap_devices(devs, n, &net, "nan:cpu:2,fail:cl:0.9", &e), 0);
+    // A fault for a device that is not open would never fire: refused, naming it, even beside
+    // one that is open; nothing is wrapped.
+    assert_int_equal(fault_wrap_devices(devs, n, &net, "fail:cpu:1#2@2,nan:cpu:2", &e), -1);
+    assert_string_equal(e.msg, "HETRAIN_FAULT: \"cpu:2\" names no open device (open: cpu:1, "
+                               "cpu:1#2, cpu:1#3)");
+    assert_int_equal(fault_wrap_devices(devs, n, &net, "fail:cl:0.9", &e), -1);
+    assert_non_null(strstr(e.msg, "\"cl:0.9\" names no open device"));
     for (int i = 0; i < n; i++) {
         assert_ptr_equal(devs[i].ops, ops[i]);
         assert_ptr_equal(devs[i].ctx, ctx[i]);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "ocl_blas.h"
 #include "ocl_util.h"
 #include "data.h"
 #include "device.h"
@@ -43,7 +44,7 @@ static int teardown(void **state) {
     // A hung device's worker closes its device (which reads the model) once the engine stops.
     assert_int_equal(engine_wait_strays(10), 0);
     model_free(&net);
-    ocl_runtime_release_all();
+    ocl_blas_release_all();
     return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "ocl_blas.h"
 #include "ocl_util.h"
 #include "data.h"
 #include "device.h"
@@ -321,6 +322,6 @@ int main(void) {
         cmocka_unit_test(test_three_devices_balance_and_match),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    ocl_runtime_release_all();
+    ocl_blas_release_all();
     return rc;
 }

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ocl_blas.h"
 #include "ocl_util.h"
 #include "testutil.h"
 
@@ -381,8 +382,8 @@ static int child_build(const char *kdir, const char *cdir) {
     }
     printf("source=%d cache=%d from_cache=%d same=%d run=%d\n", ocl_builds_from_source(),
            ocl_builds_from_cache(), fc, same, run);
-    ocl_runtime_release_all();
-    ocl_runtime_release_all(); // a second call finds nothing and does nothing
+    ocl_blas_release_all();
+    ocl_blas_release_all(); // a second call finds nothing and does nothing
     free(devs);
     return 0;
 }

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "layers.h"
+#include "ocl_blas.h"
 #include "ocl_ops.h"
 #include "ref.h"
 #include "rng.h"
@@ -1065,7 +1066,7 @@ static void test_parity_opencl(void **state) {
         free(t);
     }
     free(devs);
-    ocl_runtime_release_all();
+    ocl_blas_release_all();
     assert_int_equal(fails, 0);
 }
 

@@ -525,6 +525,6 @@ int main(void) {
         cmocka_unit_test(test_tuned_gradient_matches),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    ocl_runtime_release_all();
+    ocl_blas_release_all();
     return rc;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ocl_tuner.h"
+#include "ocl_blas.h"
 #include "ocl_util.h"
 #include "common.h"
 #include "compare.h"
@@ -208,6 +209,7 @@ static const char *usage_predict =
     "  --devices SPEC         as for train [auto]\n"
     "  --conv-algo auto|direct|winograd|winograd2\n"
     "                         as for train [the model's conv_algo, else auto]\n"
+    "  --cache-dir DIR        as for train [$XDG_CACHE_HOME/hetrain, else ~/.cache/hetrain]\n"
     "  --help                 this text\n";
 
 static const char *usage_summary =
@@ -596,7 +598,8 @@ static int cmd_predict(int argc, char **argv) {
         {"conv-algo", required_argument, 0, OPT_CONV_ALGO},
         {"test-labels", required_argument, 0, OPT_TEST_LABELS},
         {"layout", required_argument, 0, OPT_LAYOUT},
-        {"cifar-labels", required_argument, 0, OPT_CIFAR_LABELS}, {0, 0, 0, 0}};
+        {"cifar-labels", required_argument, 0, OPT_CIFAR_LABELS},
+        {"cache-dir", required_argument, 0, OPT_CACHE_DIR}, {0, 0, 0, 0}};
     predict_opts o = {.conv_algo = -1, .layout = -1, .coarse = -1};
     long v;
     int c;
@@ -620,6 +623,7 @@ static int cmd_predict(int argc, char **argv) {
             o.limit = (int)v;
             break;
         case OPT_DEVICES: o.devices = optarg; break;
+        case OPT_CACHE_DIR: ocl_set_cache_dir(optarg); break;
         case OPT_CONV_ALGO:
             if ((o.conv_algo = parse_conv_algo("predict", optarg)) < 0) return EXIT_USAGE;
             break;
@@ -803,7 +807,7 @@ static int cmd_tune(int argc, char **argv) {
     }
     free(devs);
     model_free(&m);
-    ocl_runtime_release_all();
+    ocl_blas_release_all();
     return rc;
 }
 
@@ -909,7 +913,7 @@ int main(int argc, char **argv) {
             fflush(NULL);
             _exit(rc);
         }
-        ocl_runtime_release_all();
+        ocl_blas_release_all();
         return rc;
     }
     if (!strcmp(cmd, "summary")) return cmd_summary(argc - 1, argv + 1);
