@@ -391,3 +391,14 @@ put("tuning", "foreign", tuning([g1], {}, device="Some Other GPU"))
 put("tuning", "bad_rule", tuning([dict(g1, params=dict(direct, KWID=3))], {}))
 put("tuning", "bad_wg", tuning([], {"col2im": 48}))
 put("tuning", "truncated", tuning([g1, g2], {"col2im": 32})[:200])
+
+# ---- option values: a selector byte (0 --augment, 1 --optimizer, 2 --lr-schedule, 3 --name),
+# then the text ----
+
+for i, (which, s) in enumerate([
+        (0, "crop:4,flip"), (0, "flip,crop:2"), (0, "none"), (0, "crop:65"), (0, "crop:-1,flip,flip"),
+        (1, "sgd"), (1, "adam:epsilon=1e-8"), (1, "sgd:momentum=0.9,nesterov=1,decay=1e-6"),
+        (1, "Adam:learning_rate=0.01,beta_1=0.8,beta_2=0.99"), (1, "sgd:lr=0"), (1, "adam:eps=x"),
+        (2, "none"), (2, "cosine"), (2, "exp:0.9"), (2, "step:3:0.5"), (2, "step:0:2"),
+        (3, "run-1"), (3, "../up"), (3, ".hidden")]):
+    put("options", "opt%02d" % i, bytes([which]) + s.encode())

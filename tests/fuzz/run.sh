@@ -3,10 +3,16 @@
 # for SECONDS (default 20) on a scratch copy of its seed corpus, so the committed corpus never
 # grows. Prints each harness's executions, coverage and crashes; exits non-zero when any harness
 # crashed, leaked, timed out or ran out of memory. Installs nothing (tools/setup.sh does).
-#   tests/fuzz/run.sh [SECONDS] [HARNESS...]     e.g. tests/fuzz/run.sh 60 fuzz_csv
+# With --grow, the inputs of the run that reach code the committed corpus does not are added to
+# it (libFuzzer's -merge=1), to commit after a long run.
+#   tests/fuzz/run.sh [--grow] [SECONDS] [HARNESS...]     e.g. tests/fuzz/run.sh 60 fuzz_csv
+# Crashing inputs, once fixed, go to tests/fuzz/regress/<format>/: ctest replays them and the
+# corpus through every harness built without libFuzzer (tests/fuzz/replay.c).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+grow=0
+if [[ ${1:-} == --grow ]]; then grow=1; shift; fi
 secs=${1:-20}
 shift $(($# > 0 ? 1 : 0))
 [[ $secs =~ ^[0-9]+$ && $secs -gt 0 ]] || { echo "run.sh: SECONDS must be a positive integer" >&2; exit 2; }
@@ -19,7 +25,7 @@ cmake --build "$build" -j"$(nproc)" --target fuzzers >/dev/null
 # Inputs larger than any format needs only slow the search down.
 declare -A max_len=([fuzz_idx]=4096 [fuzz_csv]=4096 [fuzz_npy]=8192 [fuzz_cifar]=12800 [fuzz_config]=4096 [fuzz_safetensors]=2048
                     [fuzz_checkpoint]=4096 [fuzz_devices]=256 [fuzz_runcsv]=4096 [fuzz_fault]=512
-                    [fuzz_keras]=12288)
+                    [fuzz_keras]=12288 [fuzz_options]=256)
 
 if (($#)); then harnesses=("$@"); else
   harnesses=()
@@ -65,6 +71,14 @@ for h in "${harnesses[@]}"; do
   if ((rc != 0 || crashes > 0)); then
     result="FAILED (exit $rc; log $log; inputs $artifacts/$h-*)"
     failed+=("$h")
+  fi
+  if ((grow)); then
+    keep=tests/fuzz/corpus/${h#fuzz_}
+    mkdir -p "$keep"
+    before=$(ls "$keep" | wc -l)
+    TMPDIR=$files "$build/$h" -merge=1 -max_len="${max_len[$h]:-4096}" -timeout=10 \
+      -rss_limit_mb=2048 "$keep" "$corpus" >>"$log" 2>&1
+    result="$result; corpus $before -> $(ls "$keep" | wc -l) inputs"
   fi
   printf '%-18s %12s %8s %8s %8s  %s\n' "$h" "${execs:-?}" "${cov:-?}" "${ft:-?}" "$crashes" "$result"
 done
