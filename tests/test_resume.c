@@ -383,6 +383,102 @@ static void test_schedule_resume(void **state) {
     }
 }
 
+// The profile CSV's columns that do not depend on timing: device, layer, kind, direction.
+static char *profile_rows(const char *path) {
+    char *text = test_read_file(path, NULL);
+    if (!text) fail_msg("%s: missing", path);
+    char *out = malloc(strlen(text) + 1), *o = out;
+    for (char *line = text; *line;) {
+        size_t n = strcspn(line, "\n");
+        int commas = 0;
+        for (size_t i = 0; i < n && commas < 4; i++) {
+            if (line[i] == ',') commas++;
+            if (commas < 4) *o++ = line[i];
+        }
+        *o++ = '\n';
+        line += n + (line[n] == '\n');
+    }
+    *o = 0;
+    free(text);
+    return out;
+}
+
+// A bare --resume finishes the command it resumes: killed in epoch 2, a run that asked for
+// --save, --profile and --checkpoint-every on its devices is resumed with nothing but --resume
+// and writes every file the run that never stopped writes, where the command said: the same
+// weights and predictions byte for byte, the same metrics and profile rows. A resume that gives
+// --save anew writes there instead, notes it in the log, and leaves the old path alone.
+static void test_bare_resume_finishes_command(void **state) {
+    (void)state;
+    char args[16384], *out, a[1200], b[1200];
+    const char *cmd = RUN " " WHERE " --checkpoint-every 3 --profile";
+    snprintf(args, sizeof args, "%s --out '%s' --name bref --save '%s/bref.st'", cmd, data.dir,
+             data.dir);
+    char full[8192];
+    snprintf(full, sizeof full, args, data.args);
+    if (run(NULL, full, &out) != 0) fail_msg("reference run failed:\n%s", out);
+    free(out);
+    snprintf(args, sizeof args, "%s --out '%s' --name bare --save '%s/bare.st'", cmd, data.dir,
+             data.dir);
+    snprintf(full, sizeof full, args, data.args);
+    int rc = run("kill:cpu:1@14", full, &out); // step 4 of epoch 2, after the checkpoint of step 12
+    if (rc != KILLED) fail_msg("expected the run to be killed, exit %d\n%s", rc, out);
+    free(out);
+    snprintf(b, sizeof b, "%s/bare.st", data.dir);
+    assert_null(test_read_file(b, NULL)); // not written by the killed run
+    snprintf(args, sizeof args, "train --resume '%s/bare'", data.dir);
+    if ((rc = run(NULL, args, &out)) != 0) fail_msg("bare resume: exit %d\n%s", rc, out);
+    free(out);
+    const char *same[] = {".st", ".predictions.csv"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(a, sizeof a, "%s/bref%s", data.dir, same[k]);
+        snprintf(b, sizeof b, "%s/bare%s", data.dir, same[k]);
+        expect_same_file(a, b);
+    }
+    snprintf(a, sizeof a, "%s/bref.metrics.csv", data.dir);
+    snprintf(b, sizeof b, "%s/bare.metrics.csv", data.dir);
+    char *x = det_columns(a), *y = det_columns(b);
+    if (strcmp(x, y)) fail_msg("metrics differ:\n%s\nvs reference\n%s", y, x);
+    free(x);
+    free(y);
+    snprintf(a, sizeof a, "%s/bref.profile.csv", data.dir);
+    snprintf(b, sizeof b, "%s/bare.profile.csv", data.dir);
+    x = profile_rows(a), y = profile_rows(b);
+    if (strcmp(x, y)) fail_msg("profile rows differ:\n%s\nvs reference\n%s", y, x);
+    free(x);
+    free(y);
+    snprintf(b, sizeof b, "%s/bare.log", data.dir);
+    char *log = test_read_file(b, NULL);
+    char want[2600];
+    snprintf(want, sizeof want, "resume: the run's --devices cpu:1,cpu:1@2 --balance static "
+             "--no-self-check --conv-algo direct --save %s/bare.st --checkpoint-every 3 --profile",
+             data.dir);
+    if (!log || !strstr(log, want)) fail_msg("log lacks \"%s\":\n%s", want, log ? log : "");
+    free(log);
+
+    // Given anew, --save goes where the resume says, and the log says so.
+    snprintf(full, sizeof full, cmd, data.args);
+    snprintf(args, sizeof args, "%s --out '%s' --name moved --save '%s/old.st'", full, data.dir,
+             data.dir);
+    assert_int_equal(run("kill:cpu:1@14", args, &out), KILLED);
+    free(out);
+    snprintf(args, sizeof args, "train --resume '%s/moved' --save '%s/new.st'", data.dir, data.dir);
+    if ((rc = run(NULL, args, &out)) != 0) fail_msg("resume: exit %d\n%s", rc, out);
+    snprintf(want, sizeof want, "resume: --save %s/new.st in place of the run's %s/old.st",
+             data.dir, data.dir);
+    if (!strstr(out, want)) fail_msg("expected \"%s\" in:\n%s", want, out);
+    free(out);
+    snprintf(a, sizeof a, "%s/bref.st", data.dir);
+    snprintf(b, sizeof b, "%s/new.st", data.dir);
+    expect_same_file(a, b);
+    snprintf(b, sizeof b, "%s/old.st", data.dir);
+    assert_null(test_read_file(b, NULL));
+    // The run's --save is never overwritten: resumed once more, the finished run says whose file
+    // is in the way.
+    snprintf(args, sizeof args, "train --resume '%s/bare'", data.dir);
+    free(test_expect_cli(args, 1, "bare.st already exists: it is the --save of the run being resumed"));
+}
+
 int main(void) {
     setenv("POCL_DEVICES", "pthread", 0);
     const struct CMUnitTest tests[] = {
@@ -393,6 +489,7 @@ int main(void) {
         cmocka_unit_test(test_resume_refusals),
         cmocka_unit_test(test_checkpoint_disk_full),
         cmocka_unit_test(test_schedule_resume),
+        cmocka_unit_test(test_bare_resume_finishes_command),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

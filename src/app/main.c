@@ -26,6 +26,7 @@
 #include "device.h"
 #include "engine.h"
 #include "ranks.h"
+#include "runopts.h"
 #include "train.h"
 
 #define EXIT_USAGE 2
@@ -149,10 +150,12 @@ static const char *usage_train =
     "  --checkpoint-every N   write <out>/<name>.ckpt every N steps too [at the end of every\n"
     "                         epoch and at a stop]; a failed write then stops the run\n"
     "  --resume RUN           continue the run <out>/<name> (or its .ckpt) where its last\n"
-    "                         checkpoint left it, appending to its files; only options that\n"
-    "                         change where it runs (--devices, --mem-limit, --device-timeout,\n"
-    "                         --balance, --conv-algo, progress, cache, --save) may be given\n"
-    "                         with it\n"
+    "                         checkpoint left it, appending to its files, and finish its command:\n"
+    "                         the options that define the run are the checkpoint's (another\n"
+    "                         value is refused); --devices, --mem-limit, --balance, --rebalance,\n"
+    "                         --device-timeout, --on-nan, --no-self-check, --conv-algo, --save,\n"
+    "                         --checkpoint-every and --profile are the run's unless given anew\n"
+    "                         (logged); progress, --quiet and --cache-dir are this command's\n"
     "  --profile              at the end, a table per device of where the training steps'\n"
     "                         time went: each layer's forward and backward (seconds, share\n"
     "                         of the steps' time, GFLOP/s; on OpenCL devices also kernel,\n"
@@ -422,42 +425,42 @@ static int cmd_train(int argc, char **argv) {
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
-        case OPT_MODEL: o.model = optarg; o.given |= TRAIN_GIVEN_MODEL; break;
-        case OPT_DATA: o.data_dir = optarg; o.given |= TRAIN_GIVEN_DATA; break;
-        case OPT_TRAIN: o.train_csv = optarg; o.given |= TRAIN_GIVEN_DATA; break;
-        case OPT_TEST: o.test_csv = optarg; o.given |= TRAIN_GIVEN_DATA; break;
-        case OPT_TRAIN_LABELS: o.train_labels = optarg; o.given |= TRAIN_GIVEN_DATA; break;
-        case OPT_TEST_LABELS: o.test_labels = optarg; o.given |= TRAIN_GIVEN_DATA; break;
+        case OPT_MODEL: o.model = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_MODEL); break;
+        case OPT_DATA: o.data_dir = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_DATA); break;
+        case OPT_TRAIN: o.train_csv = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_TRAIN); break;
+        case OPT_TEST: o.test_csv = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_TEST); break;
+        case OPT_TRAIN_LABELS: o.train_labels = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_TRAIN_LABELS); break;
+        case OPT_TEST_LABELS: o.test_labels = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_TEST_LABELS); break;
         case OPT_LAYOUT:
             if ((o.layout = parse_layout("train", optarg)) < 0) return EXIT_USAGE;
-            o.given |= TRAIN_GIVEN_DATA;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_LAYOUT);
             break;
         case OPT_CIFAR_LABELS:
             if ((o.coarse = parse_cifar_labels("train", optarg)) < 0) return EXIT_USAGE;
-            o.given |= TRAIN_GIVEN_DATA;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_CIFAR_LABELS);
             break;
         case OPT_AUGMENT: {
             data_augment a;
             ht_error ae;
             if (data_augment_parse(&a, optarg, &ae) < 0) return usage_error("train", "%s", ae.msg);
             o.augment = optarg;
-            o.given |= TRAIN_GIVEN_AUGMENT;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_AUGMENT);
             break;
         }
         case OPT_EPOCHS:
             if (parse_int("--epochs", optarg, 1, 100000, &v) < 0) return EXIT_USAGE;
             o.epochs = (int)v;
-            o.given |= TRAIN_GIVEN_EPOCHS;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_EPOCHS);
             break;
         case OPT_BATCH:
             if (parse_int("--batch", optarg, 1, 1000000, &v) < 0) return EXIT_USAGE;
             o.batch = (int)v;
-            o.given |= TRAIN_GIVEN_BATCH;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_BATCH);
             break;
         case OPT_LR:
             if (parse_float("--lr", optarg, 0, 100, 0, &f) < 0) return EXIT_USAGE;
             o.lr = (float)f;
-            o.given |= TRAIN_GIVEN_LR;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_LR);
             break;
         case OPT_OPTIMIZER: {
             train_setup ts = {0};
@@ -465,7 +468,7 @@ static int cmd_train(int argc, char **argv) {
             if (optimizer_parse(&ts, optarg, &oe) < 0)
                 return usage_error("train", "--optimizer: %s", oe.msg);
             o.optimizer = optarg;
-            o.given |= TRAIN_GIVEN_OPTIM;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_OPTIMIZER);
             break;
         }
         case OPT_LR_SCHEDULE: {
@@ -473,83 +476,93 @@ static int cmd_train(int argc, char **argv) {
             ht_error le;
             if (lr_schedule_parse(&ls, optarg, &le) < 0) return usage_error("train", "--lr-schedule: %s", le.msg);
             o.lr_schedule = optarg;
-            o.given |= TRAIN_GIVEN_SCHED;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_LR_SCHEDULE);
             break;
         }
         case OPT_WEIGHT_DECAY:
             if (parse_float("--weight-decay", optarg, 0, 1, 0, &f) < 0) return EXIT_USAGE;
             o.weight_decay = (float)f;
-            o.given |= TRAIN_GIVEN_WD;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_WEIGHT_DECAY);
             break;
         case OPT_WD_MODE:
             if (!strcmp(optarg, "l2")) o.wd_mode = WD_L2;
             else if (!strcmp(optarg, "decoupled")) o.wd_mode = WD_DECOUPLED;
             else return usage_error("train", "--weight-decay-mode: expected l2 or decoupled, found \"%s\"", optarg);
-            o.given |= TRAIN_GIVEN_WD;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_WD_MODE);
             break;
         case OPT_VAL:
             if (parse_float("--val-split", optarg, 0, 1, 1, &f) < 0) return EXIT_USAGE;
             o.val_split = (float)f;
-            o.given |= TRAIN_GIVEN_VAL;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_VAL_SPLIT);
             break;
         case OPT_SEED:
             if (parse_int("--seed", optarg, 0, LONG_MAX, &v) < 0) return EXIT_USAGE;
             o.seed = (uint64_t)v;
-            o.given |= TRAIN_GIVEN_SEED;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_SEED);
             break;
         case OPT_LIMIT:
             if (parse_int("--limit", optarg, 1, INT_MAX, &v) < 0) return EXIT_USAGE;
             o.limit = (int)v;
-            o.given |= TRAIN_GIVEN_LIMIT;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_LIMIT);
             break;
         case OPT_DEVICES:
             if (o.n_devices_by == TRAIN_DEVICES_BY_MAX)
                 return usage_error("train", "--devices: more than %d", TRAIN_DEVICES_BY_MAX);
             o.devices_by[o.n_devices_by++] = optarg;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_DEVICES);
             break;
         case OPT_BALANCE:
             if (!strcmp(optarg, "auto")) o.balance = BALANCE_AUTO;
             else if (!strcmp(optarg, "static")) o.balance = BALANCE_STATIC;
             else return usage_error("train", "--balance: expected auto or static, found \"%s\"", optarg);
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_BALANCE);
             break;
         case OPT_REBALANCE:
             if (parse_int("--rebalance", optarg, 1, 1000000, &v) < 0) return EXIT_USAGE;
             o.rebalance = (int)v;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_REBALANCE);
             break;
         case OPT_MEM_LIMIT: {
             int64_t b = device_parse_bytes(optarg);
             if (b < 0)
                 return usage_error("train", "--mem-limit: expected a size like 256M or 2G, found \"%s\"", optarg);
             o.mem_limit = (uint64_t)b;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_MEM_LIMIT);
             break;
         }
         case OPT_CONV_ALGO:
             if ((o.conv_algo = parse_conv_algo("train", optarg)) < 0) return EXIT_USAGE;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_CONV_ALGO);
             break;
-        case OPT_NO_SELF_CHECK: o.no_self_check = 1; break;
+        case OPT_NO_SELF_CHECK:
+            o.no_self_check = 1;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_SELF_CHECK);
+            break;
         case OPT_ON_NAN:
             if (!strcmp(optarg, "skip")) o.nan_stop = 0;
             else if (!strcmp(optarg, "stop")) o.nan_stop = 1;
             else return usage_error("train", "--on-nan: expected skip or stop, found \"%s\"", optarg);
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_ON_NAN);
             break;
         case OPT_DEVICE_TIMEOUT:
             if (parse_float("--device-timeout", optarg, 0.1, 86400, 0, &f) < 0) return EXIT_USAGE;
             o.device_timeout = f;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_DEVICE_TIMEOUT);
             break;
         case OPT_OUT:
             if (!*optarg) return usage_error("train", "--out: expected a folder name, found \"\"");
             o.out_dir = optarg;
-            o.given |= TRAIN_GIVEN_OUT;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_OUT);
             break;
         case OPT_NAME: {
             ht_error ne;
             if (run_name_check(optarg, &ne) < 0) return usage_error("train", "--name: %s", ne.msg);
             o.run_name = optarg;
-            o.given |= TRAIN_GIVEN_NAME;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_NAME);
             break;
         }
-        case OPT_SAVE: o.save = optarg; break;
-        case OPT_LOAD: o.load = optarg; o.given |= TRAIN_GIVEN_LOAD; break;
+        case OPT_SAVE: o.save = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_SAVE); break;
+        case OPT_LOAD: o.load = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_LOAD); break;
         case OPT_PROGRESS: o.progress = 1; break;
         case OPT_NO_PROGRESS: o.progress = 0; break;
         case OPT_QUIET: o.quiet = 1; break;
@@ -557,9 +570,10 @@ static int cmd_train(int argc, char **argv) {
         case OPT_CHECKPOINT_EVERY:
             if (parse_int("--checkpoint-every", optarg, 1, INT_MAX, &v) < 0) return EXIT_USAGE;
             o.checkpoint_every = (int)v;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_CHECKPOINT_EVERY);
             break;
         case OPT_RESUME: o.resume = optarg; break;
-        case OPT_PROFILE: o.profile = 1; break;
+        case OPT_PROFILE: o.profile = 1; o.given |= RUN_OPT_GIVEN(RUN_OPT_PROFILE); break;
         case OPT_HELP: fputs(usage_train, stdout); return 0;
         case ':': return usage_error("train", "%s needs a value", argv[optind - 1]);
         default: return usage_error("train", "unknown option \"%s\"", argv[optind - 1]);

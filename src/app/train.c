@@ -27,6 +27,7 @@
 #include "ranks.h"
 #include "results.h"
 #include "rng.h"
+#include "runopts.h"
 #include "safetensors.h"
 
 volatile int train_interrupted;
@@ -700,48 +701,63 @@ static int self_check(job *j, int probe, ht_error *e) {
     return rc;
 }
 
-// A checkpoint's metadata: string keys and values (the values of the short ones kept here).
-#define META_MAX 48
+// A checkpoint's metadata: string keys and values, the values owned here.
+#define META_MAX (RUN_OPT_COUNT + 32)
 typedef struct meta {
     const char *kv[2 * META_MAX];
-    char val[META_MAX][96];
-    char *owned[8]; // long values (lists, the metrics CSV), freed with the meta
-    int n, n_owned;
+    int n;
 } meta;
 
 static void meta_set(meta *m, const char *key, const char *value) {
-    if (m->n == META_MAX) return;
+    char *v = strdup(value);
+    if (m->n == META_MAX || !v) {
+        free(v); // checkpoint_read refuses a checkpoint without its keys: never silently short
+        return;
+    }
     m->kv[2 * m->n] = key;
-    m->kv[2 * m->n + 1] = value;
+    m->kv[2 * m->n + 1] = v;
     m->n++;
 }
 
 static void meta_fmt(meta *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void meta_fmt(meta *m, const char *key, const char *fmt, ...) {
-    if (m->n == META_MAX) return;
+    char buf[128];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(m->val[m->n], sizeof m->val[m->n], fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    meta_set(m, key, m->val[m->n]);
-}
-
-// A comma list of n doubles at full precision, owned by m.
-static void meta_doubles(meta *m, const char *key, const double *v, int n) {
-    char *buf = malloc((size_t)n * 26 + 1);
-    if (!buf || m->n_owned == 8) {
-        free(buf);
-        return;
-    }
-    size_t k = 0;
-    buf[0] = 0;
-    for (int i = 0; i < n; i++) k += (size_t)sprintf(buf + k, "%s%.17g", i ? "," : "", v[i]);
-    m->owned[m->n_owned++] = buf;
     meta_set(m, key, buf);
 }
 
+// A comma list of n doubles at full precision.
+static void meta_doubles(meta *m, const char *key, const double *v, int n) {
+    char *buf = malloc((size_t)n * 26 + 1);
+    if (!buf) return;
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n; i++) k += (size_t)sprintf(buf + k, "%s%.17g", i ? "," : "", v[i]);
+    meta_set(m, key, buf);
+    free(buf);
+}
+
 static void meta_free(meta *m) {
-    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    for (int i = 0; i < m->n; i++) free((char *)m->kv[2 * i + 1]);
+}
+
+// The run's options as they take effect: the model's setup where an option was not given (the
+// epochs, batch, rate, schedule... the run uses), which a checkpoint keeps.
+static void job_resolved_opts(const job *j, const train_opts *o, train_opts *r, char *sched, size_t len) {
+    const train_setup *s = &j->m.setup;
+    *r = *o;
+    r->epochs = s->epochs;
+    r->batch = s->batch;
+    r->lr = s->lr;
+    r->val_split = s->val_split;
+    r->weight_decay = s->weight_decay;
+    r->wd_mode = (int)s->wd_mode;
+    r->conv_algo = (int)s->conv_algo;
+    lr_schedule_text(&s->sched, sched, len);
+    r->lr_schedule = sched;
 }
 
 // Every rank's per-device values (w per device, local[d * w + i] for this rank's device d) in
@@ -786,7 +802,6 @@ static void job_device_list(const job *j, char *buf, size_t len) {
 // end), the engine's state and the metrics CSV so far. Returns 1 when written, 0 when a default
 // checkpoint failed (reported once; training goes on), -1 when an asked-for one failed.
 static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, ht_error *e) {
-    const train_setup *s = &j->m.setup;
     // Every rank's capacities, time fits and epoch sums, in the job's device order; rank 0
     // writes them with the rest.
     engine_state gs;
@@ -817,29 +832,14 @@ static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, h
         sums[1] = es->host;
     }
     meta m = {0};
-    meta_set(&m, "model", o->model ? o->model : TRAIN_DEFAULT_MODEL);
-    meta_set(&m, "data", o->data_dir ? o->data_dir : "");
-    meta_set(&m, "train", o->train_csv ? o->train_csv : "");
-    meta_set(&m, "test", o->test_csv ? o->test_csv : "");
-    meta_set(&m, "train_labels", o->train_labels ? o->train_labels : "");
-    meta_set(&m, "test_labels", o->test_labels ? o->test_labels : "");
-    meta_set(&m, "layout", data_layout_names[o->layout > 0 ? o->layout : 0]);
-    meta_set(&m, "cifar_labels", o->coarse > 0 ? "coarse" : "fine");
-    char aug[DATA_AUGMENT_TEXT];
-    augment_text(o, aug, sizeof aug);
-    meta_set(&m, "augment", aug);
-    meta_fmt(&m, "limit", "%d", o->limit);
-    meta_fmt(&m, "epochs", "%d", s->epochs);
-    meta_fmt(&m, "batch", "%d", s->batch);
-    meta_fmt(&m, "lr", "%.9g", (double)s->lr);
-    meta_set(&m, "optimizer", o->optimizer ? o->optimizer : "");
-    char sched[64];
-    lr_schedule_text(&s->sched, sched, sizeof sched);
-    meta_set(&m, "lr_schedule", sched);
-    meta_fmt(&m, "weight_decay", "%.9g", (double)s->weight_decay);
-    meta_set(&m, "weight_decay_mode", s->wd_mode == WD_DECOUPLED ? "decoupled" : "l2");
-    meta_fmt(&m, "val_split", "%.9g", (double)s->val_split);
-    meta_fmt(&m, "seed", "%llu", (unsigned long long)o->seed);
+    train_opts res;
+    char sched[64], text[TRAIN_DEVICES_BY_MAX * 128];
+    job_resolved_opts(j, o, &res, sched, sizeof sched);
+    for (int id = 0; id < RUN_OPT_COUNT; id++) {
+        if (!run_opts[id].key) continue;
+        run_opt_text(&res, (run_opt_id)id, text, sizeof text);
+        meta_set(&m, run_opts[id].key, text);
+    }
     meta_fmt(&m, "epochs_done", "%d", j->epochs_done);
     meta_fmt(&m, "steps_into", "%d", j->steps_into);
     meta_fmt(&m, "loss_sum", "%.17g", j->lsum);
@@ -860,7 +860,6 @@ static int save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, h
     meta_fmt(&m, "metrics_rows", "%d", j->metrics_rows);
     char choices[CONV_CHOICES_TEXT];
     conv_choices_text(choices, sizeof choices);
-    meta_set(&m, "conv_algo", conv_algo_names[s->conv_algo]);
     meta_set(&m, "conv_choices", choices);
     const float *mm, *vv;
     engine_moments(j->g, &mm, &vv);
@@ -1088,11 +1087,6 @@ static int resume_paths(const char *arg, char *prefix, char *path, ht_error *e) 
     return 0;
 }
 
-static const char *meta_or(const checkpoint *c, const char *key, const char *dflt) {
-    const char *v = checkpoint_meta(c, key);
-    return v ? v : dflt;
-}
-
 static long meta_long(const checkpoint *c, const char *key) {
     const char *v = checkpoint_meta(c, key);
     return v ? strtol(v, NULL, 10) : 0;
@@ -1114,103 +1108,6 @@ static int meta_list(const checkpoint *c, const char *key, double *v, int n) {
         if (*end != ',') break;
     }
     return k;
-}
-
-// Whether the --lr-schedule given (NULL: none given) names another schedule than the
-// checkpoint's text (both well formed: main and resume_options checked them).
-static int sched_differs(const char *given, const char *kept) {
-    lr_schedule a, b;
-    ht_error ignore;
-    if (!given) return 0;
-    if (lr_schedule_parse(&a, given, &ignore) < 0 || lr_schedule_parse(&b, kept, &ignore) < 0) return 1;
-    return memcmp(&a, &b, sizeof a) != 0;
-}
-
-// The options of the run the checkpoint continues: those that define it come from the
-// checkpoint, and one given on the command line that differs is refused, naming it. Options
-// that only say where and how it runs are the command line's.
-static int resume_options(const train_opts *o, const checkpoint *c, train_opts *r, ht_error *e) {
-    *r = *o;
-    const char *model = checkpoint_meta(c, "model"), *data = checkpoint_meta(c, "data");
-    const char *train = checkpoint_meta(c, "train"), *test = checkpoint_meta(c, "test");
-    if (!model || !data || !train || !test || !checkpoint_meta(c, "epochs_done"))
-        return ht_fail(e, "%s: not a hetrain training checkpoint (no run options in it)", o->resume);
-    uint64_t seed = strtoull(checkpoint_meta(c, "seed") ? checkpoint_meta(c, "seed") : "0", NULL, 10);
-    // Checkpoints from before schedules and weight decay: none.
-    const char *sched = checkpoint_meta(c, "lr_schedule"), *mode = checkpoint_meta(c, "weight_decay_mode");
-    if (!sched) sched = "none";
-    float wd = (float)meta_double(c, "weight_decay");
-    int wd_mode = mode && !strcmp(mode, "decoupled") ? WD_DECOUPLED : WD_L2;
-    lr_schedule parsed;
-    if (lr_schedule_parse(&parsed, sched, e) < 0) return ht_wrap(e, "%s", o->resume);
-    // The data options and augmentation (a checkpoint from before they existed: the defaults).
-    const char *train_y = meta_or(c, "train_labels", ""), *test_y = meta_or(c, "test_labels", "");
-    const char *layout = meta_or(c, "layout", "auto"), *aug = meta_or(c, "augment", "none");
-    int coarse = !strcmp(meta_or(c, "cifar_labels", "fine"), "coarse"), lay = 0;
-    for (int i = 0; data_layout_names[i]; i++)
-        if (!strcmp(layout, data_layout_names[i])) lay = i;
-    char aug_given[DATA_AUGMENT_TEXT];
-    augment_text(o, aug_given, sizeof aug_given);
-    const char *optimizer = meta_or(c, "optimizer", ""); // older checkpoints: the model's
-    struct {
-        unsigned flag;
-        const char *option;
-        int differs;
-    } checks[] = {
-        {TRAIN_GIVEN_MODEL, "--model", o->model && strcmp(o->model, model)},
-        {TRAIN_GIVEN_DATA, "--data", o->data_dir && strcmp(o->data_dir, data)},
-        {TRAIN_GIVEN_DATA, "--train", o->train_csv && strcmp(o->train_csv, train)},
-        {TRAIN_GIVEN_DATA, "--test", o->test_csv && strcmp(o->test_csv, test)},
-        {TRAIN_GIVEN_DATA, "--train-labels", o->train_labels && strcmp(o->train_labels, train_y)},
-        {TRAIN_GIVEN_DATA, "--test-labels", o->test_labels && strcmp(o->test_labels, test_y)},
-        {TRAIN_GIVEN_DATA, "--layout", o->layout >= 0 && o->layout != lay},
-        {TRAIN_GIVEN_DATA, "--cifar-labels", o->coarse >= 0 && o->coarse != coarse},
-        {TRAIN_GIVEN_AUGMENT, "--augment", strcmp(aug_given, aug) != 0},
-        {TRAIN_GIVEN_EPOCHS, "--epochs", o->epochs != meta_long(c, "epochs")},
-        {TRAIN_GIVEN_BATCH, "--batch", o->batch != meta_long(c, "batch")},
-        {TRAIN_GIVEN_LR, "--lr", o->lr != (float)meta_double(c, "lr")},
-        {TRAIN_GIVEN_OPTIM, "--optimizer", strcmp(o->optimizer ? o->optimizer : "", optimizer)},
-        {TRAIN_GIVEN_VAL, "--val-split", o->val_split != (float)meta_double(c, "val_split")},
-        {TRAIN_GIVEN_SEED, "--seed", o->seed != seed},
-        {TRAIN_GIVEN_LIMIT, "--limit", o->limit != meta_long(c, "limit")},
-        {TRAIN_GIVEN_SCHED, "--lr-schedule", sched_differs(o->lr_schedule, sched)},
-        {TRAIN_GIVEN_WD, "--weight-decay", o->weight_decay >= 0 && o->weight_decay != wd},
-        {TRAIN_GIVEN_WD, "--weight-decay-mode", o->wd_mode >= 0 && o->wd_mode != wd_mode},
-        {TRAIN_GIVEN_LOAD, "--load", 1},
-        {TRAIN_GIVEN_OUT, "--out", 1},
-        {TRAIN_GIVEN_NAME, "--name", 1},
-    };
-    for (size_t k = 0; k < sizeof checks / sizeof checks[0]; k++)
-        if ((o->given & checks[k].flag) && checks[k].differs)
-            return ht_fail(e, "--resume: %s differs from the run being resumed (%s); a resumed run "
-                              "keeps the options that define it and its files", checks[k].option,
-                           o->resume);
-    r->model = model;
-    r->data_dir = *data ? data : NULL;
-    r->train_csv = *train ? train : NULL;
-    r->test_csv = *test ? test : NULL;
-    r->train_labels = *train_y ? train_y : NULL;
-    r->test_labels = *test_y ? test_y : NULL;
-    r->layout = lay;
-    r->coarse = coarse;
-    r->augment = strcmp(aug, "none") ? aug : NULL;
-    r->epochs = (int)meta_long(c, "epochs");
-    r->batch = (int)meta_long(c, "batch");
-    r->lr = (float)meta_double(c, "lr");
-    r->optimizer = *optimizer ? optimizer : NULL;
-    r->val_split = (float)meta_double(c, "val_split");
-    r->seed = seed;
-    r->limit = (int)meta_long(c, "limit");
-    r->lr_schedule = sched;
-    r->weight_decay = wd;
-    r->wd_mode = wd_mode;
-    r->load = NULL;
-    // How the convolutions ran: the checkpoint's unless --conv-algo says otherwise (older
-    // checkpoints: the model's default).
-    const char *algo = checkpoint_meta(c, "conv_algo");
-    for (int i = 0; o->conv_algo < 0 && algo && conv_algo_names[i]; i++)
-        if (!strcmp(algo, conv_algo_names[i])) r->conv_algo = i;
-    return 0;
 }
 
 // Puts the job where the checkpoint left it: parameters, optimiser, engine state (capacities
@@ -1350,7 +1247,30 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
     job *j = ht_calloc(1, sizeof *j, e);
     if (!j) return -1;
     train_opts ro, follower, mine;
+    run_opts_store store;
+    char resume_notes[1024] = "";
     const train_opts *o = given;
+    char prefix[1100];
+    epoch_stats res_es, *resumed_es = NULL;
+    // A resumed run is the command it continues (runopts.h): its options first, then this
+    // rank's share of them.
+    if (given->resume) {
+        if (resume_paths(given->resume, prefix, j->ckpt_path, e) < 0 ||
+            checkpoint_read_meta(j->ckpt_path, ck, e) < 0 ||
+            run_opts_resume(given, ck, j->ckpt_path, &ro, &store, resume_notes,
+                            sizeof resume_notes, e) < 0) {
+            free(j);
+            return -1;
+        }
+        if (ro.save && !(ro.given & RUN_OPT_GIVEN(RUN_OPT_SAVE)) && access(ro.save, F_OK) == 0) {
+            ht_fail(e, "%s already exists: it is the --save of the run being resumed (%s); give "
+                       "--save another path, or remove it", ro.save, j->ckpt_path);
+            free(j);
+            return -1;
+        }
+        given = o = &ro;
+        j->conv_choices = checkpoint_meta(ck, "conv_choices");
+    }
     if (given->n_devices_by > 0) {
         int bad;
         mine = *given;
@@ -1369,17 +1289,6 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
         follower.save = NULL;
         given = o = &follower;
     }
-    char prefix[1100];
-    epoch_stats res_es, *resumed_es = NULL;
-    if (given->resume) {
-        if (resume_paths(given->resume, prefix, j->ckpt_path, e) < 0 ||
-            checkpoint_read_meta(j->ckpt_path, ck, e) < 0 || resume_options(given, ck, &ro, e) < 0) {
-            free(j);
-            return -1;
-        }
-        o = &ro;
-        j->conv_choices = checkpoint_meta(ck, "conv_choices");
-    }
     if (o->save && output_check(o->save, "--save", e) < 0) {
         free(j);
         return -1;
@@ -1395,6 +1304,10 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
             return -1;
         }
         resumed_es = &res_es;
+        char kept[2048];
+        run_opts_kept_cli(o, kept, sizeof kept);
+        if (*kept) run_log(&j->rf, 0, "resume: the run's %s\n", kept);
+        if (*resume_notes) run_log(&j->rf, !o->quiet, "resume: %s\n", resume_notes);
     } else {
         char name[256];
         if (o->run_name) {

@@ -12,17 +12,6 @@
 #define TRAIN_DEFAULT_REBALANCE 5
 #define TRAIN_SELF_CHECK_SAMPLES 8
 
-// The options that define a run (what it computes), as given on the command line: a resumed
-// run takes them from its checkpoint and refuses them.
-enum {
-    TRAIN_GIVEN_MODEL = 1 << 0, TRAIN_GIVEN_DATA = 1 << 1, TRAIN_GIVEN_EPOCHS = 1 << 2,
-    TRAIN_GIVEN_BATCH = 1 << 3, TRAIN_GIVEN_LR = 1 << 4, TRAIN_GIVEN_VAL = 1 << 5,
-    TRAIN_GIVEN_SEED = 1 << 6, TRAIN_GIVEN_LIMIT = 1 << 7, TRAIN_GIVEN_LOAD = 1 << 8,
-    TRAIN_GIVEN_OUT = 1 << 9, TRAIN_GIVEN_NAME = 1 << 10, TRAIN_GIVEN_SCHED = 1 << 11,
-    TRAIN_GIVEN_WD = 1 << 12, TRAIN_GIVEN_AUGMENT = 1 << 13,
-    TRAIN_GIVEN_OPTIM = 1 << 14,
-};
-
 #define TRAIN_DEVICES_BY_MAX 16
 
 typedef struct train_opts {
@@ -65,7 +54,7 @@ typedef struct train_opts {
     int checkpoint_every;  // steps between checkpoints (0: at each epoch's end and a stop only)
     int profile;           // per-layer profile of every device at the end (<name>.profile.csv)
     const char *resume;    // a run prefix or .ckpt to continue
-    unsigned given;        // TRAIN_GIVEN_* of the options given
+    uint64_t given;        // RUN_OPT_GIVEN(id) of the options given (runopts.h)
 } train_opts;
 
 // Trains; returns 0, or -1 with e filled (results written so far are kept).

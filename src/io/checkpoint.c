@@ -309,6 +309,14 @@ int checkpoint_read_meta(const char *path, checkpoint *c, ht_error *e) {
     stfile sf;
     if (stfile_open(&sf, path, e)) return -1;
     int rc = check_marker(&sf, path, e);
+    // Every tensor's entry and their tiling of the data: a truncated or damaged file is named
+    // now, before a resume acts on its metadata (the values are read and checked later).
+    stfile_entry *ents = rc == 0 ? ht_calloc((size_t)sf.n_names + 1, sizeof *ents, e) : NULL;
+    if (rc == 0 && !ents) rc = -1;
+    for (int i = 0; rc == 0 && i < sf.n_names; i++)
+        if (stfile_entry_get(&sf, sf.names[i], 0, NULL, &ents[i], e) != 0) rc = -1;
+    if (rc == 0 && stfile_check_tiling(&sf, ents, sf.n_names, e) < 0) rc = -1;
+    free(ents);
     if (rc == 0 && !(c->meta_kv = ht_calloc(2 * (size_t)sf.n_meta + 1, sizeof *c->meta_kv, e)))
         rc = -1;
     for (int i = 0; rc == 0 && i < 2 * sf.n_meta; i++)
