@@ -23,9 +23,9 @@
 // Upper bound on row_sum's work-group (a power of two); lowered to what the kernel allows.
 #define CLOP_ROW_SUM_GROUP 256
 
-_Static_assert(offsetof(ocl_ops, k_gavgpool_bwd) ==
-                   offsetof(ocl_ops, k) + OCL_K_GAVGPOOL_BWD * sizeof(cl_kernel) &&
-               OCL_K_GAVGPOOL_BWD == OCL_K_N - 1,
+_Static_assert(offsetof(ocl_ops, k_act_bwd) ==
+                   offsetof(ocl_ops, k) + OCL_K_ACT_BWD * sizeof(cl_kernel) &&
+               OCL_K_ACT_BWD == OCL_K_N - 1,
                "ocl_ops: the kernels by name and by id must coincide");
 
 const char *const ocl_kernel_names[OCL_K_N] = {
@@ -49,6 +49,8 @@ const char *const ocl_kernel_names[OCL_K_N] = {
     [OCL_K_AVGPOOL_BWD] = "avgpool_bwd",
     [OCL_K_GAVGPOOL_FWD] = "gavgpool_fwd",
     [OCL_K_GAVGPOOL_BWD] = "gavgpool_bwd",
+    [OCL_K_ACT_FWD] = "act_fwd",
+    [OCL_K_ACT_BWD] = "act_bwd",
 };
 
 // ---- profiling ----
@@ -388,6 +390,17 @@ void ocl_ops_free(ocl_ops *o) {
 
 // ---- ops ----
 
+int ocl_copy(ocl_ops *o, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off, size_t bytes,
+             ht_error *e) {
+    if (bytes == 0) return 0;
+    double t0 = ocl_prof_start(o);
+    cl_int err = clEnqueueCopyBuffer(o->q, src, dst, src_off, dst_off, bytes, 0, NULL,
+                                     ocl_ops_event(o, OCL_EV_TRANSFER));
+    if (err != CL_SUCCESS) return ocl_fail(e, "clEnqueueCopyBuffer", err, o->label);
+    ocl_prof_stop(o, "copy", t0);
+    return 0;
+}
+
 int ocl_fill(ocl_ops *o, cl_mem buf, float value, size_t n, ht_error *e) {
     if (n == 0) return 0;
     if (check_fits(o, "fill", "buffer", (double)n, e)) return -1;
@@ -396,60 +409,51 @@ int ocl_fill(ocl_ops *o, cl_mem buf, float value, size_t n, ht_error *e) {
     return launch_1d(o, OCL_K_FILL, a, NARGS(a), n, e);
 }
 
-size_t ocl_conv2d_scratch_floats(int B, int C, int K, int OC, int OH, int OW) {
-    const size_t n = (size_t)B * OH * OW;
-    return (size_t)C * K * K * n + (size_t)OC * n;
+size_t ocl_conv2d_col_floats(const conv_geom *g, int B) {
+    return (size_t)g->C * g->K * g->K * B * g->OH * g->OW;
 }
+size_t ocl_conv2d_tmp_floats(const conv_geom *g, int B) { return (size_t)g->OC * B * g->OH * g->OW; }
 
-static int conv_check(ocl_ops *o, const char *op, int B, int C, int H, int W, int OC, int K,
-                      int stride, int pad, int OH, int OW, size_t b_off, ht_error *e) {
-    if (check_dims(o, op, e, 9, B, C, H, W, OC, K, stride, OH, OW)) return -1;
-    if (pad < 0) return ht_fail(e, "%s on %s: pad is %d, expected >= 0", op, o->label, pad);
-    const double n = (double)B * OH * OW;
-    if (check_fits(o, op, "im2col matrix", (double)C * K * K * n, e) ||
-        check_fits(o, op, "output", (double)OC * n, e) ||
-        check_fits(o, op, "input", (double)B * C * H * W, e))
+static int conv_check(ocl_ops *o, const char *op, const conv_geom *g, int B, size_t b_off,
+                      ht_error *e) {
+    if (check_dims(o, op, e, 9, B, g->C, g->H, g->W, g->OC, g->K, g->stride, g->OH, g->OW))
         return -1;
-    return b_off == OCL_NO_BIAS ? 0 : check_offset(o, op, b_off, (size_t)OC, e);
+    if (g->pad < 0) return ht_fail(e, "%s on %s: pad is %d, expected >= 0", op, o->label, g->pad);
+    const double n = (double)B * g->OH * g->OW;
+    if (check_fits(o, op, "im2col matrix", (double)g->C * g->K * g->K * n, e) ||
+        check_fits(o, op, "output", (double)g->OC * n, e) ||
+        check_fits(o, op, "input", (double)B * g->C * g->H * g->W, e))
+        return -1;
+    return b_off == OCL_NO_BIAS ? 0 : check_offset(o, op, b_off, (size_t)g->OC, e);
 }
 
-// col (CKK, N) = im2col of in, N = B*OH*OW, at scratch[0..).
-static int im2col(ocl_ops *o, cl_mem col, cl_mem in, int B, int C, int H, int W, int K,
-                  int stride, int pad, int OH, int OW, ht_error *e) {
-    karg a[] = {KA(col), KA(in), KA(B),      KA(C),   KA(H),  KA(W),
-                KA(K),   KA(stride), KA(pad), KA(OH), KA(OW)};
-    return launch_3d(o, OCL_K_IM2COL, a, NARGS(a), (size_t)OW, (size_t)OH, (size_t)B * C, e);
+// col (CKK, N) = im2col of in, N = B*OH*OW, at col[0..).
+static int im2col(ocl_ops *o, const conv_geom *g, int B, cl_mem col, cl_mem in, ht_error *e) {
+    karg a[] = {KA(col), KA(in),        KA(B),      KA(g->C),  KA(g->H),  KA(g->W),
+                KA(g->K), KA(g->stride), KA(g->pad), KA(g->OH), KA(g->OW)};
+    return launch_3d(o, OCL_K_IM2COL, a, NARGS(a), (size_t)g->OW, (size_t)g->OH,
+                     (size_t)B * g->C, e);
 }
 
-int ocl_conv2d_forward_col(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
-                           size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
-                           int pad, int OH, int OW, cl_mem col, cl_mem tmp, size_t tmp_off,
-                           ht_error *e) {
+int ocl_conv2d_forward(ocl_ops *o, const conv_geom *g, int B, cl_mem out, cl_mem in,
+                       cl_mem params, size_t w_off, size_t b_off, const ocl_conv_scratch *s,
+                       ht_error *e) {
     if (B == 0) return 0;
-    if (conv_check(o, "conv2d forward", B, C, H, W, OC, K, stride, pad, OH, OW, b_off, e) ||
-        check_offset(o, "conv2d forward", tmp_off, (size_t)OC * B * OH * OW, e))
+    if (conv_check(o, "conv2d forward", g, B, b_off, e) ||
+        check_offset(o, "conv2d forward", s->tmp_off, ocl_conv2d_tmp_floats(g, B), e))
         return -1;
-    const size_t ckk = (size_t)C * K * K, n = (size_t)B * OH * OW;
+    const size_t ckk = (size_t)g->C * g->K * g->K, n = (size_t)B * g->OH * g->OW;
     const cl_int has_bias = b_off != OCL_NO_BIAS;
-    cl_uint toff = (cl_uint)tmp_off, boff = has_bias ? (cl_uint)b_off : 0;
-    int P = OH * OW;
-    if (im2col(o, col, in, B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
+    cl_uint toff = (cl_uint)s->tmp_off, boff = has_bias ? (cl_uint)b_off : 0;
+    int P = g->OH * g->OW, OC = g->OC;
+    if (im2col(o, g, B, s->col, in, e)) return -1;
     // tmp (OC, N) = W (OC, CKK) x col (CKK, N)
     if (ocl_gemm(o, "conv2d forward: W x col", NULL, 'N', 'N', (size_t)OC, n, ckk, params, w_off,
-                 ckk, col, 0, n, 0.0f, tmp, tmp_off, n, e))
+                 ckk, s->col, 0, n, 0.0f, s->tmp, s->tmp_off, n, e))
         return -1;
-    karg a[] = {KA(out), KA(tmp),      KA(toff), KA(params), KA(boff),
+    karg a[] = {KA(out), KA(s->tmp),   KA(toff), KA(params), KA(boff),
                 KA(has_bias), KA(B), KA(OC),   KA(P)};
     return launch_3d(o, OCL_K_BIAS_TO_NCHW, a, NARGS(a), (size_t)P, (size_t)OC, (size_t)B, e);
-}
-
-int ocl_conv2d_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
-                        size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
-                        int pad, int OH, int OW, cl_mem scratch, ht_error *e) {
-    // scratch: col (CKK, N) at 0, tmp (OC, N) after it.
-    size_t tmp_off = (size_t)C * K * K * B * OH * OW;
-    return ocl_conv2d_forward_col(o, out, in, params, w_off, b_off, B, C, H, W, OC, K, stride,
-                                  pad, OH, OW, scratch, scratch, tmp_off, e);
 }
 
 // grads[off + r] += sum of row r of m (rows, cols) from float m_off on: one work-group per
@@ -461,98 +465,97 @@ static int row_sum(ocl_ops *o, cl_mem grads, size_t off, cl_mem m, cl_uint m_off
     cl_uint off32 = (cl_uint)off;
     karg a[] = {KA(grads), KA(off32), KA(m), KA(m_off), KA(rows), KA(cols),
                 {ls * sizeof(float), NULL}};
-    size_t g = (size_t)rows * ls;
-    return launch(o, OCL_K_ROW_SUM, a, NARGS(a), 1, &g, &ls, e);
+    size_t gs = (size_t)rows * ls;
+    return launch(o, OCL_K_ROW_SUM, a, NARGS(a), 1, &gs, &ls, e);
 }
 
-int ocl_conv2d_backward_col(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
-                            cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
-                            int OC, int K, int stride, int pad, int OH, int OW, cl_mem col,
-                            int col_ready, cl_mem tmp, size_t tmp_off, ht_error *e) {
+int ocl_conv2d_backward(ocl_ops *o, const conv_geom *g, int B, cl_mem din, cl_mem grads,
+                        cl_mem dout, cl_mem in, cl_mem params, size_t w_off, size_t b_off,
+                        const ocl_conv_scratch *s, ht_error *e) {
     if (B == 0) return 0;
-    if (conv_check(o, "conv2d backward", B, C, H, W, OC, K, stride, pad, OH, OW, b_off, e) ||
-        check_offset(o, "conv2d backward", tmp_off, (size_t)OC * B * OH * OW, e))
+    if (conv_check(o, "conv2d backward", g, B, b_off, e) ||
+        check_offset(o, "conv2d backward", s->tmp_off, ocl_conv2d_tmp_floats(g, B), e))
         return -1;
-    const size_t ckk = (size_t)C * K * K, n = (size_t)B * OH * OW;
-    cl_uint toff = (cl_uint)tmp_off;
-    int P = OH * OW;
+    const size_t ckk = (size_t)g->C * g->K * g->K, n = (size_t)B * g->OH * g->OW;
+    cl_uint toff = (cl_uint)s->tmp_off;
+    int P = g->OH * g->OW, OC = g->OC;
     // dtmp (OC, N) = dout reshaped.
-    karg a[] = {KA(tmp), KA(toff), KA(dout), KA(B), KA(OC), KA(P)};
+    karg a[] = {KA(s->tmp), KA(toff), KA(dout), KA(B), KA(OC), KA(P)};
     if (launch_3d(o, OCL_K_NCHW_TO_ROWS, a, NARGS(a), (size_t)P, (size_t)OC, (size_t)B, e))
         return -1;
-    if (!col_ready && im2col(o, col, in, B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
+    if (!s->col_ready && im2col(o, g, B, s->col, in, e)) return -1;
     // dW (OC, CKK) += dtmp (OC, N) x col^T (N, CKK)
     if (ocl_gemm(o, "conv2d backward: dW += dtmp x col^T", NULL, 'N', 'T', (size_t)OC, ckk, n,
-                 tmp, tmp_off, n, col, 0, n, 1.0f, grads, w_off, ckk, e))
+                 s->tmp, s->tmp_off, n, s->col, 0, n, 1.0f, grads, w_off, ckk, e))
         return -1;
-    if (b_off != OCL_NO_BIAS && row_sum(o, grads, b_off, tmp, toff, OC, (int)n, e)) return -1;
+    if (b_off != OCL_NO_BIAS && row_sum(o, grads, b_off, s->tmp, toff, OC, (int)n, e)) return -1;
     if (!din) return 0;
     // dcol (CKK, N) = W^T (CKK, OC) x dtmp (OC, N), over col, then gathered back into din.
     if (ocl_gemm(o, "conv2d backward: dcol = W^T x dtmp", NULL, 'T', 'N', ckk, n, (size_t)OC,
-                 params, w_off, ckk, tmp, tmp_off, n, 0.0f, col, 0, n, e))
+                 params, w_off, ckk, s->tmp, s->tmp_off, n, 0.0f, s->col, 0, n, e))
         return -1;
-    karg c[] = {KA(din), KA(col), KA(B),   KA(C),  KA(H), KA(W),
-                KA(K),   KA(stride),  KA(pad), KA(OH), KA(OW)};
-    return launch_3d(o, OCL_K_COL2IM, c, NARGS(c), (size_t)W, (size_t)H, (size_t)B * C, e);
-}
-
-int ocl_conv2d_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
-                         cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
-                         int OC, int K, int stride, int pad, int OH, int OW, cl_mem scratch,
-                         ht_error *e) {
-    size_t tmp_off = (size_t)C * K * K * B * OH * OW;
-    return ocl_conv2d_backward_col(o, din, grads, w_off, b_off, dout, in, params, B, C, H, W, OC,
-                                   K, stride, pad, OH, OW, scratch, 0, scratch, tmp_off, e);
+    karg c[] = {KA(din),  KA(s->col),    KA(B),      KA(g->C),  KA(g->H),  KA(g->W),
+                KA(g->K), KA(g->stride), KA(g->pad), KA(g->OH), KA(g->OW)};
+    return launch_3d(o, OCL_K_COL2IM, c, NARGS(c), (size_t)g->W, (size_t)g->H,
+                     (size_t)B * g->C, e);
 }
 
 // Every window must hold an input of the plane: it starts before the plane's end and
 // ends after its start (pad < K).
-static int pool_check(ocl_ops *o, const char *op, int B, int C, int H, int W, int K, int stride,
-                      int pad, int OH, int OW, ht_error *e) {
-    if (check_dims(o, op, e, 8, B, C, H, W, K, stride, OH, OW)) return -1;
-    if (pad < 0 || pad >= K || (OH - 1) * stride - pad >= H || (OW - 1) * stride - pad >= W)
+static int pool_check(ocl_ops *o, const char *op, const pool_geom *g, int B, ht_error *e) {
+    if (check_dims(o, op, e, 8, B, g->Cs, g->H, g->W, g->K, g->stride, g->OH, g->OW)) return -1;
+    if (g->pad < 0 || g->pad >= g->K || (g->OH - 1) * g->stride - g->pad >= g->H ||
+        (g->OW - 1) * g->stride - g->pad >= g->W)
         return ht_fail(e, "%s on %s: %dx%d output with K %d stride %d pad %d has windows outside "
-                       "a %dx%d input", op, o->label, OH, OW, K, stride, pad, H, W);
-    return check_fits(o, op, "input", (double)B * C * H * W, e);
+                       "a %dx%d input", op, o->label, g->OH, g->OW, g->K, g->stride, g->pad,
+                       g->H, g->W);
+    return check_fits(o, op, "input", (double)B * g->Cs * g->H * g->W, e);
 }
 
-int ocl_maxpool_forward(ocl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B, int C, int H,
-                         int W, int K, int stride, int pad, int OH, int OW, ht_error *e) {
+int ocl_maxpool_forward(ocl_ops *o, const pool_geom *g, int B, cl_mem out, cl_mem argmax,
+                        cl_mem in, ht_error *e) {
     if (B == 0) return 0;
-    if (pool_check(o, "maxpool forward", B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
-    karg a[] = {KA(out), KA(argmax), KA(in),     KA(B),   KA(C),  KA(H),
-                KA(W),   KA(K),      KA(stride), KA(pad), KA(OH), KA(OW)};
-    return launch_3d(o, OCL_K_MAXPOOL_FWD, a, NARGS(a), (size_t)OW, (size_t)OH, (size_t)B * C, e);
+    if (pool_check(o, "maxpool forward", g, B, e)) return -1;
+    karg a[] = {KA(out),  KA(argmax),    KA(in),     KA(B),     KA(g->Cs), KA(g->H),
+                KA(g->W), KA(g->K),      KA(g->stride), KA(g->pad), KA(g->OH), KA(g->OW)};
+    return launch_3d(o, OCL_K_MAXPOOL_FWD, a, NARGS(a), (size_t)g->OW, (size_t)g->OH,
+                     (size_t)B * g->Cs, e);
 }
 
-int ocl_maxpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem argmax, int B, int C,
-                          int H, int W, int K, int stride, int pad, int OH, int OW, ht_error *e) {
+int ocl_maxpool_backward(ocl_ops *o, const pool_geom *g, int B, cl_mem din, cl_mem dout,
+                         cl_mem argmax, ht_error *e) {
     if (B == 0) return 0;
-    if (pool_check(o, "maxpool backward", B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
-    if (stride == K && pad == 0 && OH * K == H && OW * K == W) { // the windows tile the input
-        karg t[] = {KA(din), KA(dout), KA(argmax), KA(K), KA(OH), KA(OW)};
-        return launch_3d(o, OCL_K_MAXPOOL_BWD_TILED, t, NARGS(t), (size_t)OW, (size_t)OH,
-                         (size_t)B * C, e);
+    if (pool_check(o, "maxpool backward", g, B, e)) return -1;
+    const size_t planes = (size_t)B * g->Cs;
+    if (g->stride == g->K && g->pad == 0 && g->OH * g->K == g->H && g->OW * g->K == g->W) {
+        // the windows tile the input
+        karg t[] = {KA(din), KA(dout), KA(argmax), KA(g->K), KA(g->OH), KA(g->OW)};
+        return launch_3d(o, OCL_K_MAXPOOL_BWD_TILED, t, NARGS(t), (size_t)g->OW, (size_t)g->OH,
+                         planes, e);
     }
-    karg a[] = {KA(din), KA(dout), KA(argmax), KA(B),   KA(C),  KA(H),
-                KA(W),   KA(K),    KA(stride), KA(pad), KA(OH), KA(OW)};
-    return launch_3d(o, OCL_K_MAXPOOL_BWD, a, NARGS(a), (size_t)W, (size_t)H, (size_t)B * C, e);
+    karg a[] = {KA(din),  KA(dout),  KA(argmax),    KA(B),      KA(g->Cs), KA(g->H),
+                KA(g->W), KA(g->K),  KA(g->stride), KA(g->pad), KA(g->OH), KA(g->OW)};
+    return launch_3d(o, OCL_K_MAXPOOL_BWD, a, NARGS(a), (size_t)g->W, (size_t)g->H, planes, e);
 }
 
-int ocl_avgpool_forward(ocl_ops *o, cl_mem out, cl_mem in, int B, int C, int H, int W, int K,
-                        int stride, int pad, int OH, int OW, ht_error *e) {
+int ocl_avgpool_forward(ocl_ops *o, const pool_geom *g, int B, cl_mem out, cl_mem in,
+                        ht_error *e) {
     if (B == 0) return 0;
-    if (pool_check(o, "avgpool forward", B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
-    karg a[] = {KA(out), KA(in), KA(H), KA(W), KA(K), KA(stride), KA(pad), KA(OH), KA(OW)};
-    return launch_3d(o, OCL_K_AVGPOOL_FWD, a, NARGS(a), (size_t)OW, (size_t)OH, (size_t)B * C, e);
+    if (pool_check(o, "avgpool forward", g, B, e)) return -1;
+    karg a[] = {KA(out),      KA(in),     KA(g->H),  KA(g->W), KA(g->K),
+                KA(g->stride), KA(g->pad), KA(g->OH), KA(g->OW)};
+    return launch_3d(o, OCL_K_AVGPOOL_FWD, a, NARGS(a), (size_t)g->OW, (size_t)g->OH,
+                     (size_t)B * g->Cs, e);
 }
 
-int ocl_avgpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, int B, int C, int H, int W, int K,
-                         int stride, int pad, int OH, int OW, ht_error *e) {
+int ocl_avgpool_backward(ocl_ops *o, const pool_geom *g, int B, cl_mem din, cl_mem dout,
+                         ht_error *e) {
     if (B == 0) return 0;
-    if (pool_check(o, "avgpool backward", B, C, H, W, K, stride, pad, OH, OW, e)) return -1;
-    karg a[] = {KA(din), KA(dout), KA(H), KA(W), KA(K), KA(stride), KA(pad), KA(OH), KA(OW)};
-    return launch_3d(o, OCL_K_AVGPOOL_BWD, a, NARGS(a), (size_t)W, (size_t)H, (size_t)B * C, e);
+    if (pool_check(o, "avgpool backward", g, B, e)) return -1;
+    karg a[] = {KA(din),      KA(dout),   KA(g->H),  KA(g->W), KA(g->K),
+                KA(g->stride), KA(g->pad), KA(g->OH), KA(g->OW)};
+    return launch_3d(o, OCL_K_AVGPOOL_BWD, a, NARGS(a), (size_t)g->W, (size_t)g->H,
+                     (size_t)B * g->Cs, e);
 }
 
 int ocl_gavgpool_forward(ocl_ops *o, cl_mem out, cl_mem in, int B, int C, int H, int W,
@@ -635,6 +638,24 @@ int ocl_relu_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem out, size_t n,
     cl_uint n32 = (cl_uint)n;
     karg a[] = {KA(din), KA(dout), KA(out), KA(n32)};
     return launch_1d(o, OCL_K_RELU_BWD, a, NARGS(a), n, e);
+}
+
+int ocl_act_forward(ocl_ops *o, int f, float alpha, cl_mem out, cl_mem in, size_t n,
+                    ht_error *e) {
+    if (n == 0) return 0;
+    if (check_fits(o, "activation forward", "tensor", (double)n, e)) return -1;
+    cl_uint n32 = (cl_uint)n;
+    karg a[] = {KA(out), KA(in), KA(n32), KA(f), KA(alpha)};
+    return launch_1d(o, OCL_K_ACT_FWD, a, NARGS(a), n, e);
+}
+
+int ocl_act_backward(ocl_ops *o, int f, float alpha, cl_mem din, cl_mem dout, cl_mem in,
+                     size_t n, ht_error *e) {
+    if (n == 0) return 0;
+    if (check_fits(o, "activation backward", "tensor", (double)n, e)) return -1;
+    cl_uint n32 = (cl_uint)n;
+    karg a[] = {KA(din), KA(dout), KA(in), KA(n32), KA(f), KA(alpha)};
+    return launch_1d(o, OCL_K_ACT_BWD, a, NARGS(a), n, e);
 }
 
 int ocl_dropout(ocl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, uint64_t key,

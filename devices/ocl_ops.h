@@ -1,6 +1,6 @@
 // The OpenCL ops: each enqueues kernels from kernels/*.cl (and CLBlast GEMMs) on the queue of
 // an ocl_ops. Tensors are NCHW, as in the reference (tests/ref.h) they are checked against
-// (tests/test_parity.c): backward ops *accumulate* into
+// (tests/test_parity_cl.c): backward ops *accumulate* into
 // weight/bias gradients and *overwrite* input gradients; parameters and gradients live in one
 // flat buffer each, addressed by float offsets (w_off, b_off), as on the host. Calls are
 // asynchronous (in-order queue); errors from enqueueing are reported at once, naming the call,
@@ -14,6 +14,7 @@
 #include "ocl_blas.h"
 #include "ocl_tune.h"
 #include "ocl_util.h"
+#include "layers.h"
 
 // Our kernels (kernels/*.cl), by the names ocl_kernel_names gives them.
 typedef enum ocl_kernel_id {
@@ -21,7 +22,7 @@ typedef enum ocl_kernel_id {
     OCL_K_ROW_SUM, OCL_K_MAXPOOL_FWD, OCL_K_MAXPOOL_BWD, OCL_K_DENSE_BIAS, OCL_K_COL_SUM,
     OCL_K_RELU_FWD, OCL_K_RELU_BWD, OCL_K_DROPOUT, OCL_K_SOFTMAX_XENT_FWD,
     OCL_K_SOFTMAX_XENT_BWD, OCL_K_MAXPOOL_BWD_TILED, OCL_K_AVGPOOL_FWD, OCL_K_AVGPOOL_BWD,
-    OCL_K_GAVGPOOL_FWD, OCL_K_GAVGPOOL_BWD, OCL_K_N
+    OCL_K_GAVGPOOL_FWD, OCL_K_GAVGPOOL_BWD, OCL_K_ACT_FWD, OCL_K_ACT_BWD, OCL_K_N
 } ocl_kernel_id;
 extern const char *const ocl_kernel_names[OCL_K_N];
 
@@ -53,7 +54,8 @@ typedef struct ocl_ops {
             cl_kernel k_fill, k_im2col, k_col2im, k_bias_to_nchw, k_nchw_to_rows, k_row_sum,
                 k_maxpool_fwd, k_maxpool_bwd, k_dense_bias, k_col_sum, k_relu_fwd, k_relu_bwd,
                 k_dropout, k_softmax_xent_fwd, k_softmax_xent_bwd, k_maxpool_bwd_tiled,
-                k_avgpool_fwd, k_avgpool_bwd, k_gavgpool_fwd, k_gavgpool_bwd;
+                k_avgpool_fwd, k_avgpool_bwd, k_gavgpool_fwd, k_gavgpool_bwd, k_act_fwd,
+                k_act_bwd;
         };
     };
     size_t kmax[OCL_K_N];
@@ -124,56 +126,56 @@ int ocl_gemm(ocl_ops *o, const char *what, const ocl_gemm_cfg *cfg, char ta, cha
              size_t n, size_t k, cl_mem a, size_t a_off, size_t lda, cl_mem b, size_t b_off,
              size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc, ht_error *e);
 
+// bytes from src (at byte src_off) to dst (at dst_off).
+int ocl_copy(ocl_ops *o, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off, size_t bytes,
+             ht_error *e);
+
 // buf[0..n) = value.
 int ocl_fill(ocl_ops *o, cl_mem buf, float value, size_t n, ht_error *e);
-
-// Floats of scratch the conv ops need for B samples (im2col matrix plus a (OC, B*OH*OW)
-// staging matrix for the GEMM output / the reshaped output gradient).
-size_t ocl_conv2d_scratch_floats(int B, int C, int K, int OC, int OH, int OW);
 
 // A bias offset meaning "no bias" (the layer's LAYER_NO_PARAM): conv and dense ops then add
 // none and compute no bias gradient.
 #define OCL_NO_BIAS ((size_t)-1)
 
-// Convolutions: pad is the before-pad (top/left); OH/OW imply the after-pad ("same" padding
-// may pad one more row/column at the bottom/right), and the kernels bounds-check both ends.
-// in (B,C,H,W), weight params[w_off..] (OC,C,K,K), bias params[b_off..] (OC), out (B,OC,OH,OW).
-int ocl_conv2d_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
-                        size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
-                        int pad, int OH, int OW, cl_mem scratch, ht_error *e);
+// Convolutions in NCHW over B samples, their shape in a conv_geom (layers.h; Cs and the
+// algorithms are the CPU's and not read here): pad is the before-pad (top/left); OH/OW imply
+// the after-pad ("same" padding may pad one more row/column at the bottom/right), and the
+// kernels bounds-check both ends. in (B,C,H,W), weight params[w_off..] (OC,C,K,K), bias
+// params[b_off..] (OC) or OCL_NO_BIAS, out (B,OC,OH,OW).
+// Their scratch: col, the im2col matrix (C*K*K, B*OH*OW) from float 0 of its buffer, and tmp
+// (OC, B*OH*OW) from float tmp_off of its. The forward leaves the im2col matrix of `in` in
+// col; the backward takes it from there when col_ready (the forward of the same input ran last
+// on col), else computes it, and leaves col overwritten (with the input gradient's columns).
+typedef struct ocl_conv_scratch {
+    cl_mem col, tmp;
+    size_t tmp_off;
+    int col_ready;
+} ocl_conv_scratch;
+// Floats of col and of tmp for B samples.
+size_t ocl_conv2d_col_floats(const conv_geom *g, int B);
+size_t ocl_conv2d_tmp_floats(const conv_geom *g, int B);
 
+int ocl_conv2d_forward(ocl_ops *o, const conv_geom *g, int B, cl_mem out, cl_mem in,
+                       cl_mem params, size_t w_off, size_t b_off, const ocl_conv_scratch *s,
+                       ht_error *e);
 // grads[w_off..] += dW, grads[b_off..] += db; din (may be NULL) = input gradient.
-int ocl_conv2d_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
-                         cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
-                         int OC, int K, int stride, int pad, int OH, int OW, cl_mem scratch,
-                         ht_error *e);
+int ocl_conv2d_backward(ocl_ops *o, const conv_geom *g, int B, cl_mem din, cl_mem grads,
+                        cl_mem dout, cl_mem in, cl_mem params, size_t w_off, size_t b_off,
+                        const ocl_conv_scratch *s, ht_error *e);
 
-// The same with the two scratch regions apart: col, the im2col matrix (CKK, B*OH*OW) from float
-// 0 of its buffer, and tmp (OC, B*OH*OW) from float tmp_off of its. The forward leaves the
-// im2col matrix of `in` in col; the backward takes it from there when col_ready (the forward
-// of the same input and weights ran last on col), else computes it, and leaves col
-// overwritten (with the input gradient's columns).
-int ocl_conv2d_forward_col(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w_off,
-                           size_t b_off, int B, int C, int H, int W, int OC, int K, int stride,
-                           int pad, int OH, int OW, cl_mem col, cl_mem tmp, size_t tmp_off,
-                           ht_error *e);
-int ocl_conv2d_backward_col(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
-                            cl_mem dout, cl_mem in, cl_mem params, int B, int C, int H, int W,
-                            int OC, int K, int stride, int pad, int OH, int OW, cl_mem col,
-                            int col_ready, cl_mem tmp, size_t tmp_off, ht_error *e);
-
-// Pooling windows start at oy*stride - pad and are clipped to the plane (pad: the before-pad,
+// Pooling in NCHW over B samples, the shape in a pool_geom (layers.h) whose Cs is the channel
+// count: windows start at oy*stride - pad and are clipped to the plane (pad: the before-pad,
 // 0 or "same"'s; every window must hold an input).
 // argmax (int32, B*C*OH*OW): flat index h*W+w within the channel plane; first max wins.
-int ocl_maxpool_forward(ocl_ops *o, cl_mem out, cl_mem argmax, cl_mem in, int B, int C, int H,
-                         int W, int K, int stride, int pad, int OH, int OW, ht_error *e);
-int ocl_maxpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem argmax, int B, int C,
-                          int H, int W, int K, int stride, int pad, int OH, int OW, ht_error *e);
+int ocl_maxpool_forward(ocl_ops *o, const pool_geom *g, int B, cl_mem out, cl_mem argmax,
+                        cl_mem in, ht_error *e);
+int ocl_maxpool_backward(ocl_ops *o, const pool_geom *g, int B, cl_mem din, cl_mem dout,
+                         cl_mem argmax, ht_error *e);
 // Average pooling (padding not counted): out (B,C,OH,OW); din (B,C,H,W) overwritten.
-int ocl_avgpool_forward(ocl_ops *o, cl_mem out, cl_mem in, int B, int C, int H, int W, int K,
-                        int stride, int pad, int OH, int OW, ht_error *e);
-int ocl_avgpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, int B, int C, int H, int W, int K,
-                         int stride, int pad, int OH, int OW, ht_error *e);
+int ocl_avgpool_forward(ocl_ops *o, const pool_geom *g, int B, cl_mem out, cl_mem in,
+                        ht_error *e);
+int ocl_avgpool_backward(ocl_ops *o, const pool_geom *g, int B, cl_mem din, cl_mem dout,
+                         ht_error *e);
 // Global average pooling: in (B,C,H,W) -> out (B,C); din (B,C,H,W) = dout / (H*W).
 int ocl_gavgpool_forward(ocl_ops *o, cl_mem out, cl_mem in, int B, int C, int H, int W,
                          ht_error *e);
@@ -190,6 +192,13 @@ int ocl_dense_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_
 // In place allowed (out == in, din == dout).
 int ocl_relu_forward(ocl_ops *o, cl_mem out, cl_mem in, size_t n, ht_error *e);
 int ocl_relu_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem out, size_t n, ht_error *e);
+
+// The act family's activation f (layer_kinds.h's act_fn, alpha its parameter) over n
+// elements: out = f(in); din = dout * f'(in), from the forward's input alone. In place allowed.
+int ocl_act_forward(ocl_ops *o, int f, float alpha, cl_mem out, cl_mem in, size_t n,
+                    ht_error *e);
+int ocl_act_backward(ocl_ops *o, int f, float alpha, cl_mem din, cl_mem dout, cl_mem in,
+                     size_t n, ht_error *e);
 
 // Forward and backward are the same mask-and-scale: element e of sample i kept when
 // ht_rng_uniform(key, ids[i], e) >= rate (src/core/rng.h, bit for bit). ids: uint32 (B).

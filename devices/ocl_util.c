@@ -2,6 +2,8 @@
 // programs built once per process with an on-disk binary cache.
 #include "ocl_util.h"
 
+#include "layer_kinds.h"
+
 #include <CL/cl_ext.h>
 #include <dirent.h>
 #include <errno.h>
@@ -388,6 +390,26 @@ char *ocl_kernel_source(char *origin, size_t origin_len, ht_error *e) {
     return src;
 }
 
+// What the kernels share with the host, generated from its own definitions: the act family's
+// functions (layer_kinds.h), so that the numbers the host passes mean the same on both sides.
+// Put before the kernels' source when a program is built (and so in the cache's key).
+static const char kernel_prelude[] = LAYER_ACT_FN_OPENCL;
+
+// src (the kernels' files) after the prelude, in a new string; src is freed.
+static char *with_prelude(char *src, ht_error *e) {
+    size_t n = strlen(src);
+    char *all = malloc(sizeof kernel_prelude + n);
+    if (!all) {
+        free(src);
+        ht_fail(e, "out of memory reading the kernels");
+        return NULL;
+    }
+    memcpy(all, kernel_prelude, sizeof kernel_prelude - 1);
+    memcpy(all + sizeof kernel_prelude - 1, src, n + 1);
+    free(src);
+    return all;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Program cache and per-device runtimes
 
@@ -612,6 +634,7 @@ static int build_runtime(const ocl_dev_info *dev, const char *dir, cl_context *c
     *ctx = clCreateContext(props, 1, &dev->device, NULL, NULL, &err);
     if (err != CL_SUCCESS) return ocl_fail(e, "clCreateContext", err, label);
     char *src = ocl_kernel_source(NULL, 0, e);
+    if (src) src = with_prelude(src, e);
     if (!src) {
         clReleaseContext(*ctx);
         return -1;

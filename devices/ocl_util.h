@@ -55,7 +55,8 @@ int ocl_platform_count(cl_uint *np, ht_error *e);
 // in $HETRAIN_KERNELS; <exe dir>/../share/hetrain/kernels; <exe dir>/kernels;
 // <exe dir>/../kernels; the source tree's kernels/ (HT_SOURCE_DIR); else the copy embedded at
 // build time. Returns a malloc'd string; origin (may be NULL) receives the folder or
-// "embedded".
+// "embedded". Programs are built from it after a prelude the host generates from its own
+// definitions (the act family's act_fn enum, layer_kinds.h).
 char *ocl_kernel_source(char *origin, size_t origin_len, ht_error *e);
 
 // Folder of the program-binary cache: NULL resets to the default ($XDG_CACHE_HOME/hetrain,

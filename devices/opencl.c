@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ocl_layers.h"
 #include "ocl_ops.h"
 #include "ocl_util.h"
 #include "device.h"
+#include "layer_desc.h"
 #include "micro.h"
 #include "net.h"
 #include "rng.h"
@@ -31,9 +33,9 @@ typedef struct ocl_ctx {
     cl_mem params, grads;
     cl_mem x_all, y_all, ids_all, loss_all, probs_all; // (max_batch, ...) staging
     cl_mem x, y, ids, loss;                             // (micro, ...) current micro-batch
-    cl_mem *act, *argmax;                               // per layer; relu/dropout alias
-    cl_mem *col;        // per conv layer: its im2col matrix, kept from forward to backward
-    cl_mem g0, g1, tmp; // tmp: a conv layer's (OC, B*OH*OW) GEMM output or output gradient
+    cl_mem *act;        // per layer; an in-place layer's (relu, dropout) is its input's
+    cl_mem *aux;        // per layer: its own buffer (ocl_layer_ops.aux_bytes), or NULL
+    cl_mem g0, g1, tmp; // tmp: the layers' shared scratch (ocl_layer_ops.tmp_floats)
     float *probs_host;                                  // (max_batch, n_classes)
     // While profiling (profile_start; the queue then has event profiling): the record, and
     // within a training shard (prof_on) the time of the last cut (prof_cut).
@@ -44,21 +46,22 @@ typedef struct ocl_ctx {
     int tuned;
 } ocl_ctx;
 
+static int in_place(const layer *L) { return (layer_flags(L->kind) & LF_IN_PLACE) != 0; }
+
 // Device bytes for a micro-batch of B samples (staging for max_batch excluded).
 static size_t micro_bytes(const model *m, int B, size_t *largest) {
     size_t total = 0, widest = 0, col = 0, tmp = 0, big = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
+        const ocl_layer_ops *ops = &ocl_layer_ops_of[L->kind];
         size_t out = layer_out_size(L) * (size_t)B * sizeof(float);
         size_t in = layer_in_size(L) * (size_t)B * sizeof(float);
-        if (!(L->kind == LAYER_RELU || L->kind == LAYER_DROPOUT) || l == 0) total += out;
-        if (L->kind == LAYER_MAXPOOL) total += out; // int32 argmax
-        if (L->kind == LAYER_CONV2D) {
-            size_t n = (size_t)B * L->oh * L->ow, c = sizeof(float) * L->c * L->k * L->k * n;
-            total += c; // every conv layer's im2col matrix lives from forward to backward
-            if (c > col) col = c;
-            if (sizeof(float) * L->oc * n > tmp) tmp = sizeof(float) * L->oc * n;
-        }
+        size_t aux = ops->aux_bytes ? ops->aux_bytes(L, B) : 0;
+        size_t t = ops->tmp_floats ? ops->tmp_floats(L, B) * sizeof(float) : 0;
+        if (!in_place(L) || l == 0) total += out;
+        total += aux; // every layer's own buffer lives from forward to backward
+        if (ops->gemm_aux && aux > col) col = aux;
+        if (t > tmp) tmp = t;
         if (in > widest) widest = in;
         if (out > widest) widest = out;
     }
@@ -130,10 +133,9 @@ static int alloc_fixed(ocl_ctx *c, ht_error *e) {
         mk(c, &c->probs_all, MB * nc * sizeof(float), e) < 0)
         return -1;
     c->act = ht_calloc((size_t)m->n_layers, sizeof *c->act, e);
-    c->argmax = ht_calloc((size_t)m->n_layers, sizeof *c->argmax, e);
-    c->col = ht_calloc((size_t)m->n_layers, sizeof *c->col, e);
+    c->aux = ht_calloc((size_t)m->n_layers, sizeof *c->aux, e);
     c->probs_host = ht_malloc(MB * nc, sizeof(float), e);
-    if (!c->act || !c->argmax || !c->col || !c->probs_host) return -1;
+    if (!c->act || !c->aux || !c->probs_host) return -1;
     return 0;
 }
 
@@ -144,8 +146,7 @@ static void free_micro(ocl_ctx *c) {
             int alias = l > 0 && c->act[l] == c->act[l - 1];
             if (!alias) rel(&c->act[l]);
             c->act[l] = NULL;
-            rel(&c->argmax[l]);
-            rel(&c->col[l]);
+            rel(&c->aux[l]);
         }
     }
     cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->g0, &c->g1, &c->tmp};
@@ -163,20 +164,17 @@ static int alloc_micro(ocl_ctx *c, ht_error *e) {
     size_t widest = 0, tmp = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
+        const ocl_layer_ops *ops = &ocl_layer_ops_of[L->kind];
         size_t out = layer_out_size(L) * B, inl = layer_in_size(L) * B;
-        if ((L->kind == LAYER_RELU || L->kind == LAYER_DROPOUT) && l > 0) {
+        if (in_place(L) && l > 0) {
             c->act[l] = c->act[l - 1];
         } else if (mk(c, &c->act[l], out * sizeof(float), e) < 0) {
             return -1;
         }
-        if (L->kind == LAYER_MAXPOOL && mk(c, &c->argmax[l], out * sizeof(int32_t), e) < 0)
-            return -1;
-        if (L->kind == LAYER_CONV2D) {
-            size_t n = B * L->oh * L->ow;
-            if (mk(c, &c->col[l], (size_t)L->c * L->k * L->k * n * sizeof(float), e) < 0)
-                return -1;
-            if ((size_t)L->oc * n > tmp) tmp = (size_t)L->oc * n;
-        }
+        size_t aux = ops->aux_bytes ? ops->aux_bytes(L, (int)B) : 0;
+        if (aux && mk(c, &c->aux[l], aux, e) < 0) return -1;
+        size_t t = ops->tmp_floats ? ops->tmp_floats(L, (int)B) : 0;
+        if (t > tmp) tmp = t;
         if (inl > widest) widest = inl;
         if (out > widest) widest = out;
     }
@@ -220,8 +218,7 @@ static void ocl_close(void *vctx) {
     }
     free_micro(c);
     free(c->act);
-    free(c->argmax);
-    free(c->col);
+    free(c->aux);
     cl_mem *bufs[] = {&c->params, &c->grads, &c->x_all, &c->y_all, &c->ids_all, &c->loss_all,
                       &c->probs_all};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
@@ -275,115 +272,46 @@ static int write_buf(ocl_ctx *c, cl_mem buf, size_t bytes, const void *src, cons
 
 static int copy_buf(ocl_ctx *c, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off,
                     size_t bytes, ht_error *e) {
-    if (bytes == 0) return 0;
-    double t0 = ocl_prof_start(&c->ops);
-    cl_int err = clEnqueueCopyBuffer(c->q, src, dst, src_off, dst_off, bytes, 0, NULL,
-                                      ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
-    if (err != CL_SUCCESS) return ocl_fail(e, "clEnqueueCopyBuffer", err, c->ops.label);
-    ocl_prof_stop(&c->ops, "copy", t0);
-    return 0;
+    return ocl_copy(&c->ops, src, src_off, dst, dst_off, bytes, e);
 }
 
-// Forward over the current micro-batch in c->x (n samples); drop NULL for inference.
+// A layer's call with the device's buffers (ocl_layers.h).
+static ocl_call call_of(ocl_ctx *c, int l, int n, const uint64_t *keys) {
+    const layer *L = &c->m->layers[l];
+    return (ocl_call){.o = &c->ops, .L = L, .l = l, .B = n, .params = c->params,
+                      .grads = c->grads, .in = l > 0 ? c->act[l - 1] : c->x, .out = c->act[l],
+                      .aux = c->aux[l], .tmp = c->tmp, .y = c->y, .loss = c->loss,
+                      .ids = c->ids, .keys = keys};
+}
+
+// Forward over the current micro-batch in c->x (n samples); keys NULL for inference.
 static int forward(ocl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_error *e) {
     const model *m = c->m;
-    ocl_ops *o = &c->ops;
-    cl_mem in = c->x;
     if (c->prof_on) prof_cut(c, &c->prof->rest);
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
-        cl_mem out = c->act[l];
-        int rc = 0;
-        switch (L->kind) {
-        case LAYER_CONV2D:
-            rc = ocl_conv2d_forward_col(o, out, in, c->params, L->w_off, L->b_off, n, L->c,
-                                        L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh,
-                                        L->ow, c->col[l], c->tmp, 0, e);
-            break;
-        case LAYER_MAXPOOL:
-            rc = ocl_maxpool_forward(o, out, c->argmax[l], in, n, L->c, L->h, L->w, L->k,
-                                      L->stride, L->pad, L->oh, L->ow, e);
-            break;
-        case LAYER_AVGPOOL:
-            rc = ocl_avgpool_forward(o, out, in, n, L->c, L->h, L->w, L->k, L->stride, L->pad,
-                                     L->oh, L->ow, e);
-            break;
-        case LAYER_GLOBAL_AVGPOOL:
-            rc = ocl_gavgpool_forward(o, out, in, n, L->c, L->h, L->w, e);
-            break;
-        case LAYER_DENSE:
-            rc = ocl_dense_forward(o, out, in, c->params, L->w_off, L->b_off, n,
-                                    (int)layer_in_size(L), L->oc, e);
-            break;
-        case LAYER_RELU:
-            rc = ocl_relu_forward(o, out, in, layer_out_size(L) * (size_t)n, e);
-            break;
-        case LAYER_DROPOUT:
-            if (keys)
-                rc = ocl_dropout(o, out, in, n, layer_out_size(L), L->rate, keys[l], c->ids, e);
-            else if (out != in)
-                rc = copy_buf(c, in, 0, out, 0, layer_out_size(L) * (size_t)n * sizeof(float), e);
-            break;
-        case LAYER_SOFTMAX_XENT:
-            rc = ocl_softmax_xent_forward(o, out, c->loss, in, with_labels ? c->y : NULL, n,
-                                           L->oc, e);
-            break;
-        }
-        if (rc < 0) return ht_wrap(e, "layer %s forward", L->name);
+        ocl_call call = call_of(c, l, n, keys);
+        if (!with_labels) call.y = NULL;
+        if (ocl_layer_ops_of[L->kind].forward(&call, e) < 0)
+            return ht_wrap(e, "layer %s forward", L->name);
         if (c->prof_on) prof_cut(c, &c->prof->layer[2 * l]);
-        in = out;
     }
     return 0;
 }
 
 static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
     const model *m = c->m;
-    ocl_ops *o = &c->ops;
     cl_mem dout = c->g0, dfree = c->g1;
     if (c->prof_on) prof_cut(c, &c->prof->rest);
     for (int l = m->n_layers - 1; l >= 0; l--) {
         const layer *L = &m->layers[l];
-        cl_mem in = l > 0 ? c->act[l - 1] : c->x;
-        cl_mem din = l > 0 ? dfree : NULL;
-        int rc = 0;
-        switch (L->kind) {
-        case LAYER_SOFTMAX_XENT:
-            rc = ocl_softmax_xent_backward(o, dfree, c->act[l], c->y, n, L->oc, e);
-            din = dfree;
-            break;
-        case LAYER_CONV2D:
-            // The forward of this micro-batch left the layer's im2col matrix in col[l].
-            rc = ocl_conv2d_backward_col(o, din, c->grads, L->w_off, L->b_off, dout, in,
-                                         c->params, n, L->c, L->h, L->w, L->oc, L->k, L->stride,
-                                         L->pad, L->oh, L->ow, c->col[l], 1, c->tmp, 0, e);
-            break;
-        case LAYER_MAXPOOL:
-            if (din)
-                rc = ocl_maxpool_backward(o, din, dout, c->argmax[l], n, L->c, L->h, L->w, L->k,
-                                           L->stride, L->pad, L->oh, L->ow, e);
-            break;
-        case LAYER_AVGPOOL:
-            if (din)
-                rc = ocl_avgpool_backward(o, din, dout, n, L->c, L->h, L->w, L->k, L->stride,
-                                          L->pad, L->oh, L->ow, e);
-            break;
-        case LAYER_GLOBAL_AVGPOOL:
-            if (din) rc = ocl_gavgpool_backward(o, din, dout, n, L->c, L->h, L->w, e);
-            break;
-        case LAYER_DENSE:
-            rc = ocl_dense_backward(o, din, c->grads, L->w_off, L->b_off, dout, in, c->params,
-                                     n, (int)layer_in_size(L), L->oc, e);
-            break;
-        case LAYER_RELU:
-            if (din) rc = ocl_relu_backward(o, dout, dout, c->act[l], layer_out_size(L) * (size_t)n, e);
-            din = dout;
-            break;
-        case LAYER_DROPOUT:
-            rc = ocl_dropout(o, dout, dout, n, layer_out_size(L), L->rate, keys[l], c->ids, e);
-            din = dout;
-            break;
-        }
-        if (rc < 0) return ht_wrap(e, "layer %s backward", L->name);
+        ocl_call call = call_of(c, l, n, keys);
+        call.dout = dout;
+        call.din = l > 0 ? dfree : NULL;
+        call.spare = dfree;
+        cl_mem din = NULL;
+        if (ocl_layer_ops_of[L->kind].backward(&call, &din, e) < 0)
+            return ht_wrap(e, "layer %s backward", L->name);
         if (c->prof_on) prof_cut(c, &c->prof->layer[2 * l + 1]);
         if (din && din != dout) {
             dfree = dout;

@@ -1,4 +1,4 @@
-// Elementwise layers (relu, inverted dropout) and the softmax cross-entropy head.
+// Elementwise layers (relu, the act family, inverted dropout) and the softmax cross-entropy head.
 
 __kernel void relu_fwd(__global float *out, __global const float *in, const uint n) {
     const uint i = (uint)get_global_id(0);
@@ -72,4 +72,77 @@ __kernel void softmax_xent_bwd(__global float *dlogits, __global const float *pr
     const int i = k / NC, c = k - i * NC;
     const float p = probs[k];
     dlogits[k] = c == (int)labels[i] ? p - 1.0f : p;
+}
+
+// The act family's activations (enum act_fn: the host's, in the prelude before these sources),
+// as the CPU path computes them (src/nn/act.c). The backward works from the forward's input x
+// alone: a dropout after the activation overwrites its output in place.
+#define SELU_ALPHA 1.6732632423543772848170429916717f
+#define SELU_SCALE 1.0507009873554804934193349852946f
+#define GELU_K 0.7978845608028654f
+#define GELU_C 0.044715f
+#define INV_SQRT2 0.7071067811865476f
+#define INV_SQRT_2PI 0.3989422804014327f
+
+float act_sigm(float x) { return 1.0f / (1.0f + exp(-x)); }
+
+float act_f(int f, float a, float x) {
+    switch (f) {
+    case ACT_SIGMOID: return act_sigm(x);
+    case ACT_TANH: return tanh(x);
+    case ACT_LEAKY_RELU: return x > 0.0f ? x : a * x;
+    case ACT_ELU: return x > 0.0f ? x : a * expm1(x);
+    case ACT_SELU: return SELU_SCALE * (x > 0.0f ? x : SELU_ALPHA * expm1(x));
+    case ACT_SWISH: return x * act_sigm(x);
+    case ACT_SOFTPLUS: return x > 0.0f ? x + log1p(exp(-x)) : log1p(exp(x));
+    case ACT_HARD_SIGMOID: return clamp(a * x + 0.5f, 0.0f, 1.0f);
+    case ACT_GELU:
+        if (a != 0.0f) return 0.5f * x * (1.0f + tanh(GELU_K * (x + GELU_C * x * x * x)));
+        return 0.5f * x * (1.0f + erf(x * INV_SQRT2));
+    }
+    return x;
+}
+
+float act_df(int f, float a, float x) {
+    switch (f) {
+    case ACT_SIGMOID: {
+        const float s = act_sigm(x);
+        return s * (1.0f - s);
+    }
+    case ACT_TANH: {
+        const float t = tanh(x);
+        return 1.0f - t * t;
+    }
+    case ACT_LEAKY_RELU: return x > 0.0f ? 1.0f : a;
+    case ACT_ELU: return x > 0.0f ? 1.0f : a * exp(x);
+    case ACT_SELU: return SELU_SCALE * (x > 0.0f ? 1.0f : SELU_ALPHA * exp(x));
+    case ACT_SWISH: {
+        const float s = act_sigm(x);
+        return s + x * s * (1.0f - s);
+    }
+    case ACT_SOFTPLUS: return act_sigm(x);
+    case ACT_HARD_SIGMOID: {
+        const float z = a * x + 0.5f;
+        return z > 0.0f && z < 1.0f ? a : 0.0f;
+    }
+    case ACT_GELU:
+        if (a != 0.0f) {
+            const float t = tanh(GELU_K * (x + GELU_C * x * x * x));
+            return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+        }
+        return 0.5f * (1.0f + erf(x * INV_SQRT2)) + x * exp(-0.5f * x * x) * INV_SQRT_2PI;
+    }
+    return 1.0f;
+}
+
+__kernel void act_fwd(__global float *out, __global const float *in, const uint n, const int f,
+                      const float a) {
+    const uint i = (uint)get_global_id(0);
+    if (i < n) out[i] = act_f(f, a, in[i]);
+}
+
+__kernel void act_bwd(__global float *din, __global const float *dout, __global const float *in,
+                      const uint n, const int f, const float a) {
+    const uint i = (uint)get_global_id(0);
+    if (i < n) din[i] = dout[i] * act_df(f, a, in[i]);
 }

@@ -4,6 +4,8 @@
 // each output remembering which input won so backward can route the gradient there.
 #include "ref.h"
 
+#include "layer_desc.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -340,7 +342,7 @@ void ref_net_init(ref_net *r, const model *m, int max_batch) {
         const size_t no = layer_out_size(L) * (size_t)max_batch;
         r->act[l] = ref_alloc(no, sizeof(float));
         r->dinput[l] = ref_alloc(layer_in_size(L) * (size_t)max_batch, sizeof(float));
-        if (L->kind == LAYER_MAXPOOL) r->argmax[l] = ref_alloc(no, sizeof(int32_t));
+        if (L->kind == LAYER_MAXPOOL) r->argmax[l] = ref_alloc(no, sizeof(int32_t)); // its winners
         if (L->kind == LAYER_CONV2D) {
             size_t n = ref_conv2d_ws_floats(L->c, L->k, L->oc, L->oh, L->ow, 1);
             if (n > ws) ws = n;
@@ -363,49 +365,175 @@ void ref_net_free(ref_net *r) {
     memset(r, 0, sizeof *r);
 }
 
+// ---- the act family, in double ----
+
+static double ref_sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static double act_value(act_fn f, double a, double x) {
+    switch (f) {
+    case ACT_SIGMOID: return ref_sigm(x);
+    case ACT_TANH: return tanh(x);
+    case ACT_LEAKY_RELU: return x > 0 ? x : a * x;
+    case ACT_ELU: return x > 0 ? x : a * expm1(x);
+    case ACT_SELU: return 1.0507009873554804934 * (x > 0 ? x : 1.6732632423543772848 * expm1(x));
+    case ACT_SWISH: return x * ref_sigm(x);
+    case ACT_SOFTPLUS: return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+    case ACT_HARD_SIGMOID: return fmin(1.0, fmax(0.0, a * x + 0.5));
+    case ACT_GELU:
+        if (a != 0) return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+        return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    case ACT_FN_COUNT: break;
+    }
+    abort();
+}
+
+static double act_slope(act_fn f, double a, double x) {
+    switch (f) {
+    case ACT_SIGMOID: return ref_sigm(x) * (1 - ref_sigm(x));
+    case ACT_TANH: return 1 - tanh(x) * tanh(x);
+    case ACT_LEAKY_RELU: return x > 0 ? 1 : a;
+    case ACT_ELU: return x > 0 ? 1 : a * exp(x);
+    case ACT_SELU: return 1.0507009873554804934 * (x > 0 ? 1 : 1.6732632423543772848 * exp(x));
+    case ACT_SWISH: return ref_sigm(x) * (1 + x * (1 - ref_sigm(x)));
+    case ACT_SOFTPLUS: return ref_sigm(x);
+    case ACT_HARD_SIGMOID: return a * x + 0.5 > 0 && a * x + 0.5 < 1 ? a : 0;
+    case ACT_GELU:
+        if (a != 0) {
+            double k = sqrt(2 / M_PI), t = tanh(k * (x + 0.044715 * x * x * x));
+            return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+        }
+        return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-x * x / 2) / sqrt(2 * M_PI);
+    case ACT_FN_COUNT: break;
+    }
+    abort();
+}
+
+void ref_act_forward(act_fn f, float alpha, float *out, const float *in, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = (float)act_value(f, alpha, in[i]);
+}
+
+void ref_act_backward(act_fn f, float alpha, float *din, const float *dout, const float *in,
+                      size_t n) {
+    for (size_t i = 0; i < n; i++) din[i] = (float)(dout[i] * act_slope(f, alpha, in[i]));
+}
+
+// ---- the walker's op table: one row per kind, its family's ops ----
+
+typedef struct ref_call {
+    ref_net *r;
+    const layer *L;
+    int l, B;
+    const float *params;
+    float *grads;
+    const float *in; // the layer's input
+    float *out;      // forward: its output; backward: its forward's output
+    const float *g;  // backward: the gradient of its output
+    float *din;      // backward: its input's gradient
+    const net_dropout *drop;
+    const uint8_t *y;
+} ref_call;
+
+typedef struct ref_ops {
+    void (*forward)(const ref_call *c);
+    void (*backward)(const ref_call *c);
+} ref_ops;
+
+static void conv_f(const ref_call *c) {
+    const layer *L = c->L;
+    ref_conv2d_forward(c->out, c->in, c->params + L->w_off, L->n_b ? c->params + L->b_off : NULL,
+                       c->B, L->c, L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh, L->ow,
+                       c->r->ws, 1);
+}
+static void conv_b(const ref_call *c) {
+    const layer *L = c->L;
+    ref_conv2d_backward(c->din, c->grads + L->w_off, L->n_b ? c->grads + L->b_off : NULL, c->g,
+                        c->in, c->params + L->w_off, c->B, L->c, L->h, L->w, L->oc, L->k,
+                        L->stride, L->pad, L->oh, L->ow, c->r->ws, 1);
+}
+static void pool_f(const ref_call *c) {
+    const layer *L = c->L;
+    if (L->kind == LAYER_MAXPOOL)
+        ref_maxpool_forward(c->out, c->r->argmax[c->l], c->in, c->B, L->c, L->h, L->w, L->k,
+                            L->stride, L->pad, L->oh, L->ow, 1);
+    else
+        ref_avgpool_forward(c->out, c->in, c->B, L->c, L->h, L->w, L->k, L->stride, L->pad, L->oh,
+                            L->ow);
+}
+static void pool_b(const ref_call *c) {
+    const layer *L = c->L;
+    if (L->kind == LAYER_MAXPOOL)
+        ref_maxpool_backward(c->din, c->g, c->r->argmax[c->l], c->B, L->c, L->h, L->w, L->oh,
+                             L->ow, 1);
+    else
+        ref_avgpool_backward(c->din, c->g, c->B, L->c, L->h, L->w, L->k, L->stride, L->pad,
+                             L->oh, L->ow);
+}
+static void gap_f(const ref_call *c) {
+    ref_gavgpool_forward(c->out, c->in, c->B, c->L->c, c->L->h * c->L->w);
+}
+static void gap_b(const ref_call *c) {
+    ref_gavgpool_backward(c->din, c->g, c->B, c->L->c, c->L->h * c->L->w);
+}
+static void dense_f(const ref_call *c) {
+    const layer *L = c->L;
+    dense_forward(c->out, c->in, c->params + L->w_off, L->n_b ? c->params + L->b_off : NULL, c->B,
+                  (int)layer_in_size(L), L->oc, 1);
+}
+static void dense_b(const ref_call *c) {
+    const layer *L = c->L;
+    dense_backward(c->din, c->grads + L->w_off, L->n_b ? c->grads + L->b_off : NULL, c->g, c->in,
+                   c->params + L->w_off, c->B, (int)layer_in_size(L), L->oc, 1);
+}
+static void relu_f(const ref_call *c) {
+    relu_forward(c->out, c->in, layer_in_size(c->L) * (size_t)c->B, 1);
+}
+static void relu_b(const ref_call *c) {
+    relu_backward(c->din, c->g, c->out, layer_in_size(c->L) * (size_t)c->B, 1);
+}
+// Dropout's backward is the same mask and scale, applied to the gradient.
+static void dropout_any(const ref_call *c, float *out, const float *in) {
+    const size_t ni = layer_in_size(c->L);
+    if (c->drop)
+        dropout_forward(out, in, c->B, ni, c->L->rate,
+                        ht_rng_key(c->drop->seed, c->drop->epoch, (uint32_t)c->l), c->drop->ids, 1);
+    else
+        memcpy(out, in, ni * (size_t)c->B * sizeof *out);
+}
+static void dropout_f(const ref_call *c) { dropout_any(c, c->out, c->in); }
+static void dropout_b(const ref_call *c) { dropout_any(c, c->din, c->g); }
+static void softmax_f(const ref_call *c) {
+    softmax_xent_forward(c->out, c->y ? c->r->loss : NULL, c->in, c->y, c->B, c->L->oc);
+}
+static void softmax_b(const ref_call *c) {
+    softmax_xent_backward(c->din, c->out, c->y, c->B, c->L->oc);
+}
+static void act_f(const ref_call *c) {
+    ref_act_forward((act_fn)layer_act_fn(c->L->kind), c->L->alpha, c->out, c->in,
+                    layer_in_size(c->L) * (size_t)c->B);
+}
+static void act_b(const ref_call *c) {
+    ref_act_backward((act_fn)layer_act_fn(c->L->kind), c->L->alpha, c->din, c->g, c->in,
+                     layer_in_size(c->L) * (size_t)c->B);
+}
+
+static const ref_ops ref_conv = {conv_f, conv_b}, ref_pool = {pool_f, pool_b},
+                     ref_gap = {gap_f, gap_b}, ref_dense = {dense_f, dense_b},
+                     ref_relu = {relu_f, relu_b}, ref_dropout = {dropout_f, dropout_b},
+                     ref_softmax = {softmax_f, softmax_b}, ref_act = {act_f, act_b};
+
+static const ref_ops ref_ops_of[LAYER_KIND_COUNT] = {
+#define REF_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = ref_##fam,
+    LAYER_KINDS(REF_OPS_ROW)
+#undef REF_OPS_ROW
+};
+
 const float *ref_forward(ref_net *r, const model *m, const float *params, const float *x,
                          const uint8_t *y, int B, const net_dropout *drop) {
     const float *in = x;
     for (int l = 0; l < m->n_layers; l++) {
-        const layer *L = &m->layers[l];
-        const size_t ni = layer_in_size(L);
-        float *out = r->act[l];
-        switch (L->kind) {
-        case LAYER_CONV2D:
-            ref_conv2d_forward(out, in, params + L->w_off, L->n_b ? params + L->b_off : NULL, B,
-                               L->c, L->h, L->w, L->oc, L->k, L->stride, L->pad, L->oh, L->ow,
-                               r->ws, 1);
-            break;
-        case LAYER_MAXPOOL:
-            ref_maxpool_forward(out, r->argmax[l], in, B, L->c, L->h, L->w, L->k, L->stride,
-                                L->pad, L->oh, L->ow, 1);
-            break;
-        case LAYER_AVGPOOL:
-            ref_avgpool_forward(out, in, B, L->c, L->h, L->w, L->k, L->stride, L->pad, L->oh,
-                                L->ow);
-            break;
-        case LAYER_GLOBAL_AVGPOOL:
-            ref_gavgpool_forward(out, in, B, L->c, L->h * L->w);
-            break;
-        case LAYER_DENSE:
-            dense_forward(out, in, params + L->w_off, L->n_b ? params + L->b_off : NULL, B,
-                          (int)ni, L->oc, 1);
-            break;
-        case LAYER_RELU:
-            relu_forward(out, in, ni * (size_t)B, 1);
-            break;
-        case LAYER_DROPOUT:
-            if (drop)
-                dropout_forward(out, in, B, ni, L->rate,
-                                ht_rng_key(drop->seed, drop->epoch, (uint32_t)l), drop->ids, 1);
-            else
-                memcpy(out, in, ni * (size_t)B * sizeof *out);
-            break;
-        case LAYER_SOFTMAX_XENT:
-            softmax_xent_forward(out, y ? r->loss : NULL, in, y, B, L->oc);
-            break;
-        }
-        in = out;
+        ref_call c = {r, &m->layers[l], l, B, params, NULL, in, r->act[l], NULL, NULL, drop, y};
+        ref_ops_of[m->layers[l].kind].forward(&c);
+        in = r->act[l];
     }
     return in;
 }
@@ -414,44 +542,9 @@ void ref_backward(ref_net *r, const model *m, const float *params, float *grads,
                   const uint8_t *y, int B, const net_dropout *drop) {
     const float *g = NULL; // gradient of layer l's output
     for (int l = m->n_layers - 1; l >= 0; l--) {
-        const layer *L = &m->layers[l];
-        const size_t ni = layer_in_size(L);
-        const float *in = l ? r->act[l - 1] : x;
-        float *din = r->dinput[l];
-        switch (L->kind) {
-        case LAYER_CONV2D:
-            ref_conv2d_backward(din, grads + L->w_off, L->n_b ? grads + L->b_off : NULL, g, in,
-                                params + L->w_off, B, L->c, L->h, L->w, L->oc, L->k, L->stride,
-                                L->pad, L->oh, L->ow, r->ws, 1);
-            break;
-        case LAYER_MAXPOOL:
-            ref_maxpool_backward(din, g, r->argmax[l], B, L->c, L->h, L->w, L->oh, L->ow, 1);
-            break;
-        case LAYER_AVGPOOL:
-            ref_avgpool_backward(din, g, B, L->c, L->h, L->w, L->k, L->stride, L->pad, L->oh,
-                                 L->ow);
-            break;
-        case LAYER_GLOBAL_AVGPOOL:
-            ref_gavgpool_backward(din, g, B, L->c, L->h * L->w);
-            break;
-        case LAYER_DENSE:
-            dense_backward(din, grads + L->w_off, L->n_b ? grads + L->b_off : NULL, g, in,
-                           params + L->w_off, B, (int)ni, L->oc, 1);
-            break;
-        case LAYER_RELU:
-            relu_backward(din, g, r->act[l], ni * (size_t)B, 1);
-            break;
-        case LAYER_DROPOUT: // the same mask and scale, applied to the gradient
-            if (drop)
-                dropout_forward(din, g, B, ni, L->rate,
-                                ht_rng_key(drop->seed, drop->epoch, (uint32_t)l), drop->ids, 1);
-            else
-                memcpy(din, g, ni * (size_t)B * sizeof *din);
-            break;
-        case LAYER_SOFTMAX_XENT:
-            softmax_xent_backward(din, r->act[l], y, B, L->oc);
-            break;
-        }
-        g = din;
+        ref_call c = {r, &m->layers[l], l, B, params, grads, l ? r->act[l - 1] : x, r->act[l], g,
+                      r->dinput[l], drop, y};
+        ref_ops_of[m->layers[l].kind].backward(&c);
+        g = r->dinput[l];
     }
 }

@@ -1,8 +1,9 @@
 // The reference the CPU path (net.c, layers.h) and the OpenCL kernels are checked against:
 // convolution and max pooling in NCHW (im2col + SGEMM; pooling with argmax), NCHW <-> NHWC by
-// plain loops, and one walker of a model's layer list through them. Test code only: nothing in
-// the library runs NCHW convolutions. Dense, relu, dropout and softmax have one layout and one
-// implementation (layers.h, checked in test_layers against finite differences and direct
+// plain loops, the act family's activations in double, and one walker of a model's layer list
+// through them (a row per layer kind, as every backend has). Test code only: nothing in the
+// library runs NCHW convolutions. Dense, relu, dropout and softmax have one layout and one
+// implementation (layers.h, checked in test_layers_flat against finite differences and direct
 // loops); the walker calls those as they are.
 // Conventions as layers.h's: backward accumulates (+=) into weight and bias gradients and
 // overwrites the input gradient; gradients are sums over the batch.
@@ -57,6 +58,13 @@ void ref_gavgpool_backward(float *din, const float *dout, int B, int C, int HW);
 // (B,C,HW) -> (B,HW,Cs), the pad channels c >= C set to `pad`; and back, pad channels dropped.
 void ref_to_nhwc(float *dst, const float *src, int B, int C, int Cs, int HW, float pad);
 void ref_to_nchw(float *dst, const float *src, int B, int C, int Cs, int HW);
+
+// The act family's activations (layer_kinds.h) in double, rounded to float at the end: out =
+// f(in); din = dout * f'(in). The CPU path (act.c) and the OpenCL kernels are checked against
+// these; these are checked against finite differences (test_layers_flat).
+void ref_act_forward(act_fn f, float alpha, float *out, const float *in, size_t n);
+void ref_act_backward(act_fn f, float alpha, float *din, const float *dout, const float *in,
+                      size_t n);
 
 // A whole network through the functions above and layers.h's flat ones: NCHW throughout,
 // one buffer per layer, nothing fused or in place, one thread.

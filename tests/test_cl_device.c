@@ -82,30 +82,23 @@ static void test_step_matches_cpu(void **state) {
     dataset_free(&ds);
 }
 
-// An RGB (3x32x32) network with every new layer option, models/cifar_small.cfg, on random
-// images: the OpenCL device's step gives the CPU device's mean gradient (the same tolerances
-// as the reference networks'), so three channels flow through both devices and the engine.
-static void test_step_matches_cpu_rgb(void **state) {
-    (void)state;
-    if (!have_opencl()) skip();
+// STEPS steps of model m on random images in [0, 1) from the same weights on the CPU device and
+// cl:0.0: the same mean gradient each step, within the tolerances of the reference networks'.
+static void steps_match_on_random_images(const model *m, const char *tag) {
     ht_error e;
-    model m;
-    if (model_init_config(&m, HT_SOURCE_DIR "/models/cifar_small.cfg", &e) < 0)
-        fail_msg("%s", e.msg);
-    assert_int_equal(m.in_c, 3);
-    dataset ds = {.n = 2 * BATCH, .c = 3, .h = 32, .w = 32};
+    dataset ds = {.n = 2 * BATCH, .c = m->in_c, .h = m->in_h, .w = m->in_w};
     const size_t in = (size_t)ds.c * ds.h * ds.w;
     ds.x = malloc(sizeof(float) * in * (size_t)ds.n);
     ds.y = malloc((size_t)ds.n);
     ht_rng r;
     ht_rng_seed(&r, 31);
     for (size_t i = 0; i < in * (size_t)ds.n; i++) ds.x[i] = (float)ht_rng_double(&r);
-    for (int i = 0; i < ds.n; i++) ds.y[i] = (uint8_t)(ht_rng_next(&r) % 10);
-    float *init = malloc(sizeof(float) * m.n_params);
-    model_init_params(&m, init, 9);
+    for (int i = 0; i < ds.n; i++) ds.y[i] = (uint8_t)(ht_rng_next(&r) % (uint64_t)m->n_classes);
+    float *init = malloc(sizeof(float) * m->n_params);
+    model_init_params(m, init, 9);
     test_rig cpu, cl;
-    test_rig_open(&cpu, &m, "cpu", NULL, init, BATCH, 9, 0);
-    test_rig_open(&cl, &m, "cl:0.0", NULL, init, BATCH, 9, 0);
+    test_rig_open(&cpu, m, "cpu", NULL, init, BATCH, 9, 0);
+    test_rig_open(&cl, m, "cl:0.0", NULL, init, BATCH, 9, 0);
     for (int s = 0; s < STEPS; s++) {
         uint32_t idx[BATCH];
         for (int i = 0; i < BATCH; i++) idx[i] = (uint32_t)(s * BATCH + i);
@@ -114,15 +107,51 @@ static void test_step_matches_cpu_rgb(void **state) {
             engine_train_step(cl.g, &ds, idx, BATCH, 1, NULL, NULL, NULL, &e) < 0)
             fail_msg("%s", e.msg);
         char what[128];
-        snprintf(what, sizeof what, "cifar_small (3x32x32) step %d mean gradient, cl:0.0 vs cpu",
-                 s + 1);
-        assert_true(check_step_grad(&m, engine_grad(cl.g), engine_grad(cpu.g), what));
+        snprintf(what, sizeof what, "%s step %d mean gradient, cl:0.0 vs cpu", tag, s + 1);
+        assert_true(check_step_grad(m, engine_grad(cl.g), engine_grad(cpu.g), what));
     }
     test_rig_close(&cpu);
     test_rig_close(&cl);
     free(init);
     dataset_free(&ds);
+}
+
+// An RGB (3x32x32) network with every new layer option, models/cifar_small.cfg: three channels
+// flow through both devices and the engine.
+static void test_step_matches_cpu_rgb(void **state) {
+    (void)state;
+    if (!have_opencl()) skip();
+    ht_error e;
+    model m;
+    if (model_init_config(&m, HT_SOURCE_DIR "/models/cifar_small.cfg", &e) < 0)
+        fail_msg("%s", e.msg);
+    assert_int_equal(m.in_c, 3);
+    steps_match_on_random_images(&m, "cifar_small (3x32x32)");
     model_free(&m);
+}
+
+// Every kind of the act family as conv and dense activations and as layers of their own, one
+// before a dropout, on both devices.
+static const char act_cfg[] =
+    "[net]\ninput = 1x16x16\nclasses = 10\n"
+    "[conv]\nfilters = 12\nsize = 3\npad = same\nactivation = swish\n[dropout]\nrate = 0.2\n"
+    "[maxpool]\nsize = 2\n[gelu]\n[conv]\nfilters = 8\nsize = 3\nactivation = elu\n"
+    "[hard_sigmoid]\n[avgpool]\nsize = 2\n[selu]\n"
+    "[dense]\nunits = 24\nactivation = sigmoid\n[tanh]\n[leaky_relu]\n[softplus]\n"
+    "[gelu]\napproximate = 1\n[dense]\nunits = 10\n[softmax]\n";
+
+static void test_step_matches_cpu_activations(void **state) {
+    (void)state;
+    if (!have_opencl()) skip();
+    ht_error e;
+    model m;
+    char *dir = test_tmpdir("cl-act");
+    char *cfg = test_write_file(dir, "act.cfg", act_cfg, sizeof act_cfg - 1);
+    if (model_init_config(&m, cfg, &e) < 0) fail_msg("%s", e.msg);
+    steps_match_on_random_images(&m, "activations");
+    model_free(&m);
+    free(cfg);
+    free(dir);
 }
 
 // 200 samples, 40 held out: 5 steps of 32 at lr 0.01 from the same weights on each device.
@@ -202,6 +231,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_matches_cpu),
         cmocka_unit_test(test_step_matches_cpu_rgb),
+        cmocka_unit_test(test_step_matches_cpu_activations),
         cmocka_unit_test(test_short_run_matches_cpu),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -259,16 +259,17 @@ static void test_errors(void **state) {
                      "\"units\": 3}}, " DENSE_SOFTMAX),
                  "bad.json: layer 2 \"lstm_1\" (LSTM): not supported; hetrain reads InputLayer, "
                  "Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, "
-                 "Dropout, Activation, ReLU, Softmax");
+                 "Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax");
     // the JSON's strings never break the line
     expect_error(seq("{\"class_name\": \"A\\nB\", \"config\": {\"name\": \"x\\\"y\"}}"),
                  "bad.json: layer 1 \"x\\\"y\" (A\\x0aB): not supported; hetrain reads "
                  "InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "
-                 "Flatten, Dense, Dropout, Activation, ReLU, Softmax");
+                 "Flatten, Dense, Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax");
     expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"re\\nlu\"}}"),
-                 "bad.json: layer 2 \"d\" (Dense): activation \"re?lu\": hetrain has relu, linear "
-                 "and softmax (as the last step)");
+                 "bad.json: layer 2 \"d\" (Dense): activation \"re?lu\": hetrain has linear, relu, "
+                 "sigmoid, tanh, leaky_relu, elu, selu, swish, softplus, hard_sigmoid, gelu, "
+                 "softmax (softmax as the last step)");
     // regularizer, constraint
     expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"softmax\", \"kernel_regularizer\": "
@@ -313,9 +314,10 @@ static void test_errors(void **state) {
                  "bad.json: layer 1 \"c\" (Conv2D): kernel_size missing");
     // what hetrain lacks
     expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
-                     "\"units\": 4, \"activation\": \"tanh\"}}"),
-                 "bad.json: layer 2 \"d\" (Dense): activation \"tanh\": hetrain has relu, linear "
-                 "and softmax (as the last step)");
+                     "\"units\": 4, \"activation\": \"mish\"}}"),
+                 "bad.json: layer 2 \"d\" (Dense): activation \"mish\": hetrain has linear, relu, "
+                 "sigmoid, tanh, leaky_relu, elu, selu, swish, softplus, hard_sigmoid, gelu, "
+                 "softmax (softmax as the last step)");
     expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"dilation_rate\": [2, 2]}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): dilation_rate 2: hetrain's convolutions are "

@@ -518,8 +518,9 @@ static void test_config_errors(void **state) {
     expect_cfg_error(NET "[net]\n", "bad.cfg:4: second [net] section");
     expect_cfg_error(NET "[dense]\nunits = 4\nunits = 5\n", "bad.cfg:6: [dense] units given twice");
     expect_cfg_error(NET "[dense]\n[softmax]\n", "bad.cfg:4: [dense] needs units");
-    expect_cfg_error(NET "[dense]\nunits = 4\nactivation = tanh\n",
-                     "bad.cfg:6: [dense] activation: expected linear|relu|softmax, found \"tanh\"");
+    expect_cfg_error(NET "[dense]\nunits = 4\nactivation = mish\n",
+                     "bad.cfg:6: [dense] activation: expected linear|relu|softmax|sigmoid|tanh|"
+                     "leaky_relu|elu|selu|swish|softplus|hard_sigmoid|gelu, found \"mish\"");
     expect_cfg_error(NET "[dense]\nunits = 4\nname = fc.x\n" "[softmax]\n",
                      "bad.cfg:4: layer 0 (dense): name \"fc.x\"");
 
@@ -531,6 +532,48 @@ static void test_config_errors(void **state) {
     assert_int_equal(model_init(&m, "no/such/model", &err), -1); // '/' means a path
     assert_non_null(strstr(err.msg, "no/such/model: cannot open"));
     model_free(&m);
+}
+
+// The act family in a config: its sections with their parameters (default, given, Keras's
+// names for both), `activation =` with every activation name (silu is swish), and what is
+// refused.
+static void test_config_activations(void **state) {
+    (void)state;
+    static const char text[] = NET "[conv]\nfilters = 2\nsize = 3\nactivation = gelu\n"
+                                   "[leaky_relu]\n[LeakyReLU]\nnegative_slope = 0.1\n"
+                                   "[elu]\nalpha = 0.5\n[hard_sigmoid]\n[hard_sigmoid]\nslope = 0.2\n"
+                                   "[gelu]\napproximate = 1\n[sigmoid]\n[Activation]\n"
+                                   "activation = silu\n[dense]\nunits = 4\nactivation = tanh\n"
+                                   "[selu]\n[softplus]\n[softmax]\n";
+    model m;
+    ht_error err = {{0}};
+    if (load_text(&m, "act.cfg", text, &err)) fail_msg("%s", err.msg);
+    static const struct {
+        layer_kind kind;
+        float alpha;
+    } want[] = {{LAYER_CONV2D, 0},       {LAYER_GELU, 0},         {LAYER_LEAKY_RELU, 0.3f},
+                {LAYER_LEAKY_RELU, 0.1f}, {LAYER_ELU, 0.5f},       {LAYER_HARD_SIGMOID, 1.0f / 6},
+                {LAYER_HARD_SIGMOID, 0.2f}, {LAYER_GELU, 1},       {LAYER_SIGMOID, 0},
+                {LAYER_SWISH, 0},        {LAYER_DENSE, 0},        {LAYER_TANH, 0},
+                {LAYER_SELU, 0},         {LAYER_SOFTPLUS, 0},     {LAYER_SOFTMAX_XENT, 0}};
+    assert_int_equal(m.n_layers, (int)N_OF(want));
+    for (int l = 0; l < m.n_layers; l++) {
+        assert_int_equal(m.layers[l].kind, want[l].kind);
+        assert_true(m.layers[l].alpha == want[l].alpha);
+    }
+    assert_string_equal(m.layers[2].name, "lrelu1");
+    assert_string_equal(m.layers[3].name, "lrelu2");
+    assert_int_equal(m.n_params, 2 * 9 + 2 + 2 * 6 * 6 * 4 + 4);
+    model_free(&m);
+    expect_cfg_error(NET "[sigmoid]\nalpha = 1\n" TAIL,
+                     "bad.cfg:5: [sigmoid] unknown key \"alpha\"; expected one of: name");
+    expect_cfg_error(NET "[gelu]\napproximate = 2\n" TAIL,
+                     "bad.cfg:4: layer 0 (gelu): approximate 2: expected 0 (erf) or 1 (tanh)");
+    expect_cfg_error(NET "[hard_sigmoid]\nslope = 0\n" TAIL,
+                     "bad.cfg:4: layer 0 (hard_sigmoid): slope 0: expected a number > 0");
+    expect_cfg_error(NET "[Activation]\nactivation = mish\n" TAIL,
+                     "bad.cfg:5: [Activation] activation: expected linear|relu|softmax|sigmoid|"
+                     "tanh|leaky_relu|elu|selu|swish|softplus|hard_sigmoid|gelu, found \"mish\"");
 }
 
 static void test_config_sections(void **state) {
@@ -833,6 +876,7 @@ int main(void) {
         cmocka_unit_test(test_model_add_errors),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_config_sections),
+        cmocka_unit_test(test_config_activations),
         cmocka_unit_test(test_summary),
         cmocka_unit_test(test_tensor_table),
         cmocka_unit_test(test_same_padding_any_stride),

@@ -15,6 +15,7 @@
 #include "device.h"
 #include "engine.h"
 #include "model.h"
+#include "layer_desc.h"
 #include "net.h"
 #include "ref.h"
 #include "rng.h"
@@ -207,7 +208,7 @@ static void test_batch_composition_invariance(void **state) {
 #define TOL_NET_REF 1e-5f
 // nthreads=1 vs nthreads=2, and a batch vs its parts: out and din are computed per sample by
 // the same single-threaded calls either way; dw/db differ in the order the per-thread sums are
-// added, a few ulps (observed 4.8e-7 for one layer, test_layers), so they get twice the room.
+// added, a few ulps (observed 4.8e-7 for one layer, test_layers_conv), so they get twice the room.
 #define TOL_THREADS_SUM 2e-6f
 
 static void build_model(model *m, int c, int h, int w, int classes, const layer_spec *s, int n) {
@@ -415,6 +416,45 @@ static void test_net_new_kinds(void **state) {
     model_free(&m);
 }
 
+// The act family through net.c's plans against the reference walker: every kind, in the
+// per-sample trunk on channels-last tensors with pad channels (20 filters: a stride of 32),
+// first in the network, after a pooling, before a dropout (which overwrites the activation's
+// output in place: its backward must not need it), and batch-wise after dense layers.
+static void test_net_activations(void **state) {
+    (void)state;
+    const layer_spec a[] = {
+        {.kind = LAYER_TANH},                                                        // 1x8x8
+        {.kind = LAYER_CONV2D, .filters = 20, .k = 3, .pad = 1, .w_init = INIT_GLOROT_UNIFORM},
+        {.kind = LAYER_SWISH},
+        {.kind = LAYER_DROPOUT, .rate = 0.25f},
+        {.kind = LAYER_MAXPOOL, .k = 2},                                             // 20x4x4
+        {.kind = LAYER_GELU},
+        {.kind = LAYER_CONV2D, .filters = 6, .k = 3, .pad = 1, .w_init = INIT_GLOROT_UNIFORM},
+        {.kind = LAYER_ELU, .alpha = 0.7f, .alpha_set = 1},
+        {.kind = LAYER_HARD_SIGMOID},
+        {.kind = LAYER_AVGPOOL, .k = 2},                                             // 6x2x2
+        {.kind = LAYER_SELU},
+        {.kind = LAYER_DENSE, .units = 9, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_SIGMOID},
+        {.kind = LAYER_DROPOUT, .rate = 0.3f},
+        {.kind = LAYER_DENSE, .units = 7, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_LEAKY_RELU, .alpha = 0.1f, .alpha_set = 1},
+        {.kind = LAYER_SOFTPLUS},
+        {.kind = LAYER_GELU, .alpha = 1, .alpha_set = 1},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_DENSE, .units = 4, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    model m;
+    build_model(&m, 1, 8, 8, 4, a, (int)(sizeof a / sizeof a[0]));
+    int seen = 0;
+    for (int l = 0; l < m.n_layers; l++)
+        if (layer_act_fn(m.layers[l].kind) >= 0) seen |= 1 << layer_act_fn(m.layers[l].kind);
+    assert_int_equal(seen, (1 << ACT_FN_COUNT) - 1); // every kind of the family
+    net_ref_check(&m, 2500);
+    model_free(&m);
+}
+
 // One SGD step of the 3-layer reference network on 64 Fashion-MNIST samples: on one CPU
 // device, and split over two CPU devices with unequal weights.
 static void run_step(const model *m, const dataset *ds, const char *devices, float *out,
@@ -539,6 +579,7 @@ int main(void) {
         cmocka_unit_test(test_net_layouts),
         cmocka_unit_test(test_relu_dropout_fold_same_bits),
         cmocka_unit_test(test_net_new_kinds),
+        cmocka_unit_test(test_net_activations),
         cmocka_unit_test(test_engine_two_devices_equal_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

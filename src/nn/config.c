@@ -17,7 +17,9 @@
 //   weight_decay = 0          W >= 0 on the kernels (--weight-decay)
 //   weight_decay_mode = l2    l2|decoupled (--weight-decay-mode)
 //   [conv]     filters (required), size (required), stride = 1, pad = 0 | valid | same,
-//              activation = linear | relu | softmax (appends a [relu] or [softmax] layer),
+//              activation = linear | relu | sigmoid | tanh | leaky_relu | elu | selu | swish |
+//              softplus | hard_sigmoid | gelu | softmax (appends a layer of that kind, with
+//              its default parameter; silu is swish),
 //              init = glorot_uniform, init_arg, bias = 1, bias_init = zeros, bias_arg
 //   [dense]    units (required), activation, init = lecun_uniform, init_arg, bias = 1,
 //              bias_init, bias_arg
@@ -26,7 +28,12 @@
 //              inputs; padding is not counted)
 //   [globalavgpool]  each channel's mean over the whole plane: CxHxW -> Cx1x1
 //   [dropout]  rate (required, 0 <= rate < 1)
-//   [relu]
+//   [relu]  [sigmoid]  [tanh]  [selu]  [swish]  [softplus]
+//   [leaky_relu]    alpha = 0.3: slope below 0 (Keras's LeakyReLU; negative_slope too)
+//   [elu]           alpha = 1
+//   [hard_sigmoid]  slope = 0.1666..: clamp(slope x + 0.5, 0, 1) (Keras 3 and PyTorch's;
+//                   Keras 2's is 0.2)
+//   [gelu]          approximate = 0: x Phi(x) with erf; 1: its tanh approximation
 //   [softmax]  softmax + cross-entropy; must be last, over `classes` features
 //
 // pad = same is Keras/TensorFlow's for any size and stride: output ceil(in/stride), the odd
@@ -44,9 +51,10 @@
 // Aliases: [network], [convolutional], [connected]. Errors are one line: "path:LINE: ...".
 //
 // Keras's names work too, so a Keras model reads almost as written: the sections [Conv2D],
-// [MaxPooling2D], [AveragePooling2D], [GlobalAveragePooling2D], [Dense], [Dropout], [ReLU], [Softmax], [Activation] (activation = relu |
-// softmax | linear: a [relu], a [softmax] or nothing) and [Flatten] (nothing: dense layers
-// flatten their input); the keys kernel_size and pool_size (size), strides (stride), padding
+// [MaxPooling2D], [AveragePooling2D], [GlobalAveragePooling2D], [Dense], [Dropout], [ReLU],
+// [LeakyReLU], [ELU], [Softmax], [Activation] (activation = one of the activations above: a
+// layer of that kind, or nothing for linear) and [Flatten] (nothing: dense layers flatten
+// their input); the keys kernel_size and pool_size (size), strides (stride), padding
 // (pad: valid | same), kernel_initializer (init), bias_initializer (bias_init), and in [net]
 // learning_rate (lr), batch_size (batch), validation_split (val_split). units, rate, filters,
 // activation and epochs are already Keras's.
@@ -65,73 +73,55 @@
 #include <string.h>
 
 #include "keras.h"
+#include "layer_desc.h"
 #include "model.h"
 #include "optim.h"
 
 #define SECTION_KEY "__section_line"
 
+// What the open section is: [net], a layer of some kind (cfg_ctx.spec.kind), or one of Keras's
+// [Activation] (an activation layer, or nothing for "linear") and [Flatten] (nothing: dense
+// layers flatten their input).
 typedef enum sec_kind {
     SEC_NONE = -1,
     SEC_NET,
-    SEC_CONV,
-    SEC_MAXPOOL,
-    SEC_DENSE,
-    SEC_DROPOUT,
-    SEC_RELU,
-    SEC_SOFTMAX,
-    SEC_AVGPOOL,
-    SEC_GAVGPOOL,
-    SEC_ACTIVATION, // Keras's Activation layer: a relu, a softmax or nothing
-    SEC_FLATTEN,    // Keras's Flatten: nothing (dense layers flatten their input)
+    SEC_LAYER,
+    SEC_ACTIVATION,
+    SEC_FLATTEN,
 } sec_kind;
 
+// Sections besides the layer kinds' own names and Keras classes (layer_desc.h).
 static const struct {
     const char *name;
     sec_kind kind;
-} sec_names[] = {
-    {"net", SEC_NET},         {"network", SEC_NET},       {"conv", SEC_CONV},
-    {"convolutional", SEC_CONV}, {"maxpool", SEC_MAXPOOL}, {"dense", SEC_DENSE},
-    {"connected", SEC_DENSE}, {"dropout", SEC_DROPOUT},   {"relu", SEC_RELU},
-    {"softmax", SEC_SOFTMAX}, {"avgpool", SEC_AVGPOOL},   {"globalavgpool", SEC_GAVGPOOL},
-    // Keras's class names
-    {"Conv2D", SEC_CONV},     {"MaxPooling2D", SEC_MAXPOOL}, {"Dense", SEC_DENSE},
-    {"Dropout", SEC_DROPOUT}, {"ReLU", SEC_RELU},            {"Softmax", SEC_SOFTMAX},
-    {"Activation", SEC_ACTIVATION}, {"Flatten", SEC_FLATTEN},
-    {"AveragePooling2D", SEC_AVGPOOL}, {"GlobalAveragePooling2D", SEC_GAVGPOOL},
+    int layer; // SEC_LAYER: the kind
+} sec_aliases[] = {
+    {"net", SEC_NET, 0},           {"network", SEC_NET, 0},
+    {"convolutional", SEC_LAYER, LAYER_CONV2D}, {"connected", SEC_LAYER, LAYER_DENSE},
+    {"Activation", SEC_ACTIVATION, 0}, {"Flatten", SEC_FLATTEN, 0},
 };
 
-// Keras's argument names for the keys above, in the sections that have them (SEC_NONE: any).
+// Keras's argument names for the keys, in the families that have them (NULL: any section).
 static const struct {
-    sec_kind kind;
-    const char *keras, *key;
+    const char *family, *keras, *key;
 } key_aliases[] = {
-    {SEC_NET, "learning_rate", "lr"},  {SEC_NET, "batch_size", "batch"},
-    {SEC_NET, "validation_split", "val_split"},
-    {SEC_CONV, "kernel_size", "size"}, {SEC_MAXPOOL, "pool_size", "size"},
-    {SEC_AVGPOOL, "pool_size", "size"},
-    {SEC_NONE, "strides", "stride"},   {SEC_NONE, "padding", "pad"},
-    {SEC_NONE, "kernel_initializer", "init"}, {SEC_NONE, "bias_initializer", "bias_init"},
-    {SEC_NONE, "use_bias", "bias"},
+    {"net", "learning_rate", "lr"},  {"net", "batch_size", "batch"},
+    {"net", "validation_split", "val_split"},
+    {"conv", "kernel_size", "size"}, {"pool", "pool_size", "size"},
+    {"act", "negative_slope", "alpha"}, // Keras 3's LeakyReLU (Keras 2's: alpha)
+    {NULL, "strides", "stride"},   {NULL, "padding", "pad"},
+    {NULL, "kernel_initializer", "init"}, {NULL, "bias_initializer", "bias_init"},
+    {NULL, "use_bias", "bias"},
 };
 
-static const char *const *const sec_keys[] = {
-    [SEC_NET] = (const char *const[]){"name", "input", "classes", "optimizer", "lr", "momentum",
-                                      "nesterov", "decay", "beta1", "beta2", "eps", "batch",
-                                      "epochs", "val_split", "conv_algo", "lr_schedule",
-                                      "weight_decay", "weight_decay_mode", NULL},
-    [SEC_CONV] = (const char *const[]){"name", "filters", "size", "stride", "pad", "activation",
-                                       "init", "init_arg", "bias", "bias_init", "bias_arg", NULL},
-    [SEC_MAXPOOL] = (const char *const[]){"name", "size", "stride", "pad", NULL},
-    [SEC_DENSE] = (const char *const[]){"name", "units", "activation", "init", "init_arg", "bias",
-                                        "bias_init", "bias_arg", NULL},
-    [SEC_DROPOUT] = (const char *const[]){"name", "rate", NULL},
-    [SEC_RELU] = (const char *const[]){"name", NULL},
-    [SEC_SOFTMAX] = (const char *const[]){"name", NULL},
-    [SEC_AVGPOOL] = (const char *const[]){"name", "size", "stride", "pad", NULL},
-    [SEC_GAVGPOOL] = (const char *const[]){"name", NULL},
-    [SEC_ACTIVATION] = (const char *const[]){"name", "activation", NULL},
-    [SEC_FLATTEN] = (const char *const[]){"name", NULL},
-};
+static const char *const net_keys[] = {"name", "input", "classes", "optimizer", "lr", "momentum",
+                                       "nesterov", "decay", "beta1", "beta2", "eps", "batch",
+                                       "epochs", "val_split", "conv_algo", "lr_schedule",
+                                       "weight_decay", "weight_decay_mode", NULL};
+static const char *const activation_keys[] = {"name", "activation", NULL};
+static const char *const flatten_keys[] = {"name", NULL};
+
+#define SEC_MAX_KEYS 24 // and below 32: `seen` has a bit per key
 
 typedef struct cfg_ctx {
     // reader
@@ -151,10 +141,11 @@ typedef struct cfg_ctx {
     sec_kind kind;
     char sec_name[64]; // as written, for messages
     int sec_line, last_line;
-    unsigned seen;     // keys given, by index into sec_keys[kind]
+    const char *keys[SEC_MAX_KEYS + 1]; // the section's keys, NULL-terminated
+    unsigned seen;     // keys given, by index into keys
     layer_spec spec;
     char layer_name[64];
-    int relu_after, rate_set; // relu_after: 1 a relu, 2 a softmax follows the layer
+    int act_after;    // the kind of the activation `activation =` appends, or -1
     int w_arg_set, b_arg_set; // init_arg/bias_arg given: applied after init/bias_init
     float w_arg, b_arg;
     const char *key_shown;    // the key as written (a Keras alias), for messages
@@ -450,9 +441,17 @@ static int layer_key(cfg_ctx *c, const char *key, const char *v) {
         return 0;
     }
     if (!strcmp(key, "activation")) {
-        static const char *const names[] = {"linear", "relu", "softmax", NULL};
+        // linear, then the activations in layer_kinds.h's order ("linear|relu|...|softmax").
+        const char *names[LAYER_KIND_COUNT + 2];
+        int kinds[LAYER_KIND_COUNT + 1], n = 0;
+        names[n] = "linear", kinds[n++] = -1;
+        for (int k = 0; k < LAYER_KIND_COUNT; k++)
+            if (layer_flags((layer_kind)k) & LF_ACTIVATION)
+                names[n] = layer_desc_of((layer_kind)k)->name, kinds[n++] = k;
+        names[n] = NULL;
+        if (!strcmp(v, "silu")) v = "swish"; // Keras 3's name for it
         if (parse_choice(c, key, v, names, &i)) return -1;
-        c->relu_after = i;
+        c->act_after = kinds[i];
         return 0;
     }
     if (!strcmp(key, "bias")) {
@@ -480,8 +479,12 @@ static int layer_key(cfg_ctx *c, const char *key, const char *v) {
         return parse_float(c, key, v, -1e6, 0, 1e6, 0, &c->b_arg);
     }
     if (!strcmp(key, "rate")) {
-        c->rate_set = 1;
         return parse_float(c, key, v, 0, 0, 1, 1, &s->rate);
+    }
+    const char *pk = c->kind == SEC_LAYER ? layer_desc_of(s->kind)->param_key : NULL;
+    if (pk && !strcmp(key, pk)) { // the act family's parameter; model_add checks its range
+        s->alpha_set = 1;
+        return parse_float(c, key, v, -1e6, 0, 1e6, 0, &s->alpha);
     }
     return cfg_fail(c, c->line, "[%s] %s: not handled", c->sec_name, key);
 }
@@ -504,18 +507,14 @@ static int close_section(cfg_ctx *c) {
         c->net_done = 1;
         return 0;
     }
-    static const char *const required[] = {
-        [SEC_CONV] = "filters and size", [SEC_DENSE] = "units", [SEC_MAXPOOL] = "size",
-        [SEC_DROPOUT] = "rate", [SEC_AVGPOOL] = "size",
-    };
     if (c->kind == SEC_FLATTEN) return 0;
     layer_spec *s = &c->spec;
     if (c->w_arg_set) s->w_arg = c->w_arg;
     if (c->b_arg_set) s->b_arg = c->b_arg;
     if (c->kind == SEC_ACTIVATION) {
         if (!(c->seen & 2u)) return cfg_fail(c, c->sec_line, "[%s] needs activation", c->sec_name);
-        if (!c->relu_after) return 0;
-        s->kind = c->relu_after == 1 ? LAYER_RELU : LAYER_SOFTMAX_XENT;
+        if (c->act_after < 0) return 0;
+        s->kind = (layer_kind)c->act_after;
         if (model_add(m, s, err)) {
             c->failed = 1;
             return ht_wrap(err, "%s:%d", c->path, c->sec_line);
@@ -523,14 +522,19 @@ static int close_section(cfg_ctx *c) {
         c->last_line = c->sec_line;
         return 0;
     }
-    int missing = (c->kind == SEC_CONV && (!s->filters || !s->k)) ||
-                  (c->kind == SEC_DENSE && !s->units) ||
-                  ((c->kind == SEC_MAXPOOL || c->kind == SEC_AVGPOOL) && !s->k) ||
-                  (c->kind == SEC_DROPOUT && !c->rate_set);
-    if (missing)
-        return cfg_fail(c, c->sec_line, "[%s] needs %s", c->sec_name, required[c->kind]);
-    layer_spec after = {.kind = c->relu_after == 2 ? LAYER_SOFTMAX_XENT : LAYER_RELU};
-    if (model_add(m, s, err) || (c->relu_after && model_add(m, &after, err))) {
+    // Every key the family requires was given ("needs filters and size").
+    const char *const *req = layer_desc_of(s->kind)->family->required;
+    for (int r = 0; req[r]; r++) {
+        int k = 0;
+        while (c->keys[k] && strcmp(c->keys[k], req[r])) k++;
+        if (c->seen >> k & 1u) continue;
+        char need[96] = "";
+        for (int i = 0, n = 0; req[i]; i++)
+            n += snprintf(need + n, sizeof need - (size_t)n, "%s%s", i ? " and " : "", req[i]);
+        return cfg_fail(c, c->sec_line, "[%s] needs %s", c->sec_name, need);
+    }
+    layer_spec after = {.kind = (layer_kind)(c->act_after >= 0 ? c->act_after : 0)};
+    if (model_add(m, s, err) || (c->act_after >= 0 && model_add(m, &after, err))) {
         c->failed = 1;
         return ht_wrap(err, "%s:%d", c->path, c->sec_line);
     }
@@ -538,12 +542,40 @@ static int close_section(cfg_ctx *c) {
     return 0;
 }
 
+// The list of sections for the message about an unknown one.
+static const char *section_list(void) {
+    static char list[700];
+    if (list[0]) return list;
+    size_t n = (size_t)snprintf(list, sizeof list, "expected [net]");
+    for (int k = 0; k < LAYER_KIND_COUNT && n < sizeof list; k++)
+        n += (size_t)snprintf(list + n, sizeof list - n, ", [%s]", layer_descs[k].name);
+    n += (size_t)snprintf(list + n, sizeof list - n, ", or Keras's");
+    for (int k = 0; k < LAYER_KIND_COUNT && n < sizeof list; k++)
+        if (layer_descs[k].keras_class)
+            n += (size_t)snprintf(list + n, sizeof list - n, " [%s],", layer_descs[k].keras_class);
+    if (n < sizeof list) snprintf(list + n, sizeof list - n, " [Activation], [Flatten]");
+    return list;
+}
+
+// The keys of the open section: name, then its family's, then its kind's parameter.
+static void section_keys(cfg_ctx *c) {
+    const char *const *from = c->kind == SEC_NET          ? net_keys
+                              : c->kind == SEC_ACTIVATION ? activation_keys
+                              : c->kind == SEC_FLATTEN    ? flatten_keys
+                                                          : NULL;
+    int n = 0;
+    if (from) {
+        while (from[n] && n < SEC_MAX_KEYS) c->keys[n] = from[n], n++;
+    } else {
+        const layer_desc *d = layer_desc_of(c->spec.kind);
+        c->keys[n++] = "name";
+        for (int i = 0; d->family->keys[i] && n < SEC_MAX_KEYS; i++) c->keys[n++] = d->family->keys[i];
+        if (d->param_key && n < SEC_MAX_KEYS) c->keys[n++] = d->param_key;
+    }
+    c->keys[n] = NULL;
+}
+
 static int open_section(cfg_ctx *c, const char *section, int line) {
-    static const layer_kind layer_of[SEC_FLATTEN + 1] = {
-        [SEC_CONV] = LAYER_CONV2D, [SEC_MAXPOOL] = LAYER_MAXPOOL, [SEC_DENSE] = LAYER_DENSE,
-        [SEC_DROPOUT] = LAYER_DROPOUT, [SEC_RELU] = LAYER_RELU, [SEC_SOFTMAX] = LAYER_SOFTMAX_XENT,
-        [SEC_AVGPOOL] = LAYER_AVGPOOL, [SEC_GAVGPOOL] = LAYER_GLOBAL_AVGPOOL,
-    };
     if (close_section(c)) return -1;
     while (*section == ' ' || *section == '\t') section++;
     size_t n = strlen(section);
@@ -551,22 +583,26 @@ static int open_section(cfg_ctx *c, const char *section, int line) {
     snprintf(c->sec_name, sizeof c->sec_name, "%.*s", (int)n, section);
     c->sec_line = line;
     c->kind = SEC_NONE;
-    for (size_t i = 0; i < sizeof sec_names / sizeof sec_names[0]; i++)
-        if (!strcmp(c->sec_name, sec_names[i].name)) c->kind = sec_names[i].kind;
+    int lk = layer_kind_by_name(c->sec_name, 1);
+    if (lk >= 0) c->kind = SEC_LAYER;
+    for (size_t i = 0; lk < 0 && i < sizeof sec_aliases / sizeof sec_aliases[0]; i++)
+        if (!strcmp(c->sec_name, sec_aliases[i].name)) {
+            c->kind = sec_aliases[i].kind;
+            lk = sec_aliases[i].layer;
+        }
     if (c->kind == SEC_NONE)
-        return cfg_fail(c, line, "unknown section [%s]; expected [net], [conv], [maxpool], "
-                        "[avgpool], [globalavgpool], [dense], [dropout], [relu] or [softmax], or "
-                        "Keras's [Conv2D], [MaxPooling2D], [AveragePooling2D], "
-                        "[GlobalAveragePooling2D], [Dense], [Dropout], [Activation], [ReLU], "
-                        "[Softmax], [Flatten]", c->sec_name);
+        return cfg_fail(c, line, "unknown section [%s]; %s", c->sec_name, section_list());
     if (c->kind == SEC_NET && c->have_net)
         return cfg_fail(c, line, "second [%s] section", c->sec_name);
     if (c->kind != SEC_NET && !c->have_net)
         return cfg_fail(c, line, "[%s] before [net]: the file must start with [net]",
                         c->sec_name);
     c->seen = 0;
-    c->relu_after = c->rate_set = c->w_arg_set = c->b_arg_set = 0;
+    c->act_after = -1;
+    c->w_arg_set = c->b_arg_set = 0;
     c->layer_name[0] = 0;
+    c->spec = (layer_spec){.kind = (layer_kind)(lk > 0 ? lk : 0)};
+    section_keys(c);
     if (c->kind == SEC_NET) {
         c->have_net = 1;
         c->classes = 10;
@@ -577,8 +613,7 @@ static int open_section(cfg_ctx *c, const char *section, int line) {
         }
         return 0;
     }
-    c->spec = (layer_spec){.kind = layer_of[c->kind]};
-    c->spec.w_init = c->kind == SEC_DENSE ? INIT_LECUN_UNIFORM : INIT_GLOROT_UNIFORM;
+    c->spec.w_init = c->spec.kind == LAYER_DENSE ? INIT_LECUN_UNIFORM : INIT_GLOROT_UNIFORM;
     c->spec.b_init = INIT_ZEROS;
     return 0;
 }
@@ -596,11 +631,14 @@ static int cfg_handler(void *user, const char *section, const char *key, const c
         return 0;
     }
     const char *written = key;
+    const char *family = c->kind == SEC_NET     ? "net"
+                         : c->kind == SEC_LAYER ? layer_desc_of(c->spec.kind)->family->name
+                                                : "";
     for (size_t i = 0; i < sizeof key_aliases / sizeof key_aliases[0]; i++)
-        if ((key_aliases[i].kind == SEC_NONE || key_aliases[i].kind == c->kind) &&
+        if ((!key_aliases[i].family || !strcmp(key_aliases[i].family, family)) &&
             !strcmp(key, key_aliases[i].keras))
             key = key_aliases[i].key;
-    const char *const *keys = sec_keys[c->kind];
+    const char *const *keys = c->keys;
     int k = 0;
     while (keys[k] && strcmp(keys[k], key)) k++;
     if (!keys[k]) {

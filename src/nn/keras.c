@@ -4,6 +4,8 @@
 // what Keras computes, so a layer hetrain would compute differently is refused, never changed.
 #include "keras.h"
 
+#include "layer_desc.h"
+
 #include <json.h>
 
 #include <errno.h>
@@ -16,7 +18,7 @@
 #define KERAS_MAX_BYTES (64u << 20)
 #define KERAS_CLASSES                                                                          \
     "InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, "  \
-    "Dense, Dropout, Activation, ReLU, Softmax"
+    "Dense, Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax"
 #define NO_DEFAULT INT32_MIN
 
 typedef struct kctx {
@@ -29,6 +31,7 @@ typedef struct kctx {
     int format_set;
     // the running shape in Keras's terms: rank 1 (features), 2 (H, W) or 3 (an image)
     int rank;
+    int keras2; // written by Keras 2 (keras_version 1.x or 2.x): its hard_sigmoid is 0.2 x + 0.5
 } kctx;
 
 static int kfail(kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -236,20 +239,18 @@ static int get_init(kctx *k, json_object *cfg, const char *key, const char *def,
 
 // ---- layers ---------------------------------------------------------------------------------
 
-enum { ACT_LINEAR, ACT_RELU, ACT_SOFTMAX };
-
+// An activation by Keras's name: the layer kind that computes it (layer_desc.h), or -1 for
+// linear (none).
 static int get_activation(kctx *k, json_object *cfg, int required, int *act) {
     const char *a;
     json_object *v = jget(cfg, "activation");
     if (v && json_object_is_type(v, json_type_object))
         return kfail(k, "activation: a custom activation is not supported");
     if (get_str(k, cfg, "activation", required ? NULL : "linear", &a)) return -1;
-    if (!strcmp(a, "linear")) *act = ACT_LINEAR;
-    else if (!strcmp(a, "relu")) *act = ACT_RELU;
-    else if (!strcmp(a, "softmax")) *act = ACT_SOFTMAX;
-    else
-        return kfail(k, "activation \"%.40s\": hetrain has relu, linear and softmax (as the last "
-                     "step)", a);
+    *act = layer_kind_by_activation(a);
+    if (*act == -2)
+        return kfail(k, "activation \"%.40s\": hetrain has linear, %s (softmax as the last step)",
+                     a, layer_activation_list());
     return 0;
 }
 
@@ -370,15 +371,24 @@ static int add_softmax(kctx *k, model *m, const char *name, int last) {
     return add(k, m, &s);
 }
 
-// The activation that follows a Conv2D or Dense.
+// Keras's activation functions' parameters, where they differ from the layer classes':
+// leaky_relu(negative_slope = 0.2) against LeakyReLU's 0.3; Keras 2's hard_sigmoid 0.2 x + 0.5
+// against Keras 3's relu6(x + 3) / 6.
+static void activation_defaults(const kctx *k, layer_spec *s) {
+    if (s->kind == LAYER_LEAKY_RELU) s->alpha = 0.2f, s->alpha_set = 1;
+    if (s->kind == LAYER_HARD_SIGMOID && k->keras2) s->alpha = 0.2f, s->alpha_set = 1;
+}
+
+// The activation (a layer kind, -1: none) that follows a Conv2D or Dense, named after it
+// ("conv2d_relu").
 static int add_activation(kctx *k, model *m, int act, const char *kname, int last) {
-    char buf[32];
-    if (act == ACT_RELU) {
-        layer_spec s = {.kind = LAYER_RELU, .name = layer_name(kname, "_relu", buf, sizeof buf)};
-        return add(k, m, &s);
-    }
-    if (act == ACT_SOFTMAX) return add_softmax(k, m, NULL, last);
-    return 0;
+    char buf[32], suffix[24];
+    if (act == LAYER_SOFTMAX_XENT) return add_softmax(k, m, NULL, last);
+    if (act < 0) return 0;
+    snprintf(suffix, sizeof suffix, "_%s", layer_desc_of((layer_kind)act)->name);
+    layer_spec s = {.kind = (layer_kind)act, .name = layer_name(kname, suffix, buf, sizeof buf)};
+    activation_defaults(k, &s);
+    return add(k, m, &s);
 }
 
 static const char *const weight_extras[] = {"kernel_regularizer", "bias_regularizer",
@@ -529,11 +539,24 @@ static int read_layer(kctx *k, model *m, json_object *layer, int last) {
                         .rate = (float)rate};
         return add(k, m, &s);
     }
+    if (!strcmp(cls, "LeakyReLU") || !strcmp(cls, "ELU")) {
+        // Keras 3's LeakyReLU names its slope negative_slope, Keras 2's alpha; both 0.3.
+        int leaky = cls[0] == 'L';
+        const char *key = leaky && jget(cfg, "negative_slope") ? "negative_slope" : "alpha";
+        json_object *v = jget(cfg, key);
+        double a = leaky ? 0.3 : 1.0;
+        if (v && json_object_get_type(v) != json_type_null && get_num(k, cfg, key, &a)) return -1;
+        if (!isfinite(a)) return kfail(k, "%s: expected a number", key);
+        layer_spec s = {.kind = leaky ? LAYER_LEAKY_RELU : LAYER_ELU,
+                        .name = layer_name(kname, "", buf, sizeof buf), .alpha = (float)a,
+                        .alpha_set = 1};
+        return add(k, m, &s);
+    }
     if (!strcmp(cls, "Activation") || !strcmp(cls, "ReLU") || !strcmp(cls, "Softmax")) {
-        int act = ACT_RELU;
+        int act = LAYER_RELU;
         if (!strcmp(cls, "Activation") && get_activation(k, cfg, 1, &act)) return -1;
         if (!strcmp(cls, "Softmax")) {
-            act = ACT_SOFTMAX;
+            act = LAYER_SOFTMAX_XENT;
             json_object *axis = jget(cfg, "axis");
             if (axis && json_object_is_type(axis, json_type_array) &&
                 json_object_array_length(axis) == 1)
@@ -554,10 +577,11 @@ static int read_layer(kctx *k, model *m, json_object *layer, int last) {
                     return kfail(k, "%s: hetrain's ReLU has 0", keys[i]);
             }
         }
-        if (act == ACT_SOFTMAX) return add_softmax(k, m, layer_name(kname, "", buf, sizeof buf),
-                                                   last);
-        if (act == ACT_LINEAR) return 0;
-        layer_spec s = {.kind = LAYER_RELU, .name = layer_name(kname, "", buf, sizeof buf)};
+        if (act == LAYER_SOFTMAX_XENT)
+            return add_softmax(k, m, layer_name(kname, "", buf, sizeof buf), last);
+        if (act < 0) return 0;
+        layer_spec s = {.kind = (layer_kind)act, .name = layer_name(kname, "", buf, sizeof buf)};
+        activation_defaults(k, &s);
         return add(k, m, &s);
     }
     return kfail(k, "not supported; hetrain reads " KERAS_CLASSES);
@@ -645,6 +669,9 @@ static int build(kctx *k, model *m, json_object *root) {
         return kfail(k, "config: expected an object with a list of \"layers\", or that list");
     int n = (int)json_object_array_length(layers);
     if (n < 1) return kfail(k, "the model has no layers");
+    json_object *ver = jget(root, "keras_version"); // Keras 3 writes none
+    k->keras2 = ver && json_object_is_type(ver, json_type_string) &&
+                (json_object_get_string(ver)[0] == '1' || json_object_get_string(ver)[0] == '2');
     if (cfg && check_dtype(k, cfg)) return -1;
 
     // The layout is the first image layer's data_format; the input shape reads in it.

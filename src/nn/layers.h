@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "layer_kinds.h"
+
 // Output size of a convolution or pooling window along one axis.
 static inline int conv_out_dim(int in, int k, int stride, int pad) {
     return (in + 2 * pad - k) / stride + 1;
@@ -51,6 +53,19 @@ void relu_backward(float *din, const float *dout, const float *out, size_t n, in
 // dropout_forward's masking of dout followed by relu_backward. din may be dout.
 void relu_dropout_backward(float *din, const float *dout, const float *out, size_t n,
                            float rate, int nthreads);
+
+// The act family's activations (layer_kinds.h's act_fn; alpha is the layer's parameter) over n
+// elements: out = f(in); din = dout * f'(in), from the forward's input alone (a dropout after
+// the activation overwrites its output in place). In place allowed (out == in, din == dout).
+void act_forward(act_fn f, float alpha, float *out, const float *in, size_t n, int nthreads);
+void act_backward(act_fn f, float alpha, float *din, const float *dout, const float *in,
+                  size_t n, int nthreads);
+// The same on channels-last rows (positions) of Cs floats: the first C of each; the pad
+// channels of out and din are set to zero.
+void act_nhwc_forward(act_fn f, float alpha, float *out, const float *in, size_t rows, int C,
+                      int Cs, int nthreads);
+void act_nhwc_backward(act_fn f, float alpha, float *din, const float *dout, const float *in,
+                       size_t rows, int C, int Cs, int nthreads);
 
 // Inverted dropout over B samples of N elements each: element e of sample i is kept when
 // ht_rng_uniform(key, ids[i], e) >= rate, and kept values are scaled by 1/(1-rate).

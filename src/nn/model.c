@@ -7,26 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layer_desc.h"
 #include "layers.h"
 #include "rng.h"
-
-#define MODEL_MAX_LAYERS 1024
-#define MODEL_MAX_DIM 65536   // channels, height, width, filters, units
-#define MODEL_MAX_K 64        // kernel/window size, stride, padding
-#define MODEL_MAX_CLASSES 256 // labels are uint8_t
-#define MODEL_MAX_ELEMS ((int64_t)1 << 31) // per-sample activations, and total parameters
-
-static const char *const kind_names[] = {
-    [LAYER_CONV2D] = "conv",   [LAYER_MAXPOOL] = "maxpool", [LAYER_DENSE] = "dense",
-    [LAYER_RELU] = "relu",     [LAYER_DROPOUT] = "dropout", [LAYER_SOFTMAX_XENT] = "softmax",
-    [LAYER_AVGPOOL] = "avgpool", [LAYER_GLOBAL_AVGPOOL] = "globalavgpool",
-};
-// Automatic names are prefix + a per-kind counter ("conv1", "fc2"); softmax is alone.
-static const char *const auto_prefix[] = {
-    [LAYER_CONV2D] = "conv",   [LAYER_MAXPOOL] = "pool",    [LAYER_DENSE] = "fc",
-    [LAYER_RELU] = "relu",     [LAYER_DROPOUT] = "drop",    [LAYER_SOFTMAX_XENT] = "softmax",
-    [LAYER_AVGPOOL] = "avgpool", [LAYER_GLOBAL_AVGPOOL] = "gap",
-};
 
 // ---- presets -------------------------------------------------------------------------------
 
@@ -184,40 +167,18 @@ static int check_init(init_kind kind, float arg, float arg2, int vs, const char 
     return 0;
 }
 
-// Sets L's window (k, stride, before-pad) and output size: pad >= 0 as given, pad < 0
-// Keras/TensorFlow "same" (layers.h's same_pad_before), whose before-pads must agree between
-// the axes, as the layer keeps one.
-static int same_padding(layer *L, int idx, const char *kname, int k, int stride, int pad,
-                        ht_error *err) {
-    L->k = k, L->stride = stride;
-    if (pad >= 0) {
-        L->pad = pad;
-        L->oh = conv_out_dim(L->h, k, stride, pad);
-        L->ow = conv_out_dim(L->w, k, stride, pad);
-        return 0;
-    }
-    int ph = same_pad_before(L->h, k, stride), pw = same_pad_before(L->w, k, stride);
-    if (ph != pw)
-        return ht_fail(err, "layer %d (%s): \"same\" padding of input %dx%d (window %d, stride "
-                       "%d) pads %d rows but %d columns before; one pad for both is supported",
-                       idx, kname, L->h, L->w, k, stride, ph, pw);
-    L->pad = ph;
-    L->oh = same_out_dim(L->h, stride);
-    L->ow = same_out_dim(L->w, stride);
-    return 0;
-}
-
 int model_add(model *m, const layer_spec *s, ht_error *err) {
     int idx = m->n_layers;
     if (m->in_c < 1) return ht_fail(err, "model_add before model_begin");
-    if ((unsigned)s->kind > LAYER_GLOBAL_AVGPOOL)
+    if ((unsigned)s->kind >= LAYER_KIND_COUNT)
         return ht_fail(err, "layer %d: unknown kind %d", idx, (int)s->kind);
-    const char *kname = kind_names[s->kind];
+    const layer_desc *d = layer_desc_of(s->kind);
+    const char *kname = d->name;
     if (idx >= MODEL_MAX_LAYERS)
         return ht_fail(err, "layer %d (%s): more than %d layers", idx, kname, MODEL_MAX_LAYERS);
-    if (idx > 0 && m->layers[idx - 1].kind == LAYER_SOFTMAX_XENT)
-        return ht_fail(err, "layer %d (%s): nothing may follow softmax, which must be last", idx,
-                       kname);
+    if (idx > 0 && (layer_flags(m->layers[idx - 1].kind) & LF_LAST))
+        return ht_fail(err, "layer %d (%s): nothing may follow %s, which must be last", idx,
+                       kname, layer_desc_of(m->layers[idx - 1].kind)->name);
 
     layer L = {.kind = s->kind, .w_off = LAYER_NO_PARAM, .b_off = LAYER_NO_PARAM};
     if (idx == 0) {
@@ -232,98 +193,26 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
             return ht_fail(err, "layer %d (%s): name \"%.40s\" must be 1..31 of [A-Za-z0-9_-]",
                            idx, kname, s->name);
         strcpy(L.name, s->name);
-    } else if (s->kind == LAYER_SOFTMAX_XENT) {
-        strcpy(L.name, auto_prefix[s->kind]);
+    } else if (d->family->flags & LF_LAST) { // alone in a model: no number
+        strcpy(L.name, d->prefix);
     } else {
         int count = 1;
         for (int i = 0; i < idx; i++) count += m->layers[i].kind == s->kind;
-        snprintf(L.name, sizeof L.name, "%s%d", auto_prefix[s->kind], count);
+        snprintf(L.name, sizeof L.name, "%s%d", d->prefix, count);
     }
     for (int i = 0; i < idx; i++)
         if (!strcmp(m->layers[i].name, L.name))
             return ht_fail(err, "layer %d (%s): name \"%s\" is already used by layer %d", idx,
                            kname, L.name, i);
 
-    switch (s->kind) {
-    case LAYER_CONV2D: {
-        if (s->filters < 1 || s->filters > MODEL_MAX_DIM)
-            return ht_fail(err, "layer %d (conv): filters %d: expected 1..%d", idx, s->filters,
-                           MODEL_MAX_DIM);
-        if (s->k < 1 || s->k > MODEL_MAX_K)
-            return ht_fail(err, "layer %d (conv): kernel size %d: expected 1..%d", idx, s->k,
-                           MODEL_MAX_K);
-        int stride = s->stride ? s->stride : 1;
-        if (stride < 1 || stride > MODEL_MAX_K)
-            return ht_fail(err, "layer %d (conv): stride %d: expected 1..%d", idx, stride,
-                           MODEL_MAX_K);
-        int pad = s->pad;
-        if (pad > MODEL_MAX_K)
-            return ht_fail(err, "layer %d (conv): pad %d: expected 0..%d", idx, pad, MODEL_MAX_K);
-        if (pad >= 0 && (L.h + 2 * pad < s->k || L.w + 2 * pad < s->k))
-            return ht_fail(err, "layer %d (conv): kernel %d does not fit input %dx%d (pad %d)",
-                           idx, s->k, L.h, L.w, pad);
-        if (same_padding(&L, idx, kname, s->k, stride, pad, err)) return -1;
-        L.oc = s->filters;
-        L.n_w = (size_t)L.oc * L.c * L.k * L.k;
-        L.n_b = s->no_bias ? 0 : (size_t)L.oc;
-        break;
-    }
-    case LAYER_MAXPOOL:
-    case LAYER_AVGPOOL: {
-        if (s->k < 1 || s->k > MODEL_MAX_K)
-            return ht_fail(err, "layer %d (%s): window %d: expected 1..%d", idx, kname, s->k,
-                           MODEL_MAX_K);
-        int stride = s->stride ? s->stride : s->k;
-        if (stride < 1 || stride > MODEL_MAX_K)
-            return ht_fail(err, "layer %d (%s): stride %d: expected 1..%d", idx, kname, stride,
-                           MODEL_MAX_K);
-        if (s->pad > 0) // a window of padding alone would have no maximum or average
-            return ht_fail(err, "layer %d (%s): pad %d: pooling pads 0 (valid) or \"same\"",
-                           idx, kname, s->pad);
-        if (s->pad == 0 && (L.h < s->k || L.w < s->k))
-            return ht_fail(err, "layer %d (%s): window %d does not fit input %dx%d", idx, kname,
-                           s->k, L.h, L.w);
-        if (same_padding(&L, idx, kname, s->k, stride, s->pad, err)) return -1;
-        L.oc = L.c;
-        break;
-    }
-    case LAYER_GLOBAL_AVGPOOL:
-        L.oc = L.c, L.oh = 1, L.ow = 1;
-        break;
-    case LAYER_DENSE:
-        if (s->units < 1 || s->units > MODEL_MAX_DIM)
-            return ht_fail(err, "layer %d (dense): units %d: expected 1..%d", idx, s->units,
-                           MODEL_MAX_DIM);
-        L.c = (int)layer_in_size(&L), L.h = 1, L.w = 1; // flattens its input
-        L.oc = s->units, L.oh = 1, L.ow = 1;
-        L.n_w = (size_t)L.oc * L.c;
-        L.n_b = s->no_bias ? 0 : (size_t)L.oc;
-        break;
-    case LAYER_DROPOUT:
-        if (!(s->rate >= 0 && s->rate < 1))
-            return ht_fail(err, "layer %d (dropout): rate %g: expected 0 <= rate < 1", idx,
-                           (double)s->rate);
-        L.rate = s->rate;
-        L.oc = L.c, L.oh = L.h, L.ow = L.w;
-        break;
-    case LAYER_RELU:
-        L.oc = L.c, L.oh = L.h, L.ow = L.w;
-        break;
-    case LAYER_SOFTMAX_XENT:
-        if (layer_in_size(&L) != (size_t)m->n_classes)
-            return ht_fail(err, "layer %d (softmax): input has %zu features (%dx%dx%d), expected "
-                           "the %d classes", idx, layer_in_size(&L), L.c, L.h, L.w, m->n_classes);
-        L.c = m->n_classes, L.h = 1, L.w = 1;
-        L.oc = L.c, L.oh = 1, L.ow = 1;
-        break;
-    }
+    if (d->family->shape(&L, s, m->n_classes, idx, kname, err)) return -1;
     if (L.oh < 1 || L.ow < 1) // unreachable after the fit checks; kept as the invariant
         return ht_fail(err, "layer %d (%s): output %dx%d is empty", idx, kname, L.oh, L.ow);
     if ((int64_t)L.oc * L.oh * L.ow >= MODEL_MAX_ELEMS)
         return ht_fail(err, "layer %d (%s): output %dx%dx%d has 2^31 or more elements", idx,
                        kname, L.oc, L.oh, L.ow);
 
-    if (s->no_bias && s->kind != LAYER_CONV2D && s->kind != LAYER_DENSE)
+    if (s->no_bias && !(d->family->flags & LF_PARAMS))
         return ht_fail(err, "layer %d (%s): only conv and dense layers have a bias to leave out",
                        idx, kname);
     if (L.n_w) {
@@ -364,15 +253,12 @@ static int add_tensor(model *m, int l, int bias, ht_error *err) {
     t->off = bias ? L->b_off : L->w_off;
     t->n = bias ? L->n_b : L->n_w;
     int64_t shape[MODEL_TENSOR_MAX_DIMS];
+    const layer_family *f = layer_desc_of(L->kind)->family;
     if (bias) {
         t->ndim = 1;
-        shape[0] = L->kind == LAYER_CONV2D || L->kind == LAYER_DENSE ? L->oc : (int64_t)L->n_b;
-    } else if (L->kind == LAYER_CONV2D) {
-        t->ndim = 4;
-        shape[0] = L->oc, shape[1] = L->c, shape[2] = L->k, shape[3] = L->k;
-    } else if (L->kind == LAYER_DENSE) {
-        t->ndim = 2;
-        shape[0] = L->oc, shape[1] = (int64_t)L->c * L->h * L->w;
+        shape[0] = (int64_t)L->n_b;
+    } else if (f->weight_shape) {
+        t->ndim = f->weight_shape(L, shape);
     } else {
         t->ndim = 1;
         shape[0] = (int64_t)L->n_w;
@@ -427,9 +313,9 @@ static int build_tensors(model *m, ht_error *err) {
 int model_finish(model *m, ht_error *err) {
     if (m->n_layers == 0) return ht_fail(err, "model \"%s\" has no layers", m->name);
     const layer *last = &m->layers[m->n_layers - 1];
-    if (last->kind != LAYER_SOFTMAX_XENT)
+    if (!(layer_flags(last->kind) & LF_LAST))
         return ht_fail(err, "layer %d (%s): the model must end with softmax over the %d classes",
-                       m->n_layers - 1, kind_names[last->kind], m->n_classes);
+                       m->n_layers - 1, model_kind_name(last->kind), m->n_classes);
     if (build_tensors(m, err)) {
         free(m->tensors);
         m->tensors = NULL;
@@ -707,15 +593,11 @@ int model_init_keras_name(init_desc *d, const char *name, init_get_fn get, void 
 
 // ---- reporting -----------------------------------------------------------------------------
 
-const char *model_kind_name(layer_kind k) { return kind_names[k]; }
+const char *model_kind_name(layer_kind k) { return layer_desc_of(k)->name; }
 
 double model_layer_macs(const model *m, int l, int backward) {
     const layer *L = &m->layers[l];
-    double fwd = 0;
-    if (L->kind == LAYER_CONV2D)
-        fwd = (double)L->oc * L->oh * L->ow * L->c * L->k * L->k;
-    else if (L->kind == LAYER_DENSE)
-        fwd = (double)L->c * L->oc;
+    double fwd = layer_desc_of(L->kind)->family->macs(L);
     if (!backward) return fwd;
     // The weight gradient costs what the forward does, and so does the input gradient, which
     // layer 0 never computes: nothing needs the gradient of the network's input.
@@ -745,7 +627,7 @@ void model_print_summary(const model *m, FILE *f) {
     int lw = 20; // the label column: wider for long (Keras) layer names
     for (int l = 0; l < m->n_layers; l++) {
         int n = snprintf(label, sizeof label, "%s (%s)", m->layers[l].name,
-                         kind_names[m->layers[l].kind]);
+                         model_kind_name(m->layers[l].kind));
         if (n > lw) lw = n < 47 ? n : 47;
     }
     int rule = lw + 52;
@@ -757,7 +639,7 @@ void model_print_summary(const model *m, FILE *f) {
     fputc('\n', f);
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
-        snprintf(label, sizeof label, "%s (%s)", L->name, kind_names[L->kind]);
+        snprintf(label, sizeof label, "%s (%s)", L->name, model_kind_name(L->kind));
         snprintf(shape, sizeof shape, "(%d, %d, %d)", L->oc, L->oh, L->ow);
         fprintf(f, "%-4d %-*s %-18s %12s %14s\n", l, lw, label, shape,
                 group_digits(L->n_w + L->n_b, num),

@@ -9,17 +9,14 @@
 #include <stdio.h>
 
 #include "common.h"
+#include "layer_kinds.h"
 
-typedef enum layer_kind {
-    LAYER_CONV2D,
-    LAYER_MAXPOOL,
-    LAYER_DENSE,
-    LAYER_RELU,
-    LAYER_DROPOUT,
-    LAYER_SOFTMAX_XENT, // softmax + cross-entropy; must be last
-    LAYER_AVGPOOL,        // average over each window (k, stride, pad as maxpool's)
-    LAYER_GLOBAL_AVGPOOL, // (C,H,W) -> (C,1,1): each channel's mean
-} layer_kind;
+// Limits on what a model may be.
+#define MODEL_MAX_LAYERS 1024
+#define MODEL_MAX_DIM 65536   // channels, height, width, filters, units
+#define MODEL_MAX_K 64        // kernel/window size, stride, padding
+#define MODEL_MAX_CLASSES 256 // labels are uint8_t
+#define MODEL_MAX_ELEMS ((int64_t)1 << 31) // per-sample activations, and total parameters
 
 // Initialisers as Keras defines them (keras.initializers), drawn from hetrain's seeded
 // generator: the distributions are Keras's, the bits are not. fan_in and fan_out are Keras's:
@@ -110,6 +107,7 @@ typedef struct layer {
     int k, stride, pad; // conv2d and pooling; pad is the before-pad (top/left): "same" may pad
                         // one row/column more after, as oh/ow imply (layers.h)
     float rate;       // dropout drop probability
+    float alpha;      // the act family's parameter (layer_kinds.h)
     init_kind w_init, b_init;
     float w_arg, b_arg; // init parameters (init_kind says which)
     float w_arg2, b_arg2;
@@ -232,6 +230,8 @@ typedef struct layer_spec {
     int no_bias;      // conv2d, dense: no bias tensor (Keras use_bias = false)
     int units;
     float rate;
+    float alpha;      // the act family's parameter, when alpha_set (else the kind's default)
+    int alpha_set;
     init_kind w_init, b_init;
     float w_arg, b_arg;
     float w_arg2, b_arg2;

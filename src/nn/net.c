@@ -14,13 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layer_desc.h"
 #include "layers.h"
+#include "net_layers.h"
 #include "rng.h"
 
 // relu and dropout work in place on their input's buffer.
-static int layer_in_place(const layer *L) {
-    return L->kind == LAYER_RELU || L->kind == LAYER_DROPOUT;
-}
+static int layer_in_place(const layer *L) { return (layer_flags(L->kind) & LF_IN_PLACE) != 0; }
 
 // A tensor's layout: channels-last with channel stride cs, or NCHW (cs == c).
 typedef struct fmt {
@@ -59,11 +59,8 @@ static fmt plan_layer(const model *m, int l, fmt in, net_lplan *p) {
     in_shape(m, l, &c, &hw);
     memset(p, 0, sizeof *p);
     fmt out = in;
-    switch (L->kind) {
-    case LAYER_CONV2D:
-    case LAYER_MAXPOOL:
-    case LAYER_AVGPOOL:
-    case LAYER_GLOBAL_AVGPOOL:
+    unsigned flags = layer_flags(L->kind);
+    if (flags & LF_SPATIAL) {
         if (!as_nhwc(in, c, hw, &p->in_cs)) {
             p->cvt = 1;
             p->cvt_cs = p->in_cs = conv_cpad(c);
@@ -72,21 +69,15 @@ static fmt plan_layer(const model *m, int l, fmt in, net_lplan *p) {
         out.cs = L->kind == LAYER_CONV2D ? conv_cpad(L->oc) : p->in_cs;
         p->fuse_relu = L->kind == LAYER_CONV2D && l + 1 < m->n_layers &&
                        m->layers[l + 1].kind == LAYER_RELU;
-        break;
-    case LAYER_DENSE:
-    case LAYER_SOFTMAX_XENT:
+    } else if (flags & LF_FLAT) {
         if (!as_nchw(in, c, hw)) {
             p->cvt = 2;
             p->cvt_cs = in.cs;
         }
         out.nhwc = 0;
         out.cs = L->oc;
-        break;
-    case LAYER_RELU:
-        p->skip = l > 0 && m->layers[l - 1].kind == LAYER_CONV2D;
-        break;
-    case LAYER_DROPOUT:
-        break;
+    } else { // elementwise: the layout passes through
+        p->skip = L->kind == LAYER_RELU && l > 0 && m->layers[l - 1].kind == LAYER_CONV2D;
     }
     p->out_nhwc = out.nhwc;
     p->out_cs = out.cs;
@@ -96,9 +87,7 @@ static fmt plan_layer(const model *m, int l, fmt in, net_lplan *p) {
 static fmt input_fmt(const model *m) { return (fmt){.nhwc = 0, .cs = m->in_c}; }
 
 // Floats per sample of layer l's output, and of its converted input (0 when not converted).
-static size_t out_floats(const layer *L, const net_lplan *p) {
-    return p->out_nhwc ? (size_t)L->oh * L->ow * p->out_cs : layer_out_size(L);
-}
+#define out_floats net_out_floats
 static size_t cvt_floats(const model *m, int l, const net_lplan *p) {
     int c, hw;
     in_shape(m, l, &c, &hw);
@@ -112,43 +101,15 @@ static size_t in_floats(const model *m, int l, fmt f) {
     return (size_t)hw * (f.nhwc ? f.cs : c);
 }
 
-static conv_geom geom_of(const layer *L, const net_lplan *p) {
-    return (conv_geom){.C = L->c, .Cs = p->in_cs, .H = L->h, .W = L->w, .OC = L->oc,
-                       .K = L->k, .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow,
-                       .fwd = p->algo.fwd, .din = p->algo.din, .dw = p->algo.dw};
-}
-
-static pool_geom pool_of(const layer *L, const net_lplan *p) {
-    return (pool_geom){.Cs = p->in_cs, .H = L->h, .W = L->w, .K = L->k, .stride = L->stride,
-                       .pad = L->pad, .OH = L->oh, .OW = L->ow};
-}
-
-// A layer's bias in a parameter (or gradient) buffer, NULL for a layer without one.
-static float *bias_in(float *buf, const layer *L) { return L->n_b ? buf + L->b_off : NULL; }
-static const float *bias_of(const float *buf, const layer *L) {
-    return L->n_b ? buf + L->b_off : NULL;
-}
-
-// Global average pooling of B samples (B,HW,Cs) <-> (B,1,1,Cs).
-static void gavgpool_forward(float *out, const float *in, int B, int Cs, int HW, int nt) {
-    (void)nt; // read only by the OpenMP clause
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int s = 0; s < B; s++)
-        gavgpool_nhwc_forward_one(out + (size_t)s * Cs, in + (size_t)s * HW * Cs, Cs, HW);
-}
-static void gavgpool_backward(float *din, const float *dout, int B, int Cs, int HW, int nt) {
-    (void)nt; // read only by the OpenMP clause
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int s = 0; s < B; s++)
-        gavgpool_nhwc_backward_one(din + (size_t)s * HW * Cs, dout + (size_t)s * Cs, Cs, HW);
-}
+#define geom_of net_conv_geom
 
 // Each buffer starts on a 64-byte boundary.
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-// Whether layer l (planned as p) belongs in the trunk, given that all before it do.
+// Whether layer l (planned as p) belongs in the trunk, given that all before it do: its output
+// is channels-last and its family runs one sample at a time.
 static int in_trunk(const layer *L, const net_lplan *p) {
-    return p->out_nhwc && L->kind != LAYER_DENSE && L->kind != LAYER_SOFTMAX_XENT;
+    return p->out_nhwc && net_layer_ops_of[L->kind].forward_one;
 }
 
 typedef struct ws_sizes {
@@ -327,10 +288,6 @@ int net_argmax(const float *v, int n) {
     return best;
 }
 
-static uint64_t dropout_key(const net_dropout *drop, int l) {
-    return ht_rng_key(drop->seed, drop->epoch, (uint32_t)l);
-}
-
 // Layer l's input in the layout it needs: converted into ws->cvt[l] when the plan says so.
 static const float *layer_input(net_ws *ws, const model *m, int l, const float *in, int B) {
     const net_lplan *p = &ws->plan[l];
@@ -339,15 +296,6 @@ static const float *layer_input(net_ws *ws, const model *m, int l, const float *
     if (p->cvt == 1) nchw_to_nhwc(ws->cvt[l], in, B, c, p->cvt_cs, hw, ws->nthreads);
     if (p->cvt == 2) nhwc_to_nchw(ws->cvt[l], in, B, c, p->cvt_cs, hw, ws->nthreads);
     return p->cvt ? ws->cvt[l] : in;
-}
-
-// Dropout in place or into out, on a flat or a channels-last tensor.
-static void dropout_layer(float *out, const float *in, const layer *L, const net_lplan *p,
-                          int B, uint64_t key, const uint32_t *ids, int nt) {
-    if (p->out_nhwc)
-        dropout_nhwc_apply(out, in, B, L->oc, p->out_cs, L->oh * L->ow, L->rate, key, ids, nt);
-    else
-        dropout_forward(out, in, B, layer_out_size(L), L->rate, key, ids, nt);
 }
 
 // Packs the weights of the trunk's conv layers; while profiling, each layer's time goes to
@@ -359,7 +307,8 @@ static void trunk_pack(net_ws *ws, const model *m, const float *params, int dir)
         if (L->kind != LAYER_CONV2D) continue;
         double t = ws->prof ? ht_now() : 0;
         conv_geom g = geom_of(L, p);
-        conv2d_nhwc_pack(ws->pack + p->pack_off, params + L->w_off, bias_of(params, L), &g);
+        conv2d_nhwc_pack(ws->pack + p->pack_off, params + L->w_off,
+                          L->n_b ? params + L->b_off : NULL, &g);
         if (ws->prof) ws->prof[2 * l + dir] += ht_now() - t;
     }
 }
@@ -429,38 +378,11 @@ static void trunk_forward(net_ws *ws, const model *m, const float *params, const
                 const net_lplan *p = &ws->plan[l];
                 const size_t n = out_floats(L, p);
                 float *out = ws->act[l] + s * n;
-                switch (L->kind) {
-                case LAYER_CONV2D: {
-                    conv_geom g = geom_of(L, p);
-                    conv2d_nhwc_forward_one(out, in, ws->pack + p->pack_off, &g, p->fuse_relu,
-                                            mine + p->scr_off);
-                    break;
-                }
-                case LAYER_MAXPOOL: {
-                    pool_geom pg = pool_of(L, p);
-                    maxpool_nhwc_forward_one(out, in, &pg);
-                    break;
-                }
-                case LAYER_AVGPOOL: {
-                    pool_geom pg = pool_of(L, p);
-                    avgpool_nhwc_forward_one(out, in, &pg);
-                    break;
-                }
-                case LAYER_GLOBAL_AVGPOOL:
-                    gavgpool_nhwc_forward_one(out, in, p->in_cs, L->h * L->w);
-                    break;
-                case LAYER_RELU:
-                    if (!p->skip) relu_forward(out, in, n, 1);
-                    break;
-                case LAYER_DROPOUT:
-                    if (drop)
-                        dropout_layer(out, in, L, p, 1, dropout_key(drop, l), drop->ids + s, 1);
-                    else if (out != in)
-                        memcpy(out, in, n * sizeof *out);
-                    break;
-                default: // never in the trunk
-                    break;
-                }
+                net_call c = {.L = L, .p = p, .l = l, .B = 1, .nt = 1, .params = params,
+                              .in = in, .out = out, .scratch = mine + p->scr_off,
+                              .pack = ws->pack + p->pack_off, .drop = drop,
+                              .ids = drop ? drop->ids + s : NULL};
+                net_layer_ops_of[L->kind].forward_one(&c);
                 if (tp) {
                     double now = ht_now();
                     tp[l] += now - tl;
@@ -506,38 +428,11 @@ static void trunk_backward(net_ws *ws, const model *m, const float *params, floa
                                         : trunk_input(ws, m, x, s);
                 // The first layer's input gradient is never needed.
                 float *din = l > 0 ? dfree : NULL;
-                switch (L->kind) {
-                case LAYER_CONV2D: {
-                    conv_geom g = geom_of(L, p);
-                    conv2d_nhwc_backward_one(din, dout, p->fuse_relu ? ws->act[l] + s * n : NULL,
-                                             in, ws->pack + p->pack_off, &g, mine + p->scr_off);
-                    break;
-                }
-                case LAYER_MAXPOOL: {
-                    pool_geom pg = pool_of(L, p);
-                    if (din) maxpool_nhwc_backward_one(din, dout, in, &pg);
-                    break;
-                }
-                case LAYER_AVGPOOL: {
-                    pool_geom pg = pool_of(L, p);
-                    if (din) avgpool_nhwc_backward_one(din, dout, &pg);
-                    break;
-                }
-                case LAYER_GLOBAL_AVGPOOL:
-                    if (din) gavgpool_nhwc_backward_one(din, dout, p->in_cs, L->h * L->w);
-                    break;
-                case LAYER_RELU:
-                    if (din && !p->skip) relu_backward(dout, dout, ws->act[l] + s * n, n, 1);
-                    din = dout;
-                    break;
-                case LAYER_DROPOUT:
-                    if (drop)
-                        dropout_layer(dout, dout, L, p, 1, dropout_key(drop, l), drop->ids + s, 1);
-                    din = dout;
-                    break;
-                default:
-                    break;
-                }
+                net_call c = {.L = L, .p = p, .l = l, .B = 1, .nt = 1, .params = params,
+                              .in = in, .out = ws->act[l] + s * n, .dout = dout, .din = din,
+                              .scratch = mine + p->scr_off, .pack = ws->pack + p->pack_off,
+                              .drop = drop, .ids = drop ? drop->ids + s : NULL};
+                din = net_layer_ops_of[L->kind].backward_one(&c);
                 if (din && din != dout) {
                     dout = din;
                     dfree = din == ga ? gb : ga;
@@ -558,7 +453,8 @@ static void trunk_backward(net_ws *ws, const model *m, const float *params, floa
         if (L->kind != LAYER_CONV2D) continue;
         double t = ws->prof ? ht_now() : 0;
         conv_geom g = geom_of(L, p);
-        conv2d_nhwc_scratch_reduce(grads + L->w_off, bias_in(grads, L), ws->tscr + p->scr_off,
+        conv2d_nhwc_scratch_reduce(grads + L->w_off, L->n_b ? grads + L->b_off : NULL,
+                                   ws->tscr + p->scr_off,
                                    ws->tslice, nt, &g);
         if (ws->prof) ws->prof[2 * l + 1] += ht_now() - t;
     }
@@ -575,43 +471,10 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
         float *out = ws->act[l];
         double t = ws->prof ? ht_now() : 0;
         const float *lin = layer_input(ws, m, l, in, B);
-        switch (L->kind) {
-        case LAYER_CONV2D: {
-            conv_geom g = geom_of(L, p);
-            conv2d_nhwc_forward(out, lin, params + L->w_off, bias_of(params, L), B, &g,
-                                p->fuse_relu, ws->conv_ws, nt);
-            break;
-        }
-        case LAYER_MAXPOOL: {
-            pool_geom pg = pool_of(L, p);
-            maxpool_nhwc_forward(out, lin, B, &pg, nt);
-            break;
-        }
-        case LAYER_AVGPOOL: {
-            pool_geom pg = pool_of(L, p);
-            avgpool_nhwc_forward(out, lin, B, &pg, nt);
-            break;
-        }
-        case LAYER_GLOBAL_AVGPOOL:
-            gavgpool_forward(out, lin, B, p->in_cs, L->h * L->w, nt);
-            break;
-        case LAYER_DENSE:
-            dense_forward(out, lin, params + L->w_off, bias_of(params, L), B,
-                          (int)layer_in_size(L), L->oc, nt);
-            break;
-        case LAYER_RELU:
-            if (!p->skip) relu_forward(out, lin, out_floats(L, p) * (size_t)B, nt);
-            break;
-        case LAYER_DROPOUT:
-            if (drop)
-                dropout_layer(out, lin, L, p, B, dropout_key(drop, l), drop->ids, nt);
-            else if (out != lin)
-                memcpy(out, lin, sizeof(float) * out_floats(L, p) * (size_t)B);
-            break;
-        case LAYER_SOFTMAX_XENT:
-            softmax_xent_forward(out, y ? ws->loss : NULL, lin, y, B, L->oc);
-            break;
-        }
+        net_call c = {.L = L, .p = p, .l = l, .B = B, .nt = nt, .params = params, .in = lin,
+                      .out = out, .scratch = ws->conv_ws, .drop = drop,
+                      .ids = drop ? drop->ids : NULL, .y = y, .loss = ws->loss};
+        net_layer_ops_of[L->kind].forward(&c);
         if (ws->prof) ws->prof[2 * l] += ht_now() - t;
         in = out;
     }
@@ -644,54 +507,14 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
         const float *in = p->cvt ? ws->cvt[l] : l > 0 ? ws->act[l - 1] : x;
         // The first layer's input gradient is never needed.
         float *din = l > 0 ? dfree : NULL;
-        switch (L->kind) {
-        case LAYER_SOFTMAX_XENT:
-            softmax_xent_backward(dfree, ws->act[l], y, B, L->oc);
-            din = dfree;
-            break;
-        case LAYER_CONV2D: {
-            conv_geom g = geom_of(L, p);
-            conv2d_nhwc_backward(din, grads + L->w_off, bias_in(grads, L), dout,
-                                 p->fuse_relu ? ws->act[l] : NULL, in, params + L->w_off, B, &g,
-                                 ws->conv_ws, nt);
-            break;
-        }
-        case LAYER_MAXPOOL: {
-            pool_geom pg = pool_of(L, p);
-            if (din) maxpool_nhwc_backward(din, dout, in, B, &pg, nt);
-            break;
-        }
-        case LAYER_AVGPOOL: {
-            pool_geom pg = pool_of(L, p);
-            if (din) avgpool_nhwc_backward(din, dout, B, &pg, nt);
-            break;
-        }
-        case LAYER_GLOBAL_AVGPOOL:
-            if (din) gavgpool_backward(din, dout, B, p->in_cs, L->h * L->w, nt);
-            break;
-        case LAYER_DENSE:
-            dense_backward_beta(din, grads + L->w_off, bias_in(grads, L), dout, in,
-                                params + L->w_off, B, (int)layer_in_size(L), L->oc,
-                                overwrite ? 0.0f : 1.0f, nt);
-            break;
-        case LAYER_RELU:
-            // ws->act[l] is the relu output (dropout after it keeps the sign, so it still marks
-            // where the relu was active). A relu after a conv is the conv's business.
-            // With drop_fold and dropout on, the dropout's scale is applied here too.
-            if (din && p->drop_fold && drop)
-                relu_dropout_backward(dout, dout, ws->act[l], out_floats(L, p) * (size_t)B,
-                                      m->layers[l + 1].rate, nt);
-            else if (din && !p->skip)
-                relu_backward(dout, dout, ws->act[l], out_floats(L, p) * (size_t)B, nt);
-            din = dout;
-            break;
-        case LAYER_DROPOUT:
-            // After a relu with drop_fold, that relu's backward does the dropout's work.
-            if (drop && !(l > 0 && ws->plan[l - 1].drop_fold))
-                dropout_layer(dout, dout, L, p, B, dropout_key(drop, l), drop->ids, nt);
-            din = dout;
-            break;
-        }
+        // The loss head writes its gradient even as a first layer: into the spare buffer.
+        net_call c = {.L = L, .p = p, .l = l, .B = B, .nt = nt, .params = params, .grads = grads,
+                      .beta = overwrite ? 0.0f : 1.0f, .in = in, .out = ws->act[l],
+                      .dout = dout, .din = (layer_flags(L->kind) & LF_LAST) ? dfree : din,
+                      .scratch = ws->conv_ws, .drop = drop, .ids = drop ? drop->ids : NULL,
+                      .y = y, .folded = l > 0 && ws->plan[l - 1].drop_fold,
+                      .fold_rate = p->drop_fold ? m->layers[l + 1].rate : 0.0f};
+        din = net_layer_ops_of[L->kind].backward(&c);
         if (din && din != dout) {
             if (p->cvt) {
                 // Back to the previous layer's layout, into dout's buffer (no longer needed).

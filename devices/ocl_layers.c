@@ -1,0 +1,144 @@
+// The OpenCL device's op table (ocl_layers.h): each family's forward and backward over the ops
+// of ocl_ops.h, NCHW throughout.
+#include "ocl_layers.h"
+
+#include "layer_desc.h"
+
+static conv_geom conv_of(const layer *L) {
+    return (conv_geom){.C = L->c, .Cs = L->c, .H = L->h, .W = L->w, .OC = L->oc, .K = L->k,
+                       .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow};
+}
+static pool_geom pool_of(const layer *L) {
+    return (pool_geom){.Cs = L->c, .H = L->h, .W = L->w, .K = L->k, .stride = L->stride,
+                       .pad = L->pad, .OH = L->oh, .OW = L->ow};
+}
+static size_t out_floats(const ocl_call *c) { return layer_out_size(c->L) * (size_t)c->B; }
+
+// ---- conv: im2col + CLBlast; the im2col matrix is the layer's own buffer ----
+
+static int conv_fwd(const ocl_call *c, ht_error *e) {
+    conv_geom g = conv_of(c->L);
+    ocl_conv_scratch s = {c->aux, c->tmp, 0, 0};
+    return ocl_conv2d_forward(c->o, &g, c->B, c->out, c->in, c->params, c->L->w_off,
+                              c->L->b_off, &s, e);
+}
+// The forward of this micro-batch left the layer's im2col matrix in its buffer.
+static int conv_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
+    conv_geom g = conv_of(c->L);
+    ocl_conv_scratch s = {c->aux, c->tmp, 0, 1};
+    *din = c->din;
+    return ocl_conv2d_backward(c->o, &g, c->B, c->din, c->grads, c->dout, c->in, c->params,
+                               c->L->w_off, c->L->b_off, &s, e);
+}
+static size_t conv_aux(const layer *L, int B) {
+    conv_geom g = conv_of(L);
+    return ocl_conv2d_col_floats(&g, B) * sizeof(float);
+}
+static size_t conv_tmp(const layer *L, int B) {
+    conv_geom g = conv_of(L);
+    return ocl_conv2d_tmp_floats(&g, B);
+}
+
+// ---- pool: max pooling keeps its winners in its own buffer ----
+
+static int pool_fwd(const ocl_call *c, ht_error *e) {
+    pool_geom g = pool_of(c->L);
+    if (c->L->kind == LAYER_MAXPOOL)
+        return ocl_maxpool_forward(c->o, &g, c->B, c->out, c->aux, c->in, e);
+    return ocl_avgpool_forward(c->o, &g, c->B, c->out, c->in, e);
+}
+static int pool_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
+    pool_geom g = pool_of(c->L);
+    *din = c->din;
+    if (!c->din) return 0;
+    if (c->L->kind == LAYER_MAXPOOL)
+        return ocl_maxpool_backward(c->o, &g, c->B, c->din, c->dout, c->aux, e);
+    return ocl_avgpool_backward(c->o, &g, c->B, c->din, c->dout, e);
+}
+static size_t pool_aux(const layer *L, int B) {
+    return L->kind == LAYER_MAXPOOL ? layer_out_size(L) * (size_t)B * sizeof(int32_t) : 0;
+}
+
+// ---- gap ----
+
+static int gap_fwd(const ocl_call *c, ht_error *e) {
+    return ocl_gavgpool_forward(c->o, c->out, c->in, c->B, c->L->c, c->L->h, c->L->w, e);
+}
+static int gap_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
+    *din = c->din;
+    return c->din ? ocl_gavgpool_backward(c->o, c->din, c->dout, c->B, c->L->c, c->L->h, c->L->w, e)
+                  : 0;
+}
+
+// ---- dense ----
+
+static int dense_fwd(const ocl_call *c, ht_error *e) {
+    return ocl_dense_forward(c->o, c->out, c->in, c->params, c->L->w_off, c->L->b_off, c->B,
+                             (int)layer_in_size(c->L), c->L->oc, e);
+}
+static int dense_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
+    *din = c->din;
+    return ocl_dense_backward(c->o, c->din, c->grads, c->L->w_off, c->L->b_off, c->dout, c->in,
+                              c->params, c->B, (int)layer_in_size(c->L), c->L->oc, e);
+}
+
+// ---- relu and dropout: in place ----
+
+static int relu_fwd(const ocl_call *c, ht_error *e) {
+    return ocl_relu_forward(c->o, c->out, c->in, out_floats(c), e);
+}
+static int relu_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
+    *din = c->dout;
+    return c->din ? ocl_relu_backward(c->o, c->dout, c->dout, c->out, out_floats(c), e) : 0;
+}
+
+static int dropout_fwd(const ocl_call *c, ht_error *e) {
+    if (c->keys)
+        return ocl_dropout(c->o, c->out, c->in, c->B, layer_out_size(c->L), c->L->rate,
+                           c->keys[c->l], c->ids, e);
+    return c->out != c->in ? ocl_copy(c->o, c->in, 0, c->out, 0, out_floats(c) * sizeof(float), e)
+                           : 0;
+}
+static int dropout_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
+    *din = c->dout;
+    return ocl_dropout(c->o, c->dout, c->dout, c->B, layer_out_size(c->L), c->L->rate,
+                       c->keys[c->l], c->ids, e);
+}
+
+// ---- softmax + cross-entropy: its gradient goes to the spare buffer, even as a first layer ----
+
+static int softmax_fwd(const ocl_call *c, ht_error *e) {
+    return ocl_softmax_xent_forward(c->o, c->out, c->loss, c->in, c->y, c->B, c->L->oc, e);
+}
+static int softmax_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
+    *din = c->spare;
+    return ocl_softmax_xent_backward(c->o, c->spare, c->out, c->y, c->B, c->L->oc, e);
+}
+
+// ---- act ----
+
+static int act_fwd(const ocl_call *c, ht_error *e) {
+    return ocl_act_forward(c->o, layer_act_fn(c->L->kind), c->L->alpha, c->out, c->in,
+                           out_floats(c), e);
+}
+static int act_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
+    *din = c->din;
+    return c->din ? ocl_act_backward(c->o, layer_act_fn(c->L->kind), c->L->alpha, c->din, c->dout,
+                                     c->in, out_floats(c), e)
+                  : 0;
+}
+
+static const ocl_layer_ops cl_conv = {conv_fwd, conv_bwd, conv_aux, conv_tmp, 1};
+static const ocl_layer_ops cl_pool = {pool_fwd, pool_bwd, pool_aux, NULL, 0};
+static const ocl_layer_ops cl_gap = {gap_fwd, gap_bwd, NULL, NULL, 0};
+static const ocl_layer_ops cl_dense = {dense_fwd, dense_bwd, NULL, NULL, 0};
+static const ocl_layer_ops cl_relu = {relu_fwd, relu_bwd, NULL, NULL, 0};
+static const ocl_layer_ops cl_dropout = {dropout_fwd, dropout_bwd, NULL, NULL, 0};
+static const ocl_layer_ops cl_softmax = {softmax_fwd, softmax_bwd, NULL, NULL, 0};
+static const ocl_layer_ops cl_act = {act_fwd, act_bwd, NULL, NULL, 0};
+
+const ocl_layer_ops ocl_layer_ops_of[LAYER_KIND_COUNT] = {
+#define OCL_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = cl_##fam,
+    LAYER_KINDS(OCL_OPS_ROW)
+#undef OCL_OPS_ROW
+};

@@ -1,0 +1,41 @@
+// The OpenCL device's op table: one row per layer kind (layer_kinds.h), the ops of its family,
+// which opencl.c's walker calls with everything a call needs in one ocl_call, and the buffers
+// each family wants besides its output.
+#ifndef HETRAIN_OCL_LAYERS_H
+#define HETRAIN_OCL_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "ocl_ops.h"
+
+typedef struct ocl_call {
+    ocl_ops *o;
+    const layer *L;
+    int l, B;              // the layer's index; the micro-batch's samples
+    cl_mem params, grads;  // flat buffers, as on the host
+    cl_mem in, out;        // forward; in the backward the forward's input and output
+    cl_mem dout, din;      // backward: din NULL when the input's gradient is not wanted
+    cl_mem spare;          // backward: a free buffer the size of din (the loss head's output)
+    cl_mem aux;            // the layer's own buffer, kept from forward to backward (aux_bytes)
+    cl_mem tmp;            // the scratch every layer shares (tmp_floats), from float 0
+    cl_mem y, loss, ids;   // labels (NULL: none, as at inference), per-sample loss, sample ids
+    const uint64_t *keys;  // dropout's key of each layer; NULL: inference (dropout passes)
+} ocl_call;
+
+typedef struct ocl_layer_ops {
+    int (*forward)(const ocl_call *c, ht_error *e);
+    // Sets *din to where the input's gradient is (c->din, or c->dout for an in-place op, or
+    // NULL when none was made).
+    int (*backward)(const ocl_call *c, cl_mem *din, ht_error *e);
+    // Bytes of the layer's own buffer for B samples (0: none), and floats of the shared
+    // scratch it needs (0: none).
+    size_t (*aux_bytes)(const layer *L, int B);
+    size_t (*tmp_floats)(const layer *L, int B);
+    int gemm_aux; // its own buffer is a GEMM operand CLBlast may copy into scratch of its size
+} ocl_layer_ops;
+
+extern const ocl_layer_ops ocl_layer_ops_of[LAYER_KIND_COUNT];
+
+#endif

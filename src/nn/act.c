@@ -1,0 +1,116 @@
+// The act family's elementwise activations (layer_kinds.h) on the CPU, forward and backward,
+// in float. The backward works from the forward's input x alone: an in-place layer after the
+// activation (dropout) may have written over its output by then.
+#include "layers.h"
+
+#include <math.h>
+
+// A missing case is a compile error, not a silently linear layer.
+#pragma GCC diagnostic error "-Wswitch"
+
+// Below this many elements a parallel region costs more than the loop it would split.
+#define ACT_PARALLEL_MIN 32768
+
+#define SELU_ALPHA 1.6732632423543772848170429916717f
+#define SELU_SCALE 1.0507009873554804934193349852946f
+#define GELU_K 0.7978845608028654f // sqrt(2/pi)
+#define GELU_C 0.044715f
+#define INV_SQRT2 0.7071067811865476f
+#define INV_SQRT_2PI 0.3989422804014327f
+
+static inline float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static inline float act_f(act_fn kind, float a, float x) {
+    switch (kind) {
+    case ACT_SIGMOID: return sigm(x);
+    case ACT_TANH: return tanhf(x);
+    case ACT_LEAKY_RELU: return x > 0.0f ? x : a * x;
+    case ACT_ELU: return x > 0.0f ? x : a * expm1f(x);
+    case ACT_SELU: return SELU_SCALE * (x > 0.0f ? x : SELU_ALPHA * expm1f(x));
+    case ACT_SWISH: return x * sigm(x);
+    case ACT_SOFTPLUS: return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x));
+    case ACT_HARD_SIGMOID: {
+        float y = a * x + 0.5f;
+        return y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
+    }
+    case ACT_GELU:
+        if (a != 0.0f) return 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
+        return 0.5f * x * (1.0f + erff(x * INV_SQRT2));
+    case ACT_FN_COUNT: break;
+    }
+    return x;
+}
+
+// f'(x).
+static inline float act_df(act_fn kind, float a, float x) {
+    switch (kind) {
+    case ACT_SIGMOID: {
+        float s = sigm(x);
+        return s * (1.0f - s);
+    }
+    case ACT_TANH: {
+        float t = tanhf(x);
+        return 1.0f - t * t;
+    }
+    case ACT_LEAKY_RELU: return x > 0.0f ? 1.0f : a;
+    case ACT_ELU: return x > 0.0f ? 1.0f : a * expf(x);
+    case ACT_SELU: return SELU_SCALE * (x > 0.0f ? 1.0f : SELU_ALPHA * expf(x));
+    case ACT_SWISH: {
+        float s = sigm(x);
+        return s + x * s * (1.0f - s);
+    }
+    case ACT_SOFTPLUS: return sigm(x);
+    case ACT_HARD_SIGMOID: {
+        float z = a * x + 0.5f;
+        return z > 0.0f && z < 1.0f ? a : 0.0f;
+    }
+    case ACT_GELU:
+        if (a != 0.0f) {
+            float u = GELU_K * (x + GELU_C * x * x * x), t = tanhf(u);
+            return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+        }
+        return 0.5f * (1.0f + erff(x * INV_SQRT2)) + x * expf(-0.5f * x * x) * INV_SQRT_2PI;
+    case ACT_FN_COUNT: break;
+    }
+    return 1.0f;
+}
+
+void act_forward(act_fn kind, float alpha, float *out, const float *in, size_t n,
+                 int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = act_f(kind, alpha, in[i]);
+}
+
+void act_backward(act_fn kind, float alpha, float *din, const float *dout, const float *in,
+                  size_t n, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) din[i] = dout[i] * act_df(kind, alpha, in[i]);
+}
+
+void act_nhwc_forward(act_fn kind, float alpha, float *out, const float *in, size_t rows,
+                      int C, int Cs, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel for num_threads(nthreads) schedule(static) \
+    if (rows * (size_t)Cs >= ACT_PARALLEL_MIN)
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = in + r * Cs;
+        float *y = out + r * Cs;
+        for (int c = 0; c < C; c++) y[c] = act_f(kind, alpha, x[c]);
+        for (int c = C; c < Cs; c++) y[c] = 0.0f;
+    }
+}
+
+void act_nhwc_backward(act_fn kind, float alpha, float *din, const float *dout,
+                       const float *in, size_t rows, int C, int Cs, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel for num_threads(nthreads) schedule(static) \
+    if (rows * (size_t)Cs >= ACT_PARALLEL_MIN)
+    for (size_t r = 0; r < rows; r++) {
+        const size_t k = r * Cs;
+        for (int c = 0; c < C; c++)
+            din[k + c] = dout[k + c] * act_df(kind, alpha, in[k + c]);
+        for (int c = C; c < Cs; c++) din[k + c] = 0.0f;
+    }
+}

@@ -1,0 +1,69 @@
+// The layer kinds, once: every table indexed by kind (the descriptors of layer_desc.c, and the
+// op tables of the CPU path, the OpenCL device and the test reference) is built from this list,
+// so a kind cannot be half-added: a backend that lacks its family's ops does not compile.
+//
+//   X(ID, family, name, automatic name prefix, Keras class, parameter key, its default)
+//
+// ID gives LAYER_<ID>. The family names the ops every backend implements for it
+// (`<backend>_<family>`: conv, pool, gap, dense, relu, dropout, softmax, act); kinds of one
+// family share them. name is the config section and what `summary` and messages call the
+// kind; for the kinds that can be an activation (relu, softmax, the act family) it is also the
+// config's and Keras's activation name. The Keras class is the layer class that is this kind
+// alone (NULL: none; Keras writes the activations as Activation("name") too). The act family
+// takes one parameter, under the key given (NULL: none), kept in layer.alpha: leaky_relu's
+// slope for negative inputs (Keras's LeakyReLU layer: 0.3), elu's alpha, hard_sigmoid's slope
+// (Keras 3 and PyTorch: 1/6; Keras 2: 0.2) and gelu's tanh approximation (0: erf, exact).
+//
+// The enum's order is only in memory: files name layers and tensors, never a kind's number.
+#ifndef HETRAIN_LAYER_KINDS_H
+#define HETRAIN_LAYER_KINDS_H
+
+#define LAYER_KINDS(X)                                                                              \
+    X(CONV2D,         conv,    "conv",          "conv",     "Conv2D",                 NULL, 0)      \
+    X(MAXPOOL,        pool,    "maxpool",       "pool",     "MaxPooling2D",           NULL, 0)      \
+    X(DENSE,          dense,   "dense",         "fc",       "Dense",                  NULL, 0)      \
+    X(RELU,           relu,    "relu",          "relu",     "ReLU",                   NULL, 0)      \
+    X(DROPOUT,        dropout, "dropout",       "drop",     "Dropout",                NULL, 0)      \
+    X(SOFTMAX_XENT,   softmax, "softmax",       "softmax",  "Softmax",                NULL, 0)      \
+    X(AVGPOOL,        pool,    "avgpool",       "avgpool",  "AveragePooling2D",       NULL, 0)      \
+    X(GLOBAL_AVGPOOL, gap,     "globalavgpool", "gap",      "GlobalAveragePooling2D", NULL, 0)      \
+    X(SIGMOID,        act,     "sigmoid",       "sigmoid",  NULL,                     NULL, 0)      \
+    X(TANH,           act,     "tanh",          "tanh",     NULL,                     NULL, 0)      \
+    X(LEAKY_RELU,     act,     "leaky_relu",    "lrelu",    "LeakyReLU",              "alpha", 0.3) \
+    X(ELU,            act,     "elu",           "elu",      "ELU",                    "alpha", 1.0) \
+    X(SELU,           act,     "selu",          "selu",     NULL,                     NULL, 0)      \
+    X(SWISH,          act,     "swish",         "swish",    NULL,                     NULL, 0)      \
+    X(SOFTPLUS,       act,     "softplus",      "softplus", NULL,                     NULL, 0)      \
+    X(HARD_SIGMOID,   act,     "hard_sigmoid",  "hsig",     NULL,                     "slope",      \
+      0.16666666666666666)                                                                          \
+    X(GELU,           act,     "gelu",          "gelu",     NULL,                     "approximate", 0)
+
+typedef enum layer_kind {
+#define LAYER_KIND_ENUM(id, fam, name, prefix, keras, key, dflt) LAYER_##id,
+    LAYER_KINDS(LAYER_KIND_ENUM)
+#undef LAYER_KIND_ENUM
+    LAYER_KIND_COUNT
+} layer_kind;
+
+// The act family's kinds on their own, as act_fn: what the backends' activation functions
+// switch over (without a default, so that a missing one does not compile). Each family says
+// whether its kinds are activations; a new family adds its line here.
+#define LAYER_ACT_FN_conv(id)
+#define LAYER_ACT_FN_pool(id)
+#define LAYER_ACT_FN_gap(id)
+#define LAYER_ACT_FN_dense(id)
+#define LAYER_ACT_FN_relu(id)
+#define LAYER_ACT_FN_dropout(id)
+#define LAYER_ACT_FN_softmax(id)
+#define LAYER_ACT_FN_act(id) ACT_##id,
+
+#define LAYER_ACT_FN_ENTRY(id, fam, name, prefix, keras, key, dflt) LAYER_ACT_FN_##fam(id)
+typedef enum act_fn { LAYER_KINDS(LAYER_ACT_FN_ENTRY) ACT_FN_COUNT } act_fn;
+
+// The same enum as OpenCL C source, which the OpenCL device puts before its kernels.
+#define LAYER_STR_(...) #__VA_ARGS__
+#define LAYER_STR(...) LAYER_STR_(__VA_ARGS__)
+#define LAYER_ACT_FN_OPENCL                                                                    \
+    "enum act_fn { " LAYER_STR(LAYER_KINDS(LAYER_ACT_FN_ENTRY)) " ACT_FN_COUNT };\n"
+
+#endif

@@ -1,0 +1,53 @@
+// The CPU path's op table: one row per layer kind (layer_kinds.h), the ops of its family, which
+// net.c's walker calls with everything a call needs in one net_call. Internal to src/nn.
+#ifndef HETRAIN_NET_LAYERS_H
+#define HETRAIN_NET_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "net.h"
+
+// One call of a layer's op: batch-wise over B samples with nt threads, or in the trunk one
+// sample (B = 1) on the calling thread (nt = 1).
+typedef struct net_call {
+    const layer *L;
+    const net_lplan *p;
+    int l, B, nt;
+    const float *params;
+    float *grads;            // backward: parameter gradients, added to (dense: by beta)
+    float beta;              // dense's weight gradient: 0 overwrites, 1 adds
+    const float *in;         // the layer's input in the layout it needs
+    float *out;              // forward: its output; backward: its forward's output
+    float *dout;             // backward: the gradient of its output (in-place ops write it)
+    float *din;              // backward: where its input's gradient goes; NULL: not wanted
+    float *scratch;          // conv: the batch workspace, or this thread's trunk scratch
+    const float *pack;       // conv in the trunk: its packed weights
+    const net_dropout *drop; // NULL: inference (dropout passes its input)
+    const uint32_t *ids;     // dropout: the call's samples' ids
+    const uint8_t *y;        // softmax: labels, or NULL
+    float *loss;             // softmax: each sample's loss (when y is not NULL)
+    int folded;              // dropout's backward: the relu before it did it (drop_fold)
+    float fold_rate;         // relu's backward with drop_fold: the dropout's rate
+} net_call;
+
+typedef struct net_layer_ops {
+    void (*forward)(const net_call *c);
+    // Returns where the input's gradient is (din, or dout for an op that works in place), or
+    // NULL when none was made.
+    float *(*backward)(const net_call *c);
+    // The trunk's one-sample ops; NULL for a family that never runs in the trunk.
+    void (*forward_one)(const net_call *c);
+    float *(*backward_one)(const net_call *c);
+} net_layer_ops;
+
+extern const net_layer_ops net_layer_ops_of[LAYER_KIND_COUNT];
+
+// Floats per sample of layer L's output as planned (channels-last with its channel stride, or
+// flat).
+size_t net_out_floats(const layer *L, const net_lplan *p);
+// A convolution's geometry as net.c plans it (its input's channel stride, its algorithms).
+conv_geom net_conv_geom(const layer *L, const net_lplan *p);
+
+#endif
