@@ -118,27 +118,50 @@ static int softmax_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
 // ---- act ----
 
 static int act_fwd(const ocl_call *c, ht_error *e) {
-    return ocl_act_forward(c->o, layer_act_fn(c->L->kind), c->L->alpha, c->out, c->in,
+    return ocl_act_forward(c->o, c->act, c->L->alpha, c->out, c->in,
                            out_floats(c), e);
 }
 static int act_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
     *din = c->din;
-    return c->din ? ocl_act_backward(c->o, layer_act_fn(c->L->kind), c->L->alpha, c->din, c->dout,
+    return c->din ? ocl_act_backward(c->o, c->act, c->L->alpha, c->din, c->dout,
                                      c->in, out_floats(c), e)
                   : 0;
 }
 
-static const ocl_layer_ops cl_conv = {conv_fwd, conv_bwd, conv_aux, conv_tmp, 1};
-static const ocl_layer_ops cl_pool = {pool_fwd, pool_bwd, pool_aux, NULL, 0};
-static const ocl_layer_ops cl_gap = {gap_fwd, gap_bwd, NULL, NULL, 0};
-static const ocl_layer_ops cl_dense = {dense_fwd, dense_bwd, NULL, NULL, 0};
-static const ocl_layer_ops cl_relu = {relu_fwd, relu_bwd, NULL, NULL, 0};
-static const ocl_layer_ops cl_dropout = {dropout_fwd, dropout_bwd, NULL, NULL, 0};
-static const ocl_layer_ops cl_softmax = {softmax_fwd, softmax_bwd, NULL, NULL, 0};
-static const ocl_layer_ops cl_act = {act_fwd, act_bwd, NULL, NULL, 0};
+static const char *const conv_kernels[] = {"im2col", "bias_to_nchw", "nchw_to_rows", "row_sum",
+                                           "col2im", NULL};
+static const char *const pool_kernels[] = {"maxpool_fwd", "maxpool_bwd", "maxpool_bwd_tiled",
+                                           "avgpool_fwd", "avgpool_bwd", NULL};
+static const char *const gap_kernels[] = {"gavgpool_fwd", "gavgpool_bwd", NULL};
+static const char *const dense_kernels[] = {"dense_bias", "col_sum", NULL};
+static const char *const relu_kernels[] = {"relu_fwd", "relu_bwd", NULL};
+static const char *const dropout_kernels[] = {"dropout", NULL};
+static const char *const softmax_kernels[] = {"softmax_xent_fwd", "softmax_xent_bwd", NULL};
+static const char *const act_kernels[] = {"act_fwd", "act_bwd", NULL};
 
-const ocl_layer_ops ocl_layer_ops_of[LAYER_KIND_COUNT] = {
-#define OCL_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = cl_##fam,
+static const ocl_layer_ops cl_conv = {conv_fwd, conv_bwd, conv_aux, conv_tmp, 1, conv_kernels};
+static const ocl_layer_ops cl_pool = {pool_fwd, pool_bwd, pool_aux, NULL, 0, pool_kernels};
+static const ocl_layer_ops cl_gap = {gap_fwd, gap_bwd, NULL, NULL, 0, gap_kernels};
+static const ocl_layer_ops cl_dense = {dense_fwd, dense_bwd, NULL, NULL, 0, dense_kernels};
+static const ocl_layer_ops cl_relu = {relu_fwd, relu_bwd, NULL, NULL, 0, relu_kernels};
+static const ocl_layer_ops cl_dropout = {dropout_fwd, dropout_bwd, NULL, NULL, 0, dropout_kernels};
+static const ocl_layer_ops cl_softmax = {softmax_fwd, softmax_bwd, NULL, NULL, 0, softmax_kernels};
+static const ocl_layer_ops cl_act = {act_fwd, act_bwd, NULL, NULL, 0, act_kernels};
+
+const ocl_layer_ops *const ocl_layer_ops_of[LAYER_KIND_COUNT] = {
+#define OCL_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = &cl_##fam,
     LAYER_KINDS(OCL_OPS_ROW)
 #undef OCL_OPS_ROW
 };
+
+int ocl_layers_check(const ocl_ops *o, const model *m, ht_error *e) {
+    for (int l = 0; l < m->n_layers; l++) {
+        const char *const *k = ocl_layer_ops_of[m->layers[l].kind]->kernels;
+        for (int i = 0; k[i]; i++)
+            if (ocl_kernel_index(o, k[i]) < 0)
+                return ht_fail(e, "%s: kernel \"%s\" of layer %s (%s) is missing from "
+                                  "kernels/*.cl", o->label, k[i], m->layers[l].name,
+                               layer_desc_of(m->layers[l].kind)->name);
+    }
+    return 0;
+}

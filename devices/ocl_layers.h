@@ -14,6 +14,7 @@ typedef struct ocl_call {
     ocl_ops *o;
     const layer *L;
     int l, B;              // the layer's index; the micro-batch's samples
+    int act;               // the act family's function (act_fn), -1 for another family
     cl_mem params, grads;  // flat buffers, as on the host
     cl_mem in, out;        // forward; in the backward the forward's input and output
     cl_mem dout, din;      // backward: din NULL when the input's gradient is not wanted
@@ -34,8 +35,13 @@ typedef struct ocl_layer_ops {
     size_t (*aux_bytes)(const layer *L, int B);
     size_t (*tmp_floats)(const layer *L, int B);
     int gemm_aux; // its own buffer is a GEMM operand CLBlast may copy into scratch of its size
+    const char *const *kernels; // the kernels its ops launch (kernels/*.cl), NULL-terminated
 } ocl_layer_ops;
 
-extern const ocl_layer_ops ocl_layer_ops_of[LAYER_KIND_COUNT];
+extern const ocl_layer_ops *const ocl_layer_ops_of[LAYER_KIND_COUNT];
+
+// Whether the program behind o has every kernel the layers of m launch; -1 with e naming the
+// first one missing and its layer.
+int ocl_layers_check(const ocl_ops *o, const model *m, ht_error *e);
 
 #endif

@@ -23,35 +23,19 @@
 // Upper bound on row_sum's work-group (a power of two); lowered to what the kernel allows.
 #define CLOP_ROW_SUM_GROUP 256
 
-_Static_assert(offsetof(ocl_ops, k_act_bwd) ==
-                   offsetof(ocl_ops, k) + OCL_K_ACT_BWD * sizeof(cl_kernel) &&
-               OCL_K_ACT_BWD == OCL_K_N - 1,
-               "ocl_ops: the kernels by name and by id must coincide");
+// The kernels the ops of this file launch, which every program must have (ocl_ops_init checks,
+// naming the first one missing). The program's other kernels, and these, are found by name.
+static const char *const core_kernels[] = {
+    "fill", "im2col", "col2im", "bias_to_nchw", "nchw_to_rows", "row_sum", "maxpool_fwd",
+    "maxpool_bwd", "dense_bias", "col_sum", "relu_fwd", "relu_bwd", "dropout", "softmax_xent_fwd",
+    "softmax_xent_bwd", "maxpool_bwd_tiled", "avgpool_fwd", "avgpool_bwd", "gavgpool_fwd",
+    "gavgpool_bwd", "act_fwd", "act_bwd", NULL};
 
-const char *const ocl_kernel_names[OCL_K_N] = {
-    [OCL_K_FILL] = "fill",
-    [OCL_K_IM2COL] = "im2col",
-    [OCL_K_COL2IM] = "col2im",
-    [OCL_K_BIAS_TO_NCHW] = "bias_to_nchw",
-    [OCL_K_NCHW_TO_ROWS] = "nchw_to_rows",
-    [OCL_K_ROW_SUM] = "row_sum",
-    [OCL_K_MAXPOOL_FWD] = "maxpool_fwd",
-    [OCL_K_MAXPOOL_BWD] = "maxpool_bwd",
-    [OCL_K_DENSE_BIAS] = "dense_bias",
-    [OCL_K_COL_SUM] = "col_sum",
-    [OCL_K_RELU_FWD] = "relu_fwd",
-    [OCL_K_RELU_BWD] = "relu_bwd",
-    [OCL_K_DROPOUT] = "dropout",
-    [OCL_K_SOFTMAX_XENT_FWD] = "softmax_xent_fwd",
-    [OCL_K_SOFTMAX_XENT_BWD] = "softmax_xent_bwd",
-    [OCL_K_MAXPOOL_BWD_TILED] = "maxpool_bwd_tiled",
-    [OCL_K_AVGPOOL_FWD] = "avgpool_fwd",
-    [OCL_K_AVGPOOL_BWD] = "avgpool_bwd",
-    [OCL_K_GAVGPOOL_FWD] = "gavgpool_fwd",
-    [OCL_K_GAVGPOOL_BWD] = "gavgpool_bwd",
-    [OCL_K_ACT_FWD] = "act_fwd",
-    [OCL_K_ACT_BWD] = "act_bwd",
-};
+int ocl_kernel_index(const ocl_ops *o, const char *name) {
+    for (int i = 0; i < o->n_k; i++)
+        if (!strcmp(o->kname[i], name)) return i;
+    return -1;
+}
 
 // ---- profiling ----
 
@@ -198,21 +182,17 @@ static int check_offset(ocl_ops *o, const char *op, size_t off, size_t len, ht_e
 
 // ---- launching ----
 
-typedef struct karg {
-    size_t size;
-    const void *ptr;  // NULL for a __local argument of `size` bytes
-} karg;
-
-#define KA(v) ((karg){sizeof(v), &(v)})
+#define KA OCL_KA
 
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
-// Sets every argument of kernel id, then enqueues it over gsize (rounded up by the caller)
+// Sets every argument of kernel `name`, then enqueues it over gsize (rounded up by the caller)
 // with local size lsize (NULL: the tuned one, else the driver's choice).
-static int launch(ocl_ops *o, ocl_kernel_id id, const karg *args, int nargs, cl_uint dims,
+static int launch(ocl_ops *o, const char *name, const ocl_karg *args, int nargs, cl_uint dims,
                   const size_t *gsize, const size_t *lsize, ht_error *e) {
     char call[96];
-    const char *name = ocl_kernel_names[id];
+    int id = ocl_kernel_index(o, name);
+    if (id < 0) return ht_fail(e, "%s: no kernel \"%s\" in kernels/*.cl", o->label, name);
     for (int i = 0; i < nargs; i++) {
         cl_int err = clSetKernelArg(o->k[id], (cl_uint)i, args[i].size, args[i].ptr);
         if (err != CL_SUCCESS) {
@@ -233,21 +213,23 @@ static int launch(ocl_ops *o, ocl_kernel_id id, const karg *args, int nargs, cl_
     return 0;
 }
 
-// One work-item per element of an n-element range.
-static int launch_1d(ocl_ops *o, ocl_kernel_id id, const karg *args, int nargs, size_t n,
-                     ht_error *e) {
+int ocl_launch_1d(ocl_ops *o, const char *name, const ocl_karg *args, int nargs, size_t n,
+                  ht_error *e) {
     size_t g = round_up(n, CLOP_ROUND);
-    return launch(o, id, args, nargs, 1, &g, NULL, e);
+    return launch(o, name, args, nargs, 1, &g, NULL, e);
 }
 
-// Over (n0, n1, n2): n0 rounded up to the tuned work-group size (else to CLOP_ROUND_3D), the
-// others exact, so a kernel finds its place from its ids alone (kernels/conv.cl).
-static int launch_3d(ocl_ops *o, ocl_kernel_id id, const karg *args, int nargs, size_t n0,
-                     size_t n1, size_t n2, ht_error *e) {
-    size_t l = o->local[id];
+int ocl_launch_3d(ocl_ops *o, const char *name, const ocl_karg *args, int nargs, size_t n0,
+                  size_t n1, size_t n2, ht_error *e) {
+    int id = ocl_kernel_index(o, name);
+    size_t l = id >= 0 ? o->local[id] : 0;
     size_t g[3] = {round_up(n0, l ? l : CLOP_ROUND_3D), n1, n2}, ls[3] = {l, 1, 1};
-    return launch(o, id, args, nargs, 3, g, l ? ls : NULL, e);
+    return launch(o, name, args, nargs, 3, g, l ? ls : NULL, e);
 }
+
+#define launch_1d ocl_launch_1d
+#define launch_3d ocl_launch_3d
+typedef ocl_karg karg;
 
 #define NARGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -269,23 +251,42 @@ int ocl_ops_init(ocl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog
     err = clGetDeviceInfo(o->dev, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof dmax, dmax, NULL);
     if (err != CL_SUCCESS)
         return ocl_fail(e, "clGetDeviceInfo(CL_DEVICE_MAX_WORK_ITEM_SIZES)", err, o->label);
-    for (int i = 0; i < OCL_K_N; i++) {
-        char call[96];
-        o->k[i] = clCreateKernel(prog, ocl_kernel_names[i], &err);
-        if (err != CL_SUCCESS) {
-            o->k[i] = NULL;
-            snprintf(call, sizeof call, "clCreateKernel(\"%s\")", ocl_kernel_names[i]);
-            ocl_fail(e, call, err, o->label);
-            if (err == CL_INVALID_KERNEL_NAME)
-                ht_wrap(e, "kernel \"%s\" is missing from kernels/*.cl", ocl_kernel_names[i]);
+    // Every kernel of the program, in order of name; the core ones must be there.
+    cl_uint n = 0;
+    err = clCreateKernelsInProgram(prog, 0, NULL, &n);
+    if (err != CL_SUCCESS) return ocl_fail(e, "clCreateKernelsInProgram", err, o->label);
+    if (n > OCL_MAX_KERNELS)
+        return ht_fail(e, "%s: the program has %u kernels, more than the %d hetrain keeps",
+                       o->label, n, OCL_MAX_KERNELS);
+    cl_kernel ks[OCL_MAX_KERNELS];
+    err = clCreateKernelsInProgram(prog, n, ks, NULL);
+    if (err != CL_SUCCESS) return ocl_fail(e, "clCreateKernelsInProgram", err, o->label);
+    for (cl_uint i = 0; i < n; i++) {
+        char name[OCL_KERNEL_NAME] = "";
+        clGetKernelInfo(ks[i], CL_KERNEL_FUNCTION_NAME, sizeof name - 1, name, NULL);
+        int at = o->n_k++;
+        while (at > 0 && strcmp(o->kname[at - 1], name) > 0) { // insertion by name
+            o->k[at] = o->k[at - 1];
+            memcpy(o->kname[at], o->kname[at - 1], sizeof o->kname[at]);
+            at--;
+        }
+        o->k[at] = ks[i];
+        snprintf(o->kname[at], sizeof o->kname[at], "%s", name);
+    }
+    for (int i = 0; core_kernels[i]; i++)
+        if (ocl_kernel_index(o, core_kernels[i]) < 0) {
+            ht_fail(e, "%s: kernel \"%s\" is missing from kernels/*.cl", o->label,
+                    core_kernels[i]);
             ocl_ops_free(o);
             return -1;
         }
+    for (int i = 0; i < o->n_k; i++) {
+        char call[96];
         err = clGetKernelWorkGroupInfo(o->k[i], o->dev, CL_KERNEL_WORK_GROUP_SIZE,
                                        sizeof o->kmax[i], &o->kmax[i], NULL);
         if (err != CL_SUCCESS) {
             snprintf(call, sizeof call, "clGetKernelWorkGroupInfo(%s, CL_KERNEL_WORK_GROUP_SIZE)",
-                     ocl_kernel_names[i]);
+                     o->kname[i]);
             ocl_fail(e, call, err, o->label);
             ocl_ops_free(o);
             return -1;
@@ -293,7 +294,7 @@ int ocl_ops_init(ocl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog
         if (dmax[0] && o->kmax[i] > dmax[0]) o->kmax[i] = dmax[0];
     }
     size_t ls = CLOP_ROW_SUM_GROUP;
-    while (ls > 1 && ls > o->kmax[OCL_K_ROW_SUM]) ls /= 2;
+    while (ls > 1 && ls > o->kmax[ocl_kernel_index(o, "row_sum")]) ls /= 2;
     o->row_sum_group = ls;
     return 0;
 }
@@ -357,9 +358,9 @@ void ocl_ops_drain(ocl_ops *o, double *sums) {
 
 void ocl_ops_tune(ocl_ops *o, const ocl_tuning *t) {
     o->tuning = t;
-    for (int i = 0; i < OCL_K_N; i++) {
+    for (int i = 0; i < o->n_k; i++) {
         // row_sum's work-group is its reduction tree (the order of its sums): not tuned.
-        unsigned l = i == OCL_K_ROW_SUM ? 0 : ocl_tuning_wg(t, ocl_kernel_names[i]);
+        unsigned l = !strcmp(o->kname[i], "row_sum") ? 0 : ocl_tuning_wg(t, o->kname[i]);
         o->local[i] = l && l <= o->kmax[i] && CLOP_ROUND % l == 0 ? l : 0;
     }
 }
@@ -382,10 +383,11 @@ void ocl_ops_free(ocl_ops *o) {
     o->ev_kind = NULL;
     o->cap_ev = 0;
     o->profiling = 0;
-    for (int i = 0; i < OCL_K_N; i++) {
+    for (int i = 0; i < o->n_k; i++) {
         if (o->k[i]) clReleaseKernel(o->k[i]);
         o->k[i] = NULL;
     }
+    o->n_k = 0;
 }
 
 // ---- ops ----
@@ -406,7 +408,7 @@ int ocl_fill(ocl_ops *o, cl_mem buf, float value, size_t n, ht_error *e) {
     if (check_fits(o, "fill", "buffer", (double)n, e)) return -1;
     cl_uint n32 = (cl_uint)n;
     karg a[] = {KA(buf), KA(value), KA(n32)};
-    return launch_1d(o, OCL_K_FILL, a, NARGS(a), n, e);
+    return launch_1d(o, "fill", a, NARGS(a), n, e);
 }
 
 size_t ocl_conv2d_col_floats(const conv_geom *g, int B) {
@@ -431,7 +433,7 @@ static int conv_check(ocl_ops *o, const char *op, const conv_geom *g, int B, siz
 static int im2col(ocl_ops *o, const conv_geom *g, int B, cl_mem col, cl_mem in, ht_error *e) {
     karg a[] = {KA(col), KA(in),        KA(B),      KA(g->C),  KA(g->H),  KA(g->W),
                 KA(g->K), KA(g->stride), KA(g->pad), KA(g->OH), KA(g->OW)};
-    return launch_3d(o, OCL_K_IM2COL, a, NARGS(a), (size_t)g->OW, (size_t)g->OH,
+    return launch_3d(o, "im2col", a, NARGS(a), (size_t)g->OW, (size_t)g->OH,
                      (size_t)B * g->C, e);
 }
 
@@ -453,7 +455,7 @@ int ocl_conv2d_forward(ocl_ops *o, const conv_geom *g, int B, cl_mem out, cl_mem
         return -1;
     karg a[] = {KA(out), KA(s->tmp),   KA(toff), KA(params), KA(boff),
                 KA(has_bias), KA(B), KA(OC),   KA(P)};
-    return launch_3d(o, OCL_K_BIAS_TO_NCHW, a, NARGS(a), (size_t)P, (size_t)OC, (size_t)B, e);
+    return launch_3d(o, "bias_to_nchw", a, NARGS(a), (size_t)P, (size_t)OC, (size_t)B, e);
 }
 
 // grads[off + r] += sum of row r of m (rows, cols) from float m_off on: one work-group per
@@ -466,7 +468,7 @@ static int row_sum(ocl_ops *o, cl_mem grads, size_t off, cl_mem m, cl_uint m_off
     karg a[] = {KA(grads), KA(off32), KA(m), KA(m_off), KA(rows), KA(cols),
                 {ls * sizeof(float), NULL}};
     size_t gs = (size_t)rows * ls;
-    return launch(o, OCL_K_ROW_SUM, a, NARGS(a), 1, &gs, &ls, e);
+    return launch(o, "row_sum", a, NARGS(a), 1, &gs, &ls, e);
 }
 
 int ocl_conv2d_backward(ocl_ops *o, const conv_geom *g, int B, cl_mem din, cl_mem grads,
@@ -481,7 +483,7 @@ int ocl_conv2d_backward(ocl_ops *o, const conv_geom *g, int B, cl_mem din, cl_me
     int P = g->OH * g->OW, OC = g->OC;
     // dtmp (OC, N) = dout reshaped.
     karg a[] = {KA(s->tmp), KA(toff), KA(dout), KA(B), KA(OC), KA(P)};
-    if (launch_3d(o, OCL_K_NCHW_TO_ROWS, a, NARGS(a), (size_t)P, (size_t)OC, (size_t)B, e))
+    if (launch_3d(o, "nchw_to_rows", a, NARGS(a), (size_t)P, (size_t)OC, (size_t)B, e))
         return -1;
     if (!s->col_ready && im2col(o, g, B, s->col, in, e)) return -1;
     // dW (OC, CKK) += dtmp (OC, N) x col^T (N, CKK)
@@ -496,7 +498,7 @@ int ocl_conv2d_backward(ocl_ops *o, const conv_geom *g, int B, cl_mem din, cl_me
         return -1;
     karg c[] = {KA(din),  KA(s->col),    KA(B),      KA(g->C),  KA(g->H),  KA(g->W),
                 KA(g->K), KA(g->stride), KA(g->pad), KA(g->OH), KA(g->OW)};
-    return launch_3d(o, OCL_K_COL2IM, c, NARGS(c), (size_t)g->W, (size_t)g->H,
+    return launch_3d(o, "col2im", c, NARGS(c), (size_t)g->W, (size_t)g->H,
                      (size_t)B * g->C, e);
 }
 
@@ -518,7 +520,7 @@ int ocl_maxpool_forward(ocl_ops *o, const pool_geom *g, int B, cl_mem out, cl_me
     if (pool_check(o, "maxpool forward", g, B, e)) return -1;
     karg a[] = {KA(out),  KA(argmax),    KA(in),     KA(B),     KA(g->Cs), KA(g->H),
                 KA(g->W), KA(g->K),      KA(g->stride), KA(g->pad), KA(g->OH), KA(g->OW)};
-    return launch_3d(o, OCL_K_MAXPOOL_FWD, a, NARGS(a), (size_t)g->OW, (size_t)g->OH,
+    return launch_3d(o, "maxpool_fwd", a, NARGS(a), (size_t)g->OW, (size_t)g->OH,
                      (size_t)B * g->Cs, e);
 }
 
@@ -530,12 +532,12 @@ int ocl_maxpool_backward(ocl_ops *o, const pool_geom *g, int B, cl_mem din, cl_m
     if (g->stride == g->K && g->pad == 0 && g->OH * g->K == g->H && g->OW * g->K == g->W) {
         // the windows tile the input
         karg t[] = {KA(din), KA(dout), KA(argmax), KA(g->K), KA(g->OH), KA(g->OW)};
-        return launch_3d(o, OCL_K_MAXPOOL_BWD_TILED, t, NARGS(t), (size_t)g->OW, (size_t)g->OH,
+        return launch_3d(o, "maxpool_bwd_tiled", t, NARGS(t), (size_t)g->OW, (size_t)g->OH,
                          planes, e);
     }
     karg a[] = {KA(din),  KA(dout),  KA(argmax),    KA(B),      KA(g->Cs), KA(g->H),
                 KA(g->W), KA(g->K),  KA(g->stride), KA(g->pad), KA(g->OH), KA(g->OW)};
-    return launch_3d(o, OCL_K_MAXPOOL_BWD, a, NARGS(a), (size_t)g->W, (size_t)g->H, planes, e);
+    return launch_3d(o, "maxpool_bwd", a, NARGS(a), (size_t)g->W, (size_t)g->H, planes, e);
 }
 
 int ocl_avgpool_forward(ocl_ops *o, const pool_geom *g, int B, cl_mem out, cl_mem in,
@@ -544,7 +546,7 @@ int ocl_avgpool_forward(ocl_ops *o, const pool_geom *g, int B, cl_mem out, cl_me
     if (pool_check(o, "avgpool forward", g, B, e)) return -1;
     karg a[] = {KA(out),      KA(in),     KA(g->H),  KA(g->W), KA(g->K),
                 KA(g->stride), KA(g->pad), KA(g->OH), KA(g->OW)};
-    return launch_3d(o, OCL_K_AVGPOOL_FWD, a, NARGS(a), (size_t)g->OW, (size_t)g->OH,
+    return launch_3d(o, "avgpool_fwd", a, NARGS(a), (size_t)g->OW, (size_t)g->OH,
                      (size_t)B * g->Cs, e);
 }
 
@@ -554,7 +556,7 @@ int ocl_avgpool_backward(ocl_ops *o, const pool_geom *g, int B, cl_mem din, cl_m
     if (pool_check(o, "avgpool backward", g, B, e)) return -1;
     karg a[] = {KA(din),      KA(dout),   KA(g->H),  KA(g->W), KA(g->K),
                 KA(g->stride), KA(g->pad), KA(g->OH), KA(g->OW)};
-    return launch_3d(o, OCL_K_AVGPOOL_BWD, a, NARGS(a), (size_t)g->W, (size_t)g->H,
+    return launch_3d(o, "avgpool_bwd", a, NARGS(a), (size_t)g->W, (size_t)g->H,
                      (size_t)B * g->Cs, e);
 }
 
@@ -566,7 +568,7 @@ int ocl_gavgpool_forward(ocl_ops *o, cl_mem out, cl_mem in, int B, int C, int H,
         return -1;
     int planes = B * C, HW = H * W;
     karg a[] = {KA(out), KA(in), KA(planes), KA(HW)};
-    return launch_1d(o, OCL_K_GAVGPOOL_FWD, a, NARGS(a), (size_t)planes, e);
+    return launch_1d(o, "gavgpool_fwd", a, NARGS(a), (size_t)planes, e);
 }
 
 int ocl_gavgpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, int B, int C, int H, int W,
@@ -576,7 +578,7 @@ int ocl_gavgpool_backward(ocl_ops *o, cl_mem din, cl_mem dout, int B, int C, int
         check_fits(o, "global avgpool backward", "input", (double)B * C * H * W, e))
         return -1;
     karg a[] = {KA(din), KA(dout), KA(H), KA(W)};
-    return launch_3d(o, OCL_K_GAVGPOOL_BWD, a, NARGS(a), (size_t)W, (size_t)H, (size_t)B * C, e);
+    return launch_3d(o, "gavgpool_bwd", a, NARGS(a), (size_t)W, (size_t)H, (size_t)B * C, e);
 }
 
 static int dense_check(ocl_ops *o, const char *op, int B, int IN, int OUT, size_t b_off,
@@ -600,7 +602,7 @@ int ocl_dense_forward(ocl_ops *o, cl_mem out, cl_mem in, cl_mem params, size_t w
     if (b_off == OCL_NO_BIAS) return 0;
     cl_uint boff = (cl_uint)b_off;
     karg a[] = {KA(out), KA(params), KA(boff), KA(B), KA(OUT)};
-    return launch_1d(o, OCL_K_DENSE_BIAS, a, NARGS(a), (size_t)B * OUT, e);
+    return launch_1d(o, "dense_bias", a, NARGS(a), (size_t)B * OUT, e);
 }
 
 int ocl_dense_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_t b_off,
@@ -615,7 +617,7 @@ int ocl_dense_backward(ocl_ops *o, cl_mem din, cl_mem grads, size_t w_off, size_
         return -1;
     cl_uint boff = (cl_uint)b_off;
     karg a[] = {KA(grads), KA(boff), KA(dout), KA(B), KA(OUT)};
-    if (b_off != OCL_NO_BIAS && launch_1d(o, OCL_K_COL_SUM, a, NARGS(a), (size_t)OUT, e))
+    if (b_off != OCL_NO_BIAS && launch_1d(o, "col_sum", a, NARGS(a), (size_t)OUT, e))
         return -1;
     if (!din) return 0;
     // din (B, IN) = dout (B, OUT) x W (OUT, IN)
@@ -629,7 +631,7 @@ int ocl_relu_forward(ocl_ops *o, cl_mem out, cl_mem in, size_t n, ht_error *e) {
     if (check_fits(o, "relu forward", "tensor", (double)n, e)) return -1;
     cl_uint n32 = (cl_uint)n;
     karg a[] = {KA(out), KA(in), KA(n32)};
-    return launch_1d(o, OCL_K_RELU_FWD, a, NARGS(a), n, e);
+    return launch_1d(o, "relu_fwd", a, NARGS(a), n, e);
 }
 
 int ocl_relu_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem out, size_t n, ht_error *e) {
@@ -637,7 +639,7 @@ int ocl_relu_backward(ocl_ops *o, cl_mem din, cl_mem dout, cl_mem out, size_t n,
     if (check_fits(o, "relu backward", "tensor", (double)n, e)) return -1;
     cl_uint n32 = (cl_uint)n;
     karg a[] = {KA(din), KA(dout), KA(out), KA(n32)};
-    return launch_1d(o, OCL_K_RELU_BWD, a, NARGS(a), n, e);
+    return launch_1d(o, "relu_bwd", a, NARGS(a), n, e);
 }
 
 int ocl_act_forward(ocl_ops *o, int f, float alpha, cl_mem out, cl_mem in, size_t n,
@@ -646,7 +648,7 @@ int ocl_act_forward(ocl_ops *o, int f, float alpha, cl_mem out, cl_mem in, size_
     if (check_fits(o, "activation forward", "tensor", (double)n, e)) return -1;
     cl_uint n32 = (cl_uint)n;
     karg a[] = {KA(out), KA(in), KA(n32), KA(f), KA(alpha)};
-    return launch_1d(o, OCL_K_ACT_FWD, a, NARGS(a), n, e);
+    return launch_1d(o, "act_fwd", a, NARGS(a), n, e);
 }
 
 int ocl_act_backward(ocl_ops *o, int f, float alpha, cl_mem din, cl_mem dout, cl_mem in,
@@ -655,7 +657,7 @@ int ocl_act_backward(ocl_ops *o, int f, float alpha, cl_mem din, cl_mem dout, cl
     if (check_fits(o, "activation backward", "tensor", (double)n, e)) return -1;
     cl_uint n32 = (cl_uint)n;
     karg a[] = {KA(din), KA(dout), KA(in), KA(n32), KA(f), KA(alpha)};
-    return launch_1d(o, OCL_K_ACT_BWD, a, NARGS(a), n, e);
+    return launch_1d(o, "act_bwd", a, NARGS(a), n, e);
 }
 
 int ocl_dropout(ocl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, uint64_t key,
@@ -669,7 +671,7 @@ int ocl_dropout(ocl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, 
     cl_uint n32 = (cl_uint)N;
     cl_ulong k64 = key;
     karg a[] = {KA(out), KA(in), KA(B), KA(n32), KA(rate), KA(scale), KA(k64), KA(ids)};
-    return launch_1d(o, OCL_K_DROPOUT, a, NARGS(a), (size_t)B * N, e);
+    return launch_1d(o, "dropout", a, NARGS(a), (size_t)B * N, e);
 }
 
 int ocl_softmax_xent_forward(ocl_ops *o, cl_mem probs, cl_mem loss, cl_mem logits,
@@ -682,7 +684,7 @@ int ocl_softmax_xent_forward(ocl_ops *o, cl_mem probs, cl_mem loss, cl_mem logit
     cl_int has_labels = labels && loss;
     cl_mem lab = has_labels ? labels : probs, ls = has_labels ? loss : probs;
     karg a[] = {KA(probs), KA(ls), KA(logits), KA(lab), KA(has_labels), KA(B), KA(NC)};
-    return launch_1d(o, OCL_K_SOFTMAX_XENT_FWD, a, NARGS(a), (size_t)B, e);
+    return launch_1d(o, "softmax_xent_fwd", a, NARGS(a), (size_t)B, e);
 }
 
 int ocl_softmax_xent_backward(ocl_ops *o, cl_mem dlogits, cl_mem probs, cl_mem labels, int B,
@@ -692,6 +694,6 @@ int ocl_softmax_xent_backward(ocl_ops *o, cl_mem dlogits, cl_mem probs, cl_mem l
         check_fits(o, "softmax_xent backward", "logits", (double)B * NC, e))
         return -1;
     karg a[] = {KA(dlogits), KA(probs), KA(labels), KA(B), KA(NC)};
-    return launch_1d(o, OCL_K_SOFTMAX_XENT_BWD, a, NARGS(a), (size_t)B * NC,
+    return launch_1d(o, "softmax_xent_bwd", a, NARGS(a), (size_t)B * NC,
                      e);
 }

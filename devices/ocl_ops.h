@@ -16,15 +16,9 @@
 #include "ocl_util.h"
 #include "layers.h"
 
-// Our kernels (kernels/*.cl), by the names ocl_kernel_names gives them.
-typedef enum ocl_kernel_id {
-    OCL_K_FILL, OCL_K_IM2COL, OCL_K_COL2IM, OCL_K_BIAS_TO_NCHW, OCL_K_NCHW_TO_ROWS,
-    OCL_K_ROW_SUM, OCL_K_MAXPOOL_FWD, OCL_K_MAXPOOL_BWD, OCL_K_DENSE_BIAS, OCL_K_COL_SUM,
-    OCL_K_RELU_FWD, OCL_K_RELU_BWD, OCL_K_DROPOUT, OCL_K_SOFTMAX_XENT_FWD,
-    OCL_K_SOFTMAX_XENT_BWD, OCL_K_MAXPOOL_BWD_TILED, OCL_K_AVGPOOL_FWD, OCL_K_AVGPOOL_BWD,
-    OCL_K_GAVGPOOL_FWD, OCL_K_GAVGPOOL_BWD, OCL_K_ACT_FWD, OCL_K_ACT_BWD, OCL_K_N
-} ocl_kernel_id;
-extern const char *const ocl_kernel_names[OCL_K_N];
+// Kernels are the program's (kernels/*.cl), found by name; this many at most.
+#define OCL_MAX_KERNELS 64
+#define OCL_KERNEL_NAME 48
 
 // One line of a profile: a kernel, a GEMM shape or a transfer, with its time and calls.
 typedef struct ocl_prof_entry {
@@ -46,20 +40,14 @@ typedef struct ocl_ops {
     cl_program prog;
     cl_device_id dev;
     char label[300];  // "cl:0.0 (device name)" for messages
-    // Kernels, created once by ocl_ops_init, with the largest work-group each takes here and
-    // the work-group size each is launched with (0: the driver's choice; see ocl_ops_tune).
-    union {
-        cl_kernel k[OCL_K_N];
-        struct { // by name, in ocl_kernel_id's order
-            cl_kernel k_fill, k_im2col, k_col2im, k_bias_to_nchw, k_nchw_to_rows, k_row_sum,
-                k_maxpool_fwd, k_maxpool_bwd, k_dense_bias, k_col_sum, k_relu_fwd, k_relu_bwd,
-                k_dropout, k_softmax_xent_fwd, k_softmax_xent_bwd, k_maxpool_bwd_tiled,
-                k_avgpool_fwd, k_avgpool_bwd, k_gavgpool_fwd, k_gavgpool_bwd, k_act_fwd,
-                k_act_bwd;
-        };
-    };
-    size_t kmax[OCL_K_N];
-    unsigned local[OCL_K_N];
+    // Every kernel of the program, created once by ocl_ops_init, in order of name, with the
+    // largest work-group each takes here and the work-group size each is launched with (0: the
+    // driver's choice; see ocl_ops_tune).
+    int n_k;
+    cl_kernel k[OCL_MAX_KERNELS];
+    char kname[OCL_MAX_KERNELS][OCL_KERNEL_NAME];
+    size_t kmax[OCL_MAX_KERNELS];
+    unsigned local[OCL_MAX_KERNELS];
     size_t row_sum_group; // row_sum's work-group: a power of two the kernel and device take
     // The device's tuning (ocl_tune.h), not owned; NULL: CLBlast's own GEMM configurations.
     const ocl_tuning *tuning;
@@ -90,8 +78,27 @@ typedef enum ocl_ev_kind {
     OCL_EV_MARK,     // a marker just before a CLBlast call: where the GEMM's time starts
 } ocl_ev_kind;
 
+// Creates every kernel of prog; fails naming the first kernel the ops below launch that prog
+// lacks.
 int ocl_ops_init(ocl_ops *o, cl_context ctx, cl_command_queue q, cl_program prog,
                 const char *label, ht_error *e);
+// The index of kernel `name` in o->k, or -1.
+int ocl_kernel_index(const ocl_ops *o, const char *name);
+
+// Launching a kernel by name: its arguments in order (OCL_KA(variable); a __local argument is
+// {bytes, NULL}), over n work-items (1-D, global size rounded up: kernels bounds-check) or over
+// (n0, n1, n2) with n0 rounded up to the work-group (3-D: a kernel finds its place from its ids
+// alone). The tuned work-group size of the kernel applies (ocl_ops_tune). For ops of layer
+// families that live outside this file (ocl_layers.c).
+typedef struct ocl_karg {
+    size_t size;
+    const void *ptr; // NULL for a __local argument of `size` bytes
+} ocl_karg;
+#define OCL_KA(v) ((ocl_karg){sizeof(v), &(v)})
+int ocl_launch_1d(ocl_ops *o, const char *name, const ocl_karg *args, int nargs, size_t n,
+                  ht_error *e);
+int ocl_launch_3d(ocl_ops *o, const char *name, const ocl_karg *args, int nargs, size_t n0,
+                  size_t n1, size_t n2, ht_error *e);
 void ocl_ops_free(ocl_ops *o);
 // Releases the GEMM scratch (it is made again, as large as needed, by the next GEMM).
 void ocl_ops_release_temp(ocl_ops *o);

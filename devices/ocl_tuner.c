@@ -465,40 +465,41 @@ static int tune_work_groups(tuner *t, ocl_tuning *tu, int micro, ht_error *e) {
         return 0;
     }
     say(t, "our kernels' work-group sizes, over micro-batches of %d", micro);
-    double ms[N_WG][OCL_K_N];
+    double ms[N_WG][OCL_MAX_KERNELS];
+    const int nk = t->ops->n_k;
     int done = 0;
     for (int w = 0; w < N_WG && (w == 0 || ht_now() < t->deadline); w++) {
         unsigned l = wg_sizes[w];
-        for (int k = 0; k < OCL_K_N; k++) {
+        for (int k = 0; k < nk; k++) {
             // row_sum's work-group is its reduction tree (the order of its sums): not tuned.
-            int fits = k != OCL_K_ROW_SUM && l <= t->ops->kmax[k];
+            int fits = strcmp(t->ops->kname[k], "row_sum") && l <= t->ops->kmax[k];
             t->ops->local[k] = fits ? l : 0;
             ms[w][k] = fits || w == 0 ? INFINITY : -1; // -1: not a candidate for this kernel
         }
         for (int pass = 0; pass < 2; pass++) { // the first compiles what is new
             if (run_shard(t, micro, t->grad, e) < 0) return -1;
             for (int i = 0; i < t->ops->prof_n; i++)
-                for (int k = 0; k < OCL_K_N; k++)
-                    if (!strcmp(t->ops->prof[i].name, ocl_kernel_names[k]) && ms[w][k] >= 0 &&
+                for (int k = 0; k < nk; k++)
+                    if (!strcmp(t->ops->prof[i].name, t->ops->kname[k]) && ms[w][k] >= 0 &&
                         1e3 * t->ops->prof[i].s < ms[w][k])
                         ms[w][k] = 1e3 * t->ops->prof[i].s;
         }
         done = w + 1;
     }
-    for (int k = 0; k < OCL_K_N; k++) {
+    for (int k = 0; k < nk; k++) {
         if (!isfinite(ms[0][k])) continue; // not called by this model
         int best = 0;
         for (int w = 1; w < done; w++)
             if (ms[w][k] >= 0 && ms[w][k] < ms[best][k]) best = w;
         unsigned l = best > 0 && ms[best][k] < TUNE_WG_BETTER * ms[0][k] ? wg_sizes[best] : 0;
-        ocl_tuning_put_wg(tu, ocl_kernel_names[k], l);
+        ocl_tuning_put_wg(tu, t->ops->kname[k], l);
         if (l) {
             t->r->n_wg++;
             say(t, "  %-18s %8.2f ms per micro-batch with work-groups of %u (driver's choice %.2f ms)",
-                ocl_kernel_names[k], ms[best][k], l, ms[0][k]);
+                t->ops->kname[k], ms[best][k], l, ms[0][k]);
         } else {
             say(t, "  %-18s %8.2f ms per micro-batch with the driver's choice (kept)",
-                ocl_kernel_names[k], ms[0][k]);
+                t->ops->kname[k], ms[0][k]);
         }
     }
     ocl_ops_tune(t->ops, tu);
@@ -643,8 +644,8 @@ int ocl_tuner_run(const ocl_dev_info *dev, const ocl_tuner_opts *o, ocl_tuner_re
             ocl_tuning_free(&old);
             goto done;
         }
-    for (int k = 0; k < OCL_K_N; k++)
-        ocl_tuning_put_wg(&old, ocl_kernel_names[k], ocl_tuning_wg(&tu, ocl_kernel_names[k]));
+    for (int k = 0; k < t->ops->n_k; k++)
+        ocl_tuning_put_wg(&old, t->ops->kname[k], ocl_tuning_wg(&tu, t->ops->kname[k]));
     char date[32];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%d %H:%M", localtime(&now));

@@ -53,7 +53,7 @@ static size_t micro_bytes(const model *m, int B, size_t *largest) {
     size_t total = 0, widest = 0, col = 0, tmp = 0, big = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
-        const ocl_layer_ops *ops = &ocl_layer_ops_of[L->kind];
+        const ocl_layer_ops *ops = ocl_layer_ops_of[L->kind];
         size_t out = layer_out_size(L) * (size_t)B * sizeof(float);
         size_t in = layer_in_size(L) * (size_t)B * sizeof(float);
         size_t aux = ops->aux_bytes ? ops->aux_bytes(L, B) : 0;
@@ -164,7 +164,7 @@ static int alloc_micro(ocl_ctx *c, ht_error *e) {
     size_t widest = 0, tmp = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
-        const ocl_layer_ops *ops = &ocl_layer_ops_of[L->kind];
+        const ocl_layer_ops *ops = ocl_layer_ops_of[L->kind];
         size_t out = layer_out_size(L) * B, inl = layer_in_size(L) * B;
         if (in_place(L) && l > 0) {
             c->act[l] = c->act[l - 1];
@@ -278,7 +278,8 @@ static int copy_buf(ocl_ctx *c, cl_mem src, size_t src_off, cl_mem dst, size_t d
 // A layer's call with the device's buffers (ocl_layers.h).
 static ocl_call call_of(ocl_ctx *c, int l, int n, const uint64_t *keys) {
     const layer *L = &c->m->layers[l];
-    return (ocl_call){.o = &c->ops, .L = L, .l = l, .B = n, .params = c->params,
+    return (ocl_call){.o = &c->ops, .L = L, .l = l, .B = n, .act = layer_act_fn(L->kind),
+                      .params = c->params,
                       .grads = c->grads, .in = l > 0 ? c->act[l - 1] : c->x, .out = c->act[l],
                       .aux = c->aux[l], .tmp = c->tmp, .y = c->y, .loss = c->loss,
                       .ids = c->ids, .keys = keys};
@@ -292,7 +293,7 @@ static int forward(ocl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_
         const layer *L = &m->layers[l];
         ocl_call call = call_of(c, l, n, keys);
         if (!with_labels) call.y = NULL;
-        if (ocl_layer_ops_of[L->kind].forward(&call, e) < 0)
+        if (ocl_layer_ops_of[L->kind]->forward(&call, e) < 0)
             return ht_wrap(e, "layer %s forward", L->name);
         if (c->prof_on) prof_cut(c, &c->prof->layer[2 * l]);
     }
@@ -310,7 +311,7 @@ static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
         call.din = l > 0 ? dfree : NULL;
         call.spare = dfree;
         cl_mem din = NULL;
-        if (ocl_layer_ops_of[L->kind].backward(&call, &din, e) < 0)
+        if (ocl_layer_ops_of[L->kind]->backward(&call, &din, e) < 0)
             return ht_wrap(e, "layer %s backward", L->name);
         if (c->prof_on) prof_cut(c, &c->prof->layer[2 * l + 1]);
         if (din && din != dout) {
@@ -532,6 +533,10 @@ int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int 
     if (ocl_ops_init(&c->ops, c->ctx, c->q, c->prog, label, e) < 0) {
         clReleaseCommandQueue(c->q);
         free(c);
+        return -1;
+    }
+    if (ocl_layers_check(&c->ops, m, e) < 0) {
+        ocl_close(c);
         return -1;
     }
     // The tuning `hetrain tune` left for this device, driver and CLBlast; one that cannot be

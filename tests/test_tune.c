@@ -221,9 +221,9 @@ static void test_file_round_trip_and_apply(void **state) {
     assert_non_null(on);
     assert_int_equal(on->n_gemm, 2);
     ocl_ops *o = opencl_device_ops(&d[0]);
-    assert_int_equal(o->local[OCL_K_COL2IM], 64);
-    assert_int_equal(o->local[OCL_K_RELU_FWD], 128);
-    assert_int_equal(o->local[OCL_K_IM2COL], 0);
+    assert_int_equal(o->local[ocl_kernel_index(o, "col2im")], 64);
+    assert_int_equal(o->local[ocl_kernel_index(o, "relu_fwd")], 128);
+    assert_int_equal(o->local[ocl_kernel_index(o, "im2col")], 0);
     cl_int err;
     cl_mem a = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, 48 * 3136 * sizeof(float), NULL, &err);
     cl_mem b = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, 288 * 3136 * sizeof(float), NULL, &err);
@@ -303,7 +303,8 @@ static void expect_refused(const ocl_dev_info *dev, const char *dir, const char 
     assert_non_null(strstr(d[0].warning, reason));
     assert_null(opencl_device_tuning(&d[0]));
     assert_null(strstr(d[0].name, "tuned"));
-    assert_int_equal(opencl_device_ops(&d[0])->local[OCL_K_COL2IM], 0);
+    const ocl_ops *ops0 = opencl_device_ops(&d[0]);
+    assert_int_equal(ops0->local[ocl_kernel_index(ops0, "col2im")], 0);
     device_close_list(d, nd);
     model_free(&m);
     free(path);
@@ -482,7 +483,7 @@ static void test_tuned_gradient_matches(void **state) {
         n++;
     }
     assert_true(n >= 10);
-    for (int k = 0; k < OCL_K_N; k++) ocl_tuning_put_wg(&t, ocl_kernel_names[k], k % 2 ? 32 : 64);
+    for (int k = 0; k < o->n_k; k++) ocl_tuning_put_wg(&t, o->kname[k], k % 2 ? 32 : 64);
     ocl_set_cache_dir(dir);
     char path[PATH_MAX + 128];
     ocl_tuning_path(path, sizeof path, dev);

@@ -3,6 +3,9 @@
 // activation (dropout) may have written over its output by then.
 #include "layers.h"
 
+#include "layer_desc.h"
+#include "net_layers.h"
+
 #include <math.h>
 
 // A missing case is a compile error, not a silently linear layer.
@@ -114,3 +117,61 @@ void act_nhwc_backward(act_fn kind, float alpha, float *din, const float *dout,
         for (int c = C; c < Cs; c++) din[k + c] = 0.0f;
     }
 }
+
+// ---- the act family: its description (layer_desc.h) and CPU ops (net_layers.h) ----
+
+// The family's parameter: the kind's default unless given; within what the function takes.
+static int act_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_classes, int idx,
+                     ht_error *err) {
+    (void)n_classes;
+    if (s->alpha_set && !d->param_key)
+        return ht_fail(err, "layer %d (%s): takes no parameter", idx, d->name);
+    double a = s->alpha_set ? s->alpha : d->param_default;
+    if (!isfinite(a) || fabs(a) > 1e6)
+        return ht_fail(err, "layer %d (%s): %s %g: expected a finite number", idx, d->name,
+                       d->param_key, a);
+    if (L->kind == LAYER_GELU && a != 0 && a != 1)
+        return ht_fail(err, "layer %d (%s): approximate %g: expected 0 (erf) or 1 (tanh)", idx,
+                       d->name, a);
+    if (L->kind == LAYER_HARD_SIGMOID && !(a > 0))
+        return ht_fail(err, "layer %d (%s): slope %g: expected a number > 0", idx, d->name, a);
+    L->alpha = (float)a;
+    L->oc = L->c, L->oh = L->h, L->ow = L->w;
+    return 0;
+}
+
+static double act_macs(const layer *L) {
+    (void)L;
+    return 0;
+}
+
+// The kind's own parameter key is looked up in its description by the config reader.
+static const char *const act_keys[] = {NULL};
+
+const layer_family family_act = {"act", LF_ACTIVATION, act_keys, act_keys, act_shape, NULL,
+                                 act_macs};
+
+// Channels-last tensors keep their pad channels zero.
+static void act_fwd(const net_call *c) {
+    const layer *L = c->L;
+    if (c->p->out_nhwc && c->p->out_cs != L->oc)
+        act_nhwc_forward((act_fn)c->act, L->alpha, c->out, c->in, (size_t)c->B * L->oh * L->ow,
+                         L->oc, c->p->out_cs, c->nt);
+    else
+        act_forward((act_fn)c->act, L->alpha, c->out, c->in,
+                    net_out_floats(L, c->p) * (size_t)c->B, c->nt);
+}
+static float *act_bwd(const net_call *c) {
+    const layer *L = c->L;
+    if (!c->din) return NULL;
+    if (c->p->out_nhwc && c->p->out_cs != L->oc)
+        act_nhwc_backward((act_fn)c->act, L->alpha, c->din, c->dout, c->in,
+                          (size_t)c->B * L->oh * L->ow, L->oc, c->p->out_cs, c->nt);
+    else
+        act_backward((act_fn)c->act, L->alpha, c->din, c->dout, c->in,
+                     net_out_floats(L, c->p) * (size_t)c->B, c->nt);
+    return c->din;
+}
+
+// In the trunk too, with B = 1 and nt = 1.
+const net_layer_ops cpu_act = {act_fwd, act_bwd, act_fwd, act_bwd};

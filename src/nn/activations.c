@@ -1,7 +1,11 @@
 // Elementwise layers (relu, inverted dropout) and the softmax cross-entropy head.
 #include "layers.h"
 
+#include "layer_desc.h"
+#include "net_layers.h"
+
 #include <math.h>
+#include <string.h>
 
 #include "rng.h"
 
@@ -127,3 +131,105 @@ void nhwc_to_nchw(float *dst, const float *src, int B, int C, int Cs, int HW, in
             for (int p = 0; p < HW; p++) d[(size_t)c * HW + p] = s[(size_t)p * Cs + c];
     }
 }
+
+// ---- the relu, dropout and softmax families: descriptions (layer_desc.h), CPU ops ----
+
+static int same_shape(layer *L) {
+    L->oc = L->c, L->oh = L->h, L->ow = L->w;
+    return 0;
+}
+
+static int relu_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_classes, int idx,
+                      ht_error *err) {
+    (void)s, (void)d, (void)n_classes, (void)idx, (void)err;
+    return same_shape(L);
+}
+
+static int dropout_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_classes,
+                         int idx, ht_error *err) {
+    (void)n_classes;
+    if (!(s->rate >= 0 && s->rate < 1))
+        return ht_fail(err, "layer %d (%s): rate %g: expected 0 <= rate < 1", idx, d->name,
+                       (double)s->rate);
+    L->rate = s->rate;
+    return same_shape(L);
+}
+
+static int softmax_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_classes,
+                         int idx, ht_error *err) {
+    (void)s;
+    if (layer_in_size(L) != (size_t)n_classes)
+        return ht_fail(err, "layer %d (%s): input has %zu features (%dx%dx%d), expected the %d "
+                       "classes", idx, d->name, layer_in_size(L), L->c, L->h, L->w, n_classes);
+    L->c = n_classes, L->h = 1, L->w = 1;
+    L->oc = L->c, L->oh = 1, L->ow = 1;
+    return 0;
+}
+
+static double no_macs(const layer *L) {
+    (void)L;
+    return 0;
+}
+
+static const char *const no_keys[] = {NULL};
+static const char *const dropout_keys[] = {"rate", NULL};
+
+const layer_family family_relu = {"relu", LF_IN_PLACE | LF_ACTIVATION, no_keys, no_keys,
+                                  relu_shape, NULL, no_macs};
+const layer_family family_dropout = {"dropout", LF_IN_PLACE, dropout_keys, dropout_keys,
+                                     dropout_shape, NULL, no_macs};
+const layer_family family_softmax = {"softmax", LF_FLAT | LF_LAST | LF_ACTIVATION, no_keys, no_keys,
+                                     softmax_shape, NULL, no_macs};
+
+// relu: in place; a relu right after a conv is the conv's (p->skip).
+static void relu_fwd(const net_call *c) {
+    if (!c->p->skip) relu_forward(c->out, c->in, net_out_floats(c->L, c->p) * (size_t)c->B, c->nt);
+}
+// c->out is the relu output (a dropout after it keeps the sign, so it still marks where the
+// relu was active). With drop_fold and dropout on, the dropout's scale is applied here too.
+static float *relu_bwd(const net_call *c) {
+    size_t n = net_out_floats(c->L, c->p) * (size_t)c->B;
+    if (c->din && c->p->drop_fold && c->drop)
+        relu_dropout_backward(c->dout, c->dout, c->out, n, c->fold_rate, c->nt);
+    else if (c->din && !c->p->skip)
+        relu_backward(c->dout, c->dout, c->out, n, c->nt);
+    return c->dout;
+}
+
+// dropout: in place; masks keyed by (seed, epoch, sample id, layer, element).
+static void dropout_apply(const net_call *c, float *out, const float *in) {
+    const layer *L = c->L;
+    uint64_t key = ht_rng_key(c->drop->seed, c->drop->epoch, (uint32_t)c->l);
+    if (c->p->out_nhwc)
+        dropout_nhwc_apply(out, in, c->B, L->oc, c->p->out_cs, L->oh * L->ow, L->rate, key, c->ids,
+                           c->nt);
+    else
+        dropout_forward(out, in, c->B, layer_out_size(L), L->rate, key, c->ids, c->nt);
+}
+static void dropout_fwd(const net_call *c) {
+    if (c->drop) dropout_apply(c, c->out, c->in);
+    else if (c->out != c->in)
+        memcpy(c->out, c->in, sizeof(float) * net_out_floats(c->L, c->p) * (size_t)c->B);
+}
+// The same mask and scale on the gradient; after a relu with drop_fold, that relu's backward
+// did it.
+static float *dropout_bwd(const net_call *c) {
+    if (c->drop && !c->folded) dropout_apply(c, c->dout, c->dout);
+    return c->dout;
+}
+
+// softmax + cross-entropy, the loss head: its gradient goes where din says even for a first
+// layer (the walker hands it a spare buffer then).
+static void softmax_fwd(const net_call *c) {
+    softmax_xent_forward(c->out, c->y ? c->loss : NULL, c->in, c->y, c->B, c->L->oc);
+}
+static float *softmax_bwd(const net_call *c) {
+    softmax_xent_backward(c->din, c->out, c->y, c->B, c->L->oc);
+    return c->din;
+}
+
+// relu and dropout run their batch-wise ops with B = 1 and nt = 1 in the trunk (below their
+// parallel threshold: a plain loop); the loss head never is in it.
+const net_layer_ops cpu_relu = {relu_fwd, relu_bwd, relu_fwd, relu_bwd};
+const net_layer_ops cpu_dropout = {dropout_fwd, dropout_bwd, dropout_fwd, dropout_bwd};
+const net_layer_ops cpu_softmax = {softmax_fwd, softmax_bwd, NULL, NULL};

@@ -5,6 +5,9 @@
 // (im2col + SGEMM) is tests/ref.c.
 #include "layers.h"
 
+#include "layer_desc.h"
+#include "net_layers.h"
+
 #include "ht_omp.h"
 #include <string.h>
 
@@ -589,3 +592,72 @@ void conv2d_nhwc_backward(float *din, float *dw, float *db, const float *dout,
     }
     conv2d_nhwc_scratch_reduce(dw, db, ws + pack_n, scr_n, nt, g);
 }
+
+// ---- the conv family: its description (layer_desc.h) and the CPU path's ops (net_layers.h) ----
+
+static int conv_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_classes, int idx,
+                      ht_error *err) {
+    (void)n_classes;
+    if (s->filters < 1 || s->filters > MODEL_MAX_DIM)
+        return ht_fail(err, "layer %d (conv): filters %d: expected 1..%d", idx, s->filters,
+                       MODEL_MAX_DIM);
+    if (s->k < 1 || s->k > MODEL_MAX_K)
+        return ht_fail(err, "layer %d (conv): kernel size %d: expected 1..%d", idx, s->k,
+                       MODEL_MAX_K);
+    int stride = s->stride ? s->stride : 1;
+    if (stride < 1 || stride > MODEL_MAX_K)
+        return ht_fail(err, "layer %d (conv): stride %d: expected 1..%d", idx, stride,
+                       MODEL_MAX_K);
+    int pad = s->pad;
+    if (pad > MODEL_MAX_K)
+        return ht_fail(err, "layer %d (conv): pad %d: expected 0..%d", idx, pad, MODEL_MAX_K);
+    if (pad >= 0 && (L->h + 2 * pad < s->k || L->w + 2 * pad < s->k))
+        return ht_fail(err, "layer %d (conv): kernel %d does not fit input %dx%d (pad %d)", idx,
+                       s->k, L->h, L->w, pad);
+    if (layer_window(L, idx, d->name, s->k, stride, pad, err)) return -1;
+    L->oc = s->filters;
+    L->n_w = (size_t)L->oc * L->c * L->k * L->k;
+    L->n_b = s->no_bias ? 0 : (size_t)L->oc;
+    return 0;
+}
+
+static int conv_weight_shape(const layer *L, int64_t *shape) {
+    shape[0] = L->oc, shape[1] = L->c, shape[2] = L->k, shape[3] = L->k;
+    return 4;
+}
+
+static double conv_macs(const layer *L) {
+    return (double)L->oc * L->oh * L->ow * L->c * L->k * L->k;
+}
+
+static const char *const conv_keys[] = {"filters", "size", "stride", "pad", "activation", "init",
+                                        "init_arg", "bias", "bias_init", "bias_arg", NULL};
+static const char *const conv_required[] = {"filters", "size", NULL};
+
+const layer_family family_conv = {"conv", LF_PARAMS | LF_SPATIAL | LF_WINDOW, conv_keys,
+                                  conv_required, conv_shape, conv_weight_shape, conv_macs};
+
+static void conv_forward(const net_call *c) {
+    conv_geom g = net_conv_geom(c->L, c->p);
+    conv2d_nhwc_forward(c->out, c->in, c->params + c->L->w_off, net_bias(c->params, c->L), c->B,
+                        &g, c->p->fuse_relu, c->scratch, c->nt);
+}
+static float *conv_backward(const net_call *c) {
+    conv_geom g = net_conv_geom(c->L, c->p);
+    conv2d_nhwc_backward(c->din, c->grads + c->L->w_off, net_bias(c->grads, c->L), c->dout,
+                         c->p->fuse_relu ? c->out : NULL, c->in, c->params + c->L->w_off, c->B,
+                         &g, c->scratch, c->nt);
+    return c->din;
+}
+static void conv_forward_one(const net_call *c) {
+    conv_geom g = net_conv_geom(c->L, c->p);
+    conv2d_nhwc_forward_one(c->out, c->in, c->pack, &g, c->p->fuse_relu, c->scratch);
+}
+static float *conv_backward_one(const net_call *c) {
+    conv_geom g = net_conv_geom(c->L, c->p);
+    conv2d_nhwc_backward_one(c->din, c->dout, c->p->fuse_relu ? c->out : NULL, c->in, c->pack,
+                             &g, c->scratch);
+    return c->din;
+}
+
+const net_layer_ops cpu_conv = {conv_forward, conv_backward, conv_forward_one, conv_backward_one};

@@ -3,6 +3,9 @@
 // block, so the thread count is exactly what the caller asked for.
 #include "layers.h"
 
+#include "layer_desc.h"
+#include "net_layers.h"
+
 #include <cblas.h>
 #include "ht_omp.h"
 #include <string.h>
@@ -82,3 +85,46 @@ void dense_backward_beta(float *din, float *dw, float *db, const float *dout, co
         sgemm_split(CblasNoTrans, CblasNoTrans, B, IN, OUT, dout, OUT, w, IN, 0.0f, din, IN,
                     nthreads, SPLIT_LONGER, B >= IN ? DENSE_SPLIT_ALIGN : 4 * DENSE_SPLIT_ALIGN);
 }
+
+// ---- the dense family: its description (layer_desc.h) and CPU ops (net_layers.h) ----
+
+static int dense_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_classes, int idx,
+                       ht_error *err) {
+    (void)n_classes;
+    if (s->units < 1 || s->units > MODEL_MAX_DIM)
+        return ht_fail(err, "layer %d (%s): units %d: expected 1..%d", idx, d->name, s->units,
+                       MODEL_MAX_DIM);
+    L->c = (int)layer_in_size(L), L->h = 1, L->w = 1; // flattens its input
+    L->oc = s->units, L->oh = 1, L->ow = 1;
+    L->n_w = (size_t)L->oc * L->c;
+    L->n_b = s->no_bias ? 0 : (size_t)L->oc;
+    return 0;
+}
+
+static int dense_weight_shape(const layer *L, int64_t *shape) {
+    shape[0] = L->oc, shape[1] = (int64_t)L->c * L->h * L->w;
+    return 2;
+}
+
+static double dense_macs(const layer *L) { return (double)L->c * L->oc; }
+
+static const char *const dense_keys[] = {"units", "activation", "init", "init_arg", "bias",
+                                         "bias_init", "bias_arg", NULL};
+static const char *const dense_required[] = {"units", NULL};
+
+const layer_family family_dense = {"dense", LF_PARAMS | LF_FLAT, dense_keys, dense_required,
+                                   dense_shape, dense_weight_shape, dense_macs};
+
+static void dense_fwd(const net_call *c) {
+    dense_forward(c->out, c->in, c->params + c->L->w_off, net_bias(c->params, c->L), c->B,
+                  (int)layer_in_size(c->L), c->L->oc, c->nt);
+}
+static float *dense_bwd(const net_call *c) {
+    dense_backward_beta(c->din, c->grads + c->L->w_off, net_bias(c->grads, c->L), c->dout, c->in,
+                        c->params + c->L->w_off, c->B, (int)layer_in_size(c->L), c->L->oc,
+                        c->beta, c->nt);
+    return c->din;
+}
+
+// Never in the per-sample trunk: its input is flat.
+const net_layer_ops cpu_dense = {dense_fwd, dense_bwd, NULL, NULL};

@@ -18,14 +18,16 @@ enum {
     LF_WINDOW = 1 << 6,     // a conv or pooling window: k, stride, pad
 };
 
+struct layer_desc;
+
 typedef struct layer_family {
     const char *name;        // the family, as layer_kinds.h names it ("pool")
     unsigned flags;          // LF_*
     const char *const *keys; // config keys besides "name", NULL-terminated
     const char *const *required; // the keys a config section must give, NULL-terminated
     // Sets L's output shape (oc, oh, ow), window and parameter counts from s; L's kind, name and
-    // input shape are set. Errors say "layer IDX (KNAME): ...".
-    int (*shape)(layer *L, const layer_spec *s, int n_classes, int idx, const char *kname,
+    // input shape are set, d is its kind's description. Errors say "layer IDX (NAME): ...".
+    int (*shape)(layer *L, const layer_spec *s, const struct layer_desc *d, int n_classes, int idx,
                  ht_error *err);
     // The weight tensor's shape as PyTorch has it; returns its dimensions.
     int (*weight_shape)(const layer *L, int64_t *shape);
@@ -43,6 +45,37 @@ typedef struct layer_desc {
 } layer_desc;
 
 extern const layer_desc layer_descs[LAYER_KIND_COUNT];
+
+// Each family's description is beside its CPU math (conv.c, pool.c, dense.c, activations.c,
+// act.c): family_<name> of layer_kinds.h's list.
+#define LAYER_FAMILY_DECL(id, fam, name, prefix, keras, key, dflt) extern const layer_family family_##fam;
+LAYER_KINDS(LAYER_FAMILY_DECL)
+#undef LAYER_FAMILY_DECL
+
+// For the families' shape functions: sets L's window (k, stride, before-pad) and output size:
+// pad >= 0 as given, pad < 0 Keras/TensorFlow "same" (layers.h's same_pad_before), whose
+// before-pads must agree between the axes, as the layer keeps one.
+static inline int layer_window(layer *L, int idx, const char *kname, int k, int stride, int pad,
+                               ht_error *err) {
+    L->k = k, L->stride = stride;
+    if (pad >= 0) {
+        L->pad = pad;
+        L->oh = (L->h + 2 * pad - k) / stride + 1;
+        L->ow = (L->w + 2 * pad - k) / stride + 1;
+        return 0;
+    }
+    int oh = (L->h + stride - 1) / stride, ow = (L->w + stride - 1) / stride;
+    int th = (oh - 1) * stride + k - L->h, tw = (ow - 1) * stride + k - L->w;
+    int ph = th > 0 ? th / 2 : 0, pw = tw > 0 ? tw / 2 : 0;
+    if (ph != pw)
+        return ht_fail(err, "layer %d (%s): \"same\" padding of input %dx%d (window %d, stride "
+                       "%d) pads %d rows but %d columns before; one pad for both is supported",
+                       idx, kname, L->h, L->w, k, stride, ph, pw);
+    L->pad = ph;
+    L->oh = oh;
+    L->ow = ow;
+    return 0;
+}
 
 static inline const layer_desc *layer_desc_of(layer_kind k) { return &layer_descs[k]; }
 static inline unsigned layer_flags(layer_kind k) { return layer_descs[k].family->flags; }

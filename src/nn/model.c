@@ -205,7 +205,7 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
             return ht_fail(err, "layer %d (%s): name \"%s\" is already used by layer %d", idx,
                            kname, L.name, i);
 
-    if (d->family->shape(&L, s, m->n_classes, idx, kname, err)) return -1;
+    if (d->family->shape(&L, s, d, m->n_classes, idx, err)) return -1;
     if (L.oh < 1 || L.ow < 1) // unreachable after the fit checks; kept as the invariant
         return ht_fail(err, "layer %d (%s): output %dx%d is empty", idx, kname, L.oh, L.ow);
     if ((int64_t)L.oc * L.oh * L.ow >= MODEL_MAX_ELEMS)

@@ -109,7 +109,7 @@ static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 // Whether layer l (planned as p) belongs in the trunk, given that all before it do: its output
 // is channels-last and its family runs one sample at a time.
 static int in_trunk(const layer *L, const net_lplan *p) {
-    return p->out_nhwc && net_layer_ops_of[L->kind].forward_one;
+    return p->out_nhwc && net_layer_ops_of[L->kind]->forward_one;
 }
 
 typedef struct ws_sizes {
@@ -378,11 +378,12 @@ static void trunk_forward(net_ws *ws, const model *m, const float *params, const
                 const net_lplan *p = &ws->plan[l];
                 const size_t n = out_floats(L, p);
                 float *out = ws->act[l] + s * n;
-                net_call c = {.L = L, .p = p, .l = l, .B = 1, .nt = 1, .params = params,
+                net_call c = {.L = L, .p = p, .l = l, .B = 1, .nt = 1,
+                              .act = layer_act_fn(L->kind), .params = params,
                               .in = in, .out = out, .scratch = mine + p->scr_off,
                               .pack = ws->pack + p->pack_off, .drop = drop,
                               .ids = drop ? drop->ids + s : NULL};
-                net_layer_ops_of[L->kind].forward_one(&c);
+                net_layer_ops_of[L->kind]->forward_one(&c);
                 if (tp) {
                     double now = ht_now();
                     tp[l] += now - tl;
@@ -428,11 +429,12 @@ static void trunk_backward(net_ws *ws, const model *m, const float *params, floa
                                         : trunk_input(ws, m, x, s);
                 // The first layer's input gradient is never needed.
                 float *din = l > 0 ? dfree : NULL;
-                net_call c = {.L = L, .p = p, .l = l, .B = 1, .nt = 1, .params = params,
+                net_call c = {.L = L, .p = p, .l = l, .B = 1, .nt = 1,
+                              .act = layer_act_fn(L->kind), .params = params,
                               .in = in, .out = ws->act[l] + s * n, .dout = dout, .din = din,
                               .scratch = mine + p->scr_off, .pack = ws->pack + p->pack_off,
                               .drop = drop, .ids = drop ? drop->ids + s : NULL};
-                din = net_layer_ops_of[L->kind].backward_one(&c);
+                din = net_layer_ops_of[L->kind]->backward_one(&c);
                 if (din && din != dout) {
                     dout = din;
                     dfree = din == ga ? gb : ga;
@@ -471,10 +473,10 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
         float *out = ws->act[l];
         double t = ws->prof ? ht_now() : 0;
         const float *lin = layer_input(ws, m, l, in, B);
-        net_call c = {.L = L, .p = p, .l = l, .B = B, .nt = nt, .params = params, .in = lin,
-                      .out = out, .scratch = ws->conv_ws, .drop = drop,
+        net_call c = {.L = L, .p = p, .l = l, .B = B, .nt = nt, .act = layer_act_fn(L->kind),
+                      .params = params, .in = lin, .out = out, .scratch = ws->conv_ws, .drop = drop,
                       .ids = drop ? drop->ids : NULL, .y = y, .loss = ws->loss};
-        net_layer_ops_of[L->kind].forward(&c);
+        net_layer_ops_of[L->kind]->forward(&c);
         if (ws->prof) ws->prof[2 * l] += ht_now() - t;
         in = out;
     }
@@ -508,13 +510,14 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
         // The first layer's input gradient is never needed.
         float *din = l > 0 ? dfree : NULL;
         // The loss head writes its gradient even as a first layer: into the spare buffer.
-        net_call c = {.L = L, .p = p, .l = l, .B = B, .nt = nt, .params = params, .grads = grads,
+        net_call c = {.L = L, .p = p, .l = l, .B = B, .nt = nt, .act = layer_act_fn(L->kind),
+                      .params = params, .grads = grads,
                       .beta = overwrite ? 0.0f : 1.0f, .in = in, .out = ws->act[l],
                       .dout = dout, .din = (layer_flags(L->kind) & LF_LAST) ? dfree : din,
                       .scratch = ws->conv_ws, .drop = drop, .ids = drop ? drop->ids : NULL,
                       .y = y, .folded = l > 0 && ws->plan[l - 1].drop_fold,
                       .fold_rate = p->drop_fold ? m->layers[l + 1].rate : 0.0f};
-        din = net_layer_ops_of[L->kind].backward(&c);
+        din = net_layer_ops_of[L->kind]->backward(&c);
         if (din && din != dout) {
             if (p->cvt) {
                 // Back to the previous layer's layout, into dout's buffer (no longer needed).

@@ -1,11 +1,14 @@
-// The CPU path's op table: one row per layer kind (layer_kinds.h), the ops of its family, which
-// net.c's walker calls with everything a call needs in one net_call. Internal to src/nn.
+// The CPU path's op table: one row per layer kind (layer_kinds.h), its family's ops, which
+// net.c's walker calls with everything a call needs in one net_call. Each family's ops are
+// beside its math (conv.c, pool.c, dense.c, activations.c, act.c) as cpu_<family>. Internal to
+// src/nn.
 #ifndef HETRAIN_NET_LAYERS_H
 #define HETRAIN_NET_LAYERS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "layers.h"
 #include "model.h"
 #include "net.h"
 
@@ -15,6 +18,7 @@ typedef struct net_call {
     const layer *L;
     const net_lplan *p;
     int l, B, nt;
+    int act;                 // the act family's function (act_fn), -1 for another family
     const float *params;
     float *grads;            // backward: parameter gradients, added to (dense: by beta)
     float beta;              // dense's weight gradient: 0 overwrites, 1 adds
@@ -42,12 +46,28 @@ typedef struct net_layer_ops {
     float *(*backward_one)(const net_call *c);
 } net_layer_ops;
 
-extern const net_layer_ops net_layer_ops_of[LAYER_KIND_COUNT];
+#define NET_OPS_DECL(id, fam, name, prefix, keras, key, dflt) extern const net_layer_ops cpu_##fam;
+LAYER_KINDS(NET_OPS_DECL)
+#undef NET_OPS_DECL
+
+extern const net_layer_ops *const net_layer_ops_of[LAYER_KIND_COUNT];
 
 // Floats per sample of layer L's output as planned (channels-last with its channel stride, or
 // flat).
-size_t net_out_floats(const layer *L, const net_lplan *p);
+static inline size_t net_out_floats(const layer *L, const net_lplan *p) {
+    return p->out_nhwc ? (size_t)L->oh * L->ow * p->out_cs : layer_out_size(L);
+}
+
 // A convolution's geometry as net.c plans it (its input's channel stride, its algorithms).
-conv_geom net_conv_geom(const layer *L, const net_lplan *p);
+static inline conv_geom net_conv_geom(const layer *L, const net_lplan *p) {
+    return (conv_geom){.C = L->c, .Cs = p->in_cs, .H = L->h, .W = L->w, .OC = L->oc,
+                       .K = L->k, .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow,
+                       .fwd = p->algo.fwd, .din = p->algo.din, .dw = p->algo.dw};
+}
+
+// A layer's bias in a parameter (or gradient) buffer, NULL for a layer without one.
+static inline float *net_bias(const float *buf, const layer *L) {
+    return L->n_b ? (float *)buf + L->b_off : NULL;
+}
 
 #endif

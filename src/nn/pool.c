@@ -4,6 +4,9 @@
 // reference with argmax is tests/ref.c.
 #include "layers.h"
 
+#include "layer_desc.h"
+#include "net_layers.h"
+
 #include <string.h>
 
 // The window of output (oh, ow) clipped to the input: its first input row and column and how
@@ -211,3 +214,103 @@ void gavgpool_nhwc_backward_one(float *din, const float *dout, int Cs, int HW) {
         for (int c = 0; c < Cs; c++) d[c] = dout[c] / (float)HW;
     }
 }
+
+// ---- the pool and gap families: descriptions (layer_desc.h) and CPU ops (net_layers.h) ----
+
+static int pool_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_classes, int idx,
+                      ht_error *err) {
+    (void)n_classes;
+    if (s->k < 1 || s->k > MODEL_MAX_K)
+        return ht_fail(err, "layer %d (%s): window %d: expected 1..%d", idx, d->name, s->k,
+                       MODEL_MAX_K);
+    int stride = s->stride ? s->stride : s->k;
+    if (stride < 1 || stride > MODEL_MAX_K)
+        return ht_fail(err, "layer %d (%s): stride %d: expected 1..%d", idx, d->name, stride,
+                       MODEL_MAX_K);
+    if (s->pad > 0) // a window of padding alone would have no maximum or average
+        return ht_fail(err, "layer %d (%s): pad %d: pooling pads 0 (valid) or \"same\"", idx,
+                       d->name, s->pad);
+    if (s->pad == 0 && (L->h < s->k || L->w < s->k))
+        return ht_fail(err, "layer %d (%s): window %d does not fit input %dx%d", idx, d->name,
+                       s->k, L->h, L->w);
+    if (layer_window(L, idx, d->name, s->k, stride, s->pad, err)) return -1;
+    L->oc = L->c;
+    return 0;
+}
+
+static int gap_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_classes, int idx,
+                     ht_error *err) {
+    (void)s, (void)d, (void)n_classes, (void)idx, (void)err;
+    L->oc = L->c, L->oh = 1, L->ow = 1;
+    return 0;
+}
+
+static double no_macs(const layer *L) {
+    (void)L;
+    return 0;
+}
+
+static const char *const pool_keys[] = {"size", "stride", "pad", NULL};
+static const char *const pool_required[] = {"size", NULL};
+static const char *const no_keys[] = {NULL};
+
+const layer_family family_pool = {"pool", LF_SPATIAL | LF_WINDOW, pool_keys, pool_required,
+                                  pool_shape, NULL, no_macs};
+const layer_family family_gap = {"gap", LF_SPATIAL, no_keys, no_keys, gap_shape, NULL, no_macs};
+
+static pool_geom pool_of(const layer *L, const net_lplan *p) {
+    return (pool_geom){.Cs = p->in_cs, .H = L->h, .W = L->w, .K = L->k, .stride = L->stride,
+                       .pad = L->pad, .OH = L->oh, .OW = L->ow};
+}
+
+static void pool_forward(const net_call *c) {
+    pool_geom g = pool_of(c->L, c->p);
+    if (c->L->kind == LAYER_MAXPOOL) maxpool_nhwc_forward(c->out, c->in, c->B, &g, c->nt);
+    else avgpool_nhwc_forward(c->out, c->in, c->B, &g, c->nt);
+}
+static float *pool_backward(const net_call *c) {
+    pool_geom g = pool_of(c->L, c->p);
+    if (!c->din) return NULL;
+    if (c->L->kind == LAYER_MAXPOOL) maxpool_nhwc_backward(c->din, c->dout, c->in, c->B, &g, c->nt);
+    else avgpool_nhwc_backward(c->din, c->dout, c->B, &g, c->nt);
+    return c->din;
+}
+static void pool_forward_one(const net_call *c) {
+    pool_geom g = pool_of(c->L, c->p);
+    if (c->L->kind == LAYER_MAXPOOL) maxpool_nhwc_forward_one(c->out, c->in, &g);
+    else avgpool_nhwc_forward_one(c->out, c->in, &g);
+}
+static float *pool_backward_one(const net_call *c) {
+    pool_geom g = pool_of(c->L, c->p);
+    if (!c->din) return NULL;
+    if (c->L->kind == LAYER_MAXPOOL) maxpool_nhwc_backward_one(c->din, c->dout, c->in, &g);
+    else avgpool_nhwc_backward_one(c->din, c->dout, &g);
+    return c->din;
+}
+
+// Global average pooling, (B,HW,Cs) <-> (B,1,1,Cs).
+static void gap_forward(const net_call *c) {
+    const int Cs = c->p->in_cs, HW = c->L->h * c->L->w;
+#pragma omp parallel for num_threads(c->nt) schedule(static)
+    for (int s = 0; s < c->B; s++)
+        gavgpool_nhwc_forward_one(c->out + (size_t)s * Cs, c->in + (size_t)s * HW * Cs, Cs, HW);
+}
+static float *gap_backward(const net_call *c) {
+    const int Cs = c->p->in_cs, HW = c->L->h * c->L->w;
+    if (!c->din) return NULL;
+#pragma omp parallel for num_threads(c->nt) schedule(static)
+    for (int s = 0; s < c->B; s++)
+        gavgpool_nhwc_backward_one(c->din + (size_t)s * HW * Cs, c->dout + (size_t)s * Cs, Cs, HW);
+    return c->din;
+}
+static void gap_forward_one(const net_call *c) {
+    gavgpool_nhwc_forward_one(c->out, c->in, c->p->in_cs, c->L->h * c->L->w);
+}
+static float *gap_backward_one(const net_call *c) {
+    if (!c->din) return NULL;
+    gavgpool_nhwc_backward_one(c->din, c->dout, c->p->in_cs, c->L->h * c->L->w);
+    return c->din;
+}
+
+const net_layer_ops cpu_pool = {pool_forward, pool_backward, pool_forward_one, pool_backward_one};
+const net_layer_ops cpu_gap = {gap_forward, gap_backward, gap_forward_one, gap_backward_one};
