@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 
 #include "keras.h"
+#include "layer_desc.h"
+#include "layers.h"
 #include "model.h"
 #include "net.h"
 #include "rng.h"
@@ -149,6 +151,58 @@ static void test_keras_param_counts(void **state) {
     }
     assert_true(n >= 10);
     free(list);
+}
+
+// Keras's activations read as hetrain's act family with Keras's parameters: the activation
+// strings (leaky_relu's function slope 0.2; hard_sigmoid 1/6 from Keras 3, 0.2 from Keras 2),
+// the LeakyReLU and ELU classes with and without their argument; and hetrain's CPU functions
+// give the values Keras's own functions printed (activations_k*.txt, tools/keras_models.py) to
+// a few float roundings.
+static void test_keras_activations(void **state) {
+    (void)state;
+    for (int v = 2; v <= 3; v++) {
+        char path[256];
+        snprintf(path, sizeof path, KDIR "activations_k%d.json", v);
+        model m;
+        load(&m, path);
+        const float hsig = v == 3 ? 1.0f / 6 : 0.2f;
+        static const layer_kind kinds[] = {
+            LAYER_CONV2D, LAYER_TANH, LAYER_MAXPOOL, LAYER_CONV2D, LAYER_SIGMOID, LAYER_SWISH,
+            LAYER_MAXPOOL,
+            LAYER_GELU, LAYER_CONV2D, LAYER_ELU, LAYER_LEAKY_RELU, LAYER_ELU, LAYER_HARD_SIGMOID,
+            LAYER_DENSE, LAYER_SELU, LAYER_SOFTPLUS, LAYER_LEAKY_RELU, LAYER_DENSE,
+            LAYER_LEAKY_RELU, LAYER_SWISH, LAYER_ELU, LAYER_DENSE, LAYER_SOFTMAX_XENT};
+        const float alphas[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1.0f, 0.1f, 0.5f, hsig, 0, 0, 0, 0.3f,
+                                0, 0.2f, 0, 1.0f, 0, 0};
+        assert_int_equal(m.n_layers, (int)(sizeof kinds / sizeof kinds[0]));
+        for (int l = 0; l < m.n_layers; l++) {
+            if (m.layers[l].kind != kinds[l] || m.layers[l].alpha != alphas[l])
+                fail_msg("%s: layer %d is %s(%g), want %s(%g)", path, l,
+                         model_kind_name(m.layers[l].kind), (double)m.layers[l].alpha,
+                         model_kind_name(kinds[l]), (double)alphas[l]);
+        }
+        model_free(&m);
+
+        snprintf(path, sizeof path, KDIR "activations_k%d.txt", v);
+        char *text = test_read_file(path, NULL);
+        assert_non_null(text);
+        int n = 0;
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), n++) {
+            char name[32];
+            float x, want, got;
+            assert_int_equal(sscanf(line, "%31s %f %f", name, &x, &want), 3);
+            int k = layer_kind_by_activation(name);
+            assert_true(k >= 0 && layer_act_fn((layer_kind)k) >= 0);
+            float a = k == LAYER_LEAKY_RELU ? 0.2f : k == LAYER_HARD_SIGMOID ? hsig
+                    : k == LAYER_ELU        ? 1.0f : 0.0f; // Keras's functions' defaults
+            act_forward((act_fn)layer_act_fn((layer_kind)k), a, &got, &x, 1, 1);
+            if (!(fabsf(got - want) <= 1e-6f * fmaxf(1.0f, fabsf(want))))
+                fail_msg("%s: %s(%g) = %.9g, Keras %.9g", path, name, (double)x, (double)got,
+                         (double)want);
+        }
+        assert_int_equal(n, 9 * 9);
+        free(text);
+    }
 }
 
 // The CIFAR-shaped network: 3x32x32 channels-last input, strided "same", average pooling,
@@ -827,12 +881,49 @@ static void test_cli_same_run(void **state) {
     model_free(&m);
 }
 
+// The Keras JSON with every activation trains through the CLI, on the CPU alone and on the CPU
+// and OpenCL together: finite losses, and from the same start the mixed run's weights move as
+// the CPU run's do, within the tolerance of runs on different devices (testutil.h).
+static void test_cli_activations(void **state) {
+    (void)state;
+    test_csv_data d;
+    assert_int_equal(test_csv_data_init(&d, "keras-act", 96, 16), 0);
+    const char *devices[] = {"cpu:1", test_have_opencl("cpu:1,cpu:1 instead") ? "cpu:1,cl:0.0"
+                                                                               : "cpu:1,cpu:1"};
+    float *w[2];
+    for (int i = 0; i < 2; i++) {
+        char args[8192], path[1200];
+        snprintf(args, sizeof args,
+                 "train --model " KDIR "activations_k3.json %s --optimizer adam --epochs 1 "
+                 "--batch 32 --val-split 0 --devices %s --balance static --no-self-check "
+                 "--out '%s' --name a%d --save '%s/a%d.safetensors' --no-progress",
+                 d.args, devices[i], d.dir, i, d.dir, i);
+        free(test_expect_cli(args, 0, "epoch 1/1"));
+        snprintf(path, sizeof path, "%s/a%d.metrics.csv", d.dir, i);
+        assert_true(isfinite(test_metrics_value(path, -1, "loss")));
+        snprintf(path, sizeof path, "%s/a%d.safetensors", d.dir, i);
+        model m;
+        load(&m, KDIR "activations_k3.json");
+        w[i] = test_load_params(&m, path);
+        model_free(&m);
+    }
+    model m;
+    load(&m, KDIR "activations_k3.json");
+    float *init = malloc(m.n_params * sizeof *init);
+    model_init_params(&m, init, 1);
+    assert_true(check_updates(&m, w[1], w[0], init, TOL_RUN_OUTPUT, TOL_RUN_OTHER,
+                              "activations network: cpu + second device vs cpu"));
+    free(init), free(w[0]), free(w[1]);
+    model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_networks),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_keras_param_counts),
         cmocka_unit_test(test_cifar_shapes),
+        cmocka_unit_test(test_keras_activations),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_variants),
         cmocka_unit_test(test_initializers),
@@ -841,6 +932,7 @@ int main(void) {
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_cli_cifar),
         cmocka_unit_test(test_cli_same_run),
+        cmocka_unit_test(test_cli_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,8 @@ asserts hetrain reproduces.
   Keras 2:  python3 tools/keras_models.py 2                     (pip install tensorflow-cpu tf-keras)
 
 writes <name>_k3.json or <name>_k2.json for each network and appends "<file> <params>" lines
-to tests/data/keras/params.txt (rewriting that version's lines)."""
+to tests/data/keras/params.txt (rewriting that version's lines), and activations_k3.txt or
+activations_k2.txt: Keras's activation functions at a few points."""
 import os
 import sys
 
@@ -89,8 +90,43 @@ def networks(keras):
             L.Dense(32, activation="relu"), L.Dropout(0.25), L.Dense(10, activation="softmax"),
         ])
 
+    def activations():
+        # Every activation hetrain reads: as Conv2D/Dense activation strings, in Activation
+        # layers, and as the LeakyReLU and ELU layer classes (with and without their argument).
+        leaky = dict(negative_slope=0.1) if keras.__version__.startswith("3") else dict(alpha=0.1)
+        return keras.Sequential([
+            keras.Input(shape=(28, 28, 1)),
+            L.Conv2D(6, 3, padding="same", activation="tanh"), L.MaxPooling2D(2),
+            L.Conv2D(6, 3, padding="same", activation="sigmoid"),
+            L.Activation("swish"), L.MaxPooling2D(2), L.Activation("gelu"),
+            L.Conv2D(4, 3, activation="elu"), L.LeakyReLU(**leaky), L.ELU(alpha=0.5),
+            L.Activation("hard_sigmoid"), L.Flatten(),
+            L.Dense(16, activation="selu"), L.Activation("softplus"), L.LeakyReLU(),
+            L.Dense(12, activation="leaky_relu"), L.Activation("silu"), L.ELU(),
+            L.Dense(10, activation="softmax"),
+        ])
+
     return dict(cnn3=cnn3, cnn2=cnn2, cifar=cifar, cifar_flat=cifar_flat,
-                mnist_small=mnist_small)
+                mnist_small=mnist_small, activations=activations)
+
+
+def activation_values(keras, version):
+    """Keras's activation functions at a few points, as "name x y" lines: the values hetrain's
+    act family must give (tests/test_keras.c)."""
+    import numpy as np
+    xs = np.array([-4.0, -2.75, -1.0, -0.25, 0.0, 0.5, 1.5, 2.75, 4.0], dtype="float32")
+    names = ["sigmoid", "tanh", "elu", "selu", "softplus", "hard_sigmoid", "gelu", "leaky_relu"]
+    names += ["silu" if version == "3" else "swish"]
+    lines = []
+    for n in names:
+        f = keras.activations.get(n)
+        if version == "3":
+            ys = np.asarray(f(keras.ops.convert_to_tensor(xs)))
+        else:
+            import tensorflow as tf
+            ys = f(tf.constant(xs)).numpy()
+        lines += ["%s %.9g %.9g" % (n, x, y) for x, y in zip(xs, ys)]
+    return lines
 
 
 def main():
@@ -112,6 +148,8 @@ def main():
             f.write("\n")
         lines.append("%s %d" % (fname, m.count_params()))
         print(lines[-1], "(keras %s)" % keras.__version__)
+    with open(os.path.join(OUT, "activations_k%s.txt" % version), "w") as f:
+        f.write("\n".join(activation_values(keras, version)) + "\n")
     path = os.path.join(OUT, "params.txt")
     old = []
     if os.path.exists(path):

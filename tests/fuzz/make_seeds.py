@@ -227,12 +227,17 @@ bias = 0
 put("config", "errors.cfg", "[net]\ninput = 1x28\n[conv]\nfilters = 0\n")
 put("config", "no_net.cfg", "[dense]\nunits = 3\n")
 put("config", "syntax.cfg", "[net\nkey value\n")
+put("config", "activations.cfg", "[net]\ninput = 1x8x8\nclasses = 4\n[conv]\nfilters = 2\n"
+    "size = 3\nactivation = gelu\n[leaky_relu]\nalpha = 0.1\n[LeakyReLU]\nnegative_slope = 0.2\n"
+    "[elu]\n[hard_sigmoid]\nslope = 0.2\n[gelu]\napproximate = 1\n[Activation]\n"
+    "activation = silu\n[dense]\nunits = 4\nactivation = tanh\n[softmax]\n")
 put("config", "schedule.cfg", "[net]\ninput = 1x8x8\nclasses = 4\nlr_schedule = step:2:0.5\n"
     "weight_decay = 5e-4\nweight_decay_mode = decoupled\n[dense]\nunits = 4\n[softmax]\n")
 
 # ---- Keras model JSON: the text (compacted fixtures of tests/data/keras, and a few small ones) ----
 
-for name in ("mnist_small_k3", "mnist_small_k2", "cnn3_k2old", "cifar_k3", "cifar_flat_k2"):
+for name in ("mnist_small_k3", "mnist_small_k2", "cnn3_k2old", "cifar_k3", "cifar_flat_k2",
+             "activations_k3", "activations_k2"):
     with open(os.path.join(ROOT, "tests", "data", "keras", name + ".json")) as f:
         put("keras", name + ".json", json.dumps(json.load(f), separators=(",", ":")))
 put("keras", "channels_first.json", json.dumps({"class_name": "Sequential", "config": {"layers": [
