@@ -77,7 +77,7 @@ done
 declare -A M
 for k in base untuned tuned; do M[$k]=$(printf '%s\n' ${V[$k]} | median); done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
-# ~84 MFLOP per sample and training step (README)
+# ~84 MFLOP per sample and training step (bench/README.md)
 gflops() { awk -v s="$1" 'BEGIN {printf "%.1f", s * 0.084}'; }
 {
   echo "configuration,commit,samples_per_s_median,gflops,runs,vs_base,samples_per_s_each"

@@ -6,7 +6,7 @@
 # OpenCL is hidden (OCL_ICD_VENDORS), so the tests take their CPU-only device mixes: PoCL and
 # its LLVM are not instrumented, and TSan reports their own threads' synchronisation (a PoCL
 # worker thread against LLVM's DataLayout strings) as races. The engine's threading is the same
-# whatever the devices are; the OpenCL device's locking is checked under ASan (README).
+# whatever the devices are; the OpenCL device's locking is checked under ASan (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-tsan -DHT_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

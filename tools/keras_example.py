@@ -2,7 +2,7 @@
 """Writes models/cifar_keras.json: model.to_json() of a small CIFAR-shaped Keras network (3x32x32
 channels-last input; "same" convolutions, one strided; average pooling; a convolution without
 a bias; global average pooling; a he_normal dense layer; dropout; softmax), the example of the
-README's Keras -> hetrain -> compare walk-through. Prints Keras's parameter count (70,314).
+Keras -> hetrain -> compare walk-through of docs/USAGE.md. Prints Keras's parameter count (70,314).
 
     KERAS_BACKEND=jax python3 tools/keras_example.py     (pip install keras "jax[cpu]")
 """
