@@ -290,6 +290,8 @@ static void test_lr_schedule_errors(void **state) {
         {"step:2:0", "GAMMA"},    {"step:2:1.5", "GAMMA"}, {"exp:-1", "GAMMA"},
         {"exp:", "GAMMA"},        {"exp:0.5x", "GAMMA"}, {"linear", "expected step:EPOCHS:GAMMA"},
         {"cosine:3", "expected"}, {"", "expected"},
+        {"exp:1E-124", "GAMMA"}, // a float would hold 0 (found by fuzzing)
+        {"step:2:1e-40", "GAMMA"}, // a float would hold it denormalised
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         lr_schedule s = {.kind = LR_SCHED_COSINE};

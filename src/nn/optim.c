@@ -4,6 +4,7 @@
 #include "optim.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,9 +238,11 @@ static int parse_gamma(const char *text, const char *v, float *out, ht_error *e)
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (!*v || *end || errno || !(x > 0 && x <= 1))
-        return ht_fail(e, "\"%.60s\": GAMMA must be a number 0 < GAMMA <= 1, found \"%.40s\"",
-                       text, v);
+    // Kept as a float: below a float's smallest normal value it would round to 0 or lose bits
+    // (found by fuzzing: exp:1E-124 became exp:0).
+    if (!*v || *end || errno || !(x >= FLT_MIN && x <= 1))
+        return ht_fail(e, "\"%.60s\": GAMMA must be a number 0 < GAMMA <= 1 (at least %g), "
+                          "found \"%.40s\"", text, FLT_MIN, v);
     *out = (float)x;
     return 0;
 }
