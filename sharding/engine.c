@@ -110,7 +110,7 @@ struct engine {
     int n_devs;
     int max_batch;
     uint64_t seed;
-    data_augment aug; // applied to training steps' samples as they are gathered (engine_set_augment)
+    data_augment aug; // applied to training steps' samples as they are gathered (engine_config)
     float *params;   // master parameters (n_params), read by the workers through the hub
     float *grad;     // the step's gradient sum when it is not one device's own buffer, then,
                      // over several ranks, the rest of the step's one reduction (reduce_ranks)
@@ -125,7 +125,7 @@ struct engine {
     int *orphans;    // batch positions whose device failed, to run again (max_batch)
     uint8_t *own;    // (max_batch) positions this rank computed in the current step
     int span;        // training steps are planned and reduced over every rank (ranks.h)
-    const volatile int *stop_flag; // the job's stop request (a signal), engine_watch_stop
+    const volatile int *stop_flag; // the job's stop request (a signal), engine_config's
     int stop_agreed; // over several ranks: some rank's stop_flag was set at the last step
     int plan_global; // the cached plan is plan_global's
     int n_orphans;
@@ -134,8 +134,7 @@ struct engine {
     int nan_stop;    // non-finite values stop the run instead of skipping the step
     char events[4096]; // what happened since engine_take_events, one line each
     char last_failure[600]; // the last device failure, for the error when none is left
-    balance_mode mode;
-    int rebalance;   // re-fit every this many steps (auto)
+    int rebalance;   // auto balance: re-fit every this many steps; 0: static
     int since;       // steps since the last re-fit
     balance bal;     // the devices' measured times
     pthread_t *threads;
@@ -185,20 +184,9 @@ const float *engine_grad(engine *g) {
 void engine_set_timeout(engine *g, double seconds) {
     g->timeout_s = seconds > 0 ? seconds : ENGINE_DEFAULT_TIMEOUT;
 }
-void engine_set_nan_stop(engine *g, int stop) { g->nan_stop = stop; }
-void engine_set_augment(engine *g, const data_augment *a) {
-    memset(&g->aug, 0, sizeof g->aug);
-    if (a) g->aug = *a;
-}
-void engine_span_ranks(engine *g, int on) { g->span = on && ranks_size() > 1; }
-void engine_watch_stop(engine *g, const volatile int *flag) { g->stop_flag = flag; }
 int engine_stopping(const engine *g) {
     if (g->span) return g->stop_agreed;
     return g->stop_flag && *g->stop_flag;
-}
-void engine_set_balance(engine *g, balance_mode mode, int rebalance) {
-    g->mode = mode;
-    g->rebalance = rebalance < 1 ? 1 : rebalance;
 }
 
 void engine_capacities(const engine *g, double *cap) {
@@ -755,22 +743,27 @@ static engine_work *work_alloc(engine *g, const device *dev, ht_error *e) {
     return w;
 }
 
-int engine_open(engine **out, const model *m, device *devs, int n_devs, const float *params,
-                const train_setup *s, int max_batch, uint64_t seed, ht_error *e) {
+int engine_open(engine **out, const engine_config *c, ht_error *e) {
     *out = NULL;
+    const model *m = c->m;
+    device *devs = c->devs;
+    int n_devs = c->n_devs, max_batch = c->max_batch;
     if (n_devs < 1 || n_devs > HT_MAX_DEVICES)
         return ht_fail(e, "engine: %d devices (1..%d)", n_devs, HT_MAX_DEVICES);
+    if (max_batch < 1) return ht_fail(e, "engine: batches of %d samples at most", max_batch);
     engine *g = ht_calloc(1, sizeof *g, e);
     if (!g) return -1;
     g->m = m;
     g->devs = devs;
     g->n_devs = n_devs;
     g->max_batch = max_batch;
-    g->seed = seed;
-    g->mode = BALANCE_STATIC;
-    g->rebalance = 1;
-    g->timeout_s = ENGINE_DEFAULT_TIMEOUT;
-    g->span = ranks_size() > 1;
+    g->seed = c->seed;
+    g->rebalance = c->rebalance > 0 ? c->rebalance : 0;
+    engine_set_timeout(g, c->timeout_s);
+    g->nan_stop = c->nan_stop;
+    g->aug = c->augment;
+    g->span = !c->alone && ranks_size() > 1;
+    g->stop_flag = c->stop_flag;
     balance_reset(&g->bal, n_devs);
     engine_hub *h = g->hub = ht_calloc(1, sizeof *h, e);
     if (!h) {
@@ -788,12 +781,12 @@ int engine_open(engine **out, const model *m, device *devs, int n_devs, const fl
     g->slots = ht_calloc((size_t)n_devs, sizeof *g->slots, e);
     g->threads = ht_calloc((size_t)n_devs, sizeof *g->threads, e);
     if (!g->params || !g->grad || !g->orphans || !g->own || !g->slots || !g->threads ||
-        optim_init(&g->opt, s, m->n_params, e) < 0 ||
-        (s->weight_decay > 0 && optim_decay_kernels(&g->opt, m, e) < 0)) {
+        optim_init(&g->opt, &m->setup, m->n_params, e) < 0 ||
+        (m->setup.weight_decay > 0 && optim_decay_kernels(&g->opt, m, e) < 0)) {
         engine_close(g);
         return -1;
     }
-    memcpy(g->params, params, sizeof(float) * m->n_params);
+    memcpy(g->params, c->params, sizeof(float) * m->n_params);
     for (int d = 0; d < n_devs; d++) {
         engine_slot *sl = &g->slots[d];
         sl->dev = &devs[d];
@@ -1102,11 +1095,11 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     g->prep_s = g->pass_s = 0;
     engine_task t = {.kind = TASK_TRAIN, .ds = ds, .idx = idx, .epoch = epoch, .step = g->step};
     if (assign_in(g, NULL, B, 1, g->span, e) < 0) return -1;
-    if (g->mode == BALANCE_AUTO && g->step % ENGINE_PROBE_EVERY == 0) probe_idle(g);
+    if (g->rebalance > 0 && g->step % ENGINE_PROBE_EVERY == 0) probe_idle(g);
     g->n_orphans = 0;
     g->prep_s = ht_now() - t0; // the plan
     dispatch(g, &t);
-    if (g->mode == BALANCE_AUTO) observe_pass(g);
+    if (g->rebalance > 0) observe_pass(g);
     double slowest = 0;
     for (int d = 0; d < g->n_devs; d++)
         if (g->slots[d].dispatched && !g->slots[d].failed && g->slots[d].busy_s > slowest)
@@ -1155,7 +1148,7 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     st->bcast_s = t2 - tu;
     st->host_s = t2 - t1;
     st->wall_s = t2 - t0;
-    if (g->mode == BALANCE_AUTO && (g->span || engine_active(g) >= 2) && ++g->since >= g->rebalance) {
+    if (g->rebalance > 0 && (g->span || engine_active(g) >= 2) && ++g->since >= g->rebalance) {
         g->since = 0;
         refit(g, B, 0);
     }

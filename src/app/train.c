@@ -298,17 +298,17 @@ static int job_prepare(job *j, const train_opts *o, ht_error *e) {
     }
     if (s->conv_algo == CONV_ALGO_AUTO && conv_decide(j, e) < 0) return -1;
     if (open_devices(j, o->devices, s->batch, o->mem_limit, e) < 0) return -1;
-    if (engine_open(&j->g, &j->m, j->devs, j->n_devs, j->params, s, s->batch, o->seed, e) < 0)
-        return -1;
-    engine_set_balance(j->g, o->balance, o->rebalance > 0 ? o->rebalance : TRAIN_DEFAULT_REBALANCE);
-    engine_set_timeout(j->g, o->device_timeout);
-    engine_set_nan_stop(j->g, o->nan_stop);
-    engine_watch_stop(j->g, &train_interrupted);
-    if (o->augment) {
-        data_augment aug;
-        if (data_augment_parse(&aug, o->augment, e) < 0) return -1;
-        engine_set_augment(j->g, &aug);
-    }
+    data_augment aug = {0};
+    if (o->augment && data_augment_parse(&aug, o->augment, e) < 0) return -1;
+    engine_config c = {
+        .m = &j->m, .devs = j->devs, .n_devs = j->n_devs, .params = j->params,
+        .max_batch = s->batch, .seed = o->seed,
+        .rebalance = o->balance != BALANCE_AUTO ? 0
+                     : o->rebalance > 0         ? o->rebalance
+                                                : TRAIN_DEFAULT_REBALANCE,
+        .timeout_s = o->device_timeout, .nan_stop = o->nan_stop, .augment = aug,
+        .stop_flag = &train_interrupted};
+    if (engine_open(&j->g, &c, e) < 0) return -1;
     j->idx = ht_malloc((size_t)j->train.n, sizeof *j->idx, e);
     j->loss = ht_malloc((size_t)s->batch, sizeof *j->loss, e);
     j->pred = ht_malloc((size_t)(j->test.n > s->batch ? j->test.n : s->batch), sizeof *j->pred, e);
@@ -1413,7 +1413,9 @@ int predict_run(const predict_opts *o, ht_error *e) {
     int chunk = j->test.n < 1000 ? j->test.n : 1000;
     if (open_devices(j, o->devices, chunk, 0, e) < 0)
         goto out;
-    if (engine_open(&j->g, &j->m, j->devs, j->n_devs, j->params, &j->m.setup, chunk, 0, e) < 0) goto out;
+    engine_config c = {.m = &j->m, .devs = j->devs, .n_devs = j->n_devs, .params = j->params,
+                       .max_batch = chunk};
+    if (engine_open(&j->g, &c, e) < 0) goto out;
     j->pred = ht_malloc((size_t)j->test.n, sizeof *j->pred, e);
     double loss, acc;
     int bad;
