@@ -9,6 +9,7 @@
 #include "ocl_util.h"
 #include "device.h"
 #include "micro.h"
+#include "opencl.h"
 #include "net.h"
 #include "rng.h"
 

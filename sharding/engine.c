@@ -89,9 +89,13 @@ typedef struct engine_work {
     int abandoned;    // the engine gave up on it: the worker owns this struct now
 } engine_work;
 
-// The engine's view of a device.
+// The engine's view of a device: what it decided of it and learned from it. The device itself
+// is only read (its ops, context, spec and name).
 typedef struct engine_slot {
     device *dev;
+    double capacity;  // relative capacity: its share of a batch is capacity / sum (0: dropped)
+    int micro;        // its micro-batch as of its last shard (it shrinks on out-of-memory)
+    int hung;         // stopped answering: its worker may still be inside it (engine_gave_up)
     engine_work *work; // NULL once the device hung
     int n;            // positions this pass
     int *pos;         // (max_batch) batch positions of this device
@@ -190,8 +194,12 @@ int engine_stopping(const engine *g) {
 }
 
 void engine_capacities(const engine *g, double *cap) {
-    for (int d = 0; d < g->n_devs; d++) cap[d] = g->slots[d].failed ? 0 : g->devs[d].capacity;
+    for (int d = 0; d < g->n_devs; d++) cap[d] = g->slots[d].failed ? 0 : g->slots[d].capacity;
 }
+
+int engine_micro(const engine *g, int d) { return g->slots[d].micro; }
+
+int engine_gave_up(const engine *g, int d) { return g->slots[d].hung; }
 
 // Sets the capacities of the active devices (dropped ones stay 0; none below the minimum
 // share) and drops the cached plan.
@@ -201,7 +209,7 @@ static void set_capacities(engine *g, const double *cap) {
         if (!g->slots[d].failed && cap[d] > top) top = cap[d];
     for (int d = 0; d < g->n_devs; d++) {
         if (g->slots[d].failed) continue;
-        g->devs[d].capacity = cap[d] > top * ENGINE_MIN_SHARE ? cap[d] : top * ENGINE_MIN_SHARE;
+        g->slots[d].capacity = cap[d] > top * ENGINE_MIN_SHARE ? cap[d] : top * ENGINE_MIN_SHARE;
     }
     shard_plan_free(&g->plan);
 }
@@ -277,7 +285,7 @@ static void refit_ranks(engine *g, int B, int force) {
     for (int i = 0; i < k; i++) top = cap[i] > top ? cap[i] : top;
     for (int i = 0; i < k; i++)
         if (loc[i] >= 0)
-            g->devs[loc[i]].capacity = cap[i] > top * ENGINE_MIN_SHARE ? cap[i] : top * ENGINE_MIN_SHARE;
+            g->slots[loc[i]].capacity = cap[i] > top * ENGINE_MIN_SHARE ? cap[i] : top * ENGINE_MIN_SHARE;
     shard_plan_free(&g->plan);
 }
 
@@ -293,7 +301,7 @@ static void observe_pass(engine *g) {
 // A device leaves for good: no capacity, no measurements, no plan that names it.
 static void drop(engine *g, int d) {
     g->slots[d].failed = 1;
-    g->devs[d].capacity = 0;
+    g->slots[d].capacity = 0;
     balance_forget(&g->bal, d);
     shard_plan_free(&g->plan);
 }
@@ -484,7 +492,7 @@ static int dispatch(engine *g, const engine_task *t) {
             retire_params(g);
             w->abandoned = 1;
             s->work = NULL;
-            s->dev->hung = 1;
+            s->hung = 1;
             pthread_detach(g->threads[d]);
             atomic_fetch_add(&stray_workers, 1);
             if (t->kind == TASK_PARAMS)
@@ -496,7 +504,7 @@ static int dispatch(engine *g, const engine_task *t) {
             s->rc = w->rc;
             s->err = w->err;
             s->busy_s = w->busy_s;
-            if (w->rc == 0 && w->micro > 0) s->dev->micro = w->micro;
+            if (w->rc == 0 && w->micro > 0) s->micro = w->micro;
             note = w->note;
         }
         if (s->rc < 0) {
@@ -602,7 +610,7 @@ static int plan_active(engine *g, shard_plan *p, int n, ht_error *e) {
     for (int d = 0; d < g->n_devs; d++) {
         if (g->slots[d].failed) continue;
         g->plan_dev[k] = d;
-        cap[k++] = g->devs[d].capacity > 0 ? g->devs[d].capacity : 1;
+        cap[k++] = g->slots[d].capacity > 0 ? g->slots[d].capacity : 1;
     }
     if (k == 0) return ht_fail(e, "every device has failed; the last: %s", g->last_failure);
     return shard_plan_init(p, cap, k, n, e);
@@ -617,7 +625,7 @@ static int plan_global(engine *g, shard_plan *p, int n, ht_error *e) {
     double mine[HT_MAX_DEVICES] = {0}, *all = ht_malloc((size_t)R * HT_MAX_DEVICES, sizeof(double), e);
     if (!all) return -1;
     for (int d = 0; d < g->n_devs; d++)
-        if (!g->slots[d].failed) mine[d] = g->devs[d].capacity > 0 ? g->devs[d].capacity : 1;
+        if (!g->slots[d].failed) mine[d] = g->slots[d].capacity > 0 ? g->slots[d].capacity : 1;
     if (ranks_allgather(mine, all, HT_MAX_DEVICES, e) < 0) {
         free(all);
         return -1;
@@ -790,6 +798,8 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
     for (int d = 0; d < n_devs; d++) {
         engine_slot *sl = &g->slots[d];
         sl->dev = &devs[d];
+        sl->capacity = devs[d].capacity;
+        sl->micro = devs[d].micro;
         sl->pos = ht_malloc((size_t)max_batch, sizeof *sl->pos, e);
         sl->work = sl->pos ? work_alloc(g, &devs[d], e) : NULL;
         if (!sl->work) {

@@ -145,6 +145,13 @@ void engine_drop_device(engine *g, int d);
 
 // The device capacities now in use (n_devs values; 0 for a dropped device).
 void engine_capacities(const engine *g, double *cap);
+// Device d's micro-batch as of its last shard: the one it opened with, or smaller after it ran
+// out of memory.
+int engine_micro(const engine *g, int d);
+// Whether the engine gave device d up because it stopped answering: its worker thread may
+// still be inside it and closes it if it ever comes back, so its owner must neither call into
+// it nor close it (device_disown).
+int engine_gave_up(const engine *g, int d);
 // Devices still taking part.
 int engine_active(const engine *g);
 // The events since the last call (lines, possibly ""); valid until the next engine call.

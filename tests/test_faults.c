@@ -121,7 +121,7 @@ static void test_injected_oom_shrinks_micro_batch(void **state) {
         const char *ev = engine_take_events(oom.g);
         printf("%s", ev);
         assert_non_null(strstr(ev, "micro-batch"));
-        assert_int_equal(oom.devs[0].micro, before / 2);
+        assert_int_equal(engine_micro(oom.g, 0), before / 2);
         assert_true(check_step_grad(&net, engine_grad(oom.g), engine_grad(ref.g),
                                     "gradient after an injected out-of-memory"));
         run_close(&ref);

@@ -331,6 +331,8 @@ void test_rig_open_with(test_rig *r, const char *spec, const char *faults, uint6
 
 void test_rig_close(test_rig *r) {
     fault_release_hangs(); // a worker inside an injected hang comes back and closes its device
+    for (int d = 0; d < r->n; d++)
+        if (engine_gave_up(r->g, d)) device_disown(&r->devs[d]);
     engine_close(r->g);
     device_close_list(r->devs, r->n);
     if (engine_wait_strays(30) > 0) fail_msg("a device the engine gave up on never came back");

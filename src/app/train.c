@@ -206,6 +206,9 @@ typedef struct job {
 
 // Frees the job itself too (it is on the heap: a device's context points at j->m).
 static void job_free(job *j) {
+    // A device the engine gave up on is its worker thread's to close.
+    for (int d = 0; j->g && d < j->n_devs; d++)
+        if (engine_gave_up(j->g, d)) device_disown(&j->devs[d]);
     engine_close(j->g);
     device_close_list(j->devs, j->n_devs);
     ht_error ignore; // train_run closes the files itself and reports what failed
@@ -923,7 +926,7 @@ static int profile_report(job *j, const train_opts *o, ht_error *e) {
             rc = -1;
             break;
         }
-        if (!device_profile_get(&j->devs[d], p)) {
+        if (engine_gave_up(j->g, d) || !device_profile_get(&j->devs[d], p)) {
             fprintf(f, "profile of %s: no record (the device keeps none, or stopped answering)\n",
                     j->devs[d].spec);
             device_profile_free(p);
