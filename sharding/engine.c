@@ -116,11 +116,11 @@ struct engine {
     uint64_t seed;
     data_augment aug; // applied to training steps' samples as they are gathered (engine_config)
     float *params;   // master parameters (n_params), read by the workers through the hub
-    float *grad;     // the step's gradient sum when it is not one device's own buffer, then,
-                     // over several ranks, the rest of the step's one reduction (reduce_ranks)
-    const float *grad_sum; // the last step's gradient sum: grad, or a device's grad_sum
-    float grad_scale;      // 1/B: the mean gradient is grad_sum * grad_scale
-    int grad_mean;         // grad holds the mean gradient (engine_grad made it)
+    float *grad;     // the step's gradient sum, then the rest of the step's one reduction
+                     // (reduce_group): losses, predictions, flags
+    int grad_ready;  // grad holds the last step's gradient sum
+    float grad_scale; // 1/B: the mean gradient is the sum * grad_scale
+    int grad_mean;   // grad holds the mean gradient instead (engine_grad made it)
     int bound;       // some device reads the master parameters in place (bind_params)
     optim opt;
     shard_plan plan; // over the active devices, for plan.len positions; remade when needed
@@ -128,10 +128,11 @@ struct engine {
     engine_slot *slots;
     int *orphans;    // batch positions whose device failed, to run again (max_batch)
     uint8_t *own;    // (max_batch) positions this rank computed in the current step
-    int span;        // training steps are planned and reduced over every rank (ranks.h)
+    int span;        // steps are planned and reduced over every rank (ranks.h), not this
+                     // process alone (engine_config.alone, or one rank): group_*
     const volatile int *stop_flag; // the job's stop request (a signal), engine_config's
     int stop_agreed; // over several ranks: some rank's stop_flag was set at the last step
-    int plan_global; // the cached plan is plan_global's
+    int peers_active; // the other ranks' active devices, as of the last plan_batch
     int n_orphans;
     long step;       // training steps done
     double timeout_s;
@@ -175,11 +176,9 @@ int engine_active(const engine *g) {
 const float *engine_params(const engine *g) { return g->params; }
 // The optimiser takes the sum and the scale; the mean is made only when asked for.
 const float *engine_grad(engine *g) {
-    if (!g->grad_mean && g->grad_sum) {
+    if (g->grad_ready && !g->grad_mean) {
         size_t n = g->m->n_params;
-        if (g->grad_sum != g->grad) memcpy(g->grad, g->grad_sum, sizeof(float) * n);
         for (size_t i = 0; i < n; i++) g->grad[i] *= g->grad_scale;
-        g->grad_sum = g->grad;
         g->grad_mean = 1;
     }
     return g->grad;
@@ -195,6 +194,23 @@ int engine_stopping(const engine *g) {
 
 void engine_capacities(const engine *g, double *cap) {
     for (int d = 0; d < g->n_devs; d++) cap[d] = g->slots[d].failed ? 0 : g->slots[d].capacity;
+}
+
+// The ranks a step spans: every rank of the job, or this process alone. Everything below runs
+// the same code for both; over one rank these collectives are copies.
+static int group_size(const engine *g) { return g->span ? ranks_size() : 1; }
+static int group_rank(const engine *g) { return g->span ? ranks_rank() : 0; }
+
+// Every rank's n doubles, in rank order, into all (group_size * n).
+static int group_allgather(const engine *g, const double *mine, double *all, int n, ht_error *e) {
+    if (g->span) return ranks_allgather(mine, all, n, e);
+    memcpy(all, mine, sizeof(double) * (size_t)n);
+    return 0;
+}
+
+// buf summed over the ranks in rank order, the same bits on every rank.
+static int group_sum(const engine *g, float *buf, size_t n, ht_error *e) {
+    return g->span ? ranks_sum_ordered(buf, n, e) : 0;
 }
 
 int engine_micro(const engine *g, int d) { return g->slots[d].micro; }
@@ -214,37 +230,16 @@ static void set_capacities(engine *g, const double *cap) {
     shard_plan_free(&g->plan);
 }
 
-static void refit_ranks(engine *g, int B, int force);
-
-// Capacities from the fits for batches of B. Unless forced, the plan changes only when the fit
-// predicts a step at least ENGINE_REPLAN_GAIN faster: every re-plan changes the shard shapes a
-// device sees, and some drivers pay for new shapes (new GEMM kernels).
+// Capacities from the fits for batches of B, over the devices of every rank of the step: every
+// rank gathers every rank's fits and computes the same capacities (in plan_batch's (rank,
+// device) order), keeping its own devices'. The plan itself is made from the capacities every
+// rank then has (plan_batch), so the ranks agree on it even if their arithmetic differed.
+// Unless forced, the plan changes only when the fit predicts a step at least
+// ENGINE_REPLAN_GAIN faster: every re-plan changes the shard shapes a device sees, and some
+// drivers pay for new shapes (new GEMM kernels).
 static void refit(engine *g, int B, int force) {
-    if (g->span) {
-        refit_ranks(g, B, force);
-        return;
-    }
-    int active[HT_MAX_DEVICES];
-    double cap[HT_MAX_DEVICES], now[HT_MAX_DEVICES] = {0};
-    for (int d = 0; d < g->n_devs; d++) active[d] = !g->slots[d].failed;
-    if (balance_capacities(&g->bal, active, B, cap) < 0) return; // not every device measured yet
-    if (!force && g->plan.pattern && g->plan.len == B) {
-        for (int k = 0; k < g->plan.n_devs; k++)
-            if (g->plan_dev[k] >= 0) now[g->plan_dev[k]] = g->plan.count[k];
-        if (balance_predict(&g->bal, active, now) <=
-            balance_predict(&g->bal, active, cap) * (1 + ENGINE_REPLAN_GAIN))
-            return;
-    }
-    set_capacities(g, cap);
-}
-
-// refit over every rank's devices: every rank gathers every rank's fits and computes the same
-// global capacities (in plan_global's (rank, device) order), keeping its own devices'. The
-// plan itself is made from the capacities every rank then has (plan_global), so the ranks
-// agree on it even if their arithmetic differed.
-static void refit_ranks(engine *g, int B, int force) {
     enum { PER = 6 * HT_MAX_DEVICES }; // 5 fit sums and an active flag per device
-    int R = ranks_size(), me = ranks_rank();
+    int R = group_size(g), me = group_rank(g);
     double mine[PER] = {0}, *all = malloc(sizeof(double) * (size_t)R * PER);
     ht_error e;
     if (!all) return; // the capacities stay as they are
@@ -253,7 +248,7 @@ static void refit_ranks(engine *g, int B, int force) {
         mine[5 * HT_MAX_DEVICES + d] = !g->slots[d].failed;
     }
     // A failed gather leaves the capacities alone; the step's own reduction reports the error.
-    if (ranks_allgather(mine, all, PER, &e) < 0) {
+    if (group_allgather(g, mine, all, PER, &e) < 0) {
         free(all);
         return;
     }
@@ -264,7 +259,7 @@ static void refit_ranks(engine *g, int B, int force) {
         for (int d = 0; d < HT_MAX_DEVICES; d++) {
             const double *a = all + (size_t)r * PER;
             if (!(a[5 * HT_MAX_DEVICES + d] > 0)) continue;
-            if (k == HT_MAX_DEVICES) { // plan_global refuses this many
+            if (k == HT_MAX_DEVICES) { // plan_batch refuses this many
                 free(all);
                 return;
             }
@@ -275,7 +270,7 @@ static void refit_ranks(engine *g, int B, int force) {
     free(all);
     glob.n = k;
     double cap[HT_MAX_DEVICES], now[HT_MAX_DEVICES] = {0}, top = 0;
-    if (k == 0 || balance_capacities(&glob, active, B, cap) < 0) return;
+    if (k == 0 || balance_capacities(&glob, active, B, cap) < 0) return; // not all measured yet
     if (!force && g->plan.pattern && g->plan.len == B && g->plan.n_devs == k) {
         for (int i = 0; i < k; i++) now[i] = g->plan.count[i];
         if (balance_predict(&glob, active, now) <=
@@ -450,8 +445,6 @@ static const char *pass_name(const engine_task *t) {
 static int dispatch(engine *g, const engine_task *t) {
     engine_hub *h = g->hub;
     double t0 = ht_now();
-    // A gradient sum left in a device's buffer is overwritten by the next training pass.
-    if (t->kind == TASK_TRAIN && g->grad_sum != g->grad) g->grad_sum = NULL;
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
         if (s->work) s->work->go = 0;
@@ -603,8 +596,8 @@ int engine_restore(engine *g, const engine_state *st, const float *params, const
     return engine_set_params(g, params, e);
 }
 
-// Plans `n` positions over the active devices.
-static int plan_active(engine *g, shard_plan *p, int n, ht_error *e) {
+// Plans `n` positions over this rank's active devices: a re-run of failed devices' positions.
+static int plan_local(engine *g, shard_plan *p, int n, ht_error *e) {
     double cap[HT_MAX_DEVICES];
     int k = 0;
     for (int d = 0; d < g->n_devs; d++) {
@@ -616,22 +609,21 @@ static int plan_active(engine *g, shard_plan *p, int n, ht_error *e) {
     return shard_plan_init(p, cap, k, n, e);
 }
 
-// The plan of a whole batch over the active devices of every rank, in (rank, device) order:
-// each rank gathers every rank's capacities and makes the same plan; g->plan_dev maps a plan
-// index to a device of this rank, or -1 for another rank's. One rank: plan_active.
-static int plan_global(engine *g, shard_plan *p, int n, ht_error *e) {
-    int R = ranks_size(), me = ranks_rank();
-    if (R == 1 || !g->span) return plan_active(g, p, n, e);
+// The plan of a whole batch over the active devices of every rank of the step, in (rank,
+// device) order: each rank gathers every rank's capacities and makes the same plan;
+// g->plan_dev maps a plan index to a device of this rank, or -1 for another rank's.
+static int plan_batch(engine *g, shard_plan *p, int n, ht_error *e) {
+    int R = group_size(g), me = group_rank(g);
     double mine[HT_MAX_DEVICES] = {0}, *all = ht_malloc((size_t)R * HT_MAX_DEVICES, sizeof(double), e);
     if (!all) return -1;
     for (int d = 0; d < g->n_devs; d++)
         if (!g->slots[d].failed) mine[d] = g->slots[d].capacity > 0 ? g->slots[d].capacity : 1;
-    if (ranks_allgather(mine, all, HT_MAX_DEVICES, e) < 0) {
+    if (group_allgather(g, mine, all, HT_MAX_DEVICES, e) < 0) {
         free(all);
         return -1;
     }
     double cap[HT_MAX_DEVICES];
-    int k = 0, rc = 0;
+    int k = 0, peers = 0, rc = 0;
     for (int r = 0; r < R && rc == 0; r++)
         for (int d = 0; d < HT_MAX_DEVICES && rc == 0; d++) {
             if (!(all[(size_t)r * HT_MAX_DEVICES + d] > 0)) continue;
@@ -640,33 +632,29 @@ static int plan_global(engine *g, shard_plan *p, int n, ht_error *e) {
                 break;
             }
             g->plan_dev[k] = r == me ? d : -1;
+            peers += r != me;
             cap[k++] = all[(size_t)r * HT_MAX_DEVICES + d];
         }
     free(all);
     if (rc < 0) return -1;
-    if (k == 0) return ht_fail(e, "every device of every rank has failed");
+    if (k == 0 && R > 1) return ht_fail(e, "every device of every rank has failed");
+    if (k == 0) return ht_fail(e, "every device has failed; the last: %s", g->last_failure);
+    g->peers_active = peers;
     return shard_plan_init(p, cap, k, n, e);
 }
 
 // Gives every active device its positions among `positions` (NULL: 0..n-1) and marks it
-// dispatched. Uses (and caches) the full-batch plan when `cache`; a training batch spanning
-// the ranks (`global`) is planned over every rank's devices.
-static int assign_in(engine *g, const int *positions, int n, int cache, int global, ht_error *e);
-static int assign(engine *g, const int *positions, int n, int cache, ht_error *e) {
-    return assign_in(g, positions, n, cache, 0, e);
-}
-static int assign_in(engine *g, const int *positions, int n, int cache, int global, ht_error *e) {
+// dispatched. A whole batch (`batch`) is planned over every rank's devices into g->plan, made
+// again for every batch from every rank's capacities now (a rank alone cannot know that
+// another one's changed); a re-run of failed devices' positions over this rank's devices left.
+static int assign(engine *g, const int *positions, int n, int batch, ht_error *e) {
     shard_plan tmp, *p = &g->plan;
-    if (!cache) {
-        if (plan_active(g, &tmp, n, e) < 0) return -1;
-        p = &tmp;
-    } else if (global || g->plan_global || !(g->plan.pattern && g->plan.len == n)) {
-        // Over several ranks the plan is made again for every batch, from every rank's
-        // capacities now: a rank alone cannot know that another one's changed.
+    if (batch) {
         shard_plan_free(&g->plan);
-        if ((global ? plan_global(g, &g->plan, n, e) : plan_active(g, &g->plan, n, e)) < 0)
-            return -1;
-        g->plan_global = global;
+        if (plan_batch(g, &g->plan, n, e) < 0) return -1;
+    } else {
+        if (plan_local(g, &tmp, n, e) < 0) return -1;
+        p = &tmp;
     }
     for (int d = 0; d < g->n_devs; d++) {
         g->slots[d].n = 0;
@@ -680,7 +668,7 @@ static int assign_in(engine *g, const int *positions, int n, int cache, int glob
     }
     // A device with no samples this pass sits it out: no launch, no wait.
     for (int d = 0; d < g->n_devs; d++) g->slots[d].dispatched = g->slots[d].n > 0;
-    if (!cache) shard_plan_free(&tmp);
+    if (!batch) shard_plan_free(&tmp);
     return 0;
 }
 
@@ -954,7 +942,16 @@ out:
 }
 
 int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e) {
-    if (engine_active(g) < 2 && !g->span) return 0;
+    // Only with several devices over the ranks of the step.
+    double mine = engine_active(g), *all = ht_malloc((size_t)group_size(g), sizeof(double), e);
+    if (!all || group_allgather(g, &mine, all, 1, e) < 0) {
+        free(all);
+        return ht_wrap(e, "calibration");
+    }
+    double devices = 0;
+    for (int r = 0; r < group_size(g); r++) devices += all[r];
+    free(all);
+    if (devices < 2) return 0;
     if (B > g->max_batch) B = g->max_batch;
     balance_reset(&g->bal, g->n_devs);
     // Some drivers compile or tune on the first launch of each new shape, so every measured
@@ -964,7 +961,7 @@ int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, h
     // fixed from per-sample cost.
     engine_task t = {.kind = TASK_TRAIN, .ds = ds, .idx = idx};
     for (int round = 0; round < 4; round++) {
-        if (assign_in(g, NULL, B, 1, g->span, e) < 0) return ht_wrap(e, "calibration");
+        if (assign(g, NULL, B, 1, e) < 0) return ht_wrap(e, "calibration");
         g->n_orphans = 0;
         dispatch(g, &t);
         if (engine_active(g) == 0) return ht_fail(e, "calibration: every device failed");
@@ -1025,19 +1022,12 @@ static void gather(engine *g, void *arg) {
 #define ENGINE_PAR_MIN 65536 // elements below which a parallel pass costs more than it saves
 #define ENGINE_CHUNK 4096    // elements a thread sums over every device before moving on
 
-// The step's gradient sum from the deferred device sums: one device's buffer as it is (alone,
-// not spanning ranks), else their sum in device order into g->grad, in one parallel pass that
-// also checks it. *finite says whether every element is finite (x * 0 is NaN for inf and NaN).
-static const float *sum_devices(engine *g, const step_out *o, int *finite) {
+// The step's gradient sum from the deferred device sums: their sum in device order into
+// g->grad, in one parallel pass that also checks it. *finite says whether every element is
+// finite (x * 0 is NaN for inf and NaN).
+static void sum_devices(engine *g, const step_out *o, int *finite) {
     const size_t n = g->m->n_params;
     float nan_seen = 0;
-    if (o->n_sums == 1 && !g->span) {
-        const float *a = o->sums[0];
-#pragma omp parallel for simd reduction(+ : nan_seen) schedule(static) if (n >= ENGINE_PAR_MIN)
-        for (size_t i = 0; i < n; i++) nan_seen += a[i] * 0.0f;
-        *finite = !isnan(nan_seen);
-        return a;
-    }
     float *acc = g->grad;
     const int k = o->n_sums;
     if (k == 0) memset(acc, 0, sizeof(float) * n);
@@ -1053,7 +1043,6 @@ static const float *sum_devices(engine *g, const step_out *o, int *finite) {
         for (size_t i = c; i < end; i++) nan_seen += acc[i] * 0.0f;
     }
     *finite = !isnan(nan_seen);
-    return acc;
 }
 
 // A non-finite deferred sum: names the devices whose sums hold a non-finite element (none: the
@@ -1071,11 +1060,11 @@ static void name_non_finite(engine *g, const step_out *o) {
     if (!named) event(g, "step %ld: the devices' gradient sums overflowed when added", g->step);
 }
 
-// Over several ranks: the gradient sums of every rank added in rank order, and every position's
-// loss and prediction (each computed on one rank, zero on the others), the same on every rank,
-// in one reduction: [gradient | losses | predictions | non-finite flag | stop requests]. Which
+// The gradient sums of every rank of the step added in rank order, and every position's loss
+// and prediction (each computed on one rank, zero on the others), the same on every rank, in
+// one reduction: [gradient | losses | predictions | non-finite flag | stop requests]. Which
 // positions this rank computed: those of its devices' shards, re-runs included.
-static int reduce_ranks(engine *g, step_out *o, int B, ht_error *e) {
+static int reduce_group(engine *g, step_out *o, int B, ht_error *e) {
     size_t P = g->m->n_params;
     float *lp = g->grad + P;
     for (int j = 0; j < B; j++) {
@@ -1084,7 +1073,7 @@ static int reduce_ranks(engine *g, step_out *o, int B, ht_error *e) {
     }
     lp[2 * B] = o->bad ? 1.0f : 0.0f;
     lp[2 * B + 1] = g->stop_flag && *g->stop_flag ? 1.0f : 0.0f;
-    if (ranks_sum_ordered(g->grad, P + 2 * (size_t)B + 2, e) < 0) return -1;
+    if (group_sum(g, g->grad, P + 2 * (size_t)B + 2, e) < 0) return -1;
     for (int j = 0; j < B; j++) {
         if (o->loss) o->loss[j] = lp[j];
         if (o->pred) o->pred[j] = (int32_t)lp[B + j];
@@ -1102,9 +1091,10 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     if (!st) st = &local;
     memset(st, 0, sizeof *st);
     g->step++;
+    g->grad_ready = 0; // g->grad is this step's from here on
     g->prep_s = g->pass_s = 0;
     engine_task t = {.kind = TASK_TRAIN, .ds = ds, .idx = idx, .epoch = epoch, .step = g->step};
-    if (assign_in(g, NULL, B, 1, g->span, e) < 0) return -1;
+    if (assign(g, NULL, B, 1, e) < 0) return -1;
     if (g->rebalance > 0 && g->step % ENGINE_PROBE_EVERY == 0) probe_idle(g);
     g->n_orphans = 0;
     g->prep_s = ht_now() - t0; // the plan
@@ -1122,21 +1112,16 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     if (!o.defer) memset(g->grad, 0, sizeof(float) * g->m->n_params);
     gather(g, &o);
     if (rerun_orphans(g, &t, gather, &o, e) < 0) return -1;
-    const float *sum = g->grad;
     if (o.defer) {
         int finite;
-        sum = sum_devices(g, &o, &finite);
+        sum_devices(g, &o, &finite);
         if (!finite) {
             o.bad = 1;
             name_non_finite(g, &o);
         }
     }
-    if (g->span) {
-        if (sum != g->grad) memcpy(g->grad, sum, sizeof(float) * g->m->n_params);
-        sum = g->grad;
-        if (reduce_ranks(g, &o, B, e) < 0) return -1;
-    }
-    g->grad_sum = sum;
+    if (reduce_group(g, &o, B, e) < 0) return -1;
+    g->grad_ready = 1;
     g->grad_scale = 1.0f / (float)B;
     g->grad_mean = 0;
     double t1 = ht_now(), tu = t1;
@@ -1149,7 +1134,7 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
         st->skipped = 1;
     } else {
         // The mean is taken inside the update (sum * 1/B, as a separate pass would).
-        optim_step_scaled(&g->opt, g->params, sum, g->grad_scale);
+        optim_step_scaled(&g->opt, g->params, g->grad, g->grad_scale);
         tu = ht_now();
         if (broadcast(g, st, e) < 0) return -1;
     }
@@ -1158,7 +1143,8 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     st->bcast_s = t2 - tu;
     st->host_s = t2 - t1;
     st->wall_s = t2 - t0;
-    if (g->rebalance > 0 && (g->span || engine_active(g) >= 2) && ++g->since >= g->rebalance) {
+    // Re-fits need two devices over the ranks: this rank's now, the others' as of the plan.
+    if (g->rebalance > 0 && engine_active(g) + g->peers_active >= 2 && ++g->since >= g->rebalance) {
         g->since = 0;
         refit(g, B, 0);
     }
@@ -1192,13 +1178,13 @@ int engine_infer(engine *g, const dataset *ds, int start, int n, float *probs, h
         // rows are added in rank order: every position is one rank's row plus zeros, exactly.
         float *rows = probs + (size_t)off * g->m->n_classes;
         size_t n_rows = (size_t)B * g->m->n_classes;
-        if (g->span) memset(rows, 0, sizeof(float) * n_rows);
-        if (assign_in(g, NULL, B, 1, g->span, e) < 0) return ht_wrap(e, "inference");
+        memset(rows, 0, sizeof(float) * n_rows);
+        if (assign(g, NULL, B, 1, e) < 0) return ht_wrap(e, "inference");
         g->n_orphans = 0;
         dispatch(g, &t);
         take_probs(g, &o);
         if (rerun_orphans(g, &t, take_probs, &o, e) < 0) return ht_wrap(e, "inference");
-        if (g->span && ranks_sum_ordered(rows, n_rows, e) < 0) return ht_wrap(e, "inference");
+        if (group_sum(g, rows, n_rows, e) < 0) return ht_wrap(e, "inference");
     }
     return 0;
 }

@@ -136,8 +136,8 @@ int engine_self_check(engine *g, device *ref, const dataset *ds, const uint32_t 
 
 // Measures every device's time on shards of the batch idx[0..B) (no update) and sets the
 // capacities from the fitted time model. Only meaningful with several devices: returns 1 when
-// it calibrated, 0 when there was one device. Over several ranks every rank calls it, and the
-// capacities are fitted over every rank's devices together.
+// it calibrated, 0 when the ranks of the step had one device in all. Over several ranks every
+// rank calls it, and the capacities are fitted over every rank's devices together.
 int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e);
 
 // Drops device d from now on, as a failure would (used by tests to build the reference run).
