@@ -344,21 +344,15 @@ static double job_fingerprint(const job *j) {
     return (double)(h >> 11); // exact in a double
 }
 
-#define JOB_RANK_TEXT 8192 // bytes of one rank's description (host, devices)
+// Bytes of one rank's description: its host, then a line per device (spec, name, capacity,
+// micro-batch), never cut short.
+#define JOB_RANK_TEXT (256 + HT_MAX_DEVICES * (64 + 512 + 64))
 
-// The job over every rank: names the devices of all ranks in the plan's order, and checks that
-// every rank has the same data and weights as rank 0. One process: its own devices.
+// The job over every rank: names the devices of all ranks in the plan's order ("r<rank>/<spec>";
+// a job of one rank, its specs), and checks that every rank has the same data and weights as
+// rank 0.
 static int job_span(job *j, ht_error *e) {
     int R = ranks_size();
-    if (R == 1) {
-        j->n_all = j->n_devs;
-        for (int d = 0; d < j->n_devs; d++) {
-            snprintf(j->all_name[d], sizeof j->all_name[d], "%s", j->devs[d].spec);
-            j->all_rank[d] = 0;
-            j->all_local[d] = d;
-        }
-        return 0;
-    }
     double mine = job_fingerprint(j), *prints = ht_malloc((size_t)R, sizeof(double), e);
     char *text = ht_calloc(1, JOB_RANK_TEXT, e);
     j->ranks_text = ht_malloc((size_t)R, JOB_RANK_TEXT, e);
@@ -393,7 +387,8 @@ static int job_span(job *j, ht_error *e) {
                 break;
             }
             int n = (int)strcspn(p, "\t");
-            snprintf(j->all_name[j->n_all], sizeof j->all_name[0], "r%d/%.*s", r, n, p);
+            if (R > 1) snprintf(j->all_name[j->n_all], sizeof j->all_name[0], "r%d/%.*s", r, n, p);
+            else snprintf(j->all_name[j->n_all], sizeof j->all_name[0], "%.*s", n, p);
             j->all_rank[j->n_all] = r;
             j->all_local[j->n_all++] = d;
             p += strcspn(p, "\n");
@@ -559,14 +554,6 @@ typedef struct epoch_view {
 static int epoch_view_make(job *j, const epoch_stats *es, double comm_s, epoch_view *v, ht_error *e) {
     memset(v, 0, sizeof *v);
     int R = ranks_size();
-    if (R == 1) {
-        memcpy(v->busy, es->busy, sizeof v->busy);
-        memcpy(v->share, es->share, sizeof v->share);
-        v->wait = es->wait;
-        v->host = es->host;
-        snprintf(v->events, sizeof v->events, "%s", es->events);
-        return 0;
-    }
     enum { PER = 2 * HT_MAX_DEVICES + 4 };
     double mine[PER] = {0}, *all = ht_malloc((size_t)R * PER, sizeof(double), e);
     char *ev = ht_malloc((size_t)R, sizeof es->events, e);
@@ -767,10 +754,6 @@ static void job_resolved_opts(const job *j, const train_opts *o, train_opts *r, 
 // the job's device order, into out (n_all * w). Every rank calls it at the same point.
 static int job_gather(const job *j, const double *local, int w, double *out, ht_error *e) {
     int R = ranks_size();
-    if (R == 1) {
-        memcpy(out, local, sizeof(double) * (size_t)(j->n_devs * w));
-        return 0;
-    }
     double *all = ht_malloc((size_t)R * HT_MAX_DEVICES * w, sizeof(double), e);
     if (!all || ranks_allgather(local, all, HT_MAX_DEVICES * w, e) < 0) {
         free(all);
