@@ -81,7 +81,7 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
     g->max_batch = max_batch;
     g->seed = c->seed;
     g->rebalance = c->rebalance > 0 ? c->rebalance : 0;
-    engine_set_timeout(g, c->timeout_s);
+    engine_set_timeout(g, 0); // c->timeout_s from the first pass after the broadcast below
     g->nan_stop = c->nan_stop;
     g->aug = c->augment;
     g->span = !c->alone && ranks_size() > 1;
@@ -117,6 +117,7 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
         engine_close(g);
         return -1;
     }
+    engine_set_timeout(g, c->timeout_s);
     *out = g;
     return 0;
 }

@@ -60,7 +60,8 @@ typedef struct engine_config {
     // stay as the devices were given (static balance).
     int rebalance;
     double timeout_s;      // seconds a device may take for one shard before it is declared hung
-                           // and dropped; 0: ENGINE_DEFAULT_TIMEOUT
+                           // and dropped, from the first pass after engine_open's broadcast
+                           // (which a driver's set-up may slow); 0: ENGINE_DEFAULT_TIMEOUT
     int nan_stop;          // a non-finite loss or gradient from a device stops the run (else,
                            // by default, the step's update is skipped)
     // Augments training steps' samples (data.h; zero: none) as the engine gathers them for the
