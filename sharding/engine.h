@@ -14,7 +14,7 @@
 #include "device.h"
 #include "model.h"
 
-typedef struct engine engine; // opaque (engine.c)
+typedef struct engine engine; // opaque (engine_int.h)
 
 typedef struct step_stats {
     double wall_s;   // the whole step

@@ -149,7 +149,8 @@ static inline int group_size(const engine *g) { return g->span ? ranks_size() : 
 static inline int group_rank(const engine *g) { return g->span ? ranks_rank() : 0; }
 
 // Every rank's n doubles, in rank order, into all (group_size * n).
-static inline int group_allgather(const engine *g, const double *mine, double *all, int n, ht_error *e) {
+static inline int group_allgather(const engine *g, const double *mine, double *all, int n,
+                                  ht_error *e) {
     if (g->span) return ranks_allgather(mine, all, n, e);
     memcpy(all, mine, sizeof(double) * (size_t)n);
     return 0;
