@@ -86,14 +86,16 @@ typedef struct device_ops {
     void (*profile)(void *ctx, device_profile *out);
 } device_ops;
 
+// An open device, as it describes itself. What a user of it decides or learns later (its share
+// of a batch now, a smaller micro-batch, that it stopped answering) is the user's to keep.
 typedef struct device {
-    const device_ops *ops;
+    const device_ops *ops; // NULL once disowned (device_disown)
     void *ctx;
     char spec[64];    // how the user selects it: "cpu", "cpu:2"
     char name[512];   // human description for logs
-    double capacity;  // relative capacity: its share of each batch is capacity / sum
-    int micro;        // samples per micro-batch
-    int hung;         // stopped answering: its thread may still be inside it, never close it
+    double capacity;  // relative capacity as given (--devices SPEC@W, else 1): its share of a
+                      // batch is capacity / sum
+    int micro;        // samples per micro-batch at open
     char detail[1024]; // what it decided at open, one line per item, for the run log; or ""
     char warning[512]; // what opening it found wrong and went on without (an unusable tuning
                        // cache), one line for the caller to show; "" when nothing
@@ -106,15 +108,20 @@ int device_open_list(device **devs, int *n, const char *specs, const model *m, i
                      uint64_t mem_limit, ht_error *e);
 
 // Starts profiling device d (device_ops.profile_start): 1 when it profiles from now on, 0 when
-// it cannot, -1 with e.
+// it cannot (or was disowned), -1 with e.
 int device_profile_start(device *d, ht_error *e);
 // Fills out (device_profile_init'd for the model) with d's record and returns 1; 0 (out
-// cleared) when d does not profile or stopped answering (its thread may still be inside it).
+// cleared) when d does not profile or was disowned.
 int device_profile_get(const device *d, device_profile *out);
 
 // "256M", "1G", "512K", "1048576" -> bytes; -1 when malformed or zero.
 int64_t device_parse_bytes(const char *s);
+// Closes every device of the list but the disowned ones, and frees the list.
 void device_close_list(device *devs, int n);
+// Gives up d's context for good: another thread holds it now (a worker an engine gave up on
+// while it was inside the device, which closes it if it comes back). Nothing calls into d
+// again; device_close_list leaves it alone.
+void device_disown(device *d);
 
 // One item of a --devices list, parsed without opening anything.
 typedef enum device_item_kind {
@@ -136,18 +143,8 @@ typedef struct device_item {
 // Parses one item (see registry.c for the grammar); -1 with e when it is malformed.
 int device_parse_item(const char *item, device_item *it, ht_error *e);
 
-// Implementations.
+// The native CPU device (cpu.c); the OpenCL device's open is in opencl.h.
 int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint64_t mem_limit,
                     ht_error *e);
-struct ocl_dev_info;
-int opencl_device_open(device *d, const struct ocl_dev_info *info, const model *m, int max_batch,
-                       uint64_t mem_limit, ht_error *e);
-// The ops of an OpenCL device (its kernels, queue, tuning and profile), for the tuner; NULL
-// when d is not one.
-struct ocl_ops;
-struct ocl_ops *opencl_device_ops(device *d);
-// The tuning an OpenCL device loaded when it opened; NULL when it has none (or d is not one).
-struct ocl_tuning;
-const struct ocl_tuning *opencl_device_tuning(const device *d);
 
 #endif

@@ -18,6 +18,7 @@
 
 #include "device.h"
 #include "ocl_ops.h"
+#include "opencl.h"
 #include "ocl_tune.h"
 #include "rng.h"
 

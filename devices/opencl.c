@@ -11,6 +11,7 @@
 #include "device.h"
 #include "layer_desc.h"
 #include "micro.h"
+#include "opencl.h"
 #include "net.h"
 #include "rng.h"
 

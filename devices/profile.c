@@ -35,14 +35,14 @@ void device_profile_copy(device_profile *dst, const device_profile *src) {
 }
 
 int device_profile_start(device *d, ht_error *e) {
-    if (!d->ops->profile_start || !d->ops->profile) return 0;
+    if (!d->ops || !d->ops->profile_start || !d->ops->profile) return 0;
     return d->ops->profile_start(d->ctx, e);
 }
 
 int device_profile_get(const device *d, device_profile *out) {
     device_profile_clear(out);
     out->events = 0;
-    if (d->hung || !d->ops->profile) return 0;
+    if (!d->ops || !d->ops->profile) return 0;
     d->ops->profile(d->ctx, out);
     return 1;
 }

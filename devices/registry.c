@@ -14,6 +14,7 @@
 
 #include "ocl_util.h"
 #include "device.h"
+#include "opencl.h"
 
 
 // Parses "@W" at *s (if present) into *capacity; returns -1 on a malformed one.
@@ -250,9 +251,12 @@ int device_open_list(device **devs, int *n, const char *specs, const model *m, i
 }
 
 void device_close_list(device *devs, int n) {
-    // A hung device's context belongs to the worker thread still inside it, which closes it
-    // when it comes back (sharding/engine.c).
     for (int i = 0; i < n; i++)
-        if (devs[i].ops && devs[i].ops->close && !devs[i].hung) devs[i].ops->close(devs[i].ctx);
+        if (devs[i].ops && devs[i].ops->close) devs[i].ops->close(devs[i].ctx);
     free(devs);
+}
+
+void device_disown(device *d) {
+    d->ops = NULL;
+    d->ctx = NULL;
 }

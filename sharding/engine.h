@@ -14,7 +14,7 @@
 #include "device.h"
 #include "model.h"
 
-typedef struct engine engine; // opaque (engine.c)
+typedef struct engine engine; // opaque (engine_int.h)
 
 typedef struct step_stats {
     double wall_s;   // the whole step
@@ -34,10 +34,6 @@ typedef struct step_stats {
     double bcast_s;  // host: the new parameters to every device (their set_params)
 } step_stats;
 
-// How device capacities are kept: as given (--devices @W), or measured (balance.h) at a
-// calibration before training and re-fitted every few steps.
-typedef enum balance_mode { BALANCE_AUTO, BALANCE_STATIC } balance_mode;
-
 // The self-check compares a device's probe gradient with the reference device's tensor by
 // tensor (relative L2). The output layer's gradient is made of forward values alone, so only
 // rounding separates two sound devices there (measured <= 1.2e-6 with PoCL generating plain
@@ -50,35 +46,52 @@ typedef enum balance_mode { BALANCE_AUTO, BALANCE_STATIC } balance_mode;
 #define ENGINE_SELF_CHECK_TOL_LOSS 1e-3 // absolute, per sample
 #define ENGINE_DEFAULT_TIMEOUT 600.0 // seconds a device may take for one shard
 
-// Opens an engine over devices (not owned; keep them open until engine_close) with a copy of
-// the initial parameters, which it broadcasts to every device before returning (a device that
-// fails to take them is dropped, with an event). The optimiser comes from s; batches hold at
-// most max_batch samples; seed keys the dropout masks.
-int engine_open(engine **out, const model *m, device *devs, int n_devs, const float *params,
-                const train_setup *s, int max_batch, uint64_t seed, ht_error *e);
+// What an engine runs on and how, filled with designated initialisers: the model, devices,
+// parameters and max_batch are required; in every other field zero (or NULL) is the default.
+typedef struct engine_config {
+    const model *m;        // the network; its setup's optimiser and weight decay make the update
+    device *devs;          // not owned: keep them open until engine_close
+    int n_devs;
+    const float *params;   // the initial parameters (n_params), copied and broadcast at open
+    int max_batch;         // samples in a batch at most
+    uint64_t seed;         // keys the dropout masks and the augmentation
+    // Auto balance: every this many steps the capacities are fitted again to the steps'
+    // measured times (engine_calibrate measures them before the first step). 0: the capacities
+    // stay as the devices were given (static balance).
+    int rebalance;
+    double timeout_s;      // seconds a device may take for one shard before it is declared hung
+                           // and dropped, from the first pass after engine_open's broadcast
+                           // (which a driver's set-up may slow); 0: ENGINE_DEFAULT_TIMEOUT
+    int nan_stop;          // a non-finite loss or gradient from a device stops the run (else,
+                           // by default, the step's update is skipped)
+    // Augments training steps' samples (data.h; zero: none) as the engine gathers them for the
+    // devices, keyed by (seed, the step's epoch, sample id): the same sample gets the same
+    // augmentation on any device or rank. Self-check, calibration and inference see the samples
+    // as they are.
+    data_augment augment;
+    // Training steps span every rank of the job (ranks.h) by default: one plan over every rank's
+    // devices, gradient sums added in rank order, the same update everywhere. 1: this process
+    // alone, even under mpirun (a test's reference run). A job of one rank is the same code over
+    // one rank.
+    int alone;
+    // The job's stop request (set on a signal); NULL: none. See engine_stopping.
+    const volatile int *stop_flag;
+} engine_config;
+
+// Opens an engine over c's devices with a copy of the initial parameters, which it broadcasts
+// to every device before returning (a device that fails to take them is dropped, with an
+// event).
+int engine_open(engine **out, const engine_config *c, ht_error *e);
 void engine_close(engine *g);
 
-// Sets how capacities are kept (default: static; rebalance >= 1 steps between re-fits).
-void engine_set_balance(engine *g, balance_mode mode, int rebalance);
-// Seconds a device may take for one shard before it is declared hung and dropped.
+// Changes the seconds a device may take for one shard, between steps (e.g. shorter once every
+// device has compiled its kernels); <= 0: ENGINE_DEFAULT_TIMEOUT.
 void engine_set_timeout(engine *g, double seconds);
-// Non-finite loss or gradient from a device: stop (1) or skip the step (0, default).
-void engine_set_nan_stop(engine *g, int stop);
-// Augments training steps' samples (data.h; NULL: none, the default) as the engine gathers
-// them for the devices, keyed by (the engine's seed, the step's epoch, sample id): the same
-// sample gets the same augmentation on any device or rank. Self-check, calibration and
-// inference see the samples as they are.
-void engine_set_augment(engine *g, const data_augment *a);
-// Whether training steps span every rank of the job (ranks.h): one plan over every rank's
-// devices, gradient sums added in rank order, the same update everywhere. Default: on under
-// mpirun with more than one rank.
-void engine_span_ranks(engine *g, int on);
 
-// A flag the job sets to stop (on a signal), and whether to stop now. Alone: the flag itself.
+// Whether to stop now, on the stop flag (engine_config.stop_flag). Alone: the flag itself.
 // Over several ranks the flag travels with each step's reduction and engine_stopping says
 // whether any rank's was set at the last step, so every rank stops after the same step (a
 // rank that stopped alone would leave the others waiting for it).
-void engine_watch_stop(engine *g, const volatile int *flag);
 int engine_stopping(const engine *g);
 
 // The master parameters (n_params), as of the last update.
@@ -124,8 +137,8 @@ int engine_self_check(engine *g, device *ref, const dataset *ds, const uint32_t 
 
 // Measures every device's time on shards of the batch idx[0..B) (no update) and sets the
 // capacities from the fitted time model. Only meaningful with several devices: returns 1 when
-// it calibrated, 0 when there was one device. Over several ranks every rank calls it, and the
-// capacities are fitted over every rank's devices together.
+// it calibrated, 0 when the ranks of the step had one device in all. Over several ranks every
+// rank calls it, and the capacities are fitted over every rank's devices together.
 int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e);
 
 // Drops device d from now on, as a failure would (used by tests to build the reference run).
@@ -133,6 +146,13 @@ void engine_drop_device(engine *g, int d);
 
 // The device capacities now in use (n_devs values; 0 for a dropped device).
 void engine_capacities(const engine *g, double *cap);
+// Device d's micro-batch as of its last shard: the one it opened with, or smaller after it ran
+// out of memory.
+int engine_micro(const engine *g, int d);
+// Whether the engine gave device d up because it stopped answering: its worker thread may
+// still be inside it and closes it if it ever comes back, so its owner must neither call into
+// it nor close it (device_disown).
+int engine_gave_up(const engine *g, int d);
 // Devices still taking part.
 int engine_active(const engine *g);
 // The events since the last call (lines, possibly ""); valid until the next engine call.

@@ -121,7 +121,7 @@ static void test_injected_oom_shrinks_micro_batch(void **state) {
         const char *ev = engine_take_events(oom.g);
         printf("%s", ev);
         assert_non_null(strstr(ev, "micro-batch"));
-        assert_int_equal(oom.devs[0].micro, before / 2);
+        assert_int_equal(engine_micro(oom.g, 0), before / 2);
         assert_true(check_step_grad(&net, engine_grad(oom.g), engine_grad(ref.g),
                                     "gradient after an injected out-of-memory"));
         run_close(&ref);
@@ -232,8 +232,11 @@ static void test_non_finite_values(void **state) {
     assert_memory_equal(before, engine_params(r.g), sizeof(float) * net.n_params);
     assert_non_null(strstr(engine_take_events(r.g), "non-finite"));
     run_close(&r);
-    run_open(&r, "cpu", 0, "nan:cpu@1");
-    engine_set_nan_stop(r.g, 1);
+    float *p = malloc(sizeof(float) * net.n_params);
+    model_init_params(&net, p, 9);
+    engine_config c = {.m = &net, .params = p, .max_batch = BATCH, .seed = 9, .nan_stop = 1};
+    test_rig_open_with(&r, "cpu", "nan:cpu@1", 0, &c);
+    free(p);
     batch_idx(idx, 1);
     assert_int_equal(engine_train_step(r.g, &data, idx, BATCH, 0, NULL, NULL, &st, &e), -1);
     assert_non_null(strstr(e.msg, "non-finite"));

@@ -59,20 +59,20 @@ static void batch_idx(const dataset *ds, int s, uint32_t *idx) {
 // Runs STEPS steps on `spec`, each from the reference's weights before it, with the training
 // batches augmented by `aug` (NULL: none); with `ref->grad[0]` NULL, records the reference
 // instead. Checks each step's gradient against the reference.
-static void run_mix(const model *m, const dataset *ds, const char *spec, balance_mode bal,
+static void run_mix(const model *m, const dataset *ds, const char *spec, int balance_auto,
                     const data_augment *aug, reference *ref) {
     ht_error e;
     float *p = malloc(sizeof(float) * m->n_params);
     model_init_params(m, p, 3);
     test_rig rig;
-    test_rig_open(&rig, m, spec, NULL, p, BATCH, 3, 0);
+    engine_config c = {.m = m, .params = p, .max_batch = BATCH, .seed = 3,
+                       .rebalance = balance_auto ? 1 : 0, .augment = aug ? *aug : (data_augment){0}};
+    test_rig_open_with(&rig, spec, NULL, 0, &c);
     engine *g = rig.g;
     int n = rig.n;
-    engine_set_balance(g, bal, 1);
-    engine_set_augment(g, aug);
     uint32_t idx[BATCH];
     batch_idx(ds, 0, idx);
-    if (bal == BALANCE_AUTO && engine_calibrate(g, ds, idx, BATCH, &e) < 0) fail_msg("%s", e.msg);
+    if (balance_auto && engine_calibrate(g, ds, idx, BATCH, &e) < 0) fail_msg("%s", e.msg);
     int record = ref->grad[0] == NULL;
     for (int s = 0; s < STEPS; s++) {
         batch_idx(ds, s, idx);
@@ -97,7 +97,7 @@ static void run_mix(const model *m, const dataset *ds, const char *spec, balance
         }
         char what[512];
         snprintf(what, sizeof what, "step %d mean gradient of %.200s (%s%s) vs cpu", s + 1, spec,
-                 bal == BALANCE_AUTO ? "calibrated" : "static weights", aug ? ", augmented" : "");
+                 balance_auto ? "calibrated" : "static weights", aug ? ", augmented" : "");
         assert_true(check_step_grad(m, engine_grad(g), ref->grad[s], what));
     }
     test_rig_close(&rig);
@@ -117,7 +117,7 @@ static void test_sharding_invariance(void **state) {
         fail_msg("%s", e.msg);
     dataset_limit(&ds, 500);
     reference ref = {0};
-    run_mix(&m, &ds, "cpu", BALANCE_STATIC, NULL, &ref);
+    run_mix(&m, &ds, "cpu", 0, NULL, &ref);
     char mixes[6][128];
     int nm = 0;
     snprintf(mixes[nm++], 128, "cpu:1,cpu:1");
@@ -129,7 +129,7 @@ static void test_sharding_invariance(void **state) {
     }
     for (int k = 0; k < nm; k++)
         for (int bal = 0; bal < 2; bal++)
-            run_mix(&m, &ds, mixes[k], bal ? BALANCE_AUTO : BALANCE_STATIC, NULL, &ref);
+            run_mix(&m, &ds, mixes[k], bal, NULL, &ref);
     for (int s = 0; s < STEPS; s++) {
         free(ref.params[s]);
         free(ref.grad[s]);
@@ -185,8 +185,8 @@ static void test_sharding_invariance_augmented(void **state) {
     rgb_setup(&m, &ds);
     const data_augment aug = {.crop = 3, .flip = 1};
     reference ref = {0}, plain = {0};
-    run_mix(&m, &ds, "cpu", BALANCE_STATIC, &aug, &ref);
-    run_mix(&m, &ds, "cpu", BALANCE_STATIC, NULL, &plain);
+    run_mix(&m, &ds, "cpu", 0, &aug, &ref);
+    run_mix(&m, &ds, "cpu", 0, NULL, &plain);
     double moved = grad_dist(&m, ref.grad[0], plain.grad[0]);
     printf("augmented vs plain step 1 gradient: %.3g (relative L2)\n", moved);
     assert_true(moved > 50 * TOL_GRAD_ROUNDING);
@@ -198,7 +198,7 @@ static void test_sharding_invariance_augmented(void **state) {
         snprintf(mixes[nm++], 128, "cpu,%s", pthread_spec);
         snprintf(mixes[nm++], 128, "%s@1,%s@0.5,cpu@3", pthread_spec, basic_spec);
     }
-    for (int k = 0; k < nm; k++) run_mix(&m, &ds, mixes[k], BALANCE_STATIC, &aug, &ref);
+    for (int k = 0; k < nm; k++) run_mix(&m, &ds, mixes[k], 0, &aug, &ref);
     for (int s = 0; s < STEPS; s++) {
         free(ref.params[s]);
         free(ref.grad[s]);

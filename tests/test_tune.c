@@ -26,6 +26,7 @@
 #include "ocl_ops.h"
 #include "ocl_tune.h"
 #include "ocl_util.h"
+#include "opencl.h"
 #include "testutil.h"
 
 static int count_of(const char *hay, const char *needle) {

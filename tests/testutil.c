@@ -312,16 +312,27 @@ char *test_fashion_csv(const char *dir, int set, int n, int with_labels) {
 
 void test_rig_open(test_rig *r, const model *m, const char *spec, const char *faults,
                    const float *init, int batch, uint64_t seed, uint64_t mem_limit) {
+    engine_config c = {.m = m, .params = init, .max_batch = batch, .seed = seed};
+    test_rig_open_with(r, spec, faults, mem_limit, &c);
+}
+
+void test_rig_open_with(test_rig *r, const char *spec, const char *faults, uint64_t mem_limit,
+                        const engine_config *c) {
     ht_error e;
-    if (device_open_list(&r->devs, &r->n, spec, m, batch, mem_limit, &e) < 0)
+    if (device_open_list(&r->devs, &r->n, spec, c->m, c->max_batch, mem_limit, &e) < 0)
         fail_msg("%s: %s", spec, e.msg);
-    if (faults && fault_wrap_devices(r->devs, r->n, m, faults, &e) < 0) fail_msg("%s: %s", faults, e.msg);
-    if (engine_open(&r->g, m, r->devs, r->n, init, &m->setup, batch, seed, &e) < 0)
-        fail_msg("%s: %s", spec, e.msg);
+    if (faults && fault_wrap_devices(r->devs, r->n, c->m, faults, &e) < 0)
+        fail_msg("%s: %s", faults, e.msg);
+    engine_config with = *c;
+    with.devs = r->devs;
+    with.n_devs = r->n;
+    if (engine_open(&r->g, &with, &e) < 0) fail_msg("%s: %s", spec, e.msg);
 }
 
 void test_rig_close(test_rig *r) {
     fault_release_hangs(); // a worker inside an injected hang comes back and closes its device
+    for (int d = 0; d < r->n; d++)
+        if (engine_gave_up(r->g, d)) device_disown(&r->devs[d]);
     engine_close(r->g);
     device_close_list(r->devs, r->n);
     if (engine_wait_strays(30) > 0) fail_msg("a device the engine gave up on never came back");

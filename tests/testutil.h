@@ -124,6 +124,7 @@ char *test_read_file(const char *path, size_t *len);
 // engine test. Fails the test on any error.
 struct device;
 struct engine;
+struct engine_config;
 typedef struct test_rig {
     struct device *devs;
     int n;
@@ -131,6 +132,10 @@ typedef struct test_rig {
 } test_rig;
 void test_rig_open(test_rig *r, const struct model *m, const char *spec, const char *faults,
                    const float *init, int batch, uint64_t seed, uint64_t mem_limit);
+// The same with the engine set up by c (its model, parameters, max_batch, seed and the rest);
+// the rig fills in the devices.
+void test_rig_open_with(test_rig *r, const char *spec, const char *faults, uint64_t mem_limit,
+                        const struct engine_config *c);
 void test_rig_close(test_rig *r);
 
 // Whether any OpenCL device is there (PoCL in CI); when none is, prints "no OpenCL platform:

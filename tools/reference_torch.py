@@ -202,7 +202,7 @@ def setup_text(s, seed):
 # ---- data ----------------------------------------------------------------------------------
 
 def load_data(a):
-    """(train x, train y, test x, test y or None) as src/app/train.c's load_data picks them."""
+    """(train x, train y, test x, test y or None) as src/app/job_data.c's job_load_data picks."""
     test = (None, None)
     if a.train:
         x, y = tc.load_csv(a.train)

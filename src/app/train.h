@@ -14,6 +14,10 @@
 
 #define TRAIN_DEVICES_BY_MAX 16
 
+// How device capacities are kept: as given (--devices @W), or measured at a calibration before
+// training and re-fitted every few steps (engine_config.rebalance).
+typedef enum balance_mode { BALANCE_AUTO, BALANCE_STATIC } balance_mode;
+
 typedef struct train_opts {
     const char *model;     // preset name or config path
     const char *data_dir;  // IDX or CIFAR folder (default TRAIN_DEFAULT_DATA) unless train_csv

@@ -40,11 +40,11 @@ static void three_ranks_equal_one_process(const data_augment *aug) {
     float loss_mpi[B], loss_one[B];
     int32_t pred_mpi[B], pred_one[B];
     test_rig mpi, one;
-    test_rig_open(&mpi, &m, "cpu:1", NULL, init, B, 3, 0);
-    test_rig_open(&one, &m, "cpu:1,cpu:1,cpu:1", NULL, init, B, 3, 0);
-    engine_span_ranks(one.g, 0); // the reference: this process alone
-    engine_set_augment(mpi.g, aug);
-    engine_set_augment(one.g, aug);
+    engine_config c = {.m = &m, .params = init, .max_batch = B, .seed = 3,
+                       .augment = aug ? *aug : (data_augment){0}};
+    test_rig_open_with(&mpi, "cpu:1", NULL, 0, &c);
+    c.alone = 1; // the reference: this process alone
+    test_rig_open_with(&one, "cpu:1,cpu:1,cpu:1", NULL, 0, &c);
     if (engine_train_step(mpi.g, &ds, idx, B, 0, loss_mpi, pred_mpi, NULL, &e) < 0 ||
         engine_train_step(one.g, &ds, idx, B, 0, loss_one, pred_one, NULL, &e) < 0)
         fail_msg("%s", e.msg);
@@ -118,8 +118,8 @@ static void test_mixed_ranks_equal_one_process(void **state) {
     float loss_mpi[B], loss_one[B];
     test_rig mpi, one;
     test_rig_open(&mpi, &m, ranks_rank() == 1 && cl ? "cl:0.0" : "cpu:1", NULL, init, B, 3, 0);
-    test_rig_open(&one, &m, cl ? "cpu:1,cl:0.0,cpu:1" : "cpu:1,cpu:1,cpu:1", NULL, init, B, 3, 0);
-    engine_span_ranks(one.g, 0);
+    engine_config alone = {.m = &m, .params = init, .max_batch = B, .seed = 3, .alone = 1};
+    test_rig_open_with(&one, cl ? "cpu:1,cl:0.0,cpu:1" : "cpu:1,cpu:1,cpu:1", NULL, 0, &alone);
     if (engine_train_step(mpi.g, &ds, idx, B, 0, loss_mpi, NULL, NULL, &e) < 0 ||
         engine_train_step(one.g, &ds, idx, B, 0, loss_one, NULL, NULL, &e) < 0)
         fail_msg("%s", e.msg);

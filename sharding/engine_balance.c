@@ -1,0 +1,229 @@
+// How the engine shares a batch among the devices: their capacities, the plan of each pass
+// over every rank's devices, re-runs of a failed device's share on the others, and, under auto
+// balance, the time fits that calibration and the steps feed and the re-fits they give.
+#include "engine_int.h"
+
+#include <stdlib.h>
+
+void engine_capacities(const engine *g, double *cap) {
+    for (int d = 0; d < g->n_devs; d++) cap[d] = g->slots[d].failed ? 0 : g->slots[d].capacity;
+}
+
+// Dropped devices stay 0.
+void engine_set_capacities(engine *g, const double *cap) {
+    double top = 0;
+    for (int d = 0; d < g->n_devs; d++)
+        if (!g->slots[d].failed && cap[d] > top) top = cap[d];
+    for (int d = 0; d < g->n_devs; d++) {
+        if (g->slots[d].failed) continue;
+        g->slots[d].capacity = cap[d] > top * ENGINE_MIN_SHARE ? cap[d] : top * ENGINE_MIN_SHARE;
+    }
+    shard_plan_free(&g->plan);
+}
+
+// Capacities from the fits for batches of B, over the devices of every rank of the step: every
+// rank gathers every rank's fits and computes the same capacities (in plan_batch's (rank,
+// device) order), keeping its own devices'. The plan itself is made from the capacities every
+// rank then has (plan_batch), so the ranks agree on it even if their arithmetic differed.
+// Unless forced, the plan changes only when the fit predicts a step at least
+// ENGINE_REPLAN_GAIN faster: every re-plan changes the shard shapes a device sees, and some
+// drivers pay for new shapes (new GEMM kernels).
+void engine_refit(engine *g, int B, int force) {
+    enum { PER = 6 * HT_MAX_DEVICES }; // 5 fit sums and an active flag per device
+    int R = group_size(g), me = group_rank(g);
+    double mine[PER] = {0}, *all = malloc(sizeof(double) * (size_t)R * PER);
+    ht_error e;
+    if (!all) return; // the capacities stay as they are
+    for (int d = 0; d < g->n_devs; d++) {
+        memcpy(&mine[5 * d], g->bal.fit[d], sizeof g->bal.fit[d]);
+        mine[5 * HT_MAX_DEVICES + d] = !g->slots[d].failed;
+    }
+    // A failed gather leaves the capacities alone; the step's own reduction reports the error.
+    if (group_allgather(g, mine, all, PER, &e) < 0) {
+        free(all);
+        return;
+    }
+    balance glob;
+    int loc[HT_MAX_DEVICES], active[HT_MAX_DEVICES], k = 0;
+    balance_reset(&glob, HT_MAX_DEVICES);
+    for (int r = 0; r < R; r++)
+        for (int d = 0; d < HT_MAX_DEVICES; d++) {
+            const double *a = all + (size_t)r * PER;
+            if (!(a[5 * HT_MAX_DEVICES + d] > 0)) continue;
+            if (k == HT_MAX_DEVICES) { // plan_batch refuses this many
+                free(all);
+                return;
+            }
+            memcpy(glob.fit[k], &a[5 * d], sizeof glob.fit[k]);
+            loc[k] = r == me ? d : -1;
+            active[k++] = 1;
+        }
+    free(all);
+    glob.n = k;
+    double cap[HT_MAX_DEVICES], now[HT_MAX_DEVICES] = {0}, top = 0;
+    if (k == 0 || balance_capacities(&glob, active, B, cap) < 0) return; // not all measured yet
+    if (!force && g->plan.pattern && g->plan.len == B && g->plan.n_devs == k) {
+        for (int i = 0; i < k; i++) now[i] = g->plan.count[i];
+        if (balance_predict(&glob, active, now) <=
+            balance_predict(&glob, active, cap) * (1 + ENGINE_REPLAN_GAIN))
+            return;
+    }
+    for (int i = 0; i < k; i++) top = cap[i] > top ? cap[i] : top;
+    for (int i = 0; i < k; i++)
+        if (loc[i] >= 0)
+            g->slots[loc[i]].capacity = cap[i] > top * ENGINE_MIN_SHARE ? cap[i] : top * ENGINE_MIN_SHARE;
+    shard_plan_free(&g->plan);
+}
+
+// Adds the last pass's compute times to the fits.
+void engine_observe_pass(engine *g) {
+    for (int d = 0; d < g->n_devs; d++) {
+        engine_slot *s = &g->slots[d];
+        if (s->dispatched && !s->failed && s->rc == 0 && s->n > 0 && s->busy_s > 0)
+            balance_add(&g->bal, d, s->n, s->busy_s);
+    }
+}
+
+// Plans `n` positions over this rank's active devices: a re-run of failed devices' positions.
+static int plan_local(engine *g, shard_plan *p, int n, ht_error *e) {
+    double cap[HT_MAX_DEVICES];
+    int k = 0;
+    for (int d = 0; d < g->n_devs; d++) {
+        if (g->slots[d].failed) continue;
+        g->plan_dev[k] = d;
+        cap[k++] = g->slots[d].capacity > 0 ? g->slots[d].capacity : 1;
+    }
+    if (k == 0) return ht_fail(e, "every device has failed; the last: %s", g->last_failure);
+    return shard_plan_init(p, cap, k, n, e);
+}
+
+// The plan of a whole batch over the active devices of every rank of the step, in (rank,
+// device) order: each rank gathers every rank's capacities and makes the same plan;
+// g->plan_dev maps a plan index to a device of this rank, or -1 for another rank's.
+static int plan_batch(engine *g, shard_plan *p, int n, ht_error *e) {
+    int R = group_size(g), me = group_rank(g);
+    double mine[HT_MAX_DEVICES] = {0}, *all = ht_malloc((size_t)R * HT_MAX_DEVICES, sizeof(double), e);
+    if (!all) return -1;
+    for (int d = 0; d < g->n_devs; d++)
+        if (!g->slots[d].failed) mine[d] = g->slots[d].capacity > 0 ? g->slots[d].capacity : 1;
+    if (group_allgather(g, mine, all, HT_MAX_DEVICES, e) < 0) {
+        free(all);
+        return -1;
+    }
+    double cap[HT_MAX_DEVICES];
+    int k = 0, peers = 0, rc = 0;
+    for (int r = 0; r < R && rc == 0; r++)
+        for (int d = 0; d < HT_MAX_DEVICES && rc == 0; d++) {
+            if (!(all[(size_t)r * HT_MAX_DEVICES + d] > 0)) continue;
+            if (k == HT_MAX_DEVICES) {
+                rc = ht_fail(e, "more than %d devices over all ranks", HT_MAX_DEVICES);
+                break;
+            }
+            g->plan_dev[k] = r == me ? d : -1;
+            peers += r != me;
+            cap[k++] = all[(size_t)r * HT_MAX_DEVICES + d];
+        }
+    free(all);
+    if (rc < 0) return -1;
+    if (k == 0 && R > 1) return ht_fail(e, "every device of every rank has failed");
+    if (k == 0) return ht_fail(e, "every device has failed; the last: %s", g->last_failure);
+    g->peers_active = peers;
+    return shard_plan_init(p, cap, k, n, e);
+}
+
+// Gives every active device its positions among `positions` (NULL: 0..n-1) and marks it
+// dispatched. A whole batch (`batch`) is planned over every rank's devices into g->plan, made
+// again for every batch from every rank's capacities now (a rank alone cannot know that
+// another one's changed); a re-run of failed devices' positions over this rank's devices left.
+int engine_assign(engine *g, const int *positions, int n, int batch, ht_error *e) {
+    shard_plan tmp, *p = &g->plan;
+    if (batch) {
+        shard_plan_free(&g->plan);
+        if (plan_batch(g, &g->plan, n, e) < 0) return -1;
+    } else {
+        if (plan_local(g, &tmp, n, e) < 0) return -1;
+        p = &tmp;
+    }
+    for (int d = 0; d < g->n_devs; d++) {
+        g->slots[d].n = 0;
+        g->slots[d].dispatched = 0;
+    }
+    for (int j = 0; j < n; j++) {
+        int d = g->plan_dev[p->pattern[j]];
+        if (d < 0) continue; // another rank's
+        engine_slot *s = &g->slots[d];
+        s->pos[s->n++] = positions ? positions[j] : j;
+    }
+    // A device with no samples this pass sits it out: no launch, no wait.
+    for (int d = 0; d < g->n_devs; d++) g->slots[d].dispatched = g->slots[d].n > 0;
+    if (!batch) shard_plan_free(&tmp);
+    return 0;
+}
+
+// Runs the positions that failed devices left in g->orphans on the others, until none is left;
+// after each pass, `collect` takes what it produced.
+int engine_rerun_orphans(engine *g, const engine_task *t, void (*collect)(engine *, void *),
+                         void *arg, ht_error *e) {
+    while (g->n_orphans > 0) {
+        int n = g->n_orphans;
+        int *left = malloc(sizeof(int) * (size_t)n);
+        if (!left) return ht_fail(e, "out of memory re-planning the failed devices' samples");
+        memcpy(left, g->orphans, sizeof(int) * (size_t)n);
+        g->n_orphans = 0;
+        int rc = engine_assign(g, left, n, 0, e);
+        free(left);
+        if (rc < 0) return -1;
+        engine_dispatch(g, t);
+        collect(g, arg);
+    }
+    return 0;
+}
+
+// Gives every active device that the plan left without samples one position, taken from the
+// busiest device: a device the balance once wrote off (its fixed cost seemed larger than a
+// step, perhaps only while its driver was compiling) is measured again now and then and can
+// earn its share back.
+void engine_probe_idle(engine *g) {
+    for (int d = 0; d < g->n_devs; d++) {
+        engine_slot *s = &g->slots[d];
+        if (s->failed || s->n > 0) continue;
+        engine_slot *big = NULL;
+        for (int k = 0; k < g->n_devs; k++)
+            if (!g->slots[k].failed && (!big || g->slots[k].n > big->n)) big = &g->slots[k];
+        if (!big || big->n < 2) return;
+        s->pos[s->n++] = big->pos[--big->n];
+        s->dispatched = 1;
+    }
+}
+
+int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e) {
+    // Only with several devices over the ranks of the step.
+    double mine = engine_active(g), *all = ht_malloc((size_t)group_size(g), sizeof(double), e);
+    if (!all || group_allgather(g, &mine, all, 1, e) < 0) {
+        free(all);
+        return ht_wrap(e, "calibration");
+    }
+    double devices = 0;
+    for (int r = 0; r < group_size(g); r++) devices += all[r];
+    free(all);
+    if (devices < 2) return 0;
+    if (B > g->max_batch) B = g->max_batch;
+    balance_reset(&g->bal, g->n_devs);
+    // Some drivers compile or tune on the first launch of each new shape, so every measured
+    // round follows a warm-up round at the same shares: round 0 warms up at the given capacities,
+    // round 1 measures them; round 2 warms up at the capacities fitted from round 1, round 3
+    // measures those. Each device is thus seen at two shard sizes, and the fit can separate
+    // fixed from per-sample cost.
+    engine_task t = {.kind = TASK_TRAIN, .ds = ds, .idx = idx};
+    for (int round = 0; round < 4; round++) {
+        if (engine_assign(g, NULL, B, 1, e) < 0) return ht_wrap(e, "calibration");
+        g->n_orphans = 0;
+        engine_dispatch(g, &t);
+        if (engine_active(g) == 0) return ht_fail(e, "calibration: every device failed");
+        if (round % 2 == 0) continue;
+        engine_observe_pass(g);
+        engine_refit(g, B, 1);
+    }
+    g->since = 0;
+    return 1;
+}

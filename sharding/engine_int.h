@@ -1,0 +1,197 @@
+// What the engine's files share (engine.h is the engine's interface): the engine's state, its
+// view of each device (engine_slot) and the worker blocks, and the functions one file of the
+// engine calls in another. From the bottom up:
+//   engine_workers.c  the worker threads and the passes they run: dispatch, time-outs,
+//                     devices dropped, stray workers, events
+//   engine_balance.c  how a batch is shared: capacities, plans, re-runs of failed shares,
+//                     re-fits, calibration
+//   engine_check.c    the self-check against a reference device
+//   engine_infer.c    inference
+//   engine.c          open and close, the training step, the broadcast, the state
+#ifndef HETRAIN_ENGINE_INT_H
+#define HETRAIN_ENGINE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "balance.h"
+#include "engine.h"
+#include "optim.h"
+#include "plan.h"
+#include "ranks.h"
+
+#define ENGINE_REPLAN_GAIN 0.03 // re-plan only for a predicted step this much faster
+#define ENGINE_MIN_SHARE 0.005  // a device keeps at least this fraction of the largest capacity
+#define ENGINE_PROBE_EVERY 20   // steps between probes of devices the plan gives no samples
+
+typedef enum task_kind { TASK_TRAIN, TASK_INFER, TASK_PARAMS } task_kind;
+
+// What one pass asks of the devices. Training: idx[j] is the sample at batch position j;
+// inference: position j is sample start + j; a broadcast carries no samples.
+typedef struct engine_task {
+    task_kind kind;
+    const dataset *ds;
+    const uint32_t *idx;
+    int start;
+    uint32_t epoch;
+    long step; // the training step (from 1); 0 outside training
+} engine_task;
+
+// What the engine and its workers share. Reference-counted: a worker the engine gave up on
+// keeps it alive until it comes back, so that it never touches freed memory.
+typedef struct engine_hub {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    unsigned long gen; // pass number
+    int stop;
+    int refs;          // the engine and each running worker
+    float *params;     // the master parameters (n_params)
+    float **retired;   // master buffers a worker given up on may still read (engine_workers.c's retire_params)
+    int n_retired;
+} engine_hub;
+
+// Everything a worker thread touches, allocated per device on its own so that the engine can
+// give up on a worker that stopped answering (hung) and leave this to it: such a worker frees
+// it, and closes its device, when (if ever) it comes back. The engine writes the task fields
+// before a pass and reads the results after it, never while the worker runs.
+typedef struct engine_work {
+    engine_hub *hub;
+    const device_ops *ops;
+    void *ctx;
+    // The task of this pass.
+    int go;           // takes part in this pass
+    task_kind kind;
+    int n;            // samples, gathered by the engine into x, y, ids
+    uint64_t seed;
+    uint32_t epoch;
+    long step;
+    size_t n_params;
+    float *x;         // (max_batch, in)
+    uint8_t *y;
+    uint32_t *ids;
+    // The results.
+    float *grad_sum;  // (n_params)
+    float *loss;
+    int32_t *pred;
+    float *probs;     // (max_batch, n_classes)
+    int rc;
+    ht_error err;
+    char note[256];   // the device's own note from its last shard
+    int micro;        // the device's micro-batch after the shard (0: unchanged)
+    double busy_s;
+    unsigned long done_gen; // the last pass it finished
+    int abandoned;    // the engine gave up on it: the worker owns this struct now
+} engine_work;
+
+// The engine's view of a device: what it decided of it and learned from it. The device itself
+// is only read (its ops, context, spec and name).
+typedef struct engine_slot {
+    device *dev;
+    double capacity;  // relative capacity: its share of a batch is capacity / sum (0: dropped)
+    int micro;        // its micro-batch as of its last shard (it shrinks on out-of-memory)
+    int hung;         // stopped answering: its worker may still be inside it (engine_gave_up)
+    engine_work *work; // NULL once the device hung
+    int n;            // positions this pass
+    int *pos;         // (max_batch) batch positions of this device
+    // The outcome of the last pass, copied from work when it finished.
+    double busy_s;
+    int rc;
+    ht_error err;
+    int dispatched;   // takes part in the current pass
+    int failed;       // dropped for good
+    int started;      // its worker thread runs
+} engine_slot;
+
+struct engine {
+    const model *m;
+    device *devs;
+    int n_devs;
+    int max_batch;
+    uint64_t seed;
+    data_augment aug; // applied to training steps' samples as they are gathered (engine_config)
+    float *params;   // master parameters (n_params), read by the workers through the hub
+    float *grad;     // the step's gradient sum, then the rest of the step's one reduction
+                     // (engine.c's reduce_group): losses, predictions, flags
+    int grad_ready;  // grad holds the last step's gradient sum
+    float grad_scale; // 1/B: the mean gradient is the sum * grad_scale
+    int grad_mean;   // grad holds the mean gradient instead (engine_grad made it)
+    int bound;       // some device reads the master parameters in place (bind_params)
+    optim opt;
+    shard_plan plan; // over the active devices, for plan.len positions; remade when needed
+    int plan_dev[HT_MAX_DEVICES]; // plan index -> device index
+    engine_slot *slots;
+    int *orphans;    // batch positions whose device failed, to run again (max_batch)
+    uint8_t *own;    // (max_batch) positions this rank computed in the current step
+    int span;        // steps are planned and reduced over every rank (ranks.h), not this
+                     // process alone (engine_config.alone, or one rank): group_*
+    const volatile int *stop_flag; // the job's stop request (a signal), engine_config's
+    int stop_agreed; // over several ranks: some rank's stop_flag was set at the last step
+    int peers_active; // the other ranks' active devices, as of the last plan
+    int n_orphans;
+    long step;       // training steps done
+    double timeout_s;
+    int nan_stop;    // non-finite values stop the run instead of skipping the step
+    char events[4096]; // what happened since engine_take_events, one line each
+    char last_failure[600]; // the last device failure, for the error when none is left
+    int rebalance;   // auto balance: re-fit every this many steps; 0: static
+    int since;       // steps since the last re-fit
+    balance bal;     // the devices' measured times
+    pthread_t *threads;
+    engine_hub *hub;
+    double prep_s, pass_s; // training passes' times since engine_train_step began
+                           // (engine_dispatch)
+};
+
+// The ranks a step spans: every rank of the job, or this process alone. Everything below runs
+// the same code for both; over one rank these collectives are copies.
+static inline int group_size(const engine *g) { return g->span ? ranks_size() : 1; }
+static inline int group_rank(const engine *g) { return g->span ? ranks_rank() : 0; }
+
+// Every rank's n doubles, in rank order, into all (group_size * n).
+static inline int group_allgather(const engine *g, const double *mine, double *all, int n,
+                                  ht_error *e) {
+    if (g->span) return ranks_allgather(mine, all, n, e);
+    memcpy(all, mine, sizeof(double) * (size_t)n);
+    return 0;
+}
+
+// buf summed over the ranks in rank order, the same bits on every rank.
+static inline int group_sum(const engine *g, float *buf, size_t n, ht_error *e) {
+    return g->span ? ranks_sum_ordered(buf, n, e) : 0;
+}
+
+// engine_workers.c
+// Appends a line to the events engine_take_events hands out.
+void engine_event(engine *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// Device d leaves for good: no capacity, no measurements, no plan that names it.
+void engine_drop(engine *g, int d);
+// The hub, the master parameters (g->params, n_params) and the thread handles, before any
+// worker starts; -1 with e.
+int engine_workers_open(engine *g, ht_error *e);
+// Device d's worker: its buffers and its thread; -1 with e.
+int engine_worker_start(engine *g, int d, ht_error *e);
+// Stops and joins every worker the engine did not give up on, frees their buffers, and lets
+// go of the hub (the parameters go with its last user).
+void engine_workers_close(engine *g);
+// Runs task t on every dispatched device and waits for them; returns how many failed.
+int engine_dispatch(engine *g, const engine_task *t);
+
+// engine_balance.c
+// Sets the capacities of the active devices (at least the minimum share) and drops the plan.
+void engine_set_capacities(engine *g, const double *cap);
+// Capacities re-fitted to the measured times for batches of B (over every rank's devices).
+void engine_refit(engine *g, int B, int force);
+// Adds the last pass's compute times to the fits.
+void engine_observe_pass(engine *g);
+// Gives every active device its positions of a pass: a whole batch (`batch`) over every rank's
+// devices, or `positions` of a re-run over this rank's.
+int engine_assign(engine *g, const int *positions, int n, int batch, ht_error *e);
+// Runs the positions failed devices left on the others until none is left; `collect` takes
+// each pass's results.
+int engine_rerun_orphans(engine *g, const engine_task *t, void (*collect)(engine *, void *),
+                         void *arg, ht_error *e);
+// Gives each active device the plan left without samples one position (auto balance).
+void engine_probe_idle(engine *g);
+
+#endif

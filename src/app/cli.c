@@ -1,0 +1,69 @@
+// The parsing of option values that hetrain's commands share, with the usage errors they print.
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "model.h"
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "hetrain %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see 'hetrain %s --help')\n", cmd);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+int cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "hetrain: %s: expected an integer %ld..%ld, found \"%s\"\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_float(const char *flag, const char *s, double lo, double hi, int hi_open,
+                    double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi || (hi_open && v >= hi)) {
+        fprintf(stderr, "hetrain: %s: expected a number %g..%g%s, found \"%s\"\n", flag, lo, hi,
+                hi_open ? " (exclusive)" : "", s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_layout(const char *cmd, const char *s) {
+    for (int i = 0; data_layout_names[i]; i++)
+        if (!strcmp(s, data_layout_names[i])) return i;
+    cli_usage_error(cmd, "--layout: expected nhwc, nchw or auto, found \"%s\"", s);
+    return -1;
+}
+
+int cli_parse_cifar_labels(const char *cmd, const char *s) {
+    if (!strcmp(s, "fine")) return 0;
+    if (!strcmp(s, "coarse")) return 1;
+    cli_usage_error(cmd, "--cifar-labels: expected fine or coarse, found \"%s\"", s);
+    return -1;
+}
+
+int cli_parse_conv_algo(const char *cmd, const char *s) {
+    for (int i = 0; conv_algo_names[i]; i++)
+        if (!strcmp(s, conv_algo_names[i])) return i;
+    cli_usage_error(cmd, "--conv-algo: expected auto, direct, winograd or winograd2, found \"%s\"", s);
+    return -1;
+}

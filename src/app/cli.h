@@ -1,0 +1,36 @@
+// What hetrain's commands share on the command line: the exit status of a usage error, the
+// ids of the long options, and the parsing of values with the errors they print.
+#ifndef HETRAIN_CLI_H
+#define HETRAIN_CLI_H
+
+#define EXIT_USAGE 2
+#define EXIT_INTERRUPTED 130
+
+enum {
+    OPT_MODEL = 1000, OPT_DATA, OPT_TRAIN, OPT_TEST, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_VAL,
+    OPT_SEED, OPT_LIMIT, OPT_DEVICES, OPT_OUT, OPT_NAME, OPT_SAVE, OPT_LOAD, OPT_PROGRESS,
+    OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_BALANCE, OPT_REBALANCE, OPT_JSON, OPT_CACHE_DIR,
+    OPT_MEM_LIMIT, OPT_NO_SELF_CHECK, OPT_ON_NAN, OPT_DEVICE_TIMEOUT, OPT_CHECKPOINT_EVERY,
+    OPT_RESUME, OPT_PROFILE, OPT_CONV_ALGO, OPT_BUDGET, OPT_LR_SCHEDULE, OPT_WEIGHT_DECAY,
+    OPT_WD_MODE, OPT_TRAIN_LABELS, OPT_TEST_LABELS, OPT_LAYOUT, OPT_CIFAR_LABELS, OPT_AUGMENT,
+    OPT_OPTIMIZER
+};
+
+// Prints "hetrain CMD: <message> (see 'hetrain CMD --help')" on stderr; returns EXIT_USAGE.
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// The value of flag as an integer lo..hi (or a number lo..hi, below hi when hi_open) into *out;
+// -1 after printing the error.
+int cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out);
+int cli_parse_float(const char *flag, const char *s, double lo, double hi, int hi_open,
+                    double *out);
+// --layout's value as a data_layout (nhwc, nchw, auto), or -1 after printing the usage error.
+int cli_parse_layout(const char *cmd, const char *s);
+// --cifar-labels' value: 1 coarse, 0 fine, -1 after printing the usage error.
+int cli_parse_cifar_labels(const char *cmd, const char *s);
+// --conv-algo's value as a conv_algo, or -1 after printing the usage error.
+int cli_parse_conv_algo(const char *cmd, const char *s);
+
+// `hetrain train ARGS` (argv[0] is "train"): parses the options and runs train_run (cli_train.c).
+int cli_train(int argc, char **argv);
+
+#endif

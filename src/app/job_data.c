@@ -1,0 +1,64 @@
+// The data sets of a job: the training and test sets named by the options (a folder, or files
+// by their names), and whether they fit the model.
+#include "job.h"
+
+#include <string.h>
+
+// What the loaders need of the model (its classes and channels) and of the options.
+data_opts job_data_opts(const model *m, int layout, int coarse) {
+    return (data_opts){.classes = m->n_classes, .channels = m->in_c,
+                       .layout = layout > 0 ? (data_layout)layout : DATA_LAYOUT_AUTO,
+                       .coarse = coarse > 0};
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+// Loads the training set and (optionally) the test set named by the options. A training .npz
+// brings its x_test/y_test as the test set when no --test is given.
+int job_load_data(const data_src *src, const data_opts *dop, dataset *train, dataset *test,
+                  int want_train, ht_error *e) {
+    if (src->train || (src->test && !want_train)) {
+        if (want_train) {
+            if (dataset_load_file(train, src->train, src->train_labels, 0, dop, e) < 0) return -1;
+            if (!train->y && ends_with(src->train, ".npy"))
+                return ht_fail(e, "%s: training images need labels: give --train-labels FILE.npy",
+                               src->train);
+            if (!train->y)
+                return ht_fail(e, "%s: training data needs a label column (header \"label,pixel0,...\")",
+                               src->train);
+        }
+        if (src->test)
+            return dataset_load_file(test, src->test, src->test_labels, 1, dop, e) < 0 ? -1 : 0;
+        if (want_train && ends_with(src->train, ".npz"))
+            return dataset_load_npz(test, src->train, 1, 1, dop, e) < 0 ? -1 : 0;
+        return 0;
+    }
+    const char *dir = src->dir ? src->dir : TRAIN_DEFAULT_DATA;
+    if (want_train) {
+        if (dataset_load_dir(train, test, dir, dop, e) < 0) return -1;
+    } else {
+        if (dataset_load_dir(NULL, test, dir, dop, e) < 0) return -1;
+    }
+    if (src->test) {
+        dataset_free(test);
+        if (dataset_load_file(test, src->test, src->test_labels, 1, dop, e) < 0) return -1;
+    }
+    return 0;
+}
+
+// The data set must have the model's input shape and labels below its class count.
+int job_check_fits(const model *m, const dataset *d, const char *what, ht_error *e) {
+    if (d->n == 0) return 0;
+    if (d->c != m->in_c || d->h != m->in_h || d->w != m->in_w)
+        return ht_fail(e, "%s has samples of %dx%dx%d, but model %s takes %dx%dx%d", what, d->c,
+                       d->h, d->w, m->name, m->in_c, m->in_h, m->in_w);
+    if (d->y)
+        for (int i = 0; i < d->n; i++)
+            if (d->y[i] >= m->n_classes)
+                return ht_fail(e, "%s: sample %d has label %d, but model %s has %d classes", what,
+                               i, d->y[i], m->name, m->n_classes);
+    return 0;
+}
