@@ -53,7 +53,7 @@ static const char *usage_train =
     "  --cifar-labels fine|coarse  CIFAR-100's 100 fine or 20 coarse labels [fine]\n"
     "  --augment SPEC         training batches only: crop:P (pad P zeros each side, take the\n"
     "                         image's size at a random offset 0..2P per axis), flip (mirror\n"
-    "                         left-right with probability 1/2), both (crop:4,flip) or none;\n"
+    "                         left-right with probability 1/2), both as crop:P,flip, or none;\n"
     "                         drawn per (seed, epoch, sample), the same on every device [none]\n"
     "  --epochs N             epochs [the model's setup]\n"
     "  --batch N              samples per step [the model's setup]\n"
