@@ -1,7 +1,7 @@
 // hetrain's command line: train, predict, summary, devices, tune, compare, plot, version. Parses
 // flags, prints errors, sets the exit status; train's options are cli_train.c's, the work itself
 // is in the library (train.c and predict.c, src/report/ for compare and plot). The metrics
-// CSV's columns are job_report.c's job_metrics_header; the README lists them.
+// CSV's columns are job_report.c's job_metrics_header; docs/USAGE.md lists them.
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
