@@ -1,6 +1,6 @@
 // The OpenCL ops: each enqueues kernels from kernels/*.cl (and CLBlast GEMMs) on the queue of
-// an ocl_ops. Tensors are NCHW, as in the reference (tests/ref.h) they are checked against
-// (tests/test_parity_cl.c): backward ops *accumulate* into
+// an ocl_ops. Tensors are NCHW, as in the reference (tests/lib/ref.h) they are checked against
+// (tests/devices/test_parity_cl.c): backward ops *accumulate* into
 // weight/bias gradients and *overwrite* input gradients; parameters and gradients live in one
 // flat buffer each, addressed by float offsets (w_off, b_off), as on the host. Calls are
 // asynchronous (in-order queue); errors from enqueueing are reported at once, naming the call,

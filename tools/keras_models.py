@@ -1,19 +1,19 @@
 #!/usr/bin/env python3
-"""Writes the Keras model JSON fixtures of tests/data/keras/ with real Keras: model.to_json() of
-each network below, and prints each one's model.count_params(), which tests/test_keras.c
+"""Writes the Keras model JSON fixtures of tests/fixtures/keras/ with real Keras: model.to_json() of
+each network below, and prints each one's model.count_params(), which tests/nn/test_keras.c
 asserts hetrain reproduces.
 
   Keras 3:  KERAS_BACKEND=jax python3 tools/keras_models.py 3   (pip install keras "jax[cpu]")
   Keras 2:  python3 tools/keras_models.py 2                     (pip install tensorflow-cpu tf-keras)
 
 writes <name>_k3.json or <name>_k2.json for each network and appends "<file> <params>" lines
-to tests/data/keras/params.txt (rewriting that version's lines), and activations_k3.txt or
+to tests/fixtures/keras/params.txt (rewriting that version's lines), and activations_k3.txt or
 activations_k2.txt: Keras's activation functions at a few points."""
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(os.path.dirname(HERE), "tests", "data", "keras")
+OUT = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "keras")
 
 
 def networks(keras):
@@ -112,7 +112,7 @@ def networks(keras):
 
 def activation_values(keras, version):
     """Keras's activation functions at a few points, as "name x y" lines: the values hetrain's
-    act family must give (tests/test_keras.c)."""
+    act family must give (tests/nn/test_keras.c)."""
     import numpy as np
     xs = np.array([-4.0, -2.75, -1.0, -0.25, 0.0, 0.5, 1.5, 2.75, 4.0], dtype="float32")
     names = ["sigmoid", "tanh", "elu", "selu", "softplus", "hard_sigmoid", "gelu", "leaky_relu"]

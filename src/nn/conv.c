@@ -2,7 +2,7 @@
 // kernels, the layout and code the network (net.c) runs on, and for 3x3 and 5x5 stride-1
 // layers Winograd F(2x2,3x3)/F(4x4,3x3)/F(2x2,5x5)/F(4x4,5x5) (winograd.c's stages, strung
 // together here) in whichever directions conv_geom asks. The NCHW reference it is checked against
-// (im2col + SGEMM) is tests/ref.c.
+// (im2col + SGEMM) is tests/lib/ref.c.
 #include "layers.h"
 
 #include "layer_desc.h"

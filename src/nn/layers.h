@@ -1,7 +1,7 @@
 // CPU layer math, as the network (net.c) runs it: forward/backward pairs in float32.
 // Dense, relu, dropout and softmax see flat tensors (dense's input flattened in PyTorch's NCHW
 // order); convolution and max pooling work on channels-last (NHWC) tensors, below. The NCHW
-// reference they are checked against is test code (tests/ref.h).
+// reference they are checked against is test code (tests/lib/ref.h).
 // Backward functions *accumulate* (+=) into weight and bias gradients, so a device can sum
 // per-sample gradients over micro-batches; they *overwrite* the input gradient. Gradients are
 // sums over the batch, never means.

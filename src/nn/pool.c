@@ -1,7 +1,7 @@
 // Pooling on channels-last (NHWC) tensors: max, average and global average. Each window is
 // pooled for all channels at once; windows are clipped to the input ("same" padding), and max
 // pooling's backward finds the winner again from the forward input (no argmax). The NCHW
-// reference with argmax is tests/ref.c.
+// reference with argmax is tests/lib/ref.c.
 #include "layers.h"
 
 #include "layer_desc.h"

@@ -234,11 +234,11 @@ put("config", "activations.cfg", "[net]\ninput = 1x8x8\nclasses = 4\n[conv]\nfil
 put("config", "schedule.cfg", "[net]\ninput = 1x8x8\nclasses = 4\nlr_schedule = step:2:0.5\n"
     "weight_decay = 5e-4\nweight_decay_mode = decoupled\n[dense]\nunits = 4\n[softmax]\n")
 
-# ---- Keras model JSON: the text (compacted fixtures of tests/data/keras, and a few small ones) ----
+# ---- Keras model JSON: the text (compacted fixtures of tests/fixtures/keras, and a few small ones) ----
 
 for name in ("mnist_small_k3", "mnist_small_k2", "cnn3_k2old", "cifar_k3", "cifar_flat_k2",
              "activations_k3", "activations_k2"):
-    with open(os.path.join(ROOT, "tests", "data", "keras", name + ".json")) as f:
+    with open(os.path.join(ROOT, "tests", "fixtures", "keras", name + ".json")) as f:
         put("keras", name + ".json", json.dumps(json.load(f), separators=(",", ":")))
 put("keras", "channels_first.json", json.dumps({"class_name": "Sequential", "config": {"layers": [
     {"class_name": "Conv2D", "config": {"name": "c", "batch_input_shape": [None, 2, 6, 6],
@@ -347,6 +347,8 @@ for i, s in enumerate(["cpu", "cpu:2@3", "cl:0.1@0.5:mem=256M", "cl:all,gpu@2", 
 
 fixtures = os.path.join(ROOT, "tests", "fixtures")
 for name in sorted(os.listdir(fixtures)):
+    if not name.endswith(".csv"):
+        continue  # the Keras fixtures' folder
     with open(os.path.join(fixtures, name), "rb") as f:
         put("runcsv", name, f.read())
 with open(os.path.join(fixtures, "a.predictions.csv"), "rb") as f:

@@ -1,9 +1,8 @@
 // Keras model JSON (keras.c): the reference networks as real Keras 2 and Keras 3 wrote them give
 // the presets' layers, shapes and first-step gradient bit for bit; every fixture has the
-// parameter count Keras printed; malformed inputs give their one-line errors; the CLI reads
-// JSON (summary, a run on a Kaggle CSV, the CIFAR-shaped network on a generated CIFAR folder,
-// the 3-layer network's run equal to the preset's). Also Keras's initialisers (model.c) by
-// their bounds and moments, and Keras's names in the config format.
+// parameter count Keras printed, every activation Keras's values; malformed inputs give their
+// one-line errors. Also Keras's initialisers (model.c) by their bounds and moments, and
+// Keras's names in the config format. Through the command line: tests/cli/test_keras_cli.c.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,7 +24,7 @@
 #include "rng.h"
 #include "testutil.h"
 
-#define KDIR HT_SOURCE_DIR "/tests/data/keras/"
+#define KDIR HT_SOURCE_DIR "/tests/fixtures/keras/"
 
 // ---- the reference networks ------------------------------------------------------------------
 
@@ -774,149 +773,6 @@ static void test_config_keras_names(void **state) {
     free(dir);
 }
 
-// ---- the command line -------------------------------------------------------------------------
-
-static void test_cli(void **state) {
-    (void)state;
-    free(test_expect_cli("train --help", 0, "FILE.json"));
-    free(test_expect_cli("summary --model " KDIR "cnn3_k3.json", 0, "Total params: 246,682"));
-    free(test_expect_cli("summary --model " KDIR "cnn2_k2.json", 0, "Total params: 3,274,634"));
-    free(test_expect_cli("summary --model " KDIR "mnist_small_k3.json", 0,
-                         "Total params: 43,706"));
-    free(test_expect_cli("summary --model /nonexistent/m.json", 1,
-                         "/nonexistent/m.json: cannot open Keras model"));
-
-    // A short run of a JSON model on a Kaggle CSV, with the options that override its setup.
-    test_csv_data d;
-    assert_int_equal(test_csv_data_init(&d, "keras-cli", 200, 40), 0);
-    char args[8192];
-    snprintf(args, sizeof args,
-             "train --model " KDIR "mnist_small_k3.json %s --epochs 1 --batch 50 --lr 0.01 "
-             "--devices cpu --out '%s' --name k --no-progress",
-             d.args, d.dir);
-    free(test_expect_cli(args, 0, "epoch 1/1"));
-    char path[1200];
-    snprintf(path, sizeof path, "%s/k.metrics.csv", d.dir);
-    double loss = test_metrics_value(path, -1, "loss");
-    assert_true(isfinite(loss) && loss > 0);
-}
-
-// The CIFAR-shaped Keras network (channels-last JSON) trains on a generated CIFAR-10 folder:
-// 3x32x32 samples reach it as (C,H,W) without a word from the user.
-static void test_cli_cifar(void **state) {
-    (void)state;
-    free(test_expect_cli("summary --model " KDIR "cifar_k3.json", 0, "Total params: 17,066"));
-    char *dir = test_tmpdir("keras-cifar"), folder[1100];
-    snprintf(folder, sizeof folder, "%s/cifar-10-batches-bin", dir);
-    assert_int_equal(mkdir(folder, 0755), 0);
-    ht_rng r;
-    ht_rng_seed(&r, 8);
-    static const struct {
-        const char *name;
-        int n;
-    } files[] = {{"data_batch_1.bin", 60}, {"test_batch.bin", 20}};
-    for (int f = 0; f < 2; f++) { // records: label byte, then 3x32x32 pixels (R, G, B planes)
-        size_t len = (size_t)files[f].n * 3073;
-        uint8_t *b = malloc(len);
-        for (size_t i = 0; i < len; i++)
-            b[i] = i % 3073 == 0 ? (uint8_t)(i / 3073 % 10) : (uint8_t)(ht_rng_next(&r) >> 56);
-        free(test_write_file(folder, files[f].name, b, len));
-        free(b);
-    }
-    char args[4096], path[1300];
-    snprintf(args, sizeof args,
-             "train --model " KDIR "cifar_k3.json --data '%s' --epochs 1 --batch 16 --devices cpu "
-             "--optimizer adam:epsilon=1e-8 --out '%s' --name c --no-progress",
-             folder, dir);
-    free(test_expect_cli(args, 0, "epoch 1/1"));
-    // --optimizer: Keras's Adam defaults in place of the JSON's (the config format's) SGD.
-    snprintf(path, sizeof path, "%s/c.log", dir);
-    char *log = test_read_file(path, NULL);
-    assert_non_null(log);
-    assert_non_null(strstr(log, "optimizer: Adam lr 0.001 beta1 0.9 beta2 0.999 eps 1e-08 decay 0"));
-    free(log);
-    free(test_expect_cli("train --optimizer adamw", 2, "--optimizer: expected sgd or adam"));
-    snprintf(path, sizeof path, "%s/c.metrics.csv", dir);
-    double loss = test_metrics_value(path, -1, "loss");
-    assert_true(isfinite(loss) && loss > 0);
-    snprintf(path, sizeof path, "%s/c.predictions.csv", dir);
-    char *preds = test_read_file(path, NULL);
-    assert_non_null(preds);
-    assert_non_null(strstr(preds, "\n20,")); // the 20 test samples
-    free(preds);
-    free(dir);
-}
-
-// The JSON of the 3-layer network trains exactly as the preset does, through the whole CLI:
-// the same weights after a step, the same loss.
-static void test_cli_same_run(void **state) {
-    (void)state;
-    test_csv_data d;
-    assert_int_equal(test_csv_data_init(&d, "keras-same", 64, 16), 0);
-    const char *models[] = {"cnn3", KDIR "cnn3_k3.json"};
-    float *w[2];
-    double loss[2];
-    model m;
-    load(&m, "cnn3");
-    for (int i = 0; i < 2; i++) {
-        char args[8192], path[1200];
-        snprintf(args, sizeof args,
-                 "train --model %s %s --epochs 1 --batch 32 --val-split 0 --devices cpu:1 "
-                 "--conv-algo direct --out '%s' --name r%d --save '%s/w%d.safetensors' "
-                 "--no-progress",
-                 models[i], d.args, d.dir, i, d.dir, i);
-        free(test_expect_cli(args, 0, "epoch 1/1"));
-        snprintf(path, sizeof path, "%s/w%d.safetensors", d.dir, i);
-        model mi;
-        load(&mi, models[i]);
-        w[i] = test_load_params(&mi, path);
-        model_free(&mi);
-        snprintf(path, sizeof path, "%s/r%d.metrics.csv", d.dir, i);
-        loss[i] = test_metrics_value(path, -1, "loss");
-    }
-    assert_memory_equal(w[0], w[1], m.n_params * sizeof *w[0]);
-    assert_true(loss[0] == loss[1]);
-    free(w[0]);
-    free(w[1]);
-    model_free(&m);
-}
-
-// The Keras JSON with every activation trains through the CLI, on the CPU alone and on the CPU
-// and OpenCL together: finite losses, and from the same start the mixed run's weights move as
-// the CPU run's do, within the tolerance of runs on different devices (testutil.h).
-static void test_cli_activations(void **state) {
-    (void)state;
-    test_csv_data d;
-    assert_int_equal(test_csv_data_init(&d, "keras-act", 96, 16), 0);
-    const char *devices[] = {"cpu:1", test_have_opencl("cpu:1,cpu:1 instead") ? "cpu:1,cl:0.0"
-                                                                               : "cpu:1,cpu:1"};
-    float *w[2];
-    for (int i = 0; i < 2; i++) {
-        char args[8192], path[1200];
-        snprintf(args, sizeof args,
-                 "train --model " KDIR "activations_k3.json %s --optimizer adam --epochs 1 "
-                 "--batch 32 --val-split 0 --devices %s --balance static --no-self-check "
-                 "--out '%s' --name a%d --save '%s/a%d.safetensors' --no-progress",
-                 d.args, devices[i], d.dir, i, d.dir, i);
-        free(test_expect_cli(args, 0, "epoch 1/1"));
-        snprintf(path, sizeof path, "%s/a%d.metrics.csv", d.dir, i);
-        assert_true(isfinite(test_metrics_value(path, -1, "loss")));
-        snprintf(path, sizeof path, "%s/a%d.safetensors", d.dir, i);
-        model m;
-        load(&m, KDIR "activations_k3.json");
-        w[i] = test_load_params(&m, path);
-        model_free(&m);
-    }
-    model m;
-    load(&m, KDIR "activations_k3.json");
-    float *init = malloc(m.n_params * sizeof *init);
-    model_init_params(&m, init, 1);
-    assert_true(check_updates(&m, w[1], w[0], init, TOL_RUN_OUTPUT, TOL_RUN_OTHER,
-                              "activations network: cpu + second device vs cpu"));
-    free(init), free(w[0]), free(w[1]);
-    model_free(&m);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_networks),
@@ -929,10 +785,6 @@ int main(void) {
         cmocka_unit_test(test_initializers),
         cmocka_unit_test(test_init_names),
         cmocka_unit_test(test_config_keras_names),
-        cmocka_unit_test(test_cli),
-        cmocka_unit_test(test_cli_cifar),
-        cmocka_unit_test(test_cli_same_run),
-        cmocka_unit_test(test_cli_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

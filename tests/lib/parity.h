@@ -1,5 +1,5 @@
 // Layer parity, shared by its tests (test_parity_cpu.c, test_parity_cl.c): one table of cases
-// per op family, the reference's result for each (tests/ref.h), and the comparison of a
+// per op family, the reference's result for each (tests/lib/ref.h), and the comparison of a
 // backend's result with it under the backend's named tolerances. A backend is an interface of
 // ops; outputs start as NaN (so overwrite semantics are checked), gradients start nonzero (so
 // accumulate semantics are), parameters sit at nonzero offsets of their flat buffer, and every

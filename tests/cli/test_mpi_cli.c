@@ -138,7 +138,13 @@ static void test_balanced_ranks_match_one_rank(void **state) {
                  HT_BINARY, devs[k], train, init_path, dir, k, dir, k);
         int rc = test_run_shell(cmd, &out);
         if (rc != 0) fail_msg("%s: exit %d\n%s", cmd, rc, out);
-        if (k == 1) assert_non_null(strstr(out, "calibrated capacities: r0/cpu:1@"));
+        if (k == 1) { // both ranks' devices were timed and given a capacity
+            double c0 = 0, c1 = 0;
+            const char *cal = strstr(out, "calibrated capacities: r0/cpu:1@");
+            assert_non_null(cal);
+            assert_int_equal(sscanf(cal, "calibrated capacities: r0/cpu:1@%lf,r1/cpu:1@%lf", &c0, &c1), 2);
+            assert_true(c0 > 0 && c1 > 0);
+        }
         free(out);
         char path[1200];
         snprintf(path, sizeof path, "%s/w%d.safetensors", dir, k);
@@ -151,10 +157,11 @@ static void test_balanced_ranks_match_one_rank(void **state) {
             double s1 = test_metrics_value(path, 0, "share_r1/cpu:1");
             assert_true(fabs(s0 - test_metrics_value(path, 0, "share_r0")) < 1e-9);
             assert_true(fabs(s0 + s1 - 1.0) < 1e-3);
-            // Both ranks took part; how much each got is timing (a loaded machine can starve
-            // one rank's process in calibration), so no bound beyond that.
-            assert_true(s0 > 0 && s1 > 0);
-            assert_true(test_metrics_value(path, 0, "busy_s_r1") > 0);
+            // How much each rank got is timing: a loaded machine can starve one rank's process
+            // in calibration, and a capacity 200 times another's gets no sample of a batch of
+            // 100 in five steps. So the shares only add up; both ranks' capacities were checked
+            // above, and both took part in every step's reduction (comm_s below).
+            assert_true(s0 >= 0 && s1 >= 0);
             double comm = test_metrics_value(path, 0, "comm_s");
             assert_true(comm > 0 && comm < test_metrics_value(path, 0, "time_s"));
             assert_true(comm >= test_metrics_value(path, 0, "comm_s_r1"));
