@@ -113,7 +113,7 @@ static const struct {
 void run_opt_text(const train_opts *o, run_opt_id id, char *buf, size_t len) {
     switch (values[id].type) {
     case V_STR: {
-        const char *s = *CFIELD(o, id, const char *);
+        const char *s = *CFIELD(o, id, char *);
         snprintf(buf, len, "%s", s ? s : id == RUN_OPT_MODEL ? TRAIN_DEFAULT_MODEL : "");
         break;
     }
@@ -223,7 +223,7 @@ int run_opts_resume(const train_opts *given, const checkpoint *c, const char *pa
             if (is_given && id == RUN_OPT_LOAD)
                 return ht_fail(e, "--resume: --load cannot be given with it (%s): a resumed run "
                                   "starts from the checkpoint's weights", path);
-            if (is_given && !same_file_part(path, (run_opt_id)id, *CFIELD(given, id, const char *)))
+            if (is_given && !same_file_part(path, (run_opt_id)id, *CFIELD(given, id, char *)))
                 return ht_fail(e, "--resume: %s differs from the run being resumed (%s); a resumed "
                                   "run keeps the options that define it and its files",
                                opt->option, path);
