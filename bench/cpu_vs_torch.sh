@@ -3,12 +3,14 @@
 # same network on the same Fashion-MNIST samples with the same batch and thread count,
 # alternating the two in one run so that both see the same machine state.
 #
-#   bench/cpu_vs_torch.sh [--net cnn3|cnn2] [--rounds N] [--samples N] [--threads T]
-#                         [--conv-algo auto|direct|winograd|winograd2]
+#   bench/cpu_vs_torch.sh [--net cnn3|cnn3_bn|cnn2] [--rounds N] [--samples N] [--threads T]
+#                         [--conv-algo auto|direct|winograd|winograd2] [--channels-last]
 #                         [--out results/bench-cpu-vs-torch[-cnn2].csv]
 #
 # cnn3 (default): cnn2d_3layer_fullconnected_3layer, batch 1000, SGD (Nesterov momentum).
-# cnn2: cnn2d_2layer_full_connected_2layer, batch 50, Adam.
+# cnn3_bn: models/cnn3_bn.cfg (cnn3 with batchnorm; PyTorch's BatchNorm over the whole batch,
+# hetrain's over groups of 32: the same work). cnn2: cnn2d_2layer_full_connected_2layer, batch
+# 50, Adam. --channels-last runs PyTorch in torch.channels_last (its faster CPU layout).
 # Each run trains 2 epochs over the first --samples training images (no validation split, no
 # test set) and reports the second epoch's samples/s (the first warms caches and allocators):
 # hetrain's from its metrics CSV (column samples_per_s, training steps only), PyTorch's from
@@ -22,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 HT=${HT:-build/hetrain}
 PY=${PYTHON:-/usr/bin/python3}
-NET=cnn3 ROUNDS=5 SAMPLES= THREADS=$(nproc) OUT= ALGO=
+NET=cnn3 ROUNDS=5 SAMPLES= THREADS=$(nproc) OUT= ALGO= CL=
 while (($#)); do
   case $1 in
     --net) NET=$2; shift 2 ;;
@@ -31,15 +33,19 @@ while (($#)); do
     --threads) THREADS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --conv-algo) ALGO=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --channels-last) CL=--channels-last; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "bench/cpu_vs_torch.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
 case $NET in
   cnn3) BATCH=1000; SAMPLES=${SAMPLES:-12000}; OUT=${OUT:-results/bench-cpu-vs-torch.csv} ;;
+  cnn3_bn) BATCH=1000; SAMPLES=${SAMPLES:-12000}; OUT=${OUT:-results/bench-cpu-vs-torch-cnn3_bn.csv} ;;
   cnn2) BATCH=50; SAMPLES=${SAMPLES:-6000}; OUT=${OUT:-results/bench-cpu-vs-torch-cnn2.csv} ;;
-  *) echo "bench/cpu_vs_torch.sh: --net expects cnn3 or cnn2, found $NET" >&2; exit 2 ;;
+  *) echo "bench/cpu_vs_torch.sh: --net expects cnn3, cnn3_bn or cnn2, found $NET" >&2; exit 2 ;;
 esac
+MODEL=$NET
+[[ $NET == cnn3_bn ]] && MODEL=models/cnn3_bn.cfg
 [[ -x $HT ]] || { echo "bench/cpu_vs_torch.sh: $HT not built (run tools/setup.sh)" >&2; exit 1; }
 [[ -x /usr/bin/time ]] || { echo "bench/cpu_vs_torch.sh: needs GNU time (apt-get install time)" >&2; exit 1; }
 "$PY" -c 'import torch' 2>/dev/null ||
@@ -52,19 +58,19 @@ export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$T
 # Kaggle CSV of the first N training images, so hetrain evaluates no test set.
 "$PY" bench/kaggle_csv.py "$SAMPLES" "$WORK/train.csv"
 
-MACS=$("$HT" summary --model "$NET" | sed -n 's/.*multiply-adds per sample: \([0-9.]*\) M.*/\1/p')
+MACS=$("$HT" summary --model "$MODEL" | sed -n 's/.*multiply-adds per sample: \([0-9.]*\) M.*/\1/p')
 MFLOP=$(awk -v m="$MACS" 'BEGIN {printf "%.2f", m * 6}')
 
 # run_ht I / run_torch I: append "samples_per_s peak_rss_KiB" to $WORK/{ht,torch}.txt
 run_ht() {
-  /usr/bin/time -f %M -o "$WORK/ht-$1.rss" "$HT" train --model "$NET" --train "$WORK/train.csv" \
+  /usr/bin/time -f %M -o "$WORK/ht-$1.rss" "$HT" train --model "$MODEL" --train "$WORK/train.csv" \
     --epochs 2 --batch "$BATCH" --val-split 0 --devices "cpu:$THREADS" --out "$WORK" \
     --name "ht-$1" --no-progress --quiet ${ALGO:+--conv-algo "$ALGO"} >/dev/null
   echo "$(tail -n 1 "$WORK/ht-$1.metrics.csv" | cut -d, -f7) $(cat "$WORK/ht-$1.rss")" >> "$WORK/ht.txt"
 }
 run_torch() {
   /usr/bin/time -f %M -o "$WORK/torch-$1.rss" "$PY" bench/torch_step_bench.py --net "$NET" \
-    --samples "$SAMPLES" --epochs 2 --batch "$BATCH" --threads "$THREADS" > "$WORK/torch-$1.out"
+    --samples "$SAMPLES" --epochs 2 --batch "$BATCH" --threads "$THREADS" $CL > "$WORK/torch-$1.out"
   [[ $1 == 0 ]] && head -n 1 "$WORK/torch-$1.out" >&2
   echo "$(tail -n 1 "$WORK/torch-$1.out" | awk '{print $4}') $(cat "$WORK/torch-$1.rss")" >> "$WORK/torch.txt"
 }
@@ -95,7 +101,7 @@ print(torch.__version__, "mkldnn" if torch.backends.mkldnn.is_available() else "
   echo -n "net,impl,batch,threads,samples,rounds,samples_per_s_median,gflop_per_s_median,"
   echo "peak_rss_mib_median,samples_per_s_all,ratio_hetrain_over_torch"
   for impl in ht torch; do
-    name=$([[ $impl == ht ]] && echo "$HT_NAME" || echo "pytorch $torch_v")
+    name=$([[ $impl == ht ]] && echo "$HT_NAME" || echo "pytorch $torch_v${CL:+ channels-last}")
     gf=$(awk -v s="${SPS[$impl]}" -v f="$MFLOP" 'BEGIN {printf "%.1f", s * f / 1000}')
     mib=$(awk -v k="${RSS[$impl]}" 'BEGIN {printf "%.1f", k / 1024}')
     echo "$NET,$name,$BATCH,$THREADS,$SAMPLES,$ROUNDS,${SPS[$impl]},$gf,$mib,${ALL[$impl]},$ratio"
