@@ -8,6 +8,7 @@
 
 #include "device.h"
 #include "micro.h"
+#include "batchnorm.h"
 #include "net.h"
 
 // Largest micro-batch a CPU worker uses: bigger buys nothing once the per-sample GEMMs are
@@ -69,9 +70,14 @@ static int cpu_shrink(void *vctx, const char *why, char *note, size_t note_len, 
 }
 
 static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, ht_error *e) {
-    (void)e; // the workspace is allocated up front: nothing here can fail
     cpu_ctx *c = vctx;
     const model *m = c->m;
+    // The workspace is allocated up front; only a micro-batch shrunk below one batchnorm group
+    // cannot run.
+    const int step = micro_step(c->micro, model_bn_group(m), job->n);
+    if (step < 1)
+        return ht_fail(e, "a micro-batch of %d holds no whole group of %d samples (--bn-group)",
+                       c->micro, model_bn_group(m));
     double t0 = c->layer_s ? ht_now() : 0;
     c->ws.prof = c->layer_s; // the workspace may have been made anew (cpu_shrink)
     // The thread count is the calling thread's setting: set it for the shard and give the
@@ -81,8 +87,8 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
     omp_set_num_threads(c->threads);
     res->note[0] = 0;
     size_t in = (size_t)m->in_c * m->in_h * m->in_w;
-    for (int off = 0; off < job->n; off += c->micro) {
-        int n = job->n - off < c->micro ? job->n - off : c->micro;
+    for (int off = 0; off < job->n; off += step) {
+        int n = job->n - off < step ? job->n - off : step;
         net_dropout drop = {.seed = job->seed, .epoch = job->epoch, .ids = job->ids + off};
         const float *x = job->x + (size_t)off * in;
         const float *probs = net_forward(&c->ws, m, c->use, x, job->y + off, n, &drop);
@@ -184,6 +190,8 @@ int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint6
     uint64_t budget = mem_limit ? mem_limit : host / 4;
     uint64_t fixed = 2 * sizeof(float) * m->n_params; // parameter copy + gradient sum
     int most = max_batch < CPU_MICRO_MAX ? max_batch : CPU_MICRO_MAX;
+    const int least = micro_least(model_bn_group(m), max_batch);
+    if (most < least) most = least;
     if (most < 1) most = 1;
     ws_arg arg = {m, threads};
     int micro = budget > fixed ? micro_fit(most, budget - fixed, ws_bytes, &arg) : 0;
@@ -191,6 +199,10 @@ int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint6
         return ht_fail(e, "not even one sample of %s fits in %llu MiB (the workspace needs %zu "
                           "KiB a sample)", m->name, (unsigned long long)(budget >> 20),
                        net_ws_bytes(m, 1, threads) >> 10);
+    if (micro < least)
+        return ht_fail(e, "a batchnorm group of %d samples (--bn-group) of %s does not fit in "
+                          "%llu MiB (%d samples do); give a smaller --bn-group", least, m->name,
+                       (unsigned long long)(budget >> 20), micro);
     cpu_ctx *c = ht_calloc(1, sizeof *c, e);
     if (!c) return -1;
     c->m = m;

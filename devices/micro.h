@@ -35,4 +35,19 @@ typedef int (*micro_realloc_fn)(void *arg, int B, ht_error *e);
 int micro_halve(int micro, const char *why, micro_realloc_fn realloc_for, void *arg, char *note,
                 size_t note_len, ht_error *e);
 
+// Under batchnorm a training micro-batch is made of whole groups of `group` samples
+// (model_bn_group; 0 for a model without batchnorm): the step a shard of n samples is cut by.
+// A shard that fits in micro is one piece (its groups are whole, the last perhaps short: the
+// shards are cut at group boundaries); a larger one goes by micro rounded down to whole
+// groups, 0 when not even one group fits in micro.
+static inline int micro_step(int micro, int group, int n) {
+    if (n <= micro) return n > 0 ? n : 1;
+    return group > 1 ? micro / group * group : micro;
+}
+
+// The smallest micro-batch a device may open with for batches of up to max_batch: one group.
+static inline int micro_least(int group, int max_batch) {
+    return group > 1 ? (group < max_batch ? group : max_batch) : 1;
+}
+
 #endif

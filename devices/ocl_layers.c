@@ -128,6 +128,32 @@ static int act_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
                   : 0;
 }
 
+// ---- bn: the groups' statistics are the layer's own buffer, the backward's sums scratch ----
+
+static ocl_bn_geom bn_of(const layer *L) {
+    return (ocl_bn_geom){.C = L->c, .P = L->h * L->w, .w_off = L->n_w ? L->w_off : OCL_NO_BIAS,
+                         .b_off = L->n_b ? L->b_off : OCL_NO_BIAS, .s_off = L->s_off,
+                         .eps = L->eps};
+}
+static int bn_fwd(const ocl_call *c, ht_error *e) {
+    ocl_bn_geom g = bn_of(c->L);
+    if (c->keys)
+        return ocl_bn_train_forward(c->o, &g, c->B, c->group, c->out, c->in, c->params, c->aux,
+                                    e);
+    return ocl_bn_infer_forward(c->o, &g, c->B, c->out, c->in, c->params, e);
+}
+static int bn_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
+    ocl_bn_geom g = bn_of(c->L);
+    *din = c->din;
+    return ocl_bn_backward(c->o, &g, c->B, c->group, c->din, c->grads, c->dout, c->in,
+                           c->params, c->aux, c->tmp, e);
+}
+// Sized for groups of one sample, the most groups B samples make.
+static size_t bn_aux(const layer *L, int B) {
+    return ocl_bn_stats_floats(L->c, B) * sizeof(float);
+}
+static size_t bn_tmp(const layer *L, int B) { return ocl_bn_sums_floats(L->c, B); }
+
 static const char *const conv_kernels[] = {"im2col", "bias_to_nchw", "nchw_to_rows", "row_sum",
                                            "col2im", NULL};
 static const char *const pool_kernels[] = {"maxpool_fwd", "maxpool_bwd", "maxpool_bwd_tiled",
@@ -138,6 +164,8 @@ static const char *const relu_kernels[] = {"relu_fwd", "relu_bwd", NULL};
 static const char *const dropout_kernels[] = {"dropout", NULL};
 static const char *const softmax_kernels[] = {"softmax_xent_fwd", "softmax_xent_bwd", NULL};
 static const char *const act_kernels[] = {"act_fwd", "act_bwd", NULL};
+static const char *const bn_kernels[] = {"bn_stats", "bn_fwd", "bn_infer", "bn_bwd_sums",
+                                         "bn_bwd_dx", "bn_bwd_reduce", NULL};
 
 static const ocl_layer_ops cl_conv = {conv_fwd, conv_bwd, conv_aux, conv_tmp, 1, conv_kernels};
 static const ocl_layer_ops cl_pool = {pool_fwd, pool_bwd, pool_aux, NULL, 0, pool_kernels};
@@ -147,6 +175,7 @@ static const ocl_layer_ops cl_relu = {relu_fwd, relu_bwd, NULL, NULL, 0, relu_ke
 static const ocl_layer_ops cl_dropout = {dropout_fwd, dropout_bwd, NULL, NULL, 0, dropout_kernels};
 static const ocl_layer_ops cl_softmax = {softmax_fwd, softmax_bwd, NULL, NULL, 0, softmax_kernels};
 static const ocl_layer_ops cl_act = {act_fwd, act_bwd, NULL, NULL, 0, act_kernels};
+static const ocl_layer_ops cl_bn = {bn_fwd, bn_bwd, bn_aux, bn_tmp, 0, bn_kernels};
 
 const ocl_layer_ops *const ocl_layer_ops_of[LAYER_KIND_COUNT] = {
 #define OCL_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = &cl_##fam,

@@ -22,7 +22,9 @@ typedef struct ocl_call {
     cl_mem aux;            // the layer's own buffer, kept from forward to backward (aux_bytes)
     cl_mem tmp;            // the scratch every layer shares (tmp_floats), from float 0
     cl_mem y, loss, ids;   // labels (NULL: none, as at inference), per-sample loss, sample ids
-    const uint64_t *keys;  // dropout's key of each layer; NULL: inference (dropout passes)
+    const uint64_t *keys;  // dropout's key of each layer; NULL: inference (dropout passes,
+                           // batchnorm takes its moving averages)
+    int group;             // batchnorm in training: samples a group (model_bn_group)
 } ocl_call;
 
 typedef struct ocl_layer_ops {

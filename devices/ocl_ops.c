@@ -22,6 +22,8 @@
 #define CLOP_ROUND_3D 8
 // Upper bound on row_sum's work-group (a power of two); lowered to what the kernel allows.
 #define CLOP_ROW_SUM_GROUP 256
+// The same for the kernels launched by ocl_launch_groups.
+#define CLOP_REDUCE_GROUP 256
 
 // The kernels the ops of this file launch, which every program must have (ocl_ops_init checks,
 // naming the first one missing). The program's other kernels, and these, are found by name.
@@ -30,6 +32,15 @@ static const char *const core_kernels[] = {
     "maxpool_bwd", "dense_bias", "col_sum", "relu_fwd", "relu_bwd", "dropout", "softmax_xent_fwd",
     "softmax_xent_bwd", "maxpool_bwd_tiled", "avgpool_fwd", "avgpool_bwd", "gavgpool_fwd",
     "gavgpool_bwd", "act_fwd", "act_bwd", NULL};
+
+// The kernels whose work-group is their reduction tree (the order of their sums): never tuned.
+static const char *const reduce_kernels[] = {"row_sum", "bn_stats", "bn_bwd_sums", NULL};
+
+int ocl_kernel_tunable(const char *name) {
+    for (int i = 0; reduce_kernels[i]; i++)
+        if (!strcmp(name, reduce_kernels[i])) return 0;
+    return 1;
+}
 
 int ocl_kernel_index(const ocl_ops *o, const char *name) {
     for (int i = 0; i < o->n_k; i++)
@@ -227,6 +238,22 @@ int ocl_launch_3d(ocl_ops *o, const char *name, const ocl_karg *args, int nargs,
     return launch(o, name, args, nargs, 3, g, l ? ls : NULL, e);
 }
 
+int ocl_launch_groups(ocl_ops *o, const char *name, const ocl_karg *args, int nargs,
+                      size_t groups, int local_floats, ht_error *e) {
+    int id = ocl_kernel_index(o, name);
+    if (id < 0) return ht_fail(e, "%s: no kernel \"%s\" in kernels/*.cl", o->label, name);
+    ocl_karg a[OCL_MAX_KARGS + 1];
+    if (nargs > OCL_MAX_KARGS)
+        return ht_fail(e, "%s: %d arguments for kernel %s, more than the %d a launch takes",
+                       o->label, nargs, name, OCL_MAX_KARGS);
+    memcpy(a, args, sizeof(ocl_karg) * (size_t)nargs);
+    size_t ls = CLOP_REDUCE_GROUP;
+    while (ls > 1 && ls > o->kmax[id]) ls /= 2;
+    a[nargs] = (ocl_karg){ls * (size_t)local_floats * sizeof(float), NULL};
+    size_t gs = groups * ls;
+    return launch(o, name, a, nargs + 1, 1, &gs, &ls, e);
+}
+
 #define launch_1d ocl_launch_1d
 #define launch_3d ocl_launch_3d
 typedef ocl_karg karg;
@@ -359,8 +386,7 @@ void ocl_ops_drain(ocl_ops *o, double *sums) {
 void ocl_ops_tune(ocl_ops *o, const ocl_tuning *t) {
     o->tuning = t;
     for (int i = 0; i < o->n_k; i++) {
-        // row_sum's work-group is its reduction tree (the order of its sums): not tuned.
-        unsigned l = !strcmp(o->kname[i], "row_sum") ? 0 : ocl_tuning_wg(t, o->kname[i]);
+        unsigned l = ocl_kernel_tunable(o->kname[i]) ? ocl_tuning_wg(t, o->kname[i]) : 0;
         o->local[i] = l && l <= o->kmax[i] && CLOP_ROUND % l == 0 ? l : 0;
     }
 }

@@ -99,6 +99,15 @@ int ocl_launch_1d(ocl_ops *o, const char *name, const ocl_karg *args, int nargs,
                   ht_error *e);
 int ocl_launch_3d(ocl_ops *o, const char *name, const ocl_karg *args, int nargs, size_t n0,
                   size_t n1, size_t n2, ht_error *e);
+// A reduction: `groups` work-groups of the largest power of two (at most 256) the kernel takes
+// on this device, never tuned (the work-group is the order of its sums), with its arguments
+// followed by a __local one of `local_floats` floats a work-item. At most OCL_MAX_KARGS
+// arguments.
+#define OCL_MAX_KARGS 16
+int ocl_launch_groups(ocl_ops *o, const char *name, const ocl_karg *args, int nargs,
+                      size_t groups, int local_floats, ht_error *e);
+// Whether kernel `name` may be given a tuned work-group size (not a reduction's).
+int ocl_kernel_tunable(const char *name);
 void ocl_ops_free(ocl_ops *o);
 // Releases the GEMM scratch (it is made again, as large as needed, by the next GEMM).
 void ocl_ops_release_temp(ocl_ops *o);
@@ -211,6 +220,33 @@ int ocl_act_backward(ocl_ops *o, int f, float alpha, cl_mem din, cl_mem dout, cl
 // ht_rng_uniform(key, ids[i], e) >= rate (src/core/rng.h, bit for bit). ids: uint32 (B).
 int ocl_dropout(ocl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, uint64_t key,
                  cl_mem ids, ht_error *e);
+
+// Batch normalisation (ocl_bn.c, kernels/batchnorm.cl; the CPU's is src/nn/batchnorm.c) of
+// x (B,C,P), P positions a sample. The layer's tensors in the flat buffers: gamma at w_off and
+// beta at b_off (OCL_NO_BIAS: none, taken as 1 and 0), the state at s_off: moving mean [C],
+// moving variance [C], count.
+typedef struct ocl_bn_geom {
+    int C, P;
+    size_t w_off, b_off, s_off;
+    float eps;
+} ocl_bn_geom;
+// Training: groups of G consecutive samples (the last may be smaller) normalised with their
+// own mean and biased variance; stats gets each group's (mean [C], variance [C],
+// 1/sqrt(variance + eps) [C]), 3C floats a group.
+int ocl_bn_train_forward(ocl_ops *o, const ocl_bn_geom *g, int B, int G, cl_mem out, cl_mem in,
+                         cl_mem params, cl_mem stats, ht_error *e);
+// Inference: with the moving mean and variance.
+int ocl_bn_infer_forward(ocl_ops *o, const ocl_bn_geom *g, int B, cl_mem out, cl_mem in,
+                         cl_mem params, ht_error *e);
+// Training's backward from the forward's input and stats: din (NULL: not wanted) overwritten;
+// gamma's and beta's gradients added to, and in the state's place of grads each group's mean
+// and variance added, and the count of groups. sums: scratch of ocl_bn_sums_floats(C, B).
+int ocl_bn_backward(ocl_ops *o, const ocl_bn_geom *g, int B, int G, cl_mem din, cl_mem grads,
+                    cl_mem dout, cl_mem in, cl_mem params, cl_mem stats, cl_mem sums,
+                    ht_error *e);
+// Floats of stats and of the backward's sums for B samples, whatever G (at most B groups).
+size_t ocl_bn_stats_floats(int C, int B);
+size_t ocl_bn_sums_floats(int C, int B);
 
 // labels: uchar (B) or NULL (then loss is not written).
 int ocl_softmax_xent_forward(ocl_ops *o, cl_mem probs, cl_mem loss, cl_mem logits,

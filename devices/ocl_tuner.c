@@ -472,8 +472,7 @@ static int tune_work_groups(tuner *t, ocl_tuning *tu, int micro, ht_error *e) {
     for (int w = 0; w < N_WG && (w == 0 || ht_now() < t->deadline); w++) {
         unsigned l = wg_sizes[w];
         for (int k = 0; k < nk; k++) {
-            // row_sum's work-group is its reduction tree (the order of its sums): not tuned.
-            int fits = strcmp(t->ops->kname[k], "row_sum") && l <= t->ops->kmax[k];
+            int fits = ocl_kernel_tunable(t->ops->kname[k]) && l <= t->ops->kmax[k];
             t->ops->local[k] = fits ? l : 0;
             ms[w][k] = fits || w == 0 ? INFINITY : -1; // -1: not a candidate for this kernel
         }

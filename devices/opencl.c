@@ -8,6 +8,7 @@
 #include "ocl_layers.h"
 #include "ocl_ops.h"
 #include "ocl_util.h"
+#include "batchnorm.h"
 #include "device.h"
 #include "layer_desc.h"
 #include "micro.h"
@@ -31,6 +32,8 @@ typedef struct ocl_ctx {
     ocl_ops ops;
     int max_batch; // whole shard: the input/output staging buffers hold this many samples
     int micro;     // samples per micro-batch
+    int group;     // batchnorm's group (model_bn_group; 0: none): training's micro-batches are
+                   // whole groups
     cl_mem params, grads;
     cl_mem x_all, y_all, ids_all, loss_all, probs_all; // (max_batch, ...) staging
     cl_mem x, y, ids, loss;                             // (micro, ...) current micro-batch
@@ -95,18 +98,22 @@ static size_t fixed_bytes(const model *m, int max_batch) {
                                 nc * sizeof(float));
 }
 
-// The largest micro-batch (<= max_batch, OCL_MICRO_MAX) whose buffers fit the budget (the
-// user's limit, else half the device's global memory) with no single buffer over the
-// device's maximum allocation.
+// The largest micro-batch (<= max_batch, OCL_MICRO_MAX, but at least one batchnorm group)
+// whose buffers fit the budget (the user's limit, else half the device's global memory) with
+// no single buffer over the device's maximum allocation.
 static int choose_micro(const model *m, const ocl_dev_info *info, int max_batch, uint64_t limit) {
+    const int group = model_bn_group(m), least = micro_least(group, max_batch);
     int hi = max_batch < OCL_MICRO_MAX ? max_batch : OCL_MICRO_MAX;
+    if (hi < least) hi = least;
     uint64_t budget = limit ? limit : info->global_mem / 2;
     uint64_t fixed = fixed_bytes(m, max_batch);
     if (budget <= fixed) return 0;
     bytes_arg arg = {m, info->max_alloc};
     int best = micro_fit(hi, budget - fixed, fit_bytes, &arg);
-    // Round down to a multiple of 8 when that costs little, for friendlier GEMM shapes.
-    if (best > 16) best -= best % 8;
+    // Under batchnorm whole groups (training uses no more); else a multiple of 8 when that
+    // costs little, for friendlier GEMM shapes.
+    if (group > 1 && best >= group) best = micro_step(best, group, max_batch);
+    else if (group <= 1 && best > 16) best -= best % 8;
     return best;
 }
 
@@ -283,7 +290,7 @@ static ocl_call call_of(ocl_ctx *c, int l, int n, const uint64_t *keys) {
                       .params = c->params,
                       .grads = c->grads, .in = l > 0 ? c->act[l - 1] : c->x, .out = c->act[l],
                       .aux = c->aux[l], .tmp = c->tmp, .y = c->y, .loss = c->loss,
-                      .ids = c->ids, .keys = keys};
+                      .ids = c->ids, .keys = keys, .group = c->group};
 }
 
 // Forward over the current micro-batch in c->x (n samples); keys NULL for inference.
@@ -371,8 +378,13 @@ static int train_attempt(ocl_ctx *c, const shard_job *job, shard_result *res, co
         write_buf(c, c->ids_all, (size_t)job->n * sizeof(uint32_t), job->ids, "sample ids", e) < 0 ||
         ocl_fill(&c->ops, c->grads, 0.0f, m->n_params, e) < 0)
         return -1;
-    for (int off = 0; off < job->n; off += c->micro) {
-        int n = job->n - off < c->micro ? job->n - off : c->micro;
+    // Layers add to the zeroed sum, batchnorm's statistics in the state's place too.
+    const int step = micro_step(c->micro, c->group, job->n);
+    if (step < 1)
+        return ht_fail(e, "%s: a micro-batch of %d holds no whole group of %d samples "
+                          "(--bn-group)", c->ops.label, c->micro, c->group);
+    for (int off = 0; off < job->n; off += step) {
+        int n = job->n - off < step ? job->n - off : step;
         if (stage_micro(c, off, n, 1, e) < 0 || forward(c, n, 1, keys, e) < 0 ||
             stash_outputs(c, off, n, 1, e) < 0 || backward(c, n, keys, e) < 0)
             return -1;
@@ -515,6 +527,7 @@ int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int 
     ocl_ctx *c = ht_calloc(1, sizeof *c, e);
     if (!c) return -1;
     c->m = m;
+    c->group = model_bn_group(m);
     c->info = *info;
     c->max_batch = max_batch < 1 ? 1 : max_batch;
     char label[300];
@@ -555,6 +568,15 @@ int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int 
                 (unsigned long long)((mem_limit ? mem_limit : info->global_mem / 2) >> 20),
                 (unsigned long long)(info->global_mem >> 20),
                 (unsigned long long)(info->max_alloc >> 20));
+        ocl_close(c);
+        return -1;
+    }
+    if (c->micro < micro_least(c->group, c->max_batch)) {
+        ht_fail(e, "%s: a batchnorm group of %d samples (--bn-group) of %s does not fit in "
+                   "%llu MiB (%d samples do); give a smaller --bn-group", label,
+                micro_least(c->group, c->max_batch), m->name,
+                (unsigned long long)((mem_limit ? mem_limit : info->global_mem / 2) >> 20),
+                c->micro);
         ocl_close(c);
         return -1;
     }

@@ -5,6 +5,8 @@
 // self-check and inference (engine_int.h).
 #include "engine_int.h"
 
+#include "batchnorm.h"
+
 #include <math.h>
 #include <stdlib.h>
 
@@ -80,6 +82,7 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
     g->n_devs = n_devs;
     g->max_batch = max_batch;
     g->seed = c->seed;
+    g->group = model_bn_group(m);
     g->rebalance = c->rebalance > 0 ? c->rebalance : 0;
     engine_set_timeout(g, 0); // c->timeout_s from the first pass after the broadcast below
     g->nan_stop = c->nan_stop;
@@ -92,7 +95,7 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
     g->own = ht_calloc((size_t)max_batch, 1, e);
     g->slots = ht_calloc((size_t)n_devs, sizeof *g->slots, e);
     if (!g->grad || !g->orphans || !g->own || !g->slots || engine_workers_open(g, e) < 0 ||
-        optim_init(&g->opt, &m->setup, m->n_params, e) < 0 ||
+        optim_init(&g->opt, &m->setup, m->n_trainable, e) < 0 ||
         (m->setup.weight_decay > 0 && optim_decay_kernels(&g->opt, m, e) < 0)) {
         engine_close(g);
         return -1;
@@ -156,7 +159,7 @@ void engine_moments(const engine *g, const float **m, const float **v) {
 
 int engine_restore(engine *g, const engine_state *st, const float *params, const float *m,
                    const float *v, ht_error *e) {
-    size_t n = g->m->n_params;
+    size_t n = g->m->n_trainable;
     if (!m != !g->opt.m || !v != !g->opt.v)
         return ht_fail(e, "the optimiser state does not match the optimiser (%s)",
                        g->opt.v ? "Adam needs two moments" : "SGD has one moment");
@@ -347,6 +350,8 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     } else {
         // The mean is taken inside the update (sum * 1/B, as a separate pass would).
         optim_step_scaled(&g->opt, g->params, g->grad, g->grad_scale);
+        // The state's place in the sum holds batchnorm's statistics: the moving averages.
+        if (g->m->n_state) model_bn_update(g->m, g->params, g->grad);
         tu = ht_now();
         if (broadcast(g, st, e) < 0) return -1;
     }

@@ -44,6 +44,11 @@ typedef struct step_stats {
 #define ENGINE_SELF_CHECK_TOL_OUT 1e-4
 #define ENGINE_SELF_CHECK_TOL_BRANCH 5e-2
 #define ENGINE_SELF_CHECK_TOL_LOSS 1e-3 // absolute, per sample
+// A parameter tensor's gradient is compared relative to at least this fraction of the whole
+// gradient's L2 norm: a bias right before a batchnorm has a true gradient of zero (its values
+// are rounding noise, ~1e-7 of the rest), and a tensor of a device computing wrong values is
+// off by far more than this times the tolerance.
+#define ENGINE_SELF_CHECK_FLOOR 1e-4
 #define ENGINE_DEFAULT_TIMEOUT 600.0 // seconds a device may take for one shard
 
 // What an engine runs on and how, filled with designated initialisers: the model, devices,
@@ -114,7 +119,7 @@ typedef struct engine_state {
 } engine_state;
 
 void engine_get_state(const engine *g, engine_state *st);
-// The optimiser's moment buffers (n_params floats each): SGD's velocity as m and v NULL, or
+// The optimiser's moment buffers (n_trainable floats each): SGD's velocity as m and v NULL, or
 // Adam's first and second moments.
 void engine_moments(const engine *g, const float **m, const float **v);
 // The learning-rate schedule's factor for the following steps (optim_set_lr_factor), and the

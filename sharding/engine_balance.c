@@ -135,28 +135,69 @@ static int plan_batch(engine *g, shard_plan *p, int n, ht_error *e) {
 // dispatched. A whole batch (`batch`) is planned over every rank's devices into g->plan, made
 // again for every batch from every rank's capacities now (a rank alone cannot know that
 // another one's changed); a re-run of failed devices' positions over this rank's devices left.
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
 int engine_assign(engine *g, const int *positions, int n, int batch, ht_error *e) {
+    // The plan hands out units: single positions, or under batchnorm whole groups of G
+    // consecutive positions (model_bn_group), in order, so that each group's statistics are
+    // computed on one device from the same samples whichever device that is. A re-run's
+    // positions are whole groups of the devices that failed: sorted, they are whole groups in
+    // order again (the short last group of a batch last).
+    const int G = g->group > 1 ? g->group : 1;
+    int *sorted = NULL, *unit = NULL, units = n;
+    if (positions && G > 1) {
+        sorted = malloc(sizeof(int) * (size_t)n);
+        if (!sorted) return ht_fail(e, "out of memory planning a re-run");
+        memcpy(sorted, positions, sizeof(int) * (size_t)n);
+        qsort(sorted, (size_t)n, sizeof(int), cmp_int);
+        positions = sorted;
+    }
+    if (G > 1) { // unit k starts at position index unit[k]
+        unit = malloc(sizeof(int) * ((size_t)n + 1));
+        if (!unit) {
+            free(sorted);
+            return ht_fail(e, "out of memory planning a batch");
+        }
+        units = 0;
+        for (int j = 0; j < n; j++) {
+            int pj = positions ? positions[j] : j;
+            if (j == 0 || pj / G != (positions ? positions[j - 1] : j - 1) / G) unit[units++] = j;
+        }
+        unit[units] = n;
+    }
     shard_plan tmp, *p = &g->plan;
+    int rc = 0;
     if (batch) {
         shard_plan_free(&g->plan);
-        if (plan_batch(g, &g->plan, n, e) < 0) return -1;
+        rc = plan_batch(g, &g->plan, units, e);
     } else {
-        if (plan_local(g, &tmp, n, e) < 0) return -1;
+        rc = plan_local(g, &tmp, units, e);
         p = &tmp;
+    }
+    if (rc < 0) {
+        free(sorted);
+        free(unit);
+        return -1;
     }
     for (int d = 0; d < g->n_devs; d++) {
         g->slots[d].n = 0;
         g->slots[d].dispatched = 0;
     }
-    for (int j = 0; j < n; j++) {
-        int d = g->plan_dev[p->pattern[j]];
+    for (int k = 0; k < units; k++) {
+        int d = g->plan_dev[p->pattern[k]];
         if (d < 0) continue; // another rank's
         engine_slot *s = &g->slots[d];
-        s->pos[s->n++] = positions ? positions[j] : j;
+        for (int j = unit ? unit[k] : k; j < (unit ? unit[k + 1] : k + 1); j++)
+            s->pos[s->n++] = positions ? positions[j] : j;
     }
     // A device with no samples this pass sits it out: no launch, no wait.
     for (int d = 0; d < g->n_devs; d++) g->slots[d].dispatched = g->slots[d].n > 0;
     if (!batch) shard_plan_free(&tmp);
+    free(sorted);
+    free(unit);
     return 0;
 }
 
@@ -191,7 +232,14 @@ void engine_probe_idle(engine *g) {
         for (int k = 0; k < g->n_devs; k++)
             if (!g->slots[k].failed && (!big || g->slots[k].n > big->n)) big = &g->slots[k];
         if (!big || big->n < 2) return;
-        s->pos[s->n++] = big->pos[--big->n];
+        // One unit: a position, or under batchnorm the busiest device's last group (if it
+        // has another to keep).
+        const int G = g->group > 1 ? g->group : 1, last = big->pos[big->n - 1] / G;
+        int from = big->n - 1;
+        while (from > 0 && big->pos[from - 1] / G == last) from--;
+        if (from == 0) return;
+        for (int j = from; j < big->n; j++) s->pos[s->n++] = big->pos[j];
+        big->n = from;
         s->dispatched = 1;
     }
 }

@@ -115,6 +115,7 @@ struct engine {
                      // (engine.c's reduce_group): losses, predictions, flags
     int grad_ready;  // grad holds the last step's gradient sum
     float grad_scale; // 1/B: the mean gradient is the sum * grad_scale
+    int group;       // model_bn_group: batch positions are planned in groups of this many
     int grad_mean;   // grad holds the mean gradient instead (engine_grad made it)
     int bound;       // some device reads the master parameters in place (bind_params)
     optim opt;

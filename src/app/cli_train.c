@@ -82,6 +82,13 @@ static const char *usage_train =
     "                         l2 (above), or decoupled: w -= lr_t*W*w beside the update, with\n"
     "                         w before the step and lr_t without Adam's bias correction, as\n"
     "                         PyTorch's AdamW (SGDW for SGD) [the model's, else l2]\n"
+    "  --bn-group G           batchnorm's training statistics are over groups of G consecutive\n"
+    "                         samples of each (shuffled) batch, the last group of a batch\n"
+    "                         possibly smaller; a device computes whole groups, so the result\n"
+    "                         is the same on any devices, ranks and micro-batches. G >= batch:\n"
+    "                         the whole batch, as Keras on one device; G < batch: as Keras\n"
+    "                         with batch/G replicas of G samples (MirroredStrategy) [the\n"
+    "                         model's bn_group, else 32: Keras's default batch]\n"
     "  --val-split F          fraction held out for validation, 0 <= F < 1 [the model's setup]\n"
     "  --seed N               seed for initialisation, split, shuffles, dropout and\n"
     "                         augmentation [1]\n"
@@ -205,6 +212,7 @@ int cli_train(int argc, char **argv) {
         {"lr-schedule", required_argument, 0, OPT_LR_SCHEDULE},
         {"weight-decay", required_argument, 0, OPT_WEIGHT_DECAY},
         {"weight-decay-mode", required_argument, 0, OPT_WD_MODE},
+        {"bn-group", required_argument, 0, OPT_BN_GROUP},
         {"train-labels", required_argument, 0, OPT_TRAIN_LABELS},
         {"test-labels", required_argument, 0, OPT_TEST_LABELS},
         {"layout", required_argument, 0, OPT_LAYOUT},
@@ -285,6 +293,16 @@ int cli_train(int argc, char **argv) {
             else return cli_usage_error("train", "--weight-decay-mode: expected l2 or decoupled, found \"%s\"", optarg);
             o.given |= RUN_OPT_GIVEN(RUN_OPT_WD_MODE);
             break;
+        case OPT_BN_GROUP: {
+            double g;
+            if (cli_parse_float("--bn-group", optarg, 1, 1 << 20, 0, &g) < 0) return EXIT_USAGE;
+            if (g != (int)g)
+                return cli_usage_error("train", "--bn-group: expected a whole number of samples, "
+                                       "found \"%s\"", optarg);
+            o.bn_group = (int)g;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_BN_GROUP);
+            break;
+        }
         case OPT_VAL:
             if (cli_parse_float("--val-split", optarg, 0, 1, 1, &f) < 0) return EXIT_USAGE;
             o.val_split = (float)f;

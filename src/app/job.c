@@ -132,6 +132,7 @@ int job_prepare(job *j, const train_opts *o, ht_error *e) {
         return ht_wrap(e, "--lr-schedule");
     if (o->weight_decay >= 0) s->weight_decay = o->weight_decay;
     if (o->wd_mode >= 0) s->wd_mode = (wd_mode)o->wd_mode;
+    if (o->bn_group > 0) s->bn_group = o->bn_group;
     data_src src = {o->data_dir, o->train_csv, o->train_labels, o->test_csv, o->test_labels};
     data_opts dop = job_data_opts(&j->m, o->layout, o->coarse);
     if (job_load_data(&src, &dop, &j->all, &j->test, 1, e) < 0) return -1;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batchnorm.h"
 #include "checkpoint.h"
 #include "conv_algo.h"
 #include "optim.h"
@@ -68,6 +69,7 @@ static void job_resolved_opts(const job *j, const train_opts *o, train_opts *r, 
     r->val_split = s->val_split;
     r->weight_decay = s->weight_decay;
     r->wd_mode = (int)s->wd_mode;
+    r->bn_group = model_bn_group(&j->m);
     r->conv_algo = (int)s->conv_algo;
     lr_schedule_text(&s->sched, sched, len);
     r->lr_schedule = sched;
@@ -139,7 +141,7 @@ int job_save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, ht_e
     meta_set(&m, "conv_choices", choices);
     const float *mm, *vv;
     engine_moments(j->g, &mm, &vv);
-    ckpt_blob blobs[2] = {{"optim.m", mm, j->m.n_params}, {"optim.v", vv, j->m.n_params}};
+    ckpt_blob blobs[2] = {{"optim.m", mm, j->m.n_trainable}, {"optim.v", vv, j->m.n_trainable}};
     double t0 = ht_now();
     ht_error ce;
     int rc = checkpoint_write(j->ckpt_path, &j->m, engine_params(j->g), blobs, vv ? 2 : 1, m.kv,
@@ -203,7 +205,7 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
     const char *path = j->ckpt_path;
     size_t nm = 0, nv = 0;
     const float *mm = checkpoint_blob(c, "optim.m", &nm), *vv = checkpoint_blob(c, "optim.v", &nv);
-    if (!mm || nm != j->m.n_params || (vv && nv != j->m.n_params))
+    if (!mm || nm != j->m.n_trainable || (vv && nv != j->m.n_trainable))
         return ht_fail(e, "%s: the optimiser state is missing or of the wrong size", path);
     engine_state st = {0};
     st.step = meta_long(c, "step");

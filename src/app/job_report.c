@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "batchnorm.h"
 #include "optim.h"
 #include "ranks.h"
 
@@ -26,7 +27,14 @@ static void describe_setup(run_files *rf, const model *m, const train_setup *s, 
     run_log(rf, 0, "batch %d, epochs %d, val_split %g, seed %llu\n", s->batch, s->epochs,
             s->val_split, (unsigned long long)seed);
     run_log(rf, 0, "model: %s, %zu parameters, %.1f M multiply-adds per sample\n", m->name,
-            m->n_params, model_forward_macs(m) / 1e6);
+            m->n_trainable, model_forward_macs(m) / 1e6);
+    int G = model_bn_group(m);
+    if (G)
+        run_log(rf, 0, "batchnorm: statistics over groups of %d consecutive samples of each "
+                "batch (--bn-group; %s)\n", G < s->batch ? G : s->batch,
+                G >= s->batch ? "the whole batch, as Keras on one device"
+                              : "each group as one of Keras's replicas under a distribution "
+                                "strategy");
 }
 
 // The run's --augment in its canonical spelling ("crop:4,flip", "none").

@@ -36,6 +36,7 @@ typedef struct train_opts {
     const char *lr_schedule; // NULL: the model's (optim.h's lr_schedule_parse takes it)
     float weight_decay;    // < 0: the model's default
     int wd_mode;           // wd_mode (model.h); -1: the model's
+    int bn_group;          // samples per group of batchnorm statistics; 0: the model's
     uint64_t seed;
     int limit;             // 0: all training samples
     const char *devices;   // NULL or "auto": every OpenCL GPU plus a CPU worker

@@ -1,5 +1,6 @@
 // A model's weights as a safetensors file (stfile.c): its parameter tensors under PyTorch's
-// names and layouts, nothing else but {"format":"pt"} as metadata.
+// names and layouts, nothing else but {"format":"pt"} as metadata. Everything is F32 but
+// batchnorm's count of updates, which PyTorch keeps as an int64 scalar.
 #include "safetensors.h"
 
 #include <stdlib.h>
@@ -23,12 +24,19 @@ int safetensors_save(const char *path, const model *m, const float *params, ht_e
     int nt;
     if (safetensors_tensors(path, m, &ts, &nt, e)) return -1;
     stfile_tensor *st = ht_malloc((size_t)nt + 1, sizeof *st, e);
-    if (!st) return -1;
-    for (int i = 0; i < nt; i++)
+    stfile_dtype *dt = st ? ht_malloc((size_t)nt + 1, sizeof *dt, e) : NULL;
+    if (!dt) {
+        free(st);
+        return -1;
+    }
+    for (int i = 0; i < nt; i++) {
         st[i] = (stfile_tensor){ts[i].name, ts[i].ndim, ts[i].shape, params + ts[i].off};
+        dt[i] = ts[i].state == TENSOR_NUM_BATCHES ? STFILE_I64 : STFILE_F32;
+    }
     static const char *const meta[] = {"format", "pt"};
-    int rc = stfile_write(path, st, nt, meta, 1, -1, e);
+    int rc = stfile_write_dtypes(path, st, dt, nt, meta, 1, -1, e);
     free(st);
+    free(dt);
     return rc;
 }
 
@@ -49,6 +57,11 @@ int safetensors_load(const char *path, const model *m, float *params, ht_error *
         int got = stfile_entry_get(&sf, ts[i].name, ts[i].ndim, ts[i].shape, &ents[i], e);
         if (got == 1) ht_fail(e, "%s: missing tensor \"%s\" (model %s)", path, ts[i].name, m->name);
         if (got) goto done;
+        if (ents[i].dtype == STFILE_I64 && ts[i].state != TENSOR_NUM_BATCHES) {
+            ht_fail(e, "%s: tensor \"%s\" is I64: hetrain's weights are floats (integers only "
+                       "in a batchnorm's num_batches_tracked)", path, ts[i].name);
+            goto done;
+        }
     }
     for (int k = 0; k < sf.n_names; k++) {
         int known = 0;

@@ -1,5 +1,7 @@
 // Weights in the safetensors format, with PyTorch's names and layouts: "<layer>.weight" as
-// conv [out,in,kh,kw] and dense [out,in], "<layer>.bias" as [out]; dtype F32.
+// conv [out,in,kh,kw] and dense [out,in], "<layer>.bias" as [out]; dtype F32. A batchnorm's
+// state as PyTorch keeps it: "<layer>.running_mean", "<layer>.running_var" [C] (F32) and
+// "<layer>.num_batches_tracked" [] (I64).
 #ifndef HETRAIN_SAFETENSORS_H
 #define HETRAIN_SAFETENSORS_H
 
@@ -11,7 +13,8 @@
 int safetensors_save(const char *path, const model *m, const float *params, ht_error *e);
 
 // Reads every parameter tensor of m into params. Each tensor must be present with the model's
-// shape and dtype F32 (F16/BF16/F64 are converted); extra tensors are an error naming them.
+// shape and dtype F32 (F16/BF16/F64 are converted; num_batches_tracked also I64, and only it);
+// extra tensors are an error naming them.
 // As for the reference reader, the tensors' byte ranges must tile the data buffer, no key may
 // appear twice in any object of the header, and __metadata__ maps strings to strings. A NaN or
 // infinite value (also one that a conversion makes) is an error naming tensor and element.

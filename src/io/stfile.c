@@ -20,8 +20,8 @@
 #define ST_MAX_HEADER 100000000ull
 #define ST_CHUNK 65536 // bytes converted per read/write call
 
-const char *const stfile_dtype_names[] = {"F32", "F16", "BF16", "F64"};
-static const unsigned st_dtype_size[] = {4, 2, 2, 8};
+const char *const stfile_dtype_names[] = {"F32", "F16", "BF16", "F64", "I64"};
+static const unsigned st_dtype_size[] = {4, 2, 2, 8, 8};
 
 void stfile_fmt_shape(char *buf, size_t cap, const uint64_t *d, int nd) {
     size_t len = (size_t)snprintf(buf, cap, "[");
@@ -125,10 +125,78 @@ static uint64_t shape_count(int nd, const uint64_t *shape) {
     return n;
 }
 
+// Checks that tensor t's values fit dtype dt, which must be one the writer writes.
+static int check_writable(const char *path, const stfile_tensor *t, stfile_dtype dt,
+                          ht_error *e) {
+    if (dt == STFILE_F32) return 0;
+    if (dt != STFILE_I64)
+        return ht_fail(e, "%s: tensor \"%s\": cannot write dtype %d (F32 and I64 only)", path,
+                       t->name, (int)dt);
+    uint64_t n = shape_count(t->ndim, t->shape);
+    for (uint64_t i = 0; i < n; i++) {
+        float v = t->data[i];
+        if (!(v == floorf(v) && fabsf(v) < 0x1p63f))
+            return ht_fail(e, "%s: tensor \"%s\" element %" PRIu64 " is %g, which I64 cannot "
+                           "hold", path, t->name, i, (double)v);
+    }
+    return 0;
+}
+
+// Tensor t's values as little-endian dt, through chunk (ST_CHUNK bytes).
+static int write_values(st_out *o, const stfile_tensor *t, stfile_dtype dt,
+                        unsigned char *chunk) {
+    const float *src = t->data;
+    unsigned size = st_dtype_size[dt];
+    uint64_t left = shape_count(t->ndim, t->shape);
+    while (left > 0) {
+        size_t k = left < ST_CHUNK / size ? (size_t)left : ST_CHUNK / size;
+        for (size_t j = 0; j < k; j++) {
+            uint64_t u = 0;
+            if (dt == STFILE_I64) {
+                u = (uint64_t)(int64_t)src[j]; // two's complement, as int64 stores it
+            } else {
+                uint32_t f;
+                memcpy(&f, &src[j], 4);
+                u = f;
+            }
+            for (unsigned b = 0; b < size; b++) chunk[size * j + b] = (unsigned char)(u >> (8 * b));
+        }
+        if (out_write(o, chunk, size * k)) return -1;
+        src += k;
+        left -= k;
+    }
+    return 0;
+}
+
+static stfile_dtype dtype_at(const stfile_dtype *dtypes, int i) {
+    return dtypes ? dtypes[i] : STFILE_F32;
+}
+
 int stfile_write(const char *path, const stfile_tensor *ts, int nt, const char *const *meta_kv,
                  int n_meta, int64_t die_after, ht_error *e) {
-    // Header: __metadata__ first, then the tensors with contiguous data, padded with spaces so
-    // the data starts 8-byte aligned.
+    return stfile_write_dtypes(path, ts, NULL, nt, meta_kv, n_meta, die_after, e);
+}
+
+int stfile_write_dtypes(const char *path, const stfile_tensor *ts, const stfile_dtype *dtypes,
+                        int nt, const char *const *meta_kv, int n_meta, int64_t die_after,
+                        ht_error *e) {
+    for (int i = 0; i < nt; i++)
+        if (check_writable(path, &ts[i], dtype_at(dtypes, i), e)) return -1;
+    // The data: the I64 tensors' (8-byte values) first, then the F32 tensors', each group in
+    // the given order, so that every value is aligned to its size.
+    uint64_t *begin = ht_malloc((size_t)nt + 1, sizeof *begin, e);
+    if (!begin) return -1;
+    uint64_t off = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nt; i++) {
+            stfile_dtype dt = dtype_at(dtypes, i);
+            if ((dt == STFILE_I64) != (pass == 0)) continue;
+            begin[i] = off;
+            off += shape_count(ts[i].ndim, ts[i].shape) * st_dtype_size[dt];
+        }
+
+    // Header: __metadata__ first, then the tensors, padded with spaces so the data starts
+    // 8-byte aligned.
     strbuf h = {0};
     sb_add(&h, "{");
     if (n_meta > 0) {
@@ -141,18 +209,18 @@ int stfile_write(const char *path, const stfile_tensor *ts, int nt, const char *
         }
         sb_add(&h, "}");
     }
-    uint64_t off = 0;
     for (int i = 0; i < nt; i++) {
+        stfile_dtype dt = dtype_at(dtypes, i);
         if (i || n_meta > 0) sb_add(&h, ",");
         sb_json_string(&h, ts[i].name);
-        sb_add(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+        sb_add(&h, ":{\"dtype\":\"%s\",\"shape\":[", stfile_dtype_names[dt]);
         for (int d = 0; d < ts[i].ndim; d++) sb_add(&h, "%s%" PRIu64, d ? "," : "", ts[i].shape[d]);
-        uint64_t end = off + shape_count(ts[i].ndim, ts[i].shape) * 4;
-        sb_add(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, end);
-        off = end;
+        uint64_t end = begin[i] + shape_count(ts[i].ndim, ts[i].shape) * st_dtype_size[dt];
+        sb_add(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", begin[i], end);
     }
     sb_add(&h, "}");
     while (!h.failed && h.len % 8) sb_add(&h, " ");
+    free(begin);
 
     int rc = -1, created = 0;
     st_out o = {.fd = -1, .die_after = die_after};
@@ -179,21 +247,12 @@ int stfile_write(const char *path, const stfile_tensor *ts, int nt, const char *
     unsigned char lenb[8];
     put_le64(lenb, (uint64_t)h.len);
     if (out_write(&o, lenb, 8) || out_write(&o, h.s, h.len)) goto write_error;
-    for (int i = 0; i < nt; i++) {
-        const float *src = ts[i].data;
-        uint64_t left = shape_count(ts[i].ndim, ts[i].shape);
-        while (left > 0) {
-            size_t k = left < ST_CHUNK / 4 ? (size_t)left : ST_CHUNK / 4;
-            for (size_t j = 0; j < k; j++) {
-                uint32_t u;
-                memcpy(&u, &src[j], 4);
-                for (int b = 0; b < 4; b++) chunk[4 * j + b] = (unsigned char)(u >> (8 * b));
-            }
-            if (out_write(&o, chunk, 4 * k)) goto write_error;
-            src += k;
-            left -= k;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nt; i++) {
+            stfile_dtype dt = dtype_at(dtypes, i);
+            if ((dt == STFILE_I64) == (pass == 0) && write_values(&o, &ts[i], dt, chunk))
+                goto write_error;
         }
-    }
     if (fsync(o.fd)) goto write_error;
     int cr = close(o.fd);
     o.fd = -1;
@@ -266,6 +325,13 @@ static void convert(float *dst, const unsigned char *b, size_t k, stfile_dtype d
             dst[j] = (float)d;
             break;
         }
+        case STFILE_I64: {
+            uint64_t u = 0;
+            for (int i = 7; i >= 0; i--) u = u << 8 | b[8 * j + (size_t)i];
+            dst[j] = (float)(int64_t)u;
+            break;
+        }
+        case STFILE_DTYPE_COUNT: break;
         }
     }
 }
@@ -453,13 +519,14 @@ int stfile_entry_get(const stfile *sf, const char *name, int want_ndim, const ui
     const char *dname = json_object_get_string(jd);
     size_t dlen = (size_t)json_object_get_string_len(jd);
     int dt = -1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < STFILE_DTYPE_COUNT; i++)
         if (dlen == strlen(stfile_dtype_names[i]) && !memcmp(dname, stfile_dtype_names[i], dlen))
             dt = i;
     if (dt < 0) {
         char found[48];
         return ht_fail(e, "%s: tensor \"%s\": unsupported dtype \"%s\" (supported: F32, F16, "
-                          "BF16, F64)", path, name, ht_escape(found, sizeof found, dname, dlen));
+                          "BF16, F64, I64)",
+                       path, name, ht_escape(found, sizeof found, dname, dlen));
     }
 
     uint64_t *shape = out->shape;

@@ -12,31 +12,47 @@
 
 #define STFILE_MAX_DIMS 8
 
+// The dtypes read (all of them) and written (F32, I64). An I64 tensor holds whole numbers kept
+// as floats in memory: PyTorch's num_batches_tracked.
+typedef enum stfile_dtype {
+    STFILE_F32,
+    STFILE_F16,
+    STFILE_BF16,
+    STFILE_F64,
+    STFILE_I64,
+    STFILE_DTYPE_COUNT
+} stfile_dtype;
+extern const char *const stfile_dtype_names[]; // "F32", "F16", "BF16", "F64", "I64"
+
 // ---- writing ----
 
-// One F32 tensor to write: the product of its shape is its number of values.
+// One tensor to write from floats: the product of its shape is its number of values.
 typedef struct stfile_tensor {
     const char *name;
-    int ndim; // 0..STFILE_MAX_DIMS
+    int ndim; // 0..STFILE_MAX_DIMS; 0: a scalar, one value
     const uint64_t *shape;
     const float *data;
 } stfile_tensor;
 
-// Writes the tensors in this order, their data contiguous and 8-byte aligned, and, when n_meta
-// > 0, "__metadata__" first with the n_meta pairs meta_kv[2i] -> meta_kv[2i+1]: the header is
-// compact JSON padded with spaces, as Python's writer lays it out (which sorts the tensors by
-// name). The caller keeps names and keys distinct. Writes "<path>.tmp.<pid>" beside path,
-// fsyncs it, renames it over path and fsyncs the folder (best effort: some filesystems refuse
-// that); any failure removes the temporary file and leaves path as it was.
+// Writes the tensors in this order as F32, their data contiguous and 8-byte aligned, and, when
+// n_meta > 0, "__metadata__" first with the n_meta pairs meta_kv[2i] -> meta_kv[2i+1]: the
+// header is compact JSON padded with spaces, as Python's writer lays it out (which sorts the
+// tensors by name). The caller keeps names and keys distinct. Writes "<path>.tmp.<pid>" beside
+// path, fsyncs it, renames it over path and fsyncs the folder (best effort: some filesystems
+// refuse that); any failure removes the temporary file and leaves path as it was.
 // die_after >= 0 is a test hook: the process _exit(137)s, as if killed, as soon as that many
 // bytes of the temporary file are written (never, when the file is shorter); -1 for none.
 int stfile_write(const char *path, const stfile_tensor *ts, int nt, const char *const *meta_kv,
                  int n_meta, int64_t die_after, ht_error *e);
+// The same with tensor i written as dtypes[i]: STFILE_F32, or STFILE_I64, whose values must be
+// whole numbers below 2^63 in magnitude (else an error naming the tensor, before anything is
+// written). The I64 tensors' data comes first in the data buffer (the header keeps the given
+// order), so every value is aligned to its size, as Python's writer aligns them.
+int stfile_write_dtypes(const char *path, const stfile_tensor *ts, const stfile_dtype *dtypes,
+                        int nt, const char *const *meta_kv, int n_meta, int64_t die_after,
+                        ht_error *e);
 
 // ---- reading ----
-
-typedef enum stfile_dtype { STFILE_F32, STFILE_F16, STFILE_BF16, STFILE_F64 } stfile_dtype;
-extern const char *const stfile_dtype_names[]; // "F32", "F16", "BF16", "F64"
 
 // An open file whose header passed every check that needs nothing but the file: the length
 // field, strict JSON with nothing but whitespace after it, a top-level object, no key twice in
@@ -87,9 +103,10 @@ int stfile_entry_get(const stfile *sf, const char *name, int want_ndim, const ui
 // the data buffer: no overlap, no gap, nothing before or after. Errors name the tensors.
 int stfile_check_tiling(const stfile *sf, const stfile_entry *en, int n, ht_error *e);
 
-// Reads the en->n values of a tensor into dst as floats, converting F16/BF16/F64. A NaN or an
-// infinity (also one that a conversion makes) is an error naming the tensor and the element, by
-// flat index and by dimension. dst may be partly written on failure.
+// Reads the en->n values of a tensor into dst as floats, converting F16/BF16/F64/I64 (an I64
+// beyond 2^24 in magnitude to the nearest float). A NaN or an infinity (also one that a
+// conversion makes) is an error naming the tensor and the element, by flat index and by
+// dimension. dst may be partly written on failure.
 int stfile_read(const stfile *sf, const stfile_entry *en, float *dst, ht_error *e);
 
 // "[2,3]" into buf.

@@ -16,6 +16,7 @@
 //   lr_schedule = none        none|cosine|exp:GAMMA|step:EPOCHS:GAMMA (optim.h; --lr-schedule)
 //   weight_decay = 0          W >= 0 on the kernels (--weight-decay)
 //   weight_decay_mode = l2    l2|decoupled (--weight-decay-mode)
+//   bn_group = 32             samples per group of batchnorm statistics (--bn-group)
 //   [conv]     filters (required), size (required), stride = 1, pad = 0 | valid | same,
 //              activation = linear | relu | sigmoid | tanh | leaky_relu | elu | selu | swish |
 //              softplus | hard_sigmoid | gelu | softmax (appends a layer of that kind, with
@@ -35,6 +36,11 @@
 //                   Keras 2's is 0.2)
 //   [gelu]          approximate = 0: x Phi(x) with erf; 1: its tanh approximation
 //   [softmax]  softmax + cross-entropy; must be last, over `classes` features
+//   [batchnorm]  per channel (after conv/pool) or unit (after dense): momentum = 0.99 (Keras's:
+//              moving = momentum * moving + (1 - momentum) * batch), epsilon (eps) = 1e-3,
+//              center = 1 (beta), scale = 1 (gamma); as [BatchNorm2d] or [BatchNorm1d] the
+//              keys are PyTorch's: momentum = 0.1 (1 - Keras's), eps = 1e-5, affine = 1
+//              (gamma and beta). Statistics in training are over groups of bn_group samples.
 //
 // pad = same is Keras/TensorFlow's for any size and stride: output ceil(in/stride), the odd
 // padding row/column at the bottom/right. bias = 0 leaves the layer without a bias tensor
@@ -98,6 +104,7 @@ static const struct {
 } sec_aliases[] = {
     {"net", SEC_NET, 0},           {"network", SEC_NET, 0},
     {"convolutional", SEC_LAYER, LAYER_CONV2D}, {"connected", SEC_LAYER, LAYER_DENSE},
+    {"BatchNorm2d", SEC_LAYER, LAYER_BATCHNORM}, {"BatchNorm1d", SEC_LAYER, LAYER_BATCHNORM},
     {"Activation", SEC_ACTIVATION, 0}, {"Flatten", SEC_FLATTEN, 0},
 };
 
@@ -117,7 +124,7 @@ static const struct {
 static const char *const net_keys[] = {"name", "input", "classes", "optimizer", "lr", "momentum",
                                        "nesterov", "decay", "beta1", "beta2", "eps", "batch",
                                        "epochs", "val_split", "conv_algo", "lr_schedule",
-                                       "weight_decay", "weight_decay_mode", NULL};
+                                       "weight_decay", "weight_decay_mode", "bn_group", NULL};
 static const char *const activation_keys[] = {"name", "activation", NULL};
 static const char *const flatten_keys[] = {"name", NULL};
 
@@ -409,8 +416,12 @@ static int net_key(cfg_ctx *c, const char *key, const char *v) {
         s->wd_mode = (wd_mode)i;
         return 0;
     }
+    if (!strcmp(key, "bn_group")) return parse_int(c, key, v, 1, 1 << 20, &s->bn_group);
     return cfg_fail(c, c->line, "[%s] %s: not handled", c->sec_name, key); // table out of sync
 }
+
+// A [BatchNorm2d] or [BatchNorm1d] section: PyTorch's names and meanings.
+static int torch_bn(const cfg_ctx *c) { return !strncmp(c->sec_name, "BatchNorm", 9); }
 
 static int layer_key(cfg_ctx *c, const char *key, const char *v) {
     layer_spec *s = &c->spec;
@@ -480,6 +491,23 @@ static int layer_key(cfg_ctx *c, const char *key, const char *v) {
     }
     if (!strcmp(key, "rate")) {
         return parse_float(c, key, v, 0, 0, 1, 1, &s->rate);
+    }
+    if (!strcmp(key, "momentum")) { // batchnorm's
+        s->momentum_set = 1;
+        if (parse_float(c, key, v, 0, 0, 1, 0, &s->momentum)) return -1;
+        if (torch_bn(c)) s->momentum = 1.0f - s->momentum;
+        return 0;
+    }
+    if (!strcmp(key, "epsilon") || !strcmp(key, "eps")) {
+        s->eps_set = 1;
+        return parse_float(c, key, v, 0, 1, 1, 0, &s->eps);
+    }
+    if (!strcmp(key, "center") || !strcmp(key, "scale") || !strcmp(key, "affine")) {
+        static const char *const names[] = {"0", "1", "false", "true", NULL};
+        if (parse_choice(c, key, v, names, &i)) return -1;
+        if (key[0] != 's') s->no_center = i % 2 == 0;
+        if (key[0] != 'c') s->no_scale = i % 2 == 0;
+        return 0;
     }
     const char *pk = c->kind == SEC_LAYER ? layer_desc_of(s->kind)->param_key : NULL;
     if (pk && !strcmp(key, pk)) { // the act family's parameter; model_add checks its range
@@ -613,8 +641,14 @@ static int open_section(cfg_ctx *c, const char *section, int line) {
         }
         return 0;
     }
-    c->spec.w_init = c->spec.kind == LAYER_DENSE ? INIT_LECUN_UNIFORM : INIT_GLOROT_UNIFORM;
+    c->spec.w_init = c->spec.kind == LAYER_DENSE       ? INIT_LECUN_UNIFORM
+                     : c->spec.kind == LAYER_BATCHNORM ? INIT_ONES // gamma
+                                                       : INIT_GLOROT_UNIFORM;
     c->spec.b_init = INIT_ZEROS;
+    if (torch_bn(c)) { // PyTorch's defaults
+        c->spec.momentum = 0.9f, c->spec.momentum_set = 1;
+        c->spec.eps = 1e-5f, c->spec.eps_set = 1;
+    }
     return 0;
 }
 

@@ -634,7 +634,7 @@ static const char *const conv_keys[] = {"filters", "size", "stride", "pad", "act
                                         "init_arg", "bias", "bias_init", "bias_arg", NULL};
 static const char *const conv_required[] = {"filters", "size", NULL};
 
-const layer_family family_conv = {"conv", LF_PARAMS | LF_SPATIAL | LF_WINDOW, conv_keys,
+const layer_family family_conv = {"conv", LF_PARAMS | LF_SPATIAL | LF_WINDOW | LF_KERNEL, conv_keys,
                                   conv_required, conv_shape, conv_weight_shape, conv_macs};
 
 static void conv_forward(const net_call *c) {

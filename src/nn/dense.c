@@ -112,7 +112,7 @@ static const char *const dense_keys[] = {"units", "activation", "init", "init_ar
                                          "bias_init", "bias_arg", NULL};
 static const char *const dense_required[] = {"units", NULL};
 
-const layer_family family_dense = {"dense", LF_PARAMS | LF_FLAT, dense_keys, dense_required,
+const layer_family family_dense = {"dense", LF_PARAMS | LF_FLAT | LF_KERNEL, dense_keys, dense_required,
                                    dense_shape, dense_weight_shape, dense_macs};
 
 static void dense_fwd(const net_call *c) {

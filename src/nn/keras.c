@@ -18,7 +18,7 @@
 #define KERAS_MAX_BYTES (64u << 20)
 #define KERAS_CLASSES                                                                          \
     "InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, "  \
-    "Dense, Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax"
+    "Dense, BatchNormalization, Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax"
 #define NO_DEFAULT INT32_MIN
 
 typedef struct kctx {
@@ -492,6 +492,74 @@ static int read_dense(kctx *k, model *m, json_object *cfg, const char *kname, in
     return add_activation(k, m, act, s.name, last);
 }
 
+// Keras's BatchNormalization over the channels of an image or the features of a vector, as
+// hetrain's batchnorm. Keras counts the moving mean and variance as (non-trainable) parameters;
+// hetrain keeps them, with its count of updates, as the model's state after every parameter.
+static int read_bn(kctx *k, model *m, json_object *cfg, const char *kname) {
+    static const char *const extras[] = {"beta_regularizer", "gamma_regularizer",
+                                         "beta_constraint", "gamma_constraint",
+                                         "activity_regularizer", NULL};
+    int center = 1, scale = 1, renorm = 0, c, h, w;
+    double mom = 0.99, eps = 1e-3; // Keras's defaults (batchnorm.h)
+    init_desc gi = {0}, bi = {0}, mi = {0}, vi = {0};
+    char buf[32];
+    if (check_nulls(k, cfg, extras, "hetrain adds no regularizers or constraints") ||
+        (jget(cfg, "momentum") && get_num(k, cfg, "momentum", &mom)) ||
+        (jget(cfg, "epsilon") && get_num(k, cfg, "epsilon", &eps)) ||
+        get_bool(k, cfg, "center", 1, &center) || get_bool(k, cfg, "scale", 1, &scale) ||
+        get_bool(k, cfg, "renorm", 0, &renorm) ||
+        get_init(k, cfg, "gamma_initializer", "ones", &gi) ||
+        get_init(k, cfg, "beta_initializer", "zeros", &bi) ||
+        get_init(k, cfg, "moving_mean_initializer", "zeros", &mi) ||
+        get_init(k, cfg, "moving_variance_initializer", "ones", &vi))
+        return -1;
+    // Keras 3's synchronized (statistics across replicas) needs nothing: hetrain's statistics
+    // are per group of bn_group samples, the same whichever devices compute them.
+    if (renorm) return kfail(k, "renorm true: hetrain's batchnorm is Keras's plain one");
+    static const char *const ghost[] = {"virtual_batch_size", NULL};
+    if (check_nulls(k, cfg, ghost, "hetrain's statistics are over groups of --bn-group or [net] "
+                    "bn_group samples"))
+        return -1;
+    if (!(mi.kind == INIT_ZEROS || (mi.kind == INIT_CONSTANT && mi.arg == 0)))
+        return kfail(k, "moving_mean_initializer %s: hetrain starts the moving mean at zeros "
+                     "(Keras's default)", init_kind_names[mi.kind]);
+    if (!(vi.kind == INIT_ONES || (vi.kind == INIT_CONSTANT && vi.arg == 1)))
+        return kfail(k, "moving_variance_initializer %s: hetrain starts the moving variance at "
+                     "ones (Keras's default)", init_kind_names[vi.kind]);
+
+    // The axis normalised over: the channels of an image, the features of a vector. Keras 2
+    // writes the built layer's axis as a list of one.
+    json_object *ax = jget(cfg, "axis");
+    if (ax && json_object_is_type(ax, json_type_array) && json_object_array_length(ax) == 1)
+        ax = json_object_array_get_idx(ax, 0);
+    if (ax && !json_object_is_type(ax, json_type_int))
+        return kfail(k, "axis: expected an integer or a list of one, found %s", type_name(ax));
+    int64_t axis = ax ? json_object_get_int64(ax) : -1;
+    if (k->rank == 2)
+        return kfail(k, "an input of 2 axes (height, width): hetrain normalises the channels of "
+                     "an image or the features of a vector");
+    int ok = k->rank == 1 ? axis == -1 || axis == 1
+             : k->channels_first ? axis == 1 || axis == -3 : axis == -1 || axis == 3;
+    if (!ok)
+        return kfail(k, "axis %lld: hetrain normalises over the %s (axis %s)", (long long)axis,
+                     k->rank == 1 ? "features" : "channels",
+                     k->rank == 1 ? "-1 or 1" : k->channels_first ? "1" : "-1 or 3");
+    cur_shape(m, &c, &h, &w);
+    if (k->rank == 1 && (h > 1 || w > 1))
+        return kfail(k, "after Flatten of a %dx%dx%d (CxHxW) output: Keras normalises each of "
+                     "its %lld features, hetrain each channel; put BatchNormalization before "
+                     "Flatten", c, h, w, (long long)c * h * w);
+
+    layer_spec s = {.kind = LAYER_BATCHNORM, .name = layer_name(kname, "", buf, sizeof buf),
+                    .momentum = (float)mom, .momentum_set = 1, .eps = (float)eps,
+                    .eps_set = 1, .no_center = !center, .no_scale = !scale};
+    s.w_init = gi.kind, s.w_arg = gi.arg, s.w_arg2 = gi.arg2, s.w_vs = gi.vs;
+    s.b_init = bi.kind, s.b_arg = bi.arg, s.b_arg2 = bi.arg2, s.b_vs = bi.vs;
+    // Keras's trainable count: gamma and beta; the moving statistics are the state.
+    if (add(k, m, &s) || check_layer(k, m, c, h, w, (size_t)(center + scale) * c)) return -1;
+    return 0;
+}
+
 // One entry of the JSON's list of layers.
 static int read_layer(kctx *k, model *m, json_object *layer, int last) {
     json_object *cfg = jget(layer, "config");
@@ -524,6 +592,7 @@ static int read_layer(kctx *k, model *m, json_object *layer, int last) {
     if (!strcmp(cls, "AveragePooling2D")) return read_pool(k, m, cfg, kname, LAYER_AVGPOOL);
     if (!strcmp(cls, "GlobalAveragePooling2D")) return read_gap(k, m, cfg, kname);
     if (!strcmp(cls, "Dense")) return read_dense(k, m, cfg, kname, last);
+    if (!strcmp(cls, "BatchNormalization")) return read_bn(k, m, cfg, kname);
     if (!strcmp(cls, "Flatten")) { // hetrain's dense layers flatten their input themselves
         k->rank = 1;
         return 0;

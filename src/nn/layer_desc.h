@@ -16,6 +16,7 @@ enum {
     LF_LAST = 1 << 4,       // the loss head: the model's last layer, and only there
     LF_ACTIVATION = 1 << 5, // elementwise; `activation = <name>` appends it after conv/dense
     LF_WINDOW = 1 << 6,     // a conv or pooling window: k, stride, pad
+    LF_KERNEL = 1 << 7,     // its weight is a kernel, which weight decay applies to
 };
 
 struct layer_desc;
@@ -47,7 +48,7 @@ typedef struct layer_desc {
 extern const layer_desc layer_descs[LAYER_KIND_COUNT];
 
 // Each family's description is beside its CPU math (conv.c, pool.c, dense.c, activations.c,
-// act.c): family_<name> of layer_kinds.h's list.
+// act.c, batchnorm.c): family_<name> of layer_kinds.h's list.
 #define LAYER_FAMILY_DECL(id, fam, name, prefix, keras, key, dflt) extern const layer_family family_##fam;
 LAYER_KINDS(LAYER_FAMILY_DECL)
 #undef LAYER_FAMILY_DECL

@@ -180,7 +180,8 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
         return ht_fail(err, "layer %d (%s): nothing may follow %s, which must be last", idx,
                        kname, layer_desc_of(m->layers[idx - 1].kind)->name);
 
-    layer L = {.kind = s->kind, .w_off = LAYER_NO_PARAM, .b_off = LAYER_NO_PARAM};
+    layer L = {.kind = s->kind, .w_off = LAYER_NO_PARAM, .b_off = LAYER_NO_PARAM,
+               .s_off = LAYER_NO_PARAM};
     if (idx == 0) {
         L.c = m->in_c, L.h = m->in_h, L.w = m->in_w;
     } else {
@@ -220,43 +221,61 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
             (L.n_b &&
              check_init(s->b_init, s->b_arg, s->b_arg2, s->b_vs, "bias", idx, kname, err)))
             return -1;
-        if ((int64_t)(m->n_params + L.n_w + L.n_b) >= MODEL_MAX_ELEMS)
+        if ((int64_t)(m->n_params + L.n_w + L.n_b + L.n_s) >= MODEL_MAX_ELEMS)
             return ht_fail(err, "layer %d (%s): %zu parameters take the total to 2^31 or more",
                            idx, kname, L.n_w + L.n_b);
         L.w_init = s->w_init, L.w_arg = s->w_arg;
         L.b_init = s->b_init, L.b_arg = s->b_arg;
         L.w_arg2 = s->w_arg2, L.b_arg2 = s->b_arg2, L.w_vs = s->w_vs, L.b_vs = s->b_vs;
-        L.w_off = m->n_params;
+        L.w_off = m->n_params - m->n_state; // the state goes after the trainable parameters
         L.b_off = L.n_b ? L.w_off + L.n_w : LAYER_NO_PARAM;
+    } else if (L.n_b) { // batchnorm without gamma (scale = false): beta alone
+        L.b_init = s->b_init, L.b_arg = s->b_arg, L.b_arg2 = s->b_arg2, L.b_vs = s->b_vs;
+        L.b_off = m->n_params - m->n_state;
     }
+    if ((int64_t)(m->n_params + L.n_w + L.n_b + L.n_s) >= MODEL_MAX_ELEMS)
+        return ht_fail(err, "layer %d (%s): %zu parameters take the total to 2^31 or more", idx,
+                       kname, L.n_w + L.n_b + L.n_s);
 
     layer *grown = realloc(m->layers, (size_t)(idx + 1) * sizeof *grown);
     if (!grown) return ht_fail(err, "layer %d (%s): out of memory", idx, kname);
     m->layers = grown;
     m->layers[idx] = L;
     m->n_layers = idx + 1;
-    m->n_params += L.n_w + L.n_b;
+    m->n_params += L.n_w + L.n_b + L.n_s;
+    m->n_state += L.n_s;
+    m->n_trainable = m->n_params - m->n_state;
     return 0;
 }
 
 // ---- the tensor table ----------------------------------------------------------------------
 
-// Appends layer l's weight or bias to the table: its name, its PyTorch shape, its place.
-static int add_tensor(model *m, int l, int bias, ht_error *err) {
+// Appends layer l's weight or bias, or state tensor `state`, to the table: its name, its
+// PyTorch shape, its place.
+static int add_tensor(model *m, int l, int bias, tensor_state state, ht_error *err) {
+    static const char *const suffix[] = {"weight", "running_mean", "running_var",
+                                         "num_batches_tracked"};
     const layer *L = &m->layers[l];
     model_tensor *t = &m->tensors[m->n_tensors];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%.*s.%s", (int)strnlen(L->name, sizeof L->name), L->name,
-             bias ? "bias" : "weight");
+             bias ? "bias" : suffix[state]);
     t->layer = l;
     t->bias = bias;
+    t->state = state;
     t->off = bias ? L->b_off : L->w_off;
     t->n = bias ? L->n_b : L->n_w;
+    if (state) { // running mean, running variance, count
+        t->off = L->s_off + (state - 1) * (size_t)L->oc;
+        t->n = state == TENSOR_NUM_BATCHES ? 1 : (size_t)L->oc;
+    }
     int64_t shape[MODEL_TENSOR_MAX_DIMS];
     const layer_family *f = layer_desc_of(L->kind)->family;
-    if (bias) {
+    if (state == TENSOR_NUM_BATCHES) {
+        t->ndim = 0; // a scalar
+    } else if (bias || state) {
         t->ndim = 1;
-        shape[0] = (int64_t)L->n_b;
+        shape[0] = (int64_t)t->n;
     } else if (f->weight_shape) {
         t->ndim = f->weight_shape(L, shape);
     } else {
@@ -293,14 +312,17 @@ static int build_tensors(model *m, ht_error *err) {
     free(m->tensors);
     m->tensors = NULL;
     m->n_tensors = 0;
-    if (!(m->tensors = ht_calloc((size_t)m->n_layers * 2, sizeof *m->tensors, err))) return -1;
+    if (!(m->tensors = ht_calloc((size_t)m->n_layers * 5, sizeof *m->tensors, err))) return -1;
     int out = -1;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
-        if (L->w_off != LAYER_NO_PARAM && L->n_w > 0 && add_tensor(m, l, 0, err)) return -1;
-        if (L->b_off != LAYER_NO_PARAM && L->n_b > 0 && add_tensor(m, l, 1, err)) return -1;
+        if (L->w_off != LAYER_NO_PARAM && L->n_w > 0 && add_tensor(m, l, 0, 0, err)) return -1;
+        if (L->b_off != LAYER_NO_PARAM && L->n_b > 0 && add_tensor(m, l, 1, 0, err)) return -1;
         if (L->w_off != LAYER_NO_PARAM || L->b_off != LAYER_NO_PARAM) out = l;
     }
+    for (int l = 0; l < m->n_layers; l++)
+        for (int k = TENSOR_RUNNING_MEAN; m->layers[l].n_s && k <= TENSOR_NUM_BATCHES; k++)
+            if (add_tensor(m, l, 0, (tensor_state)k, err)) return -1;
     size_t end = m->n_tensors ? m->tensors[m->n_tensors - 1].off + m->tensors[m->n_tensors - 1].n
                               : 0;
     if (end != m->n_params)
@@ -316,6 +338,18 @@ int model_finish(model *m, ht_error *err) {
     if (!(layer_flags(last->kind) & LF_LAST))
         return ht_fail(err, "layer %d (%s): the model must end with softmax over the %d classes",
                        m->n_layers - 1, model_kind_name(last->kind), m->n_classes);
+    // The state goes after every trainable parameter, in layer order.
+    size_t n_state = 0;
+    for (int l = 0; l < m->n_layers; l++) n_state += m->layers[l].n_s;
+    if (n_state > m->n_params)
+        return ht_fail(err, "model %s: more state than parameters", m->name);
+    m->n_state = n_state;
+    m->n_trainable = m->n_params - n_state;
+    for (int l = 0, at = 0; l < m->n_layers; l++) {
+        layer *L = &m->layers[l];
+        L->s_off = L->n_s ? m->n_trainable + (size_t)at : LAYER_NO_PARAM;
+        at += (int)L->n_s;
+    }
     if (build_tensors(m, err)) {
         free(m->tensors);
         m->tensors = NULL;
@@ -453,14 +487,22 @@ static void init_fill(float *p, size_t n, init_kind kind, float arg, float arg2,
 void model_init_params(const model *m, float *params, uint64_t seed) {
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
-        if (L->w_off == LAYER_NO_PARAM) continue;
+        if (L->n_s) { // batchnorm's state, as Keras and PyTorch start it: mean 0, variance 1
+            for (int c = 0; c < L->oc; c++) {
+                params[L->s_off + c] = 0.0f;
+                params[L->s_off + L->oc + c] = 1.0f;
+            }
+            params[L->s_off + 2 * L->oc] = 0.0f;
+        }
+        if (L->w_off == LAYER_NO_PARAM && L->b_off == LAYER_NO_PARAM) continue;
         // One generator per layer, so adding or changing a layer leaves the others' draws alone.
         ht_rng r;
         ht_rng_seed(&r, ht_mix64(seed ^ (uint64_t)l));
         double k2 = L->kind == LAYER_CONV2D ? (double)L->k * L->k : 1.0;
         double fan_in = L->c * k2, fan_out = L->oc * k2; // Keras: receptive field times channels
-        init_fill(params + L->w_off, L->n_w, L->w_init, L->w_arg, L->w_arg2, L->w_vs, fan_in,
-                  fan_out, &r);
+        if (L->n_w)
+            init_fill(params + L->w_off, L->n_w, L->w_init, L->w_arg, L->w_arg2, L->w_vs, fan_in,
+                      fan_out, &r);
         // Keras's fans of a bias (shape [n]) are its length, both of them.
         if (L->n_b)
             init_fill(params + L->b_off, L->n_b, L->b_init, L->b_arg, L->b_arg2, L->b_vs,
@@ -642,11 +684,19 @@ void model_print_summary(const model *m, FILE *f) {
         snprintf(label, sizeof label, "%s (%s)", L->name, model_kind_name(L->kind));
         snprintf(shape, sizeof shape, "(%d, %d, %d)", L->oc, L->oh, L->ow);
         fprintf(f, "%-4d %-*s %-18s %12s %14s\n", l, lw, label, shape,
-                group_digits(L->n_w + L->n_b, num),
+                group_digits(L->n_w + L->n_b + (L->n_s ? L->n_s - 1 : 0), num),
                 group_digits((size_t)model_layer_macs(m, l, 0), macs));
     }
     for (int i = 0; i < rule; i++) fputc('=', f);
     fputc('\n', f);
-    fprintf(f, "Total params: %s\n", group_digits(m->n_params, num));
+    // Keras's counts: a batchnorm's moving mean and variance are non-trainable parameters; its
+    // update count (PyTorch's num_batches_tracked) is hetrain's own, and not counted.
+    size_t counts = 0;
+    for (int l = 0; l < m->n_layers; l++) counts += m->layers[l].n_s > 0;
+    fprintf(f, "Total params: %s\n", group_digits(m->n_params - counts, num));
+    if (m->n_state) {
+        fprintf(f, "Trainable params: %s\n", group_digits(m->n_trainable, num));
+        fprintf(f, "Non-trainable params: %s\n", group_digits(m->n_state - counts, num));
+    }
     fprintf(f, "Forward multiply-adds per sample: %.2f M\n", model_forward_macs(m) / 1e6);
 }

@@ -114,16 +114,31 @@ typedef struct layer {
     int w_vs, b_vs;     // variance_scaling's mode | distribution
     size_t w_off, b_off; // offsets into the flat parameter buffer, LAYER_NO_PARAM if none
     size_t n_w, n_b;
+    // batchnorm: Keras's momentum and epsilon, and its state (model state, not parameters:
+    // after every trainable parameter, model_finish places it): running mean (oc), running
+    // variance (oc) and the count of updates, at s_off (LAYER_NO_PARAM if none), n_s floats.
+    float momentum, eps;
+    size_t s_off, n_s;
 } layer;
 
 // One parameter tensor in the flat parameter buffer, as safetensors and PyTorch name and shape
 // it: "<layer>.weight" conv [OC,C,K,K] and dense [OUT,IN], "<layer>.bias" [OC]; a weight of
 // another kind is flat [n]. Gradients and optimizer state use the same offsets.
 #define MODEL_TENSOR_MAX_DIMS 4
+// A batchnorm's state tensors come after every trainable one: "<layer>.running_mean" [C],
+// "<layer>.running_var" [C] and "<layer>.num_batches_tracked" [] (an integer in safetensors).
+typedef enum tensor_state {
+    TENSOR_TRAINABLE,
+    TENSOR_RUNNING_MEAN,
+    TENSOR_RUNNING_VAR,
+    TENSOR_NUM_BATCHES,
+} tensor_state;
+
 typedef struct model_tensor {
-    char name[40];    // layer name (<= 31) + ".weight"
+    char name[52];    // layer name (<= 31) + ".num_batches_tracked"
     int layer;        // index into model.layers
-    int bias;         // 0 weight, 1 bias
+    int bias;         // 0 weight, 1 bias (trainable tensors)
+    tensor_state state; // TENSOR_TRAINABLE, or which state tensor
     int output;       // 1 for the output layer's tensors (the last layer with parameters)
     size_t off, n;    // place in params: [off, off + n)
     int ndim;
@@ -156,7 +171,12 @@ typedef struct train_setup {
     lr_schedule sched;
     float weight_decay; // W >= 0 (0: none)
     wd_mode wd_mode;
+    // batchnorm's statistics in training are over groups of this many consecutive positions of
+    // a batch (ghost batches; the last group of a batch may be smaller): the same whichever
+    // devices or ranks compute them. 0: MODEL_DEFAULT_BN_GROUP, at most the batch.
+    int bn_group;
 } train_setup;
+#define MODEL_DEFAULT_BN_GROUP 32
 
 typedef struct model {
     char name[64];
@@ -164,7 +184,9 @@ typedef struct model {
     int n_classes;
     int n_layers;
     layer *layers;
-    size_t n_params;
+    size_t n_params;    // every float of the flat buffer: trainable parameters, then state
+    size_t n_trainable; // the parameters the optimiser updates: [0, n_trainable)
+    size_t n_state;     // batchnorm's state: [n_trainable, n_params)
     train_setup setup;
     model_tensor *tensors; // built by model_finish, in parameter order
     int n_tensors;
@@ -198,8 +220,8 @@ const char *model_kind_name(layer_kind k);
 // Index of the layer called `name`, or -1.
 int model_find_layer(const model *m, const char *name);
 
-// The parameter tensors in layer order, weight before bias, which is also their order in
-// params (they tile it). *t points at the table model_finish built, valid until model_free;
+// The parameter tensors in layer order, weight before bias, then the state tensors in layer
+// order, which is also their order in params (they tile it). *t points at the table model_finish built, valid until model_free;
 // returns the count (0 and *t NULL before model_finish).
 int model_tensors(const model *m, const model_tensor **t);
 
@@ -236,6 +258,10 @@ typedef struct layer_spec {
     float w_arg, b_arg;
     float w_arg2, b_arg2;
     int w_vs, b_vs;
+    // batchnorm (when set; else Keras's defaults 0.99, 1e-3, both on)
+    float momentum, eps;
+    int momentum_set, eps_set;
+    int no_center, no_scale; // Keras center = false (no beta), scale = false (no gamma)
 } layer_spec;
 int model_begin(model *m, const char *name, int c, int h, int w, int n_classes, ht_error *err);
 int model_add(model *m, const layer_spec *s, ht_error *err);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batchnorm.h"
 #include "layer_desc.h"
 #include "layers.h"
 #include "net_layers.h"
@@ -106,6 +107,12 @@ static size_t in_floats(const model *m, int l, fmt f) {
 // Each buffer starts on a 64-byte boundary.
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
+// A batchnorm's statistics: 3 floats a channel for each group of a micro-batch.
+static size_t bn_stat_floats(const model *m, const layer *L, int max_batch) {
+    int G = model_bn_group(m);
+    return (size_t)3 * L->c * (size_t)((max_batch + G - 1) / G);
+}
+
 // Whether layer l (planned as p) belongs in the trunk, given that all before it do: its output
 // is channels-last and its family runs one sample at a time.
 static int in_trunk(const layer *L, const net_lplan *p) {
@@ -113,7 +120,7 @@ static int in_trunk(const layer *L, const net_lplan *p) {
 }
 
 typedef struct ws_sizes {
-    size_t act_floats, cvt_floats, grad_floats, conv_floats;
+    size_t act_floats, cvt_floats, grad_floats, conv_floats, bn_floats;
     int trunk;
     size_t pack_floats;              // the trunk's packed conv weights
     size_t tslice, tgrad_off, tgrad_n; // one thread's trunk scratch
@@ -133,6 +140,7 @@ static ws_sizes ws_measure(const model *m, int max_batch, int nthreads, net_lpla
         size_t out = out_floats(L, &p), cv = cvt_floats(m, l, &p);
         if (!layer_in_place(L) || l == 0) s.act_floats += align16(out * (size_t)max_batch);
         if (cv) s.cvt_floats += align16(cv * (size_t)max_batch);
+        if (L->kind == LAYER_BATCHNORM) s.bn_floats += align16(bn_stat_floats(m, L, max_batch));
         trunk = trunk && in_trunk(L, &p);
         if (trunk) {
             s.trunk = l + 1;
@@ -167,14 +175,14 @@ static ws_sizes ws_measure(const model *m, int max_batch, int nthreads, net_lpla
 
 static size_t ws_total_floats(const model *m, int max_batch, int nthreads) {
     ws_sizes s = ws_measure(m, max_batch, nthreads, NULL);
-    return s.act_floats + s.cvt_floats + 2 * s.grad_floats + align16(s.conv_floats) +
+    return s.act_floats + s.cvt_floats + 2 * s.grad_floats + align16(s.conv_floats) + s.bn_floats +
            s.pack_floats + (size_t)nthreads * s.tslice + align16((size_t)max_batch);
 }
 
 size_t net_ws_bytes(const model *m, int max_batch, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     return sizeof(float) * ws_total_floats(m, max_batch, nthreads) +
-           m->n_layers * (sizeof(net_lplan) + 2 * sizeof(float *) + nthreads * sizeof(double));
+           m->n_layers * (sizeof(net_lplan) + 3 * sizeof(float *) + nthreads * sizeof(double));
 }
 
 int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_error *e) {
@@ -186,7 +194,9 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
     ws->plan = ht_calloc((size_t)m->n_layers, sizeof *ws->plan, e);
     ws->act = ws->plan ? ht_calloc((size_t)m->n_layers, sizeof *ws->act, e) : NULL;
     ws->cvt = ws->act ? ht_calloc((size_t)m->n_layers, sizeof *ws->cvt, e) : NULL;
-    ws->tprof = ws->cvt ? ht_calloc((size_t)m->n_layers * ws->nthreads, sizeof *ws->tprof, e) : NULL;
+    ws->bn_stats = ws->cvt ? ht_calloc((size_t)m->n_layers, sizeof *ws->bn_stats, e) : NULL;
+    ws->tprof = ws->bn_stats ? ht_calloc((size_t)m->n_layers * ws->nthreads, sizeof *ws->tprof, e)
+                             : NULL;
     if (ws->tprof) {
         ws->owned = aligned_alloc(64, total * sizeof(float));
         if (!ws->owned) ht_fail(e, "out of memory (%zu bytes)", total * sizeof(float));
@@ -221,6 +231,12 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
     p += s.grad_floats;
     ws->conv_ws = p;
     p += align16(s.conv_floats);
+    ws->bn_group = model_bn_group(m);
+    for (int l = 0; l < m->n_layers; l++) {
+        if (m->layers[l].kind != LAYER_BATCHNORM) continue;
+        ws->bn_stats[l] = p;
+        p += align16(bn_stat_floats(m, &m->layers[l], max_batch));
+    }
     ws->trunk = s.trunk;
     // Backward through relu -> dropout in one pass, without the dropout's random numbers: the
     // dropout's output (kept in place of the relu's) is > 0 exactly where the mask kept a
@@ -244,6 +260,7 @@ void net_ws_free(net_ws *ws) {
     free(ws->owned);
     free(ws->act);
     free(ws->cvt);
+    free(ws->bn_stats);
     free(ws->plan);
     free(ws->tprof);
     memset(ws, 0, sizeof *ws);
@@ -475,7 +492,8 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
         const float *lin = layer_input(ws, m, l, in, B);
         net_call c = {.L = L, .p = p, .l = l, .B = B, .nt = nt, .act = layer_act_fn(L->kind),
                       .params = params, .in = lin, .out = out, .scratch = ws->conv_ws, .drop = drop,
-                      .ids = drop ? drop->ids : NULL, .y = y, .loss = ws->loss};
+                      .ids = drop ? drop->ids : NULL, .y = y, .loss = ws->loss,
+                      .bn_stats = ws->bn_stats[l], .group = ws->bn_group};
         net_layer_ops_of[L->kind]->forward(&c);
         if (ws->prof) ws->prof[2 * l] += ht_now() - t;
         in = out;
@@ -515,7 +533,8 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
                       .beta = overwrite ? 0.0f : 1.0f, .in = in, .out = ws->act[l],
                       .dout = dout, .din = (layer_flags(L->kind) & LF_LAST) ? dfree : din,
                       .scratch = ws->conv_ws, .drop = drop, .ids = drop ? drop->ids : NULL,
-                      .y = y, .folded = l > 0 && ws->plan[l - 1].drop_fold,
+                      .y = y, .bn_stats = ws->bn_stats[l], .group = ws->bn_group,
+                      .folded = l > 0 && ws->plan[l - 1].drop_fold,
                       .fold_rate = p->drop_fold ? m->layers[l + 1].rate : 0.0f};
         din = net_layer_ops_of[L->kind]->backward(&c);
         if (din && din != dout) {

@@ -37,6 +37,8 @@ typedef struct net_ws {
     float *loss;      // (max_batch) per-sample loss of the last forward with labels
     float *g0, *g1;   // activation-gradient ping-pong buffers
     float *conv_ws;   // scratch of the largest conv layer after the trunk (batch-wise)
+    float **bn_stats; // bn_stats[l]: batchnorm layer l's groups' statistics, else NULL
+    int bn_group;     // model_bn_group: samples of a group of batchnorm statistics (0: none)
     // The trunk: layers [0, trunk) are spatial and run one sample at a time per thread, so a
     // sample's activations and gradients stay in that core's cache from layer to layer.
     int trunk;

@@ -32,6 +32,8 @@ typedef struct net_call {
     const uint32_t *ids;     // dropout: the call's samples' ids
     const uint8_t *y;        // softmax: labels, or NULL
     float *loss;             // softmax: each sample's loss (when y is not NULL)
+    float *bn_stats;         // batchnorm: its groups' statistics (forward writes, backward reads)
+    int group;               // batchnorm in training: samples a group (model_bn_group)
     int folded;              // dropout's backward: the relu before it did it (drop_fold)
     float fold_rate;         // relu's backward with drop_fold: the dropout's rate
 } net_call;

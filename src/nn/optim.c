@@ -3,6 +3,8 @@
 // pass over the buffer per step.
 #include "optim.h"
 
+#include "layer_desc.h"
+
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -85,9 +87,9 @@ static void span_add(optim *o, size_t off, size_t n, int decay) {
 }
 
 int optim_decay_kernels(optim *o, const model *m, ht_error *e) {
-    if (m->n_params != o->n)
+    if (m->n_trainable != o->n)
         return ht_fail(e, "optimizer: model %s has %zu parameters, the optimizer %zu", m->name,
-                       m->n_params, o->n);
+                       m->n_trainable, o->n);
     free(o->spans);
     o->n_spans = 0;
     // Each tensor, and a gap before one or at the end, is at most one span.
@@ -96,10 +98,11 @@ int optim_decay_kernels(optim *o, const model *m, ht_error *e) {
     size_t at = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const model_tensor *t = &m->tensors[i];
+        if (t->state) break; // the state follows every parameter
         if (t->off < at || t->off + t->n > o->n)
             return ht_fail(e, "optimizer: tensor %s out of order in the parameter buffer", t->name);
         span_add(o, at, t->off - at, 0);
-        span_add(o, t->off, t->n, !t->bias);
+        span_add(o, t->off, t->n, !t->bias && (layer_flags(m->layers[t->layer].kind) & LF_KERNEL));
         at = t->off + t->n;
     }
     span_add(o, at, o->n - at, 0);

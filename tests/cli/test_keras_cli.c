@@ -35,6 +35,9 @@ static void test_cli(void **state) {
     free(test_expect_cli("summary --model " KDIR "cnn2_k2.json", 0, "Total params: 3,274,634"));
     free(test_expect_cli("summary --model " KDIR "mnist_small_k3.json", 0,
                          "Total params: 43,706"));
+    // Keras's count of a network with BatchNormalization: gamma, beta, moving mean and variance.
+    free(test_expect_cli("summary --model " KDIR "bn_k3.json", 0, "Total params: 19,402"));
+    free(test_expect_cli("summary --model " KDIR "bn_k2.json", 0, "Non-trainable params: 64"));
     free(test_expect_cli("summary --model /nonexistent/m.json", 1,
                          "/nonexistent/m.json: cannot open Keras model"));
 
@@ -169,8 +172,61 @@ static void test_cli_activations(void **state) {
     model_free(&m);
 }
 
+// The Keras 3 network with BatchNormalization (after a bias-less conv, a conv and a dense layer)
+// trains through the command line on one device and on two (the second an OpenCL device where
+// there is one), with the self-check on (a dense bias right before a batchnorm has a zero
+// gradient, which the self-check must not take for a fault): the moving averages agree to
+// rounding, and so do the losses.
+#define TOL_BN_RUN_STATS 1e-5
+static void test_cli_batchnorm(void **state) {
+    (void)state;
+    test_csv_data d;
+    assert_int_equal(test_csv_data_init(&d, "keras-bn", 128, 16), 0);
+    const char *devices[] = {"cpu:1", test_have_opencl("cpu:1,cpu:1 instead") ? "cpu:1,cl:0.0"
+                                                                               : "cpu:1,cpu:1"};
+    float *w[2];
+    double loss[2];
+    for (int i = 0; i < 2; i++) {
+        char args[8192], path[1200];
+        snprintf(args, sizeof args,
+                 "train --model " KDIR "bn_k3.json %s --epochs 1 --batch 64 --bn-group 16 "
+                 "--lr 0.01 --val-split 0 --devices %s --balance static --out '%s' --name b%d "
+                 "--save '%s/b%d.safetensors' --no-progress",
+                 d.args, devices[i], d.dir, i, d.dir, i);
+        char *out = test_expect_cli(args, 0, "epoch 1/1");
+        assert_null(strstr(out, "excluded"));
+        free(out);
+        snprintf(path, sizeof path, "%s/b%d.log", d.dir, i);
+        char *log = test_read_file(path, NULL);
+        assert_non_null(log);
+        assert_non_null(strstr(log, "batchnorm: statistics over groups of 16"));
+        free(log);
+        snprintf(path, sizeof path, "%s/b%d.metrics.csv", d.dir, i);
+        loss[i] = test_metrics_value(path, -1, "loss");
+        snprintf(path, sizeof path, "%s/b%d.safetensors", d.dir, i);
+        model m;
+        load(&m, KDIR "bn_k3.json");
+        w[i] = test_load_params(&m, path);
+        model_free(&m);
+    }
+    model m;
+    load(&m, KDIR "bn_k3.json");
+    assert_true(fabs(loss[1] - loss[0]) <= 1e-4 * loss[0]);
+    double err = test_state_err(&m, w[1], w[0]);
+    printf("bn_k3.json on %s vs cpu:1: moving averages off by %.1e\n", devices[1], err);
+    assert_true(err <= TOL_BN_RUN_STATS);
+    // Two steps were taken: each batchnorm's update count says so.
+    const model_tensor *t;
+    int nt = model_tensors(&m, &t);
+    assert_string_equal(t[nt - 1].name + strlen(t[nt - 1].name) - 19, "num_batches_tracked");
+    assert_float_equal(w[0][t[nt - 1].off], 2.0f, 0);
+    free(w[0]), free(w[1]);
+    model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cli_batchnorm),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_cli_cifar),
         cmocka_unit_test(test_cli_same_run),

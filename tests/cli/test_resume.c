@@ -479,6 +479,50 @@ static void test_bare_resume_finishes_command(void **state) {
     free(test_expect_cli(args, 1, "bare.st already exists: it is the --save of the run being resumed"));
 }
 
+// A batchnorm network killed mid-epoch and resumed: the moving averages and their update count
+// (state, not parameters: no optimiser moments) come back from the checkpoint, and the run ends
+// with the bits of the run that never stopped (the saved file holds the statistics too).
+static const char bn_cfg[] = "[net]\ninput = 1x28x28\nbn_group = 16\n"
+                             "[conv]\nfilters = 8\nsize = 3\npad = same\nbias = 0\n"
+                             "[batchnorm]\n[relu]\n[maxpool]\nsize = 2\n"
+                             "[dense]\nunits = 32\nbias = 0\n[batchnorm]\nmomentum = 0.9\n"
+                             "[relu]\n[dense]\nunits = 10\n[softmax]\n";
+static void test_bn_kill_and_resume(void **state) {
+    (void)state;
+    char *cfg = test_write_file(data.dir, "bn.cfg", bn_cfg, sizeof bn_cfg - 1);
+    char args[8192], *out;
+    const char *bn_run = "train --train '%s' --test '%s' --model '%s' --epochs 2 --batch 50 "
+                         "--val-split 0.2 " WHERE " --out '%s' --name %s --save '%s/%s.st'%s";
+    snprintf(args, sizeof args, bn_run, data.train, data.test, cfg, data.dir, "bnref", data.dir,
+             "bnref", "");
+    if (run(NULL, args, &out) != 0) fail_msg("batchnorm reference run failed:\n%s", out);
+    free(out);
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/bnref.log", data.dir);
+    char *log = test_read_file(a, NULL);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "batchnorm: statistics over groups of 16"));
+    free(log);
+    snprintf(args, sizeof args, bn_run, data.train, data.test, cfg, data.dir, "bnk", data.dir,
+             "bnk", " --checkpoint-every 3");
+    int rc = run("kill:cpu:1@14", args, &out); // step 4 of epoch 2, after the checkpoint of 12
+    if (rc != KILLED) fail_msg("expected the run to be killed, exit %d\n%s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, "train --resume '%s/bnk'", data.dir);
+    if (run(NULL, args, &out) != 0) fail_msg("resume failed:\n%s", out);
+    free(out);
+    snprintf(a, sizeof a, "%s/bnref.st", data.dir);
+    snprintf(b, sizeof b, "%s/bnk.st", data.dir);
+    expect_same_file(a, b);
+    snprintf(a, sizeof a, "%s/bnref.metrics.csv", data.dir);
+    snprintf(b, sizeof b, "%s/bnk.metrics.csv", data.dir);
+    char *x = det_columns(a), *y = det_columns(b);
+    if (strcmp(x, y)) fail_msg("metrics differ:\n%s\nvs reference\n%s", y, x);
+    free(x);
+    free(y);
+    free(cfg);
+}
+
 int main(void) {
     setenv("POCL_DEVICES", "pthread", 0);
     const struct CMUnitTest tests[] = {
@@ -490,6 +534,7 @@ int main(void) {
         cmocka_unit_test(test_checkpoint_disk_full),
         cmocka_unit_test(test_schedule_resume),
         cmocka_unit_test(test_bare_resume_finishes_command),
+        cmocka_unit_test(test_bn_kill_and_resume),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -1,6 +1,7 @@
 // The OpenCL device end to end against the CPU device: training steps from the same weights
-// give the same mean gradient, inference the same probabilities, and a short training run
-// through the CLI on cl:0.0 moves the weights as the same run on cpu does.
+// give the same mean gradient, inference the same probabilities, a batchnorm network's shard
+// the same outputs, gradient and statistics, and a short training run through the CLI on
+// cl:0.0 moves the weights as the same run on cpu does.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "batchnorm.h"
 #include "ocl_blas.h"
 #include "ocl_util.h"
 #include "data.h"
@@ -215,6 +217,171 @@ static void short_run(const char *model_arg, const char *tag) {
     model_free(&m);
 }
 
+// ---- batchnorm: one shard on each device from the same weights ----
+
+// Forward values (probabilities, losses) and the groups' statistics (the state's place in the
+// gradient sum), relative L2: both sides sum the statistics to within a rounding of the exact
+// value (the CPU in double, the OpenCL kernels compensated in float), so they differ by the
+// rounding of the layers before them. Measured on PoCL (x86-64): 3e-7 or less.
+#define TOL_BN_FORWARD 1e-5f
+// The gradients, per tensor. Through a batchnorm the input's gradient is what is left of the
+// output's once its mean and its part along xhat are taken out: in groups of 4 and 2 rows
+// (the dense layer's batchnorm) most of it cancels, and the rounding of both sides' inputs
+// grows with it. Measured 3.9e-6 (bn1.bias, fc1.weight); the ops alone, on the same inputs,
+// agree to 2e-7 (1e-6 in groups of two rows). Broken ones measured: statistics over the whole
+// micro-batch instead of groups of 4, 0.8; a short last group taken as a whole one, 3; a
+// micro-batch's statistics overwriting the previous ones' instead of adding, 1.6.
+#define TOL_BN_GRAD 5e-5f
+#define BN_SHARD 10 // groups of 4, 4 and 2
+#define BN_GROUP 4
+#define BN_CLASSES 5
+
+// conv -> batchnorm -> relu -> maxpool -> dense -> batchnorm (no gamma) -> dense -> softmax.
+// No bias before a batchnorm: its gradient is zero but for rounding (the batchnorm takes the
+// mean out), which no relative measure can compare.
+static void bn_net(model *m) {
+    ht_error e;
+    if (model_begin(m, "cl_bn", 3, 8, 8, BN_CLASSES, &e) < 0) fail_msg("%s", e.msg);
+    const layer_spec s[] = {
+        {.kind = LAYER_CONV2D, .filters = 6, .k = 3, .pad = 1, .no_bias = 1,
+         .w_init = INIT_GLOROT_UNIFORM},
+        {.kind = LAYER_BATCHNORM, .eps = 1e-5f, .eps_set = 1, .w_init = INIT_ONES},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_MAXPOOL, .k = 2, .stride = 2},
+        {.kind = LAYER_DENSE, .units = 12, .no_bias = 1, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_BATCHNORM, .no_scale = 1},
+        {.kind = LAYER_DENSE, .units = BN_CLASSES, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        if (model_add(m, &s[i], &e) < 0) fail_msg("model_add %zu: %s", i, e.msg);
+    if (model_finish(m, &e) < 0) fail_msg("model_finish: %s", e.msg);
+    m->setup.bn_group = BN_GROUP;
+}
+
+// ||a - b|| / ||b|| over n floats; above tol, prints it with the worst element.
+static double check_l2(const float *a, const float *b, size_t n, float tol, const char *what,
+                       const char *name) {
+    double num = 0, den = 0, worst = -1;
+    size_t wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+        if (!(fabs(d) <= worst)) worst = fabs(d), wi = i;
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (!(rel <= tol))
+        fprintf(stderr, "%s: %s: relative L2 error %.3g (tol %.0e); worst [%zu]: %.9g vs %.9g\n",
+                what, name, rel, (double)tol, wi, (double)a[wi], (double)b[wi]);
+    return rel;
+}
+
+typedef struct bn_out {
+    float *grad, loss[BN_SHARD], probs[BN_SHARD * BN_CLASSES];
+    int32_t pred[BN_SHARD];
+    int micro;
+} bn_out;
+
+// One training shard and one inference pass of x on the device `spec` from params, after
+// halving its micro-batch `shrinks` times.
+static void bn_run(const model *m, const char *spec, int shrinks, const float *params,
+                   const float *x, const uint8_t *y, bn_out *o) {
+    ht_error e;
+    device *d;
+    int n;
+    if (device_open_list(&d, &n, spec, m, BN_SHARD, 0, &e) < 0) fail_msg("%s", e.msg);
+    char note[256];
+    for (int i = 0; i < shrinks; i++)
+        if (d->ops->shrink(d->ctx, "a test", note, sizeof note, &e) < 0)
+            fail_msg("%s: %s", spec, e.msg);
+    uint32_t ids[BN_SHARD];
+    for (int i = 0; i < BN_SHARD; i++) ids[i] = (uint32_t)i;
+    shard_job job = {.x = x, .y = y, .ids = ids, .n = BN_SHARD, .seed = 1, .step = 1};
+    o->grad = malloc(sizeof(float) * m->n_params);
+    shard_result res = {.grad_sum = o->grad, .loss = o->loss, .pred = o->pred};
+    if (d->ops->set_params(d->ctx, params, &e) < 0 ||
+        d->ops->train_shard(d->ctx, &job, &res, &e) < 0 ||
+        d->ops->infer(d->ctx, x, BN_SHARD, o->probs, &e) < 0)
+        fail_msg("%s: %s", spec, e.msg);
+    o->micro = res.micro;
+    device_close_list(d, n);
+}
+
+// a against the CPU's b: outputs, statistics and gradients, each within its tolerance, and
+// three groups counted by each batchnorm.
+static void bn_compare(const model *m, const bn_out *a, const bn_out *b, const char *what) {
+    int ok = 1;
+    double worst_fwd = 0, worst_grad = 0;
+    const double rp = check_l2(a->probs, b->probs, BN_SHARD * BN_CLASSES, TOL_BN_FORWARD, what,
+                               "inference probabilities");
+    const double rl = check_l2(a->loss, b->loss, BN_SHARD, TOL_BN_FORWARD, what, "losses");
+    ok &= rp <= TOL_BN_FORWARD && rl <= TOL_BN_FORWARD;
+    worst_fwd = fmax(rp, rl);
+    const model_tensor *ts;
+    const int nt = model_tensors(m, &ts);
+    for (const model_tensor *t = ts; t < ts + nt; t++) {
+        const float tol = t->state != TENSOR_TRAINABLE ? TOL_BN_FORWARD : TOL_BN_GRAD;
+        const double r = check_l2(a->grad + t->off, b->grad + t->off, t->n, tol, what, t->name);
+        ok &= r <= tol;
+        if (t->state != TENSOR_TRAINABLE) worst_fwd = fmax(worst_fwd, r);
+        else worst_grad = fmax(worst_grad, r);
+        if (t->state == TENSOR_NUM_BATCHES) ok &= a->grad[t->off] == 3.0f;
+    }
+    printf("%s (micro-batch %d): outputs and statistics within %.1e, gradients within %.1e\n",
+           what, a->micro, worst_fwd, worst_grad);
+    assert_true(ok);
+    assert_memory_equal(a->pred, b->pred, sizeof a->pred);
+}
+
+// A shard of 10 in groups of 4 on the OpenCL device and the CPU device: whole (one micro-batch
+// holding every group) and with the micro-batch halved (micro-batches of 4, 4 and 2, adding to
+// one sum); inference with the moving averages.
+static void test_bn_shard_matches_cpu(void **state) {
+    (void)state;
+    if (!have_opencl()) skip();
+    model m;
+    bn_net(&m);
+    assert_int_equal(model_bn_group(&m), BN_GROUP);
+    // gamma, beta and the moving averages away from 1 and 0; inputs of another spread in
+    // each channel.
+    float *p = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, p, 11);
+    ht_rng r;
+    ht_rng_seed(&r, 23);
+    for (int l = 0; l < m.n_layers; l++) {
+        const layer *L = &m.layers[l];
+        if (L->kind != LAYER_BATCHNORM) continue;
+        for (int c = 0; c < L->c; c++) {
+            if (L->n_w) p[L->w_off + c] = (float)(0.5 + ht_rng_double(&r));
+            if (L->n_b) p[L->b_off + c] = (float)(ht_rng_double(&r) - 0.5);
+            p[L->s_off + c] = (float)(0.6 * ht_rng_double(&r) - 0.3);
+            p[L->s_off + L->c + c] = (float)(0.5 + 1.5 * ht_rng_double(&r));
+        }
+        p[L->s_off + 2 * L->c] = 7.0f;
+    }
+    const size_t in = (size_t)m.in_c * m.in_h * m.in_w, plane = (size_t)m.in_h * m.in_w;
+    float *x = malloc(sizeof(float) * in * BN_SHARD);
+    uint8_t y[BN_SHARD];
+    for (size_t i = 0; i < in * BN_SHARD; i++)
+        x[i] = (float)((1.0 + (double)(i / plane % 3)) * (2 * ht_rng_double(&r) - 1));
+    for (int i = 0; i < BN_SHARD; i++) y[i] = (uint8_t)(ht_rng_next(&r) % BN_CLASSES);
+    bn_out cpu, cl, cl_half;
+    bn_run(&m, "cpu:1", 0, p, x, y, &cpu);
+    bn_run(&m, "cl:0.0", 0, p, x, y, &cl);
+    bn_run(&m, "cl:0.0", 1, p, x, y, &cl_half);
+    assert_int_equal(cl.micro, BN_SHARD);
+    assert_int_equal(cl_half.micro, BN_SHARD / 2);
+    bn_compare(&m, &cl, &cpu, "batchnorm shard, cl:0.0 vs cpu");
+    bn_compare(&m, &cl_half, &cpu, "batchnorm shard in micro-batches, cl:0.0 vs cpu");
+    free(cpu.grad);
+    free(cl.grad);
+    free(cl_half.grad);
+    free(x);
+    free(p);
+    model_free(&m);
+}
+
 static void test_short_run_matches_cpu(void **state) {
     (void)state;
     if (!have_opencl()) skip();
@@ -232,6 +399,7 @@ int main(void) {
         cmocka_unit_test(test_step_matches_cpu),
         cmocka_unit_test(test_step_matches_cpu_rgb),
         cmocka_unit_test(test_step_matches_cpu_activations),
+        cmocka_unit_test(test_bn_shard_matches_cpu),
         cmocka_unit_test(test_short_run_matches_cpu),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

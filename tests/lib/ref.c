@@ -4,6 +4,8 @@
 // each output remembering which input won so backward can route the gradient there.
 #include "ref.h"
 
+#include "batchnorm.h"
+
 #include "layer_desc.h"
 
 #include <cblas.h>
@@ -408,6 +410,87 @@ static double act_slope(act_fn f, double a, double x) {
     abort();
 }
 
+// ---- batchnorm in double, NCHW: the group's mean and biased variance over its samples and
+// positions, recomputed in the backward ----
+
+// Group g's (samples [s0, s1)) mean and variance of channel c.
+static void bn_moments(const float *in, int s0, int s1, int C, int P, int c, double *mean,
+                       double *var) {
+    double sum = 0, sq = 0, R = (double)(s1 - s0) * P;
+    for (int b = s0; b < s1; b++)
+        for (int p = 0; p < P; p++) sum += in[((size_t)b * C + c) * P + p];
+    *mean = sum / R;
+    for (int b = s0; b < s1; b++)
+        for (int p = 0; p < P; p++) {
+            double d = in[((size_t)b * C + c) * P + p] - *mean;
+            sq += d * d;
+        }
+    *var = sq / R;
+}
+
+void ref_bn_train_forward(float *out, const float *in, const float *gamma, const float *beta,
+                          int B, int C, int P, int G, float eps) {
+    for (int s0 = 0; s0 < B; s0 += G) {
+        int s1 = s0 + G < B ? s0 + G : B;
+        for (int c = 0; c < C; c++) {
+            double mean, var;
+            bn_moments(in, s0, s1, C, P, c, &mean, &var);
+            double inv = 1.0 / sqrt(var + (double)eps);
+            for (int b = s0; b < s1; b++)
+                for (int p = 0; p < P; p++) {
+                    size_t i = ((size_t)b * C + c) * P + p;
+                    out[i] = (float)((gamma ? gamma[c] : 1.0) * (in[i] - mean) * inv +
+                                     (beta ? beta[c] : 0.0));
+                }
+        }
+    }
+}
+
+void ref_bn_infer_forward(float *out, const float *in, const float *gamma, const float *beta,
+                          const float *mean, const float *var, int B, int C, int P, float eps) {
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++)
+            for (int p = 0; p < P; p++) {
+                size_t i = ((size_t)b * C + c) * P + p;
+                double inv = 1.0 / sqrt((double)var[c] + (double)eps);
+                out[i] = (float)((gamma ? gamma[c] : 1.0) * (in[i] - (double)mean[c]) * inv +
+                                 (beta ? beta[c] : 0.0));
+            }
+}
+
+void ref_bn_train_backward(float *din, float *dgamma, float *dbeta, float *state_sums,
+                           const float *dout, const float *in, const float *gamma, int B, int C,
+                           int P, int G, float eps) {
+    for (int s0 = 0; s0 < B; s0 += G) {
+        int s1 = s0 + G < B ? s0 + G : B;
+        double R = (double)(s1 - s0) * P;
+        for (int c = 0; c < C; c++) {
+            double mean, var, sdy = 0, sdx = 0;
+            bn_moments(in, s0, s1, C, P, c, &mean, &var);
+            double inv = 1.0 / sqrt(var + (double)eps);
+            for (int b = s0; b < s1; b++)
+                for (int p = 0; p < P; p++) {
+                    size_t i = ((size_t)b * C + c) * P + p;
+                    sdy += dout[i];
+                    sdx += dout[i] * (in[i] - mean) * inv;
+                }
+            if (dgamma) dgamma[c] += (float)sdx;
+            if (dbeta) dbeta[c] += (float)sdy;
+            state_sums[c] += (float)mean;
+            state_sums[C + c] += (float)var;
+            if (!din) continue;
+            double k = (gamma ? gamma[c] : 1.0) * inv;
+            for (int b = s0; b < s1; b++)
+                for (int p = 0; p < P; p++) {
+                    size_t i = ((size_t)b * C + c) * P + p;
+                    double xh = (in[i] - mean) * inv;
+                    din[i] = (float)(k * (dout[i] - sdy / R - xh * sdx / R));
+                }
+        }
+        state_sums[2 * C] += 1.0f;
+    }
+}
+
 void ref_act_forward(act_fn f, float alpha, float *out, const float *in, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = (float)act_value(f, alpha, in[i]);
 }
@@ -431,6 +514,7 @@ typedef struct ref_call {
     float *din;      // backward: its input's gradient
     const net_dropout *drop;
     const uint8_t *y;
+    int group; // model_bn_group
 } ref_call;
 
 typedef struct ref_ops {
@@ -516,7 +600,26 @@ static void act_b(const ref_call *c) {
                      layer_in_size(c->L) * (size_t)c->B);
 }
 
-static const ref_ops ref_conv = {conv_f, conv_b}, ref_pool = {pool_f, pool_b},
+static void bn_f(const ref_call *c) {
+    const layer *L = c->L;
+    const float *gamma = L->n_w ? c->params + L->w_off : NULL;
+    const float *beta = L->n_b ? c->params + L->b_off : NULL;
+    if (c->drop)
+        ref_bn_train_forward(c->out, c->in, gamma, beta, c->B, L->c, L->h * L->w, c->group,
+                             L->eps);
+    else
+        ref_bn_infer_forward(c->out, c->in, gamma, beta, c->params + L->s_off,
+                             c->params + L->s_off + L->c, c->B, L->c, L->h * L->w, L->eps);
+}
+static void bn_b(const ref_call *c) {
+    const layer *L = c->L;
+    ref_bn_train_backward(c->din, L->n_w ? c->grads + L->w_off : NULL,
+                          L->n_b ? c->grads + L->b_off : NULL, c->grads + L->s_off, c->g, c->in,
+                          L->n_w ? c->params + L->w_off : NULL, c->B, L->c, L->h * L->w,
+                          c->group, L->eps);
+}
+
+static const ref_ops ref_conv = {conv_f, conv_b}, ref_bn = {bn_f, bn_b}, ref_pool = {pool_f, pool_b},
                      ref_gap = {gap_f, gap_b}, ref_dense = {dense_f, dense_b},
                      ref_relu = {relu_f, relu_b}, ref_dropout = {dropout_f, dropout_b},
                      ref_softmax = {softmax_f, softmax_b}, ref_act = {act_f, act_b};
@@ -531,7 +634,8 @@ const float *ref_forward(ref_net *r, const model *m, const float *params, const 
                          const uint8_t *y, int B, const net_dropout *drop) {
     const float *in = x;
     for (int l = 0; l < m->n_layers; l++) {
-        ref_call c = {r, &m->layers[l], l, B, params, NULL, in, r->act[l], NULL, NULL, drop, y};
+        ref_call c = {r, &m->layers[l], l, B, params, NULL, in, r->act[l], NULL, NULL, drop, y,
+                      model_bn_group(m)};
         ref_ops_of[m->layers[l].kind].forward(&c);
         in = r->act[l];
     }
@@ -543,7 +647,7 @@ void ref_backward(ref_net *r, const model *m, const float *params, float *grads,
     const float *g = NULL; // gradient of layer l's output
     for (int l = m->n_layers - 1; l >= 0; l--) {
         ref_call c = {r, &m->layers[l], l, B, params, grads, l ? r->act[l - 1] : x, r->act[l], g,
-                      r->dinput[l], drop, y};
+                      r->dinput[l], drop, y, model_bn_group(m)};
         ref_ops_of[m->layers[l].kind].backward(&c);
         g = r->dinput[l];
     }

@@ -66,6 +66,19 @@ void ref_act_forward(act_fn f, float alpha, float *out, const float *in, size_t 
 void ref_act_backward(act_fn f, float alpha, float *din, const float *dout, const float *in,
                       size_t n);
 
+// batchnorm in double (batchnorm.h's semantics), NCHW over P positions a sample: training
+// normalises each group of G consecutive samples (the last may be smaller) with its own mean
+// and biased variance; inference with mean and var. The backward recomputes the statistics,
+// overwrites din (unless NULL), adds to dgamma and dbeta (unless NULL), and adds each group's
+// mean, variance and 1 to state_sums (2C + 1).
+void ref_bn_train_forward(float *out, const float *in, const float *gamma, const float *beta,
+                          int B, int C, int P, int G, float eps);
+void ref_bn_infer_forward(float *out, const float *in, const float *gamma, const float *beta,
+                          const float *mean, const float *var, int B, int C, int P, float eps);
+void ref_bn_train_backward(float *din, float *dgamma, float *dbeta, float *state_sums,
+                           const float *dout, const float *in, const float *gamma, int B, int C,
+                           int P, int G, float eps);
+
 // A whole network through the functions above and layers.h's flat ones: NCHW throughout,
 // one buffer per layer, nothing fused or in place, one thread.
 typedef struct ref_net {

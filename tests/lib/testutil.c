@@ -379,3 +379,39 @@ void test_expect_frags(const char *msg, int one_line, ...) {
     }
     va_end(ap);
 }
+
+// 1x28x28: conv 8 (no bias) bn relu pool, conv 8 bn relu pool, dense 24 bn relu dropout, dense 10.
+void test_bn_model(model *m, int group) {
+    ht_error e;
+    if (model_begin(m, "bn_shard", 1, 28, 28, 10, &e) < 0) fail_msg("%s", e.msg);
+    const layer_spec s[] = {
+        {.kind = LAYER_CONV2D, .filters = 8, .k = 3, .pad = 1, .no_bias = 1,
+         .w_init = INIT_GLOROT_UNIFORM},
+        {.kind = LAYER_BATCHNORM, .w_init = INIT_ONES},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_MAXPOOL, .k = 2, .stride = 2},
+        {.kind = LAYER_CONV2D, .filters = 8, .k = 3, .no_bias = 1, .w_init = INIT_GLOROT_UNIFORM},
+        {.kind = LAYER_BATCHNORM, .w_init = INIT_ONES},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_MAXPOOL, .k = 2, .stride = 2},
+        {.kind = LAYER_DENSE, .units = 24, .no_bias = 1, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_BATCHNORM, .w_init = INIT_ONES, .momentum = 0.9f, .momentum_set = 1},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_DROPOUT, .rate = 0.25f},
+        {.kind = LAYER_DENSE, .units = 10, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        if (model_add(m, &s[i], &e) < 0) fail_msg("model_add %zu: %s", i, e.msg);
+    if (model_finish(m, &e) < 0) fail_msg("model_finish: %s", e.msg);
+    m->setup.bn_group = group;
+}
+
+double test_state_err(const model *m, const float *a, const float *b) {
+    double d = 0, n = 0;
+    for (size_t i = m->n_trainable; i < m->n_params; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        n += (double)b[i] * b[i];
+    }
+    return n > 0 ? sqrt(d / n) : sqrt(d);
+}

@@ -138,6 +138,14 @@ void test_rig_open_with(test_rig *r, const char *spec, const char *faults, uint6
                         const struct engine_config *c);
 void test_rig_close(test_rig *r);
 
+// A small batchnorm network for 1x28x28 inputs, groups of `group`: conv 8 (no bias) bn relu
+// pool, conv 8 (no bias) bn relu pool, dense 24 (no bias) bn (momentum 0.9) relu dropout, dense
+// 10. (A bias before a batchnorm has a zero gradient: the batchnorm takes the mean out.)
+void test_bn_model(struct model *m, int group);
+// ||a - b|| / ||b|| over the state's place of two parameter-sized buffers (batchnorm's moving
+// averages, or in a gradient sum its statistics' sums): [n_trainable, n_params).
+double test_state_err(const struct model *m, const float *a, const float *b);
+
 // Whether any OpenCL device is there (PoCL in CI); when none is, prints "no OpenCL platform:
 // <without>" so the skipped part is visible.
 int test_have_opencl(const char *without);

@@ -140,6 +140,53 @@ static void test_mixed_ranks_equal_one_process(void **state) {
     model_free(&m);
 }
 
+// batchnorm over the ranks: 3 ranks of one cpu:1 each against one process over the same three
+// devices (the same bits: the same plan hands out the same groups), and against one process on
+// a single device: the statistics agree to rounding (test_bn_sharding.c's tolerance), the
+// gradient to the invariance tolerances, with a batch whose last group is short (62 = 7 x 8
+// + 6), over two steps so that the second uses moving averages the first updated.
+#define TOL_BN_STATS 1e-5
+static void test_bn_ranks(void **state) {
+    (void)state;
+    ht_error e;
+    model m;
+    dataset ds;
+    test_bn_model(&m, 8);
+    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
+        fail_msg("%s", e.msg);
+    dataset_limit(&ds, 300);
+    float *init = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, init, 5);
+    enum { NB = 62 };
+    uint32_t idx[NB];
+    test_rig mpi, one, single;
+    test_rig_open(&mpi, &m, "cpu:1", NULL, init, NB, 3, 0);
+    engine_config alone = {.m = &m, .params = init, .max_batch = NB, .seed = 3, .alone = 1};
+    test_rig_open_with(&one, "cpu:1,cpu:1,cpu:1", NULL, 0, &alone);
+    test_rig_open_with(&single, "cpu:1", NULL, 0, &alone);
+    for (int s = 0; s < 2; s++) {
+        for (int i = 0; i < NB; i++) idx[i] = (uint32_t)((i * 53 + 11 + s * NB) % ds.n);
+        if (s > 0 && engine_set_params(single.g, engine_params(one.g), &e) < 0) fail_msg("%s", e.msg);
+        if (engine_train_step(mpi.g, &ds, idx, NB, 0, NULL, NULL, NULL, &e) < 0 ||
+            engine_train_step(one.g, &ds, idx, NB, 0, NULL, NULL, NULL, &e) < 0 ||
+            engine_train_step(single.g, &ds, idx, NB, 0, NULL, NULL, NULL, &e) < 0)
+            fail_msg("%s", e.msg);
+        assert_memory_equal(engine_grad(mpi.g), engine_grad(one.g), sizeof(float) * m.n_params);
+        assert_memory_equal(engine_params(mpi.g), engine_params(one.g), sizeof(float) * m.n_params);
+        assert_true(check_step_grad(&m, engine_grad(mpi.g), engine_grad(single.g), "3 ranks vs 1 device"));
+        double err = test_state_err(&m, engine_grad(mpi.g), engine_grad(single.g));
+        if (ranks_rank() == 0) printf("step %d: statistics, 3 ranks vs 1 device: %.1e\n", s + 1, err);
+        assert_true(err <= TOL_BN_STATS);
+    }
+    test_rig_close(&mpi);
+    test_rig_close(&one);
+    test_rig_close(&single);
+    free(init);
+    dataset_free(&ds);
+    model_free(&m);
+}
+
 int main(int argc, char **argv) {
     ht_error e;
     if (ranks_init(&argc, &argv, &e) < 0) {
@@ -150,6 +197,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_three_ranks_equal_one_process),
         cmocka_unit_test(test_three_ranks_augmented),
         cmocka_unit_test(test_mixed_ranks_equal_one_process),
+        cmocka_unit_test(test_bn_ranks),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ranks_finalize();

@@ -1,0 +1,266 @@
+// batchnorm on the CPU path: the double-precision reference against finite differences, the
+// network's channels-last batchnorm (after a conv and after a dense layer) against the
+// reference in training and inference, micro-batches of whole groups against the whole, the
+// host's moving-average update, and the model's state layout and summary counts.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "batchnorm.h"
+#include "fd.h"
+#include "model.h"
+#include "net.h"
+#include "ref.h"
+#include "testutil.h"
+
+// The reference computes in double and rounds each output to float; the loss sums ~60 outputs,
+// so the quotient's float noise is ~60 * 6e-8 / (2 FD_EPS) ~ 1e-4 absolute, and batchnorm is
+// smooth (its truncation error is of order FD_EPS^2 ~ 2e-4 relative). Worst observed 4e-4.
+#define TOL_BN_FD 3e-3f
+// The network's float batchnorm against the double reference: per tensor relative L2. The
+// statistics are accumulated in double on both sides; what differs is the float rounding of
+// the layers around them (the same as the other kinds: TOL_NET_REF in test_net.c).
+#define TOL_BN_NET 1e-4f
+// Whole groups in several calls against one call: only the order of float sums differs.
+#define TOL_BN_PARTS 2e-6f
+
+// Loss L = sum_i w_i * out_i of a batchnorm in training over (B, C, P), groups of G.
+static double bn_loss(const float *x, const float *gamma, const float *beta, const float *w,
+                      int B, int C, int P, int G, float eps, float *out) {
+    ref_bn_train_forward(out, x, gamma, beta, B, C, P, G, eps);
+    double L = 0;
+    for (int i = 0; i < B * C * P; i++) L += (double)w[i] * out[i];
+    return L;
+}
+
+// The reference's backward (input, gamma and beta gradients) against central differences, over
+// groups of 3, 3 and 1... of 5 samples: 3 and 2.
+static void test_bn_reference_finite_differences(void **state) {
+    (void)state;
+    enum { B = 5, C = 3, P = 4, G = 3, N = B * C * P };
+    const float eps = 1e-3f;
+    float *x = fill_uniform(N, -1, 2, 1), *w = fill_uniform(N, -1, 1, 2);
+    float *gamma = fill_uniform(C, 0.5f, 1.5f, 3), *beta = fill_uniform(C, -0.5f, 0.5f, 4);
+    float out[N], din[N], dgamma[C] = {0}, dbeta[C] = {0}, sums[2 * C + 1] = {0};
+    ref_bn_train_backward(din, dgamma, dbeta, sums, w, x, gamma, B, C, P, G, eps);
+    assert_float_equal(sums[2 * C], 2.0f, 0); // two groups
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        float keep = x[i];
+        x[i] = keep + (float)FD_EPS;
+        double lp = bn_loss(x, gamma, beta, w, B, C, P, G, eps, out);
+        x[i] = keep - (float)FD_EPS;
+        double lm = bn_loss(x, gamma, beta, w, B, C, P, G, eps, out);
+        x[i] = keep;
+        double num = (lp - lm) / (2 * FD_EPS);
+        double err = fabs(num - din[i]) / fmax(fmax(fabs(num), fabs(din[i])), FD_FLOOR);
+        if (err > worst) worst = err;
+    }
+    for (int c = 0; c < C; c++)
+        for (int which = 0; which < 2; which++) {
+            float *p = which ? &beta[c] : &gamma[c], keep = *p;
+            *p = keep + (float)FD_EPS;
+            double lp = bn_loss(x, gamma, beta, w, B, C, P, G, eps, out);
+            *p = keep - (float)FD_EPS;
+            double lm = bn_loss(x, gamma, beta, w, B, C, P, G, eps, out);
+            *p = keep;
+            double num = (lp - lm) / (2 * FD_EPS), an = which ? dbeta[c] : dgamma[c];
+            double err = fabs(num - an) / fmax(fmax(fabs(num), fabs(an)), FD_FLOOR);
+            if (err > worst) worst = err;
+        }
+    printf("batchnorm reference vs finite differences: worst %.2e (tolerance %.0e)\n", worst,
+           (double)TOL_BN_FD);
+    assert_true(worst < TOL_BN_FD);
+    // Each group is normalised on its own: the outputs of a group have mean beta.
+    ref_bn_train_forward(out, x, gamma, beta, B, C, P, G, eps);
+    for (int c = 0; c < C; c++) {
+        double m = 0;
+        for (int b = 3; b < 5; b++)
+            for (int p = 0; p < P; p++) m += out[(b * C + c) * P + p];
+        assert_float_equal(m / (2 * P), beta[c], 1e-5);
+    }
+    free(x), free(w), free(gamma), free(beta);
+}
+
+// conv -> batchnorm -> relu -> maxpool -> dense -> batchnorm -> relu -> dense -> softmax, the
+// first batchnorm without beta (center = 0), the layers before a batchnorm without bias (its
+// gradient would be zero: the batchnorm takes the mean out).
+static void bn_model(model *m, int group) {
+    ht_error e;
+    assert_int_equal(model_begin(m, "bn", 2, 6, 6, 4, &e), 0);
+    const layer_spec s[] = {
+        {.kind = LAYER_CONV2D, .filters = 5, .k = 3, .pad = 1, .no_bias = 1,
+         .w_init = INIT_GLOROT_UNIFORM},
+        {.kind = LAYER_BATCHNORM, .no_center = 1, .w_init = INIT_RANDOM_UNIFORM, .w_arg = 0.5f,
+         .w_arg2 = 1.5f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_MAXPOOL, .k = 2, .stride = 2},
+        {.kind = LAYER_DENSE, .units = 7, .no_bias = 1, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_BATCHNORM, .momentum = 0.9f, .momentum_set = 1, .eps = 1e-5f,
+         .eps_set = 1, .w_init = INIT_ONES, .b_init = INIT_RANDOM_UNIFORM, .b_arg = -0.3f,
+         .b_arg2 = 0.3f},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_DENSE, .units = 4, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        if (model_add(m, &s[i], &e) < 0) fail_msg("model_add %zu: %s", i, e.msg);
+    if (model_finish(m, &e) < 0) fail_msg("model_finish: %s", e.msg);
+    m->setup.bn_group = group;
+}
+
+static void test_bn_model_layout(void **state) {
+    (void)state;
+    model m;
+    bn_model(&m, 4);
+    const layer *b1 = &m.layers[1], *b2 = &m.layers[5];
+    assert_int_equal(b1->n_w, 5);
+    assert_int_equal(b1->n_b, 0);
+    assert_int_equal(b2->n_b, 7);
+    // The state follows every trainable parameter: 2C + 1 floats per batchnorm.
+    assert_int_equal(m.n_state, 11 + 15);
+    assert_int_equal(m.n_trainable + m.n_state, m.n_params);
+    assert_int_equal(b1->s_off, m.n_trainable);
+    assert_int_equal(b2->s_off, m.n_trainable + 11);
+    const model_tensor *t;
+    int nt = model_tensors(&m, &t);
+    assert_string_equal(t[nt - 6].name, "bn1.running_mean");
+    assert_string_equal(t[nt - 4].name, "bn1.num_batches_tracked");
+    assert_int_equal(t[nt - 4].ndim, 0);
+    assert_string_equal(t[nt - 1].name, "bn2.num_batches_tracked");
+    assert_int_equal(model_bn_group(&m), 4);
+    // Keras's counts: gamma, beta, moving mean and variance; not the update count.
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    model_print_summary(&m, f);
+    fclose(f);
+    char want[96];
+    snprintf(want, sizeof want, "Total params: %zu\n", m.n_params - 2);
+    assert_non_null(strstr(buf, want));
+    snprintf(want, sizeof want, "Non-trainable params: %d\n", 2 * 5 + 2 * 7);
+    assert_non_null(strstr(buf, want));
+    free(buf);
+    // Moving averages start as Keras's: mean 0, variance 1, no updates.
+    float *p = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, p, 3);
+    assert_float_equal(p[b2->s_off + 6], 0, 0);
+    assert_float_equal(p[b2->s_off + 7], 1, 0);
+    assert_float_equal(p[b2->s_off + 14], 0, 0);
+    free(p);
+    model_free(&m);
+}
+
+// One forward and backward of B samples in training through net.c (2 threads) and through the
+// reference, with dropout's context (training); then inference with moving statistics.
+static void test_bn_net_against_reference(void **state) {
+    (void)state;
+    enum { B = 10 };
+    model m;
+    bn_model(&m, 4); // groups of 4, 4 and 2
+    const size_t in = (size_t)m.in_c * m.in_h * m.in_w;
+    float *p = malloc(sizeof(float) * m.n_params), *x = fill_uniform(B * in, 0, 1, 11);
+    float *gr = calloc(m.n_params, sizeof(float)), *g = calloc(m.n_params, sizeof(float));
+    float *gp = calloc(m.n_params, sizeof(float));
+    model_init_params(&m, p, 5);
+    uint8_t y[B] = {0, 1, 2, 3, 0, 1, 2, 3, 1, 2};
+    uint32_t ids[B] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    net_dropout d = {.seed = 1, .ids = ids};
+    ref_net r;
+    ref_net_init(&r, &m, B);
+    ref_forward(&r, &m, p, x, y, B, &d);
+    ref_backward(&r, &m, p, gr, x, y, B, &d);
+    net_ws ws;
+    ht_error e;
+    assert_int_equal(net_ws_init(&ws, &m, B, 2, &e), 0);
+    net_forward(&ws, &m, p, x, y, B, &d);
+    assert_true(check_tensor(ws.loss, r.loss, B, TOL_BN_NET, 1.0f, "batchnorm network loss"));
+    net_backward_to(&ws, &m, p, g, x, y, B, &d, 1);
+    assert_true(check_params(&m, g, gr, TOL_BN_NET, "batchnorm network vs reference"));
+    // The state's sums: three groups' means and variances, and the count.
+    assert_float_equal(g[m.layers[1].s_off + 10], 3.0f, 0);
+    assert_float_equal(g[m.layers[5].s_off + 14], 3.0f, 0);
+    // Whole groups in two calls (8 + 2) add up to the whole.
+    for (int off = 0; off < B; off += 8) {
+        int n = B - off < 8 ? B - off : 8;
+        net_dropout dp = {.seed = 1, .ids = ids + off};
+        net_forward(&ws, &m, p, x + off * in, y + off, n, &dp);
+        net_backward_to(&ws, &m, p, gp, x + off * in, y + off, n, &dp, off == 0);
+    }
+    assert_true(check_params(&m, gp, g, TOL_BN_PARTS, "batchnorm network, parts vs whole"));
+    // Another grouping is another computation: all 10 as one group moves the gradient far.
+    m.setup.bn_group = B;
+    float *gw = calloc(m.n_params, sizeof(float));
+    net_ws ws2;
+    assert_int_equal(net_ws_init(&ws2, &m, B, 2, &e), 0);
+    net_forward(&ws2, &m, p, x, y, B, &d);
+    net_backward_to(&ws2, &m, p, gw, x, y, B, &d, 1);
+    const layer *fc1 = &m.layers[4];
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < fc1->n_w; i++) {
+        diff += pow(gw[fc1->w_off + i] - g[fc1->w_off + i], 2);
+        norm += pow(g[fc1->w_off + i], 2);
+    }
+    assert_true(sqrt(diff / norm) > 100 * TOL_BN_NET);
+    net_ws_free(&ws2);
+    m.setup.bn_group = 4;
+    // Inference: the moving statistics, set away from their start.
+    for (int l = 0; l < m.n_layers; l++) {
+        const layer *L = &m.layers[l];
+        for (int c = 0; L->n_s && c < L->oc; c++) {
+            p[L->s_off + c] = 0.1f * (float)c - 0.2f;
+            p[L->s_off + L->oc + c] = 0.5f + 0.25f * (float)c;
+        }
+    }
+    const float *pr = ref_forward(&r, &m, p, x, NULL, B, NULL);
+    const float *pn = net_forward(&ws, &m, p, x, NULL, B, NULL);
+    assert_true(check_tensor(pn, pr, (size_t)B * m.n_classes, TOL_BN_NET, 0.01f,
+                             "batchnorm network inference"));
+    net_ws_free(&ws);
+    ref_net_free(&r);
+    free(p), free(x), free(gr), free(g), free(gp), free(gw);
+    model_free(&m);
+}
+
+// model_bn_update: moving = momentum * moving + (1 - momentum) * (sum / groups), once a step.
+static void test_bn_update(void **state) {
+    (void)state;
+    model m;
+    bn_model(&m, 4);
+    float *p = calloc(m.n_params, sizeof(float)), *s = calloc(m.n_params, sizeof(float));
+    model_init_params(&m, p, 1);
+    const layer *L = &m.layers[5]; // momentum 0.9, 7 units
+    for (int c = 0; c < 7; c++) {
+        s[L->s_off + c] = 3.0f * (float)c;      // three groups: mean c
+        s[L->s_off + 7 + c] = 3.0f * 2.0f;      // variance 2
+    }
+    s[L->s_off + 14] = 3.0f;
+    model_bn_update(&m, p, s);
+    for (int c = 0; c < 7; c++) {
+        assert_float_equal(p[L->s_off + c], 0.1f * (float)c, 1e-6);
+        assert_float_equal(p[L->s_off + 7 + c], 0.9f + 0.1f * 2.0f, 1e-6);
+    }
+    assert_float_equal(p[L->s_off + 14], 1.0f, 0);
+    // The first batchnorm saw no groups in this buffer: left alone.
+    const layer *K = &m.layers[1];
+    assert_float_equal(p[K->s_off + 5], 1.0f, 0);
+    assert_float_equal(p[K->s_off + 10], 0.0f, 0);
+    free(p), free(s);
+    model_free(&m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bn_reference_finite_differences),
+        cmocka_unit_test(test_bn_model_layout),
+        cmocka_unit_test(test_bn_net_against_reference),
+        cmocka_unit_test(test_bn_update),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
