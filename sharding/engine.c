@@ -15,8 +15,10 @@ const float *engine_params(const engine *g) { return g->params; }
 const float *engine_grad(engine *g) {
     if (g->grad_ready && !g->grad_mean) {
         size_t n = g->m->n_params;
-        for (size_t i = 0; i < n; i++) g->grad[i] *= g->grad_scale;
+        const float *sum = g->sum ? g->sum : g->grad; // one device's buffer, or g->grad
+        for (size_t i = 0; i < n; i++) g->grad[i] = sum[i] * g->grad_scale;
         g->grad_mean = 1;
+        g->sum = g->grad;
     }
     return g->grad;
 }
@@ -237,12 +239,20 @@ static void gather(engine *g, void *arg) {
 #define ENGINE_PAR_MIN 65536 // elements below which a parallel pass costs more than it saves
 #define ENGINE_CHUNK 4096    // elements a thread sums over every device before moving on
 
-// The step's gradient sum from the deferred device sums: their sum in device order into
-// g->grad, in one parallel pass that also checks it. *finite says whether every element is
-// finite (x * 0 is NaN for inf and NaN).
-static void sum_devices(engine *g, const step_out *o, int *finite) {
+// The step's gradient sum from the deferred device sums: one device's buffer as it is (when the
+// step spans one rank: nothing to add up, here or over ranks), else their sum in device order
+// into g->grad, in one parallel pass that also checks it. *finite says whether every element
+// is finite (x * 0 is NaN for inf and NaN). Returns where the sum is.
+static const float *sum_devices(engine *g, const step_out *o, int *finite) {
     const size_t n = g->m->n_params;
     float nan_seen = 0;
+    if (o->n_sums == 1 && group_size(g) == 1) {
+        const float *a = o->sums[0];
+#pragma omp parallel for simd reduction(+ : nan_seen) schedule(static) if (n >= ENGINE_PAR_MIN)
+        for (size_t i = 0; i < n; i++) nan_seen += a[i] * 0.0f;
+        *finite = !isnan(nan_seen);
+        return a;
+    }
     float *acc = g->grad;
     const int k = o->n_sums;
     if (k == 0) memset(acc, 0, sizeof(float) * n);
@@ -258,6 +268,7 @@ static void sum_devices(engine *g, const step_out *o, int *finite) {
         for (size_t i = c; i < end; i++) nan_seen += acc[i] * 0.0f;
     }
     *finite = !isnan(nan_seen);
+    return acc;
 }
 
 // A non-finite deferred sum: names the devices whose sums hold a non-finite element (none: the
@@ -327,9 +338,10 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     if (!o.defer) memset(g->grad, 0, sizeof(float) * g->m->n_params);
     gather(g, &o);
     if (engine_rerun_orphans(g, &t, gather, &o, e) < 0) return -1;
+    g->sum = g->grad;
     if (o.defer) {
         int finite;
-        sum_devices(g, &o, &finite);
+        g->sum = sum_devices(g, &o, &finite);
         if (!finite) {
             o.bad = 1;
             name_non_finite(g, &o);
@@ -349,9 +361,9 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
         st->skipped = 1;
     } else {
         // The mean is taken inside the update (sum * 1/B, as a separate pass would).
-        optim_step_scaled(&g->opt, g->params, g->grad, g->grad_scale);
+        optim_step_scaled(&g->opt, g->params, g->sum, g->grad_scale);
         // The state's place in the sum holds batchnorm's statistics: the moving averages.
-        if (g->m->n_state) model_bn_update(g->m, g->params, g->grad);
+        if (g->m->n_state) model_bn_update(g->m, g->params, g->sum);
         tu = ht_now();
         if (broadcast(g, st, e) < 0) return -1;
     }

@@ -113,6 +113,7 @@ struct engine {
     float *params;   // master parameters (n_params), read by the workers through the hub
     float *grad;     // the step's gradient sum, then the rest of the step's one reduction
                      // (engine.c's reduce_group): losses, predictions, flags
+    const float *sum; // the last step's gradient sum: grad, or (one device alone) its buffer
     int grad_ready;  // grad holds the last step's gradient sum
     float grad_scale; // 1/B: the mean gradient is the sum * grad_scale
     int group;       // model_bn_group: batch positions are planned in groups of this many
