@@ -181,7 +181,7 @@ const layer_family family_dropout = {"dropout", LF_IN_PLACE, dropout_keys, dropo
 const layer_family family_softmax = {"softmax", LF_FLAT | LF_LAST | LF_ACTIVATION, no_keys, no_keys,
                                      softmax_shape, NULL, no_macs};
 
-// relu: in place; a relu right after a conv is the conv's (p->skip).
+// relu: in place; a relu right after a conv or a batchnorm is theirs (p->skip).
 static void relu_fwd(const net_call *c) {
     if (!c->p->skip) relu_forward(c->out, c->in, net_out_floats(c->L, c->p) * (size_t)c->B, c->nt);
 }

@@ -47,34 +47,38 @@ void model_bn_update(const model *m, float *params, const float *sums) {
 
 // Per (group, channel): mean, biased variance, 1/sqrt(var + eps) into stats (3 * C per group).
 void bn_train_forward(float *out, const float *in, const float *gamma, const float *beta,
-                      float *stats, int B, int P, int C, int cs, int G, float eps, int nthreads) {
+                      float *stats, int B, int P, int C, int cs, int G, float eps, int relu,
+                      int nthreads) {
     const int ng = (B + G - 1) / G;
     if (nthreads < 1) nthreads = 1;
 #pragma omp parallel num_threads(nthreads)
     {
-        double *acc = malloc(sizeof(double) * 2 * (size_t)C);
+        double *acc = malloc(sizeof(double) * 3 * (size_t)C);
 #pragma omp for schedule(static)
         for (int g = 0; g < ng; g++) {
             if (!acc) continue;
             const int s0 = g * G, s1 = s0 + G < B ? s0 + G : B;
             const size_t r0 = (size_t)s0 * P, r1 = (size_t)s1 * P;
             const double R = (double)(r1 - r0);
-            double *mean = acc, *var = acc + C;
-            for (int c = 0; c < C; c++) mean[c] = var[c] = 0;
-            for (size_t r = r0; r < r1; r++)
-                for (int c = 0; c < C; c++) mean[c] += in[r * cs + c];
-            for (int c = 0; c < C; c++) mean[c] /= R;
-            for (size_t r = r0; r < r1; r++)
+            // One pass of sums shifted by each channel's first value (which keeps the
+            // variance's cancellation to the data's spread, not its mean), in double.
+            double *a1 = acc, *a2 = acc + C, *k = acc + 2 * C;
+            for (int c = 0; c < C; c++) a1[c] = a2[c] = 0, k[c] = in[r0 * cs + c];
+            for (size_t r = r0; r < r1; r++) {
+                const float *x = in + r * cs;
                 for (int c = 0; c < C; c++) {
-                    double d = in[r * cs + c] - mean[c];
-                    var[c] += d * d;
+                    double d = (double)x[c] - k[c];
+                    a1[c] += d;
+                    a2[c] += d * d;
                 }
+            }
             float *st = stats + (size_t)g * 3 * C;
             for (int c = 0; c < C; c++) {
-                var[c] /= R;
-                st[c] = (float)mean[c];
-                st[C + c] = (float)var[c];
-                st[2 * C + c] = (float)(1.0 / sqrt(var[c] + (double)eps));
+                double m = a1[c] / R, var = a2[c] / R - m * m;
+                if (var < 0) var = 0;
+                st[c] = (float)(k[c] + m);
+                st[C + c] = (float)var;
+                st[2 * C + c] = (float)(1.0 / sqrt(var + (double)eps));
             }
             for (size_t r = r0; r < r1; r++) {
                 const float *x = in + r * cs;
@@ -83,6 +87,8 @@ void bn_train_forward(float *out, const float *in, const float *gamma, const flo
                     float xh = (x[c] - st[c]) * st[2 * C + c];
                     y[c] = (gamma ? gamma[c] : 1.0f) * xh + (beta ? beta[c] : 0.0f);
                 }
+                if (relu)
+                    for (int c = 0; c < C; c++) y[c] = y[c] > 0.0f ? y[c] : 0.0f;
                 for (int c = C; c < cs; c++) y[c] = 0.0f;
             }
         }
@@ -92,7 +98,7 @@ void bn_train_forward(float *out, const float *in, const float *gamma, const flo
 
 void bn_infer_forward(float *out, const float *in, const float *gamma, const float *beta,
                       const float *mean, const float *var, size_t rows, int C, int cs, float eps,
-                      int nthreads) {
+                      int relu, int nthreads) {
     if (nthreads < 1) nthreads = 1;
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (rows * (size_t)cs >= 32768)
     for (size_t r = 0; r < rows; r++) {
@@ -102,42 +108,74 @@ void bn_infer_forward(float *out, const float *in, const float *gamma, const flo
             float inv = 1.0f / sqrtf(var[c] + eps);
             y[c] = (gamma ? gamma[c] : 1.0f) * ((x[c] - mean[c]) * inv) + (beta ? beta[c] : 0.0f);
         }
+        if (relu)
+            for (int c = 0; c < C; c++) y[c] = y[c] > 0.0f ? y[c] : 0.0f;
         for (int c = C; c < cs; c++) y[c] = 0.0f;
     }
 }
 
+// dy with the fused ReLU's mask (where its output is 0 the gradient stops), into d.
+static inline void masked_row(float *d, const float *dy, const float *relu_out, int C) {
+    if (!relu_out) {
+        for (int c = 0; c < C; c++) d[c] = dy[c];
+        return;
+    }
+    for (int c = 0; c < C; c++) d[c] = relu_out[c] > 0.0f ? dy[c] : 0.0f;
+}
+
 int bn_train_backward(float *din, float *dgamma, float *dbeta, float *state_sums,
                       const float *dout, const float *in, const float *gamma, const float *stats,
-                      int B, int P, int C, int cs, int G, int nthreads) {
+                      const float *relu_out, int B, int P, int C, int cs, int G, int nthreads) {
     const int ng = (B + G - 1) / G;
     double *sums = malloc(sizeof(double) * 2 * (size_t)C * (size_t)ng);
     if (!sums) return -1;
     if (nthreads < 1) nthreads = 1;
-#pragma omp parallel for num_threads(nthreads) schedule(static)
-    for (int g = 0; g < ng; g++) {
-        const int s0 = g * G, s1 = s0 + G < B ? s0 + G : B;
-        const size_t r0 = (size_t)s0 * P, r1 = (size_t)s1 * P;
-        const double R = (double)(r1 - r0);
-        const float *st = stats + (size_t)g * 3 * C;
-        double *sdy = sums + (size_t)g * 2 * C, *sdx = sdy + C;
-        for (int c = 0; c < C; c++) sdy[c] = sdx[c] = 0;
-        for (size_t r = r0; r < r1; r++)
-            for (int c = 0; c < C; c++) {
-                double dy = dout[r * cs + c];
-                sdy[c] += dy;
-                sdx[c] += dy * ((in[r * cs + c] - st[c]) * st[2 * C + c]);
+    int failed = 0;
+#pragma omp parallel num_threads(nthreads) reduction(| : failed)
+    {
+        // A row of the masked gradient, and per channel k = gamma/sqrt(var+eps) and the two
+        // means of the group, in float for the elementwise pass.
+        float *d = malloc(sizeof(float) * 4 * (size_t)C), *kk = d + C, *m1 = kk + C, *m2 = m1 + C;
+        failed = !d;
+#pragma omp for schedule(static)
+        for (int g = 0; g < ng; g++) {
+            if (!d) continue;
+            const int s0 = g * G, s1 = s0 + G < B ? s0 + G : B;
+            const size_t r0 = (size_t)s0 * P, r1 = (size_t)s1 * P;
+            const double R = (double)(r1 - r0);
+            const float *st = stats + (size_t)g * 3 * C, *mean = st, *inv = st + 2 * C;
+            double *sdy = sums + (size_t)g * 2 * C, *sdx = sdy + C;
+            for (int c = 0; c < C; c++) sdy[c] = sdx[c] = 0;
+            for (size_t r = r0; r < r1; r++) {
+                const float *x = in + r * cs;
+                masked_row(d, dout + r * cs, relu_out ? relu_out + r * cs : NULL, C);
+                for (int c = 0; c < C; c++) {
+                    sdy[c] += d[c];
+                    sdx[c] += (double)d[c] * ((x[c] - mean[c]) * inv[c]);
+                }
             }
-        if (!din) continue;
-        for (size_t r = r0; r < r1; r++) {
-            const float *x = in + r * cs, *dy = dout + r * cs;
-            float *dx = din + r * cs;
+            if (!din) continue;
             for (int c = 0; c < C; c++) {
-                const double inv = st[2 * C + c], xh = (x[c] - st[c]) * inv;
-                const double k = (gamma ? gamma[c] : 1.0) * inv;
-                dx[c] = (float)(k * (dy[c] - sdy[c] / R - xh * sdx[c] / R));
+                kk[c] = (float)((gamma ? gamma[c] : 1.0) * inv[c]);
+                m1[c] = (float)(sdy[c] / R);
+                m2[c] = (float)(sdx[c] / R);
             }
-            for (int c = C; c < cs; c++) dx[c] = 0.0f;
+            for (size_t r = r0; r < r1; r++) {
+                const float *x = in + r * cs;
+                float *dx = din + r * cs;
+                masked_row(d, dout + r * cs, relu_out ? relu_out + r * cs : NULL, C);
+                for (int c = 0; c < C; c++) {
+                    const float xh = (x[c] - mean[c]) * inv[c];
+                    dx[c] = kk[c] * (d[c] - m1[c] - xh * m2[c]);
+                }
+                for (int c = C; c < cs; c++) dx[c] = 0.0f;
+            }
         }
+        free(d);
+    }
+    if (failed) {
+        free(sums);
+        return -1;
     }
     // The groups' sums in group order: the same bits for any thread count.
     for (int g = 0; g < ng; g++) {
@@ -199,10 +237,11 @@ static void bn_fwd(const net_call *c) {
     const float *gamma = bn_gamma(c->params, L), *beta = net_bias(c->params, L);
     if (c->drop)
         bn_train_forward(c->out, c->in, gamma, beta, c->bn_stats, c->B, P, L->c, cs, c->group,
-                         L->eps, c->nt);
+                         L->eps, c->p->fuse_relu, c->nt);
     else
         bn_infer_forward(c->out, c->in, gamma, beta, c->params + L->s_off,
-                         c->params + L->s_off + L->c, (size_t)c->B * P, L->c, cs, L->eps, c->nt);
+                         c->params + L->s_off + L->c, (size_t)c->B * P, L->c, cs, L->eps,
+                         c->p->fuse_relu, c->nt);
 }
 
 static float *bn_bwd(const net_call *c) {
@@ -217,8 +256,8 @@ static float *bn_bwd(const net_call *c) {
     // Out of memory for the groups' sums: the gradient comes back non-finite, which the
     // engine reports as that device's failure.
     if (bn_train_backward(c->din, dgamma, dbeta, state, c->dout, c->in,
-                          bn_gamma(c->params, L), c->bn_stats, c->B, L->h * L->w, L->c,
-                          c->p->in_cs, c->group, c->nt) < 0)
+                          bn_gamma(c->params, L), c->bn_stats, c->p->fuse_relu ? c->out : NULL,
+                          c->B, L->h * L->w, L->c, c->p->in_cs, c->group, c->nt) < 0)
         state[2 * L->c] = NAN;
     return c->din;
 }

@@ -22,18 +22,20 @@ void model_bn_update(const model *m, float *params, const float *sums);
 
 // Training: each group of G samples (the last one may be smaller) of B normalised with its
 // mean and biased variance; stats gets each group's (mean, variance, 1/sqrt(variance + eps)),
-// 3 * C floats a group. gamma, beta NULL: 1, 0.
+// 3 * C floats a group. gamma, beta NULL: 1, 0. relu: the output goes through a ReLU too (the
+// relu layer after it, fused).
 void bn_train_forward(float *out, const float *in, const float *gamma, const float *beta,
-                      float *stats, int B, int P, int C, int cs, int G, float eps, int nthreads);
+                      float *stats, int B, int P, int C, int cs, int G, float eps, int relu,
+                      int nthreads);
 // Inference over rows = B * P positions with the moving mean and variance.
 void bn_infer_forward(float *out, const float *in, const float *gamma, const float *beta,
                       const float *mean, const float *var, size_t rows, int C, int cs, float eps,
-                      int nthreads);
+                      int relu, int nthreads);
 // Training's backward: din (unless NULL) overwritten; dgamma, dbeta (unless NULL) added to;
-// state_sums (2 * C + 1) gets each group's mean and variance added, and 1 a group. -1 when out
-// of memory.
+// state_sums (2 * C + 1) gets each group's mean and variance added, and 1 a group. relu_out:
+// the fused ReLU's output (dout passes where it is > 0), or NULL. -1 when out of memory.
 int bn_train_backward(float *din, float *dgamma, float *dbeta, float *state_sums,
                       const float *dout, const float *in, const float *gamma, const float *stats,
-                      int B, int P, int C, int cs, int G, int nthreads);
+                      const float *relu_out, int B, int P, int C, int cs, int G, int nthreads);
 
 #endif

@@ -2,8 +2,9 @@
 // Spatial activations (conv and pool outputs) are kept channels-last, where the direct
 // convolution kernels are fast; a layer that needs the other layout (dense: PyTorch's NCHW
 // flattening order) gets a converted copy of its input, and its input gradient is converted
-// back. A relu right after a conv is applied by the conv, forward and backward; a relu right
-// before a dropout (after the trunk) does the dropout's backward too (drop_fold). The leading
+// back. A relu right after a conv or a batchnorm is applied by that layer, forward and
+// backward; a relu right before a dropout (after the trunk) does the dropout's backward too
+// (drop_fold). The leading
 // run of spatial layers (the trunk) goes one sample at a time through all its layers on one
 // thread, so a sample's tensors stay in that core's cache between layers; the layers after it
 // (dense and the rest) go batch-wise.
@@ -68,8 +69,8 @@ static fmt plan_layer(const model *m, int l, fmt in, net_lplan *p) {
         }
         out.nhwc = 1;
         out.cs = L->kind == LAYER_CONV2D ? conv_cpad(L->oc) : p->in_cs;
-        p->fuse_relu = L->kind == LAYER_CONV2D && l + 1 < m->n_layers &&
-                       m->layers[l + 1].kind == LAYER_RELU;
+        p->fuse_relu = (L->kind == LAYER_CONV2D || L->kind == LAYER_BATCHNORM) &&
+                       l + 1 < m->n_layers && m->layers[l + 1].kind == LAYER_RELU;
     } else if (flags & LF_FLAT) {
         if (!as_nchw(in, c, hw)) {
             p->cvt = 2;
@@ -78,7 +79,8 @@ static fmt plan_layer(const model *m, int l, fmt in, net_lplan *p) {
         out.nhwc = 0;
         out.cs = L->oc;
     } else { // elementwise: the layout passes through
-        p->skip = L->kind == LAYER_RELU && l > 0 && m->layers[l - 1].kind == LAYER_CONV2D;
+        p->skip = L->kind == LAYER_RELU && l > 0 && (m->layers[l - 1].kind == LAYER_CONV2D ||
+                                                    m->layers[l - 1].kind == LAYER_BATCHNORM);
     }
     p->out_nhwc = out.nhwc;
     p->out_cs = out.cs;

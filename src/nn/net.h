@@ -18,8 +18,8 @@ typedef struct net_lplan {
     int cvt;              // input converted into cvt[l] first: 0 no, 1 to NHWC, 2 to NCHW
     int cvt_cs;           // the NHWC side's channel stride of that conversion
     int in_cs;            // channel stride of the (converted) input, NHWC consumers
-    int fuse_relu;        // conv whose relu (the next layer) it applies itself
-    int skip;             // relu applied by the conv before it
+    int fuse_relu;        // conv or batchnorm whose relu (the next layer) it applies itself
+    int skip;             // relu applied by the conv or batchnorm before it
     int drop_fold;        // relu (batch-wise) right before a dropout: backward applies the
                           // dropout's scale itself, and the dropout's backward does nothing
     size_t pack_off;      // conv in the trunk: its packed weights in ws->pack

@@ -88,7 +88,7 @@ static void test_bn_reference_finite_differences(void **state) {
     free(x), free(w), free(gamma), free(beta);
 }
 
-// conv -> batchnorm -> relu -> maxpool -> dense -> batchnorm -> relu -> dense -> softmax, the
+// conv -> batchnorm -> relu -> maxpool -> dense -> batchnorm -> tanh -> dense -> softmax, the
 // first batchnorm without beta (center = 0), the layers before a batchnorm without bias (its
 // gradient would be zero: the batchnorm takes the mean out).
 static void bn_model(model *m, int group) {
@@ -105,7 +105,7 @@ static void bn_model(model *m, int group) {
         {.kind = LAYER_BATCHNORM, .momentum = 0.9f, .momentum_set = 1, .eps = 1e-5f,
          .eps_set = 1, .w_init = INIT_ONES, .b_init = INIT_RANDOM_UNIFORM, .b_arg = -0.3f,
          .b_arg2 = 0.3f},
-        {.kind = LAYER_RELU},
+        {.kind = LAYER_TANH}, // not fused: bn1's relu is
         {.kind = LAYER_DENSE, .units = 4, .w_init = INIT_LECUN_UNIFORM},
         {.kind = LAYER_SOFTMAX_XENT},
     };
@@ -255,12 +255,54 @@ static void test_bn_update(void **state) {
     model_free(&m);
 }
 
+// The config's sections: Keras's names and defaults, PyTorch's (momentum 1 - Keras's, eps 1e-5,
+// affine), bn_group in [net], and the errors.
+static void test_bn_config(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("bn-config");
+    static const char cfg[] = "[net]\ninput = 1x8x8\nbn_group = 6\n"
+                              "[conv]\nfilters = 3\nsize = 3\nbias = 0\n[batchnorm]\n[relu]\n"
+                              "[conv]\nfilters = 3\nsize = 3\n[BatchNorm2d]\nmomentum = 0.2\n"
+                              "affine = 0\n[dense]\nunits = 5\n"
+                              "[BatchNormalization]\ncenter = false\nepsilon = 0.01\n"
+                              "[dense]\nunits = 10\n[softmax]\n";
+    char *path = test_write_file(dir, "bn.cfg", cfg, sizeof cfg - 1);
+    model m;
+    ht_error e;
+    if (model_init_config(&m, path, &e) < 0) fail_msg("%s", e.msg);
+    assert_int_equal(m.setup.bn_group, 6);
+    const layer *a = &m.layers[1], *b = &m.layers[4], *c = &m.layers[6];
+    assert_int_equal(a->kind, LAYER_BATCHNORM);
+    assert_float_equal(a->momentum, 0.99f, 1e-7);
+    assert_float_equal(a->eps, 1e-3f, 1e-9);
+    assert_int_equal(a->n_w, 3);
+    assert_int_equal(a->n_b, 3);
+    assert_float_equal(b->momentum, 0.8f, 1e-7); // PyTorch's 0.2
+    assert_float_equal(b->eps, 1e-5f, 1e-10);
+    assert_int_equal(b->n_w + b->n_b, 0);        // affine = 0
+    assert_float_equal(c->eps, 0.01f, 1e-9);
+    assert_int_equal(c->n_w, 5);
+    assert_int_equal(c->n_b, 0);                 // center = false
+    float *p = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, p, 1);
+    assert_float_equal(p[a->w_off], 1.0f, 0); // gamma starts at 1
+    free(p);
+    model_free(&m);
+    static const char bad[] = "[net]\ninput = 1x8x8\n[conv]\nfilters = 3\nsize = 3\n"
+                              "[batchnorm]\nmomentum = 1.5\n[dense]\nunits = 10\n[softmax]\n";
+    char *bpath = test_write_file(dir, "bad.cfg", bad, sizeof bad - 1);
+    assert_int_equal(model_init_config(&m, bpath, &e), -1);
+    test_expect_frags(e.msg, 1, "bad.cfg:7", "momentum", NULL);
+    free(path), free(bpath), free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bn_reference_finite_differences),
         cmocka_unit_test(test_bn_model_layout),
         cmocka_unit_test(test_bn_net_against_reference),
         cmocka_unit_test(test_bn_update),
+        cmocka_unit_test(test_bn_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
