@@ -49,10 +49,10 @@ def cnn2_train_forward(m, x):
 
 
 def cnn3_bn():
-    """models/cnn3_bn.cfg: cnn3 with a batchnorm after each conv and hidden dense layer (Keras's
-    momentum 0.99 is PyTorch's 0.01; epsilon 1e-3), the layers before them without bias."""
-    bn2, bn1 = (lambda c: nn.BatchNorm2d(c, eps=1e-3, momentum=0.01),
-                lambda c: nn.BatchNorm1d(c, eps=1e-3, momentum=0.01))
+    """models/cnn3_bn.cfg: cnn3 with a batchnorm after each conv and hidden dense layer (its
+    momentum 0.9 is PyTorch's 0.1; epsilon 1e-3), the layers before them without bias."""
+    bn2, bn1 = (lambda c: nn.BatchNorm2d(c, eps=1e-3, momentum=0.1),
+                lambda c: nn.BatchNorm1d(c, eps=1e-3, momentum=0.1))
     return nn.ModuleDict(dict(
         conv1=nn.Conv2d(1, 32, 3, padding=1, bias=False), bn1=bn2(32),
         conv2=nn.Conv2d(32, 48, 3, padding=1, bias=False), bn2=bn2(48),
