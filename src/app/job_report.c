@@ -26,8 +26,13 @@ static void describe_setup(run_files *rf, const model *m, const train_setup *s, 
                                                              : " (decoupled, on the kernels)");
     run_log(rf, 0, "batch %d, epochs %d, val_split %g, seed %llu\n", s->batch, s->epochs,
             s->val_split, (unsigned long long)seed);
-    run_log(rf, 0, "model: %s, %zu parameters, %.1f M multiply-adds per sample\n", m->name,
-            m->n_trainable, model_forward_macs(m) / 1e6);
+    if (m->n_state)
+        run_log(rf, 0, "model: %s, %zu parameters (and %zu of batchnorm state), %.1f M "
+                "multiply-adds per sample\n", m->name, m->n_trainable, m->n_state,
+                model_forward_macs(m) / 1e6);
+    else
+        run_log(rf, 0, "model: %s, %zu parameters, %.1f M multiply-adds per sample\n", m->name,
+                m->n_trainable, model_forward_macs(m) / 1e6);
     int G = model_bn_group(m);
     if (G)
         run_log(rf, 0, "batchnorm: statistics over groups of %d consecutive samples of each "
