@@ -115,6 +115,22 @@ static int softmax_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
     return ocl_softmax_xent_backward(c->o, c->spare, c->out, c->y, c->B, c->L->oc, e);
 }
 
+// ---- the binary head (sigmoid + binary cross-entropy): like softmax's, into the spare buffer ----
+
+static int bce_fwd(const ocl_call *c, ht_error *e) {
+    // Without labels the kernel reads neither labels nor loss; it still needs valid buffers.
+    cl_int has = c->y && c->loss;
+    cl_mem lab = has ? c->y : c->out, ls = has ? c->loss : c->out;
+    ocl_karg a[] = {OCL_KA(c->out), OCL_KA(ls), OCL_KA(c->in), OCL_KA(lab), OCL_KA(has),
+                    OCL_KA(c->B)};
+    return ocl_launch_1d(c->o, "bce_fwd", a, (int)(sizeof a / sizeof a[0]), (size_t)c->B, e);
+}
+static int bce_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
+    *din = c->spare;
+    ocl_karg a[] = {OCL_KA(c->spare), OCL_KA(c->out), OCL_KA(c->y), OCL_KA(c->B)};
+    return ocl_launch_1d(c->o, "bce_bwd", a, (int)(sizeof a / sizeof a[0]), (size_t)c->B, e);
+}
+
 // ---- act ----
 
 static int act_fwd(const ocl_call *c, ht_error *e) {
@@ -164,6 +180,7 @@ static const char *const relu_kernels[] = {"relu_fwd", "relu_bwd", NULL};
 static const char *const dropout_kernels[] = {"dropout", NULL};
 static const char *const softmax_kernels[] = {"softmax_xent_fwd", "softmax_xent_bwd", NULL};
 static const char *const act_kernels[] = {"act_fwd", "act_bwd", NULL};
+static const char *const bce_kernels[] = {"bce_fwd", "bce_bwd", NULL};
 static const char *const bn_kernels[] = {"bn_stats", "bn_fwd", "bn_infer", "bn_bwd_sums",
                                          "bn_bwd_dx", "bn_bwd_reduce", NULL};
 
@@ -175,6 +192,7 @@ static const ocl_layer_ops cl_relu = {relu_fwd, relu_bwd, NULL, NULL, 0, relu_ke
 static const ocl_layer_ops cl_dropout = {dropout_fwd, dropout_bwd, NULL, NULL, 0, dropout_kernels};
 static const ocl_layer_ops cl_softmax = {softmax_fwd, softmax_bwd, NULL, NULL, 0, softmax_kernels};
 static const ocl_layer_ops cl_act = {act_fwd, act_bwd, NULL, NULL, 0, act_kernels};
+static const ocl_layer_ops cl_bce = {bce_fwd, bce_bwd, NULL, NULL, 0, bce_kernels};
 static const ocl_layer_ops cl_bn = {bn_fwd, bn_bwd, bn_aux, bn_tmp, 0, bn_kernels};
 
 const ocl_layer_ops *const ocl_layer_ops_of[LAYER_KIND_COUNT] = {

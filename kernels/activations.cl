@@ -74,6 +74,30 @@ __kernel void softmax_xent_bwd(__global float *dlogits, __global const float *pr
     dlogits[k] = c == (int)labels[i] ? p - 1.0f : p;
 }
 
+// The binary head, one work-item per sample: probs (B, 2) = (1 - p, p), p = sigmoid(logit);
+// with labels, loss = softplus(logit) - y logit = max(z, 0) - y z + log1p(exp(-|z|)) (a label
+// other than 0 or 1 gives NaN), as the CPU computes it (in double there).
+__kernel void bce_fwd(__global float *probs, __global float *loss, __global const float *logits,
+                      __global const uchar *labels, const int has_labels, const int B) {
+    const int i = (int)get_global_id(0);
+    if (i >= B) return;
+    const float z = logits[i], e = exp(-fabs(z)), inv = 1.0f / (1.0f + e);
+    probs[2 * i] = z >= 0.0f ? e * inv : inv;
+    probs[2 * i + 1] = z >= 0.0f ? inv : e * inv;
+    if (has_labels) {
+        const int y = labels[i];
+        loss[i] = y < 2 ? fmax(z, 0.0f) - (float)y * z + log1p(e) : NAN;
+    }
+}
+
+// dlogit = p - y, one work-item per sample.
+__kernel void bce_bwd(__global float *dlogits, __global const float *probs,
+                      __global const uchar *labels, const int B) {
+    const int i = (int)get_global_id(0);
+    if (i >= B) return;
+    dlogits[i] = probs[2 * i + 1] - (float)labels[i];
+}
+
 // The act family's activations (enum act_fn: the host's, in the prelude before these sources),
 // as the CPU path computes them (src/nn/act.c). The backward works from the forward's input x
 // alone: a dropout after the activation overwrites its output in place.

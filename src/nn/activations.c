@@ -76,6 +76,22 @@ void softmax_xent_forward(float *probs, float *loss, const float *logits, const 
     }
 }
 
+void bce_forward(float *probs, float *loss, const float *logits, const uint8_t *labels, int B) {
+    for (int i = 0; i < B; i++) {
+        const double z = logits[i], e = exp(-fabs(z));
+        const double p = z >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+        probs[2 * i] = (float)(z >= 0 ? e / (1.0 + e) : 1.0 / (1.0 + e));
+        probs[2 * i + 1] = (float)p;
+        // softplus(z) - y z = max(z, 0) - y z + log1p(exp(-|z|))
+        if (labels && loss)
+            loss[i] = labels[i] < 2 ? (float)((z > 0 ? z : 0) - labels[i] * z + log1p(e)) : NAN;
+    }
+}
+
+void bce_backward(float *dlogits, const float *probs, const uint8_t *labels, int B) {
+    for (int i = 0; i < B; i++) dlogits[i] = probs[2 * i + 1] - (float)labels[i];
+}
+
 void softmax_xent_backward(float *dlogits, const float *probs, const uint8_t *labels, int B,
                            int NC) {
     for (int i = 0; i < B; i++) {
@@ -166,6 +182,21 @@ static int softmax_shape(layer *L, const layer_spec *s, const layer_desc *d, int
     return 0;
 }
 
+// The binary head: one logit in (a Dense(1)), the two classes' probabilities out.
+static int bce_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_classes, int idx,
+                     ht_error *err) {
+    (void)s;
+    if (n_classes != 2)
+        return ht_fail(err, "layer %d (%s): a binary head needs 2 classes (labels 0 and 1), the "
+                       "model has %d", idx, d->name, n_classes);
+    if (layer_in_size(L) != 1)
+        return ht_fail(err, "layer %d (%s): input has %zu features (%dx%dx%d), expected 1 (a "
+                       "dense layer of 1 unit: the logit)", idx, d->name, layer_in_size(L), L->c,
+                       L->h, L->w);
+    L->oc = 2, L->oh = 1, L->ow = 1;
+    return 0;
+}
+
 static double no_macs(const layer *L) {
     (void)L;
     return 0;
@@ -180,6 +211,8 @@ const layer_family family_dropout = {"dropout", LF_IN_PLACE, dropout_keys, dropo
                                      dropout_shape, NULL, no_macs};
 const layer_family family_softmax = {"softmax", LF_FLAT | LF_LAST | LF_ACTIVATION, no_keys, no_keys,
                                      softmax_shape, NULL, no_macs};
+const layer_family family_bce = {"bce", LF_FLAT | LF_LAST, no_keys, no_keys, bce_shape, NULL,
+                                 no_macs};
 
 // relu: in place; a relu right after a conv or a batchnorm is theirs (p->skip).
 static void relu_fwd(const net_call *c) {
@@ -233,3 +266,12 @@ static float *softmax_bwd(const net_call *c) {
 const net_layer_ops cpu_relu = {relu_fwd, relu_bwd, relu_fwd, relu_bwd};
 const net_layer_ops cpu_dropout = {dropout_fwd, dropout_bwd, dropout_fwd, dropout_bwd};
 const net_layer_ops cpu_softmax = {softmax_fwd, softmax_bwd, NULL, NULL};
+
+static void bce_fwd(const net_call *c) {
+    bce_forward(c->out, c->y ? c->loss : NULL, c->in, c->y, c->B);
+}
+static float *bce_bwd(const net_call *c) {
+    bce_backward(c->din, c->out, c->y, c->B);
+    return c->din;
+}
+const net_layer_ops cpu_bce = {bce_fwd, bce_bwd, NULL, NULL};

@@ -36,6 +36,9 @@
 //                   Keras 2's is 0.2)
 //   [gelu]          approximate = 0: x Phi(x) with erf; 1: its tanh approximation
 //   [softmax]  softmax + cross-entropy; must be last, over `classes` features
+//   [binary_crossentropy]  sigmoid + binary cross-entropy of one logit (after a dense layer of
+//              1 unit), labels 0 and 1 (classes = 2); must be last. Its output is the two
+//              classes' probabilities (1 - p, p): accuracy and predictions at p > 0.5
 //   [batchnorm]  per channel (after conv/pool) or unit (after dense): momentum = 0.99 (Keras's:
 //              moving = momentum * moving + (1 - momentum) * batch), epsilon (eps) = 1e-3,
 //              center = 1 (beta), scale = 1 (gamma); as [BatchNorm2d] or [BatchNorm1d] the

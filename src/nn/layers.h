@@ -79,6 +79,13 @@ void dropout_forward(float *out, const float *in, int B, size_t N, float rate, u
 void softmax_xent_forward(float *probs, float *loss, const float *logits, const uint8_t *labels,
                           int B, int NC);
 // dlogits = probs - onehot(labels): the gradient of the *summed* loss.
+// The binary head: sigmoid + binary cross-entropy of one logit a sample. probs (B, 2) gets
+// (1 - p, p), p = sigmoid(logit) (so that class 1's probability is p and the argmax is p > 0.5);
+// with labels (0 or 1; another value gives a NaN loss), loss = -(y log p + (1 - y) log(1 - p))
+// from the logit, never log of 0. The backward: dlogit = p - y.
+void bce_forward(float *probs, float *loss, const float *logits, const uint8_t *labels, int B);
+void bce_backward(float *dlogits, const float *probs, const uint8_t *labels, int B);
+
 void softmax_xent_backward(float *dlogits, const float *probs, const uint8_t *labels, int B,
                            int NC);
 

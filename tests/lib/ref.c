@@ -591,6 +591,21 @@ static void softmax_f(const ref_call *c) {
 static void softmax_b(const ref_call *c) {
     softmax_xent_backward(c->din, c->out, c->y, c->B, c->L->oc);
 }
+// The binary head in double: probabilities (1 - p, p) and -(y log p + (1 - y) log(1 - p)).
+static void bce_f(const ref_call *c) {
+    for (int i = 0; i < c->B; i++) {
+        double z = c->in[i], p = 1.0 / (1.0 + exp(-z));
+        c->out[2 * i] = (float)(1.0 - p);
+        c->out[2 * i + 1] = (float)p;
+        if (c->y) {
+            double y = c->y[i];
+            c->r->loss[i] = (float)-(y * log(p) + (1 - y) * log1p(-p));
+        }
+    }
+}
+static void bce_b(const ref_call *c) {
+    for (int i = 0; i < c->B; i++) c->din[i] = c->out[2 * i + 1] - (float)c->y[i];
+}
 static void act_f(const ref_call *c) {
     ref_act_forward((act_fn)layer_act_fn(c->L->kind), c->L->alpha, c->out, c->in,
                     layer_in_size(c->L) * (size_t)c->B);
@@ -619,7 +634,7 @@ static void bn_b(const ref_call *c) {
                           c->group, L->eps);
 }
 
-static const ref_ops ref_conv = {conv_f, conv_b}, ref_bn = {bn_f, bn_b}, ref_pool = {pool_f, pool_b},
+static const ref_ops ref_conv = {conv_f, conv_b}, ref_bn = {bn_f, bn_b}, ref_bce = {bce_f, bce_b}, ref_pool = {pool_f, pool_b},
                      ref_gap = {gap_f, gap_b}, ref_dense = {dense_f, dense_b},
                      ref_relu = {relu_f, relu_b}, ref_dropout = {dropout_f, dropout_b},
                      ref_softmax = {softmax_f, softmax_b}, ref_act = {act_f, act_b};
