@@ -118,17 +118,11 @@ static int softmax_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
 // ---- the binary head (sigmoid + binary cross-entropy): like softmax's, into the spare buffer ----
 
 static int bce_fwd(const ocl_call *c, ht_error *e) {
-    // Without labels the kernel reads neither labels nor loss; it still needs valid buffers.
-    cl_int has = c->y && c->loss;
-    cl_mem lab = has ? c->y : c->out, ls = has ? c->loss : c->out;
-    ocl_karg a[] = {OCL_KA(c->out), OCL_KA(ls), OCL_KA(c->in), OCL_KA(lab), OCL_KA(has),
-                    OCL_KA(c->B)};
-    return ocl_launch_1d(c->o, "bce_fwd", a, (int)(sizeof a / sizeof a[0]), (size_t)c->B, e);
+    return ocl_bce_forward(c->o, c->out, c->loss, c->in, c->y, c->B, e);
 }
 static int bce_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
     *din = c->spare;
-    ocl_karg a[] = {OCL_KA(c->spare), OCL_KA(c->out), OCL_KA(c->y), OCL_KA(c->B)};
-    return ocl_launch_1d(c->o, "bce_bwd", a, (int)(sizeof a / sizeof a[0]), (size_t)c->B, e);
+    return ocl_bce_backward(c->o, c->spare, c->out, c->y, c->B, e);
 }
 
 // ---- act ----

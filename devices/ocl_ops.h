@@ -249,6 +249,12 @@ size_t ocl_bn_stats_floats(int C, int B);
 size_t ocl_bn_sums_floats(int C, int B);
 
 // labels: uchar (B) or NULL (then loss is not written).
+// The binary head (kernels/activations.cl): probs (B, 2) = (1 - p, p), p = sigmoid(logits[i]);
+// with labels (and loss), each sample's binary cross-entropy. Backward: dlogits = p - label.
+int ocl_bce_forward(ocl_ops *o, cl_mem probs, cl_mem loss, cl_mem logits, cl_mem labels, int B,
+                    ht_error *e);
+int ocl_bce_backward(ocl_ops *o, cl_mem dlogits, cl_mem probs, cl_mem labels, int B,
+                     ht_error *e);
 int ocl_softmax_xent_forward(ocl_ops *o, cl_mem probs, cl_mem loss, cl_mem logits,
                               cl_mem labels, int B, int NC, ht_error *e);
 int ocl_softmax_xent_backward(ocl_ops *o, cl_mem dlogits, cl_mem probs, cl_mem labels, int B,

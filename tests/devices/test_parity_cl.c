@@ -219,6 +219,22 @@ static void cl_softmax(backend *b, softmax_io *io) {
     cl_end(t);
 }
 
+static void cl_bce(backend *b, bce_io *io) {
+    cl_env *t = b->ctx;
+    const int B = io->B;
+    const size_t fl = sizeof(float);
+    cl_mem d_logits = dbuf(t, io->logits, B * fl), d_lab = dbuf(t, io->labels, (size_t)B);
+    cl_mem d_probs = dbuf(t, io->probs, 2 * B * fl), d_loss = dbuf(t, io->loss, B * fl);
+    OK(t, ocl_bce_forward(&t->o, d_probs, d_loss, d_logits, d_lab, B, &t->err));
+    dread(t, d_probs, io->probs, 2 * B * fl);
+    dread(t, d_loss, io->loss, B * fl);
+    dwrite(t, d_probs, io->probs_ref, 2 * B * fl);
+    cl_mem d_dl = dbuf(t, io->dlogits, B * fl);
+    OK(t, ocl_bce_backward(&t->o, d_dl, d_probs, d_lab, B, &t->err));
+    dread(t, d_dl, io->dlogits, B * fl);
+    cl_end(t);
+}
+
 static void cl_act(backend *b, act_io *io) {
     cl_env *t = b->ctx;
     const size_t n = (size_t)io->s->B * io->s->C * io->s->HW, bytes = n * sizeof(float);
@@ -279,7 +295,8 @@ static void test_parity_opencl(void **state) {
         backend b = {.name = label, .tol = &cl_tols, .ctx = t, .has_argmax = 1,
                      .conv = cl_conv, .maxpool = cl_maxpool, .avgpool = cl_avgpool,
                      .gavgpool = cl_gavgpool, .dense = cl_dense, .relu = cl_relu,
-                     .dropout = cl_dropout, .softmax = cl_softmax, .act = cl_act};
+                     .dropout = cl_dropout, .softmax = cl_softmax, .act = cl_act,
+                     .bce = cl_bce};
         cl_check_fill(&b);
         parity_run_cases(&b);
         printf("%s: %d op checks failed (program %s, %.1f s)\n", label, b.fails,

@@ -445,6 +445,29 @@ static void run_softmax(backend *b, uint64_t seed) {
     arena_free(&a);
 }
 
+// The binary head: logits far into both tails (where 1 - p rounds to 1 and the loss must not go
+// through log 0) and around 0, both labels.
+static void run_bce(backend *b, uint64_t seed) {
+    arena a = {0};
+    enum { B = 12 };
+    float *logits = uniform(&a, B, -6, 6, seed);
+    logits[0] = -90.0f, logits[1] = 90.0f, logits[2] = 0.0f, logits[3] = -17.0f;
+    uint8_t labels[B];
+    for (int i = 0; i < B; i++) labels[i] = (uint8_t)((i * 5 + 1) % 3 == 0);
+    float *probs_ref = anew(&a, 2 * B * sizeof(float)), *loss_ref = anew(&a, B * sizeof(float));
+    float *dl_ref = anew(&a, B * sizeof(float));
+    bce_forward(probs_ref, loss_ref, logits, labels, B);
+    bce_backward(dl_ref, probs_ref, labels, B);
+    bce_io io = {.B = B, .logits = logits, .probs_ref = probs_ref, .labels = labels,
+                 .probs = nans(&a, 2 * B), .loss = nans(&a, B), .dlogits = nans(&a, B)};
+    b->bce(b, &io);
+    const tolset *t = b->tol;
+    expect(b, io.probs, probs_ref, 2 * B, t->xent, FLOOR_PROBS, "binary head forward probs");
+    expect(b, io.loss, loss_ref, B, t->xent, FLOOR_LOSS, "binary head forward loss");
+    expect(b, io.dlogits, dl_ref, B, t->exact, 1.0f, "binary head backward");
+    arena_free(&a);
+}
+
 // Every case of the table the backend has an op for, in both directions.
 // Inputs across [-6, 6] (beyond hard_sigmoid's clamps both ways), exact zeros among them
 // (leaky_relu's and elu's kink: their slope at 0 is the negative side's everywhere).
@@ -514,6 +537,7 @@ void parity_run_cases(backend *b) {
             break;
         case OP_SOFTMAX:
             if (b->softmax) run_softmax(b, seed);
+            if (b->bce) run_bce(b, seed);
             break;
         case OP_ACT:
             if (b->act) run_act(b, &c->act, seed);

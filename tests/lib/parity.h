@@ -185,6 +185,14 @@ typedef struct softmax_io {
     float *dlogits;
 } softmax_io;
 
+typedef struct bce_io {
+    int B;
+    const float *logits, *probs_ref; // backward runs from the reference's probabilities
+    const uint8_t *labels;
+    float *probs, *loss; // (B, 2), (B)
+    float *dlogits;
+} bce_io;
+
 typedef struct act_io {
     const act_shape *s;
     int f;       // act_fn (layer_kinds.h)
@@ -211,6 +219,7 @@ struct backend {
     void (*dropout)(backend *b, dropout_io *io);
     void (*softmax)(backend *b, softmax_io *io);
     void (*act)(backend *b, act_io *io);
+    void (*bce)(backend *b, bce_io *io);
 };
 
 // ---- helpers ----
