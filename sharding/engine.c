@@ -98,7 +98,7 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
     g->slots = ht_calloc((size_t)n_devs, sizeof *g->slots, e);
     if (!g->grad || !g->orphans || !g->own || !g->slots || engine_workers_open(g, e) < 0 ||
         optim_init(&g->opt, &m->setup, m->n_trainable, e) < 0 ||
-        (m->setup.weight_decay > 0 && optim_decay_kernels(&g->opt, m, e) < 0)) {
+        optim_use_model(&g->opt, m, e) < 0) {
         engine_close(g);
         return -1;
     }

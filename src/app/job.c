@@ -49,7 +49,9 @@ int job_evaluate(engine *g, const model *m, int chunk, const dataset *d, double 
         }
     }
     free(probs);
-    if (loss) *loss = d->n && bad < 0 ? lsum / d->n : NAN;
+    // As Keras's evaluate: the regularizers' term (at the weights evaluated) is in the loss.
+    if (loss)
+        *loss = d->n && bad < 0 ? lsum / d->n + model_reg_penalty(m, engine_params(g)) : NAN;
     if (acc) *acc = d->n && bad < 0 ? (double)correct / d->n : NAN;
     if (nonfinite) *nonfinite = bad;
     return 0;

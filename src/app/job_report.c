@@ -12,6 +12,32 @@
 #include "optim.h"
 #include "ranks.h"
 
+// A Keras model's regularizers and frozen layers, a line each where it has any.
+static void describe_keras_extras(run_files *rf, const model *m) {
+    char line[1024];
+    size_t at = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        const float f[2][2] = {{L->w_l1, L->w_l2}, {L->b_l1, L->b_l2}};
+        for (int b = 0; b < 2 && at < sizeof line; b++)
+            if (f[b][0] > 0 || f[b][1] > 0)
+                at += (size_t)snprintf(line + at, sizeof line - at, "%s%s.%s l1 %g l2 %g",
+                                       at ? ", " : "", L->name, b ? "bias" : "weight",
+                                       (double)f[b][0], (double)f[b][1]);
+    }
+    if (at)
+        run_log(rf, 0, "regularizers (Keras's: their term, at the weights each step starts from, "
+                "is in the loss; their gradient in the update): %s\n", line);
+    at = 0;
+    for (int l = 0; l < m->n_layers && at < sizeof line; l++)
+        if (m->layers[l].frozen)
+            at += (size_t)snprintf(line + at, sizeof line - at, "%s%s", at ? ", " : "",
+                                   m->layers[l].name);
+    if (at)
+        run_log(rf, 0, "frozen (Keras's trainable false; not updated): %s (%zu parameters)\n",
+                line, model_frozen_params(m));
+}
+
 static void describe_setup(run_files *rf, const model *m, const train_setup *s, uint64_t seed) {
     if (s->optim == OPTIM_SGD)
         run_log(rf, 0, "optimizer: SGD lr %g momentum %g%s decay %g\n", s->lr, s->momentum,
@@ -33,6 +59,7 @@ static void describe_setup(run_files *rf, const model *m, const train_setup *s, 
     else
         run_log(rf, 0, "model: %s, %zu parameters, %.1f M multiply-adds per sample\n", m->name,
                 m->n_trainable, model_forward_macs(m) / 1e6);
+    describe_keras_extras(rf, m);
     int G = model_bn_group(m);
     if (G)
         run_log(rf, 0, "batchnorm: statistics over groups of %d consecutive samples of each "

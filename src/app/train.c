@@ -106,6 +106,9 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
                                                           s->epochs * per_epoch));
             j->step_lr = engine_lr(j->g);
             step_stats st;
+            // Keras's loss adds its regularizers' term (model_reg_penalty), at the weights the
+            // step starts from, to each batch's mean: B times it to the sum of the samples'.
+            double penalty = model_reg_penalty(&j->m, engine_params(j->g));
             if (j->profiling && j->prof_steps.steps == 0) j->prof_start = ht_now();
             if (engine_train_step(j->g, &j->train, j->idx + off, B, (uint32_t)ep, j->loss,
                                   j->pred, &st, e) < 0) {
@@ -126,6 +129,7 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
                     j->correct += j->pred[i] == j->train.y[j->idx[off + i]];
                 }
                 j->counted += B;
+                j->lsum += B * penalty;
             }
             j->seen += B;
             progress_update(&pr, j->seen, j->counted ? j->lsum / j->counted : NAN,

@@ -1,5 +1,6 @@
-// Keras model JSON: what `model.to_json()` writes for a Sequential model, in Keras 2.x
-// (tf.keras) and Keras 3.x spelling, read into hetrain's layers (model.h).
+// Keras model JSON: what `model.to_json()` writes for a Sequential model, or a Functional one
+// whose graph is a single path, in Keras 2.x (tf.keras) and Keras 3.x spelling, read into
+// hetrain's layers (model.h), with their regularizers and frozen (trainable false) layers.
 #ifndef HETRAIN_KERAS_H
 #define HETRAIN_KERAS_H
 

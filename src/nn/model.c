@@ -167,6 +167,19 @@ static int check_init(init_kind kind, float arg, float arg2, int vs, const char 
     return 0;
 }
 
+// Regularizer factors are finite and >= 0, and only on the tensors a layer has.
+static int check_reg(const layer_spec *s, int has_bias, int idx, const char *kname,
+                     ht_error *err) {
+    const float f[4] = {s->w_l1, s->w_l2, s->b_l1, s->b_l2};
+    for (int i = 0; i < 4; i++)
+        if (!(f[i] >= 0 && isfinite(f[i])))
+            return ht_fail(err, "layer %d (%s): regularizer factor %g: expected a finite number "
+                           ">= 0", idx, kname, (double)f[i]);
+    if (!has_bias && (s->b_l1 > 0 || s->b_l2 > 0))
+        return ht_fail(err, "layer %d (%s): a bias regularizer without a bias", idx, kname);
+    return 0;
+}
+
 int model_add(model *m, const layer_spec *s, ht_error *err) {
     int idx = m->n_layers;
     if (m->in_c < 1) return ht_fail(err, "model_add before model_begin");
@@ -229,6 +242,9 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
         L.w_arg2 = s->w_arg2, L.b_arg2 = s->b_arg2, L.w_vs = s->w_vs, L.b_vs = s->b_vs;
         L.w_off = m->n_params - m->n_state; // the state goes after the trainable parameters
         L.b_off = L.n_b ? L.w_off + L.n_w : LAYER_NO_PARAM;
+        if (check_reg(s, L.n_b > 0, idx, kname, err)) return -1;
+        L.w_l1 = s->w_l1, L.w_l2 = s->w_l2, L.frozen = s->frozen;
+        if (L.n_b) L.b_l1 = s->b_l1, L.b_l2 = s->b_l2;
     } else if (L.n_b) { // batchnorm without gamma (scale = false): beta alone
         L.b_init = s->b_init, L.b_arg = s->b_arg, L.b_arg2 = s->b_arg2, L.b_vs = s->b_vs;
         L.b_off = m->n_params - m->n_state;
@@ -664,6 +680,42 @@ static const char *group_digits(size_t v, char buf[32]) {
     return buf;
 }
 
+// ---- regularizers and frozen layers ---------------------------------------------------------
+
+// l1 * sum|x| + l2 * sum(x^2) over n floats, in double.
+static double reg_term(const float *x, size_t n, float l1, float l2) {
+    double s1 = 0, s2 = 0;
+    for (size_t i = 0; i < n; i++) s1 += fabs((double)x[i]), s2 += (double)x[i] * x[i];
+    return (double)l1 * s1 + (double)l2 * s2;
+}
+
+double model_reg_penalty(const model *m, const float *params) {
+    double total = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        if (L->n_w && (L->w_l1 > 0 || L->w_l2 > 0))
+            total += reg_term(params + L->w_off, L->n_w, L->w_l1, L->w_l2);
+        if (L->n_b && (L->b_l1 > 0 || L->b_l2 > 0))
+            total += reg_term(params + L->b_off, L->n_b, L->b_l1, L->b_l2);
+    }
+    return total;
+}
+
+int model_has_reg(const model *m) {
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        if (L->w_l1 > 0 || L->w_l2 > 0 || L->b_l1 > 0 || L->b_l2 > 0) return 1;
+    }
+    return 0;
+}
+
+size_t model_frozen_params(const model *m) {
+    size_t n = 0;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].frozen) n += m->layers[l].n_w + m->layers[l].n_b;
+    return n;
+}
+
 void model_print_summary(const model *m, FILE *f) {
     char num[32], macs[32], shape[48], label[48];
     int lw = 20; // the label column: wider for long (Keras) layer names
@@ -693,10 +745,12 @@ void model_print_summary(const model *m, FILE *f) {
     // update count (PyTorch's num_batches_tracked) is hetrain's own, and not counted.
     size_t counts = 0;
     for (int l = 0; l < m->n_layers; l++) counts += m->layers[l].n_s > 0;
+    // A frozen layer's parameters are non-trainable too.
+    size_t frozen = model_frozen_params(m);
     fprintf(f, "Total params: %s\n", group_digits(m->n_params - counts, num));
-    if (m->n_state) {
-        fprintf(f, "Trainable params: %s\n", group_digits(m->n_trainable, num));
-        fprintf(f, "Non-trainable params: %s\n", group_digits(m->n_state - counts, num));
+    if (m->n_state || frozen) {
+        fprintf(f, "Trainable params: %s\n", group_digits(m->n_trainable - frozen, num));
+        fprintf(f, "Non-trainable params: %s\n", group_digits(m->n_state - counts + frozen, num));
     }
     fprintf(f, "Forward multiply-adds per sample: %.2f M\n", model_forward_macs(m) / 1e6);
 }

@@ -119,6 +119,12 @@ typedef struct layer {
     // variance (oc) and the count of updates, at s_off (LAYER_NO_PARAM if none), n_s floats.
     float momentum, eps;
     size_t s_off, n_s;
+    // Keras's weight regularizers (0: none): the loss gets w_l1 * sum|w| + w_l2 * sum(w^2) of
+    // the weight and the same of the bias (model_reg_penalty), the update their gradient
+    // (optim.c). Keras's trainable = false (conv and dense): the optimiser leaves the layer's
+    // parameters and their moments as they are.
+    float w_l1, w_l2, b_l1, b_l2;
+    int frozen;
 } layer;
 
 // One parameter tensor in the flat parameter buffer, as safetensors and PyTorch name and shape
@@ -236,6 +242,14 @@ const model_tensor *model_tensor_at(const model *m, size_t i);
 // totals) to f.
 void model_print_summary(const model *m, FILE *f);
 
+// The regularization term Keras adds to the loss: the sum over layers of w_l1 * sum|w| +
+// w_l2 * sum(w^2) of the weights and biases in params (in double); 0 without regularizers.
+double model_reg_penalty(const model *m, const float *params);
+// Whether any layer has a regularizer, and how many trainable parameters (of
+// [0, n_trainable)) frozen layers hold.
+int model_has_reg(const model *m);
+size_t model_frozen_params(const model *m);
+
 // Forward multiply-adds per sample, for GFLOP/s reports.
 double model_forward_macs(const model *m);
 // Layer l's multiply-adds per sample (conv2d and dense; 0 for the others): its forward, or
@@ -262,6 +276,9 @@ typedef struct layer_spec {
     float momentum, eps;
     int momentum_set, eps_set;
     int no_center, no_scale; // Keras center = false (no beta), scale = false (no gamma)
+    // conv2d, dense: Keras's regularizer factors (>= 0) and trainable = false (layer's fields)
+    float w_l1, w_l2, b_l1, b_l2;
+    int frozen;
 } layer_spec;
 int model_begin(model *m, const char *name, int c, int h, int w, int n_classes, ht_error *err);
 int model_add(model *m, const layer_spec *s, ht_error *err);

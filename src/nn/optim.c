@@ -78,20 +78,25 @@ void optim_free(optim *o) {
     o->t = 0;
 }
 
-// Appends [off, off + n) to the spans, merged with the last one when the flag is the same.
-static void span_add(optim *o, size_t off, size_t n, int decay) {
+// Appends s to the spans, merged with the last one when it is treated alike.
+static void span_add(optim *o, optim_span s) {
     optim_span *last = o->n_spans ? &o->spans[o->n_spans - 1] : NULL;
-    if (n == 0) return;
-    if (last && last->decay == decay && last->off + last->n == off) last->n += n;
-    else o->spans[o->n_spans++] = (optim_span){off, n, decay};
+    if (s.n == 0) return;
+    if (last && last->decay == s.decay && last->frozen == s.frozen && last->l1 == s.l1 &&
+        last->l2 == s.l2 && last->off + last->n == s.off)
+        last->n += s.n;
+    else o->spans[o->n_spans++] = s;
 }
 
-int optim_decay_kernels(optim *o, const model *m, ht_error *e) {
+int optim_decay_kernels(optim *o, const model *m, ht_error *e) { return optim_use_model(o, m, e); }
+
+int optim_use_model(optim *o, const model *m, ht_error *e) {
     if (m->n_trainable != o->n)
         return ht_fail(e, "optimizer: model %s has %zu parameters, the optimizer %zu", m->name,
                        m->n_trainable, o->n);
     free(o->spans);
     o->n_spans = 0;
+    o->special = 0;
     // Each tensor, and a gap before one or at the end, is at most one span.
     o->spans = ht_calloc(2 * (size_t)m->n_tensors + 1, sizeof *o->spans, e);
     if (!o->spans) return -1;
@@ -101,11 +106,15 @@ int optim_decay_kernels(optim *o, const model *m, ht_error *e) {
         if (t->state) break; // the state follows every parameter
         if (t->off < at || t->off + t->n > o->n)
             return ht_fail(e, "optimizer: tensor %s out of order in the parameter buffer", t->name);
-        span_add(o, at, t->off - at, 0);
-        span_add(o, t->off, t->n, !t->bias && (layer_flags(m->layers[t->layer].kind) & LF_KERNEL));
+        const layer *L = &m->layers[t->layer];
+        optim_span s = {t->off, t->n, !t->bias && (layer_flags(L->kind) & LF_KERNEL), L->frozen,
+                        t->bias ? L->b_l1 : L->w_l1, t->bias ? L->b_l2 : L->w_l2};
+        o->special |= s.frozen || s.l1 > 0 || s.l2 > 0;
+        span_add(o, (optim_span){.off = at, .n = t->off - at});
+        span_add(o, s);
         at = t->off + t->n;
     }
-    span_add(o, at, o->n - at, 0);
+    span_add(o, (optim_span){.off = at, .n = o->n - at});
     return 0;
 }
 
@@ -118,11 +127,11 @@ float optim_lr(const optim *o) { return (float)decayed_lr(o, o->t); }
 
 void optim_set_lr_factor(optim *o, double f) { o->sched = f; }
 
-// The buffer as spans for one update: the kernel spans with weight decay, else all of it
-// undecayed (one span, no allocation).
+// The buffer as spans for one update: the model's spans with weight decay, frozen layers or
+// regularizers, else all of it alike (one span, no allocation).
 static const optim_span *update_spans(const optim *o, optim_span *whole, int *n) {
-    *whole = (optim_span){0, o->n, o->s.weight_decay > 0};
-    if (o->s.weight_decay > 0 && o->spans) {
+    *whole = (optim_span){0, o->n, o->s.weight_decay > 0, 0, 0, 0};
+    if (o->spans && (o->s.weight_decay > 0 || o->special)) {
         *n = o->n_spans;
         return o->spans;
     }
@@ -165,6 +174,23 @@ static void sgd_decayed(float *restrict p, float *restrict v, const float *restr
     }
 }
 
+// d|p|/dp as TensorFlow and PyTorch take it: sign(p), 0 at 0.
+static inline float sign0(float p) { return (float)((p > 0.0f) - (p < 0.0f)); }
+
+// SGD over [lo, hi) with a regularizer: a2 = W (L2 decay, or 0) + 2 * l2, l1, dc as above.
+static void sgd_reg(float *restrict p, float *restrict v, const float *restrict g, size_t lo,
+                    size_t hi, float sc, float mu, float lr, int nesterov, float a2, float l1,
+                    float dc) {
+#pragma omp parallel for simd schedule(static) if (hi - lo >= OPTIM_PAR_MIN)
+    for (size_t i = lo; i < hi; i++) {
+        float pi = p[i];
+        float gi = g[i] * sc + a2 * pi + l1 * sign0(pi);
+        float vi = mu * v[i] - lr * gi;
+        v[i] = vi;
+        p[i] = pi - dc * pi + (nesterov ? mu * vi - lr * gi : vi);
+    }
+}
+
 static void sgd_step(optim *o, float *restrict p, const float *restrict g, const float sc) {
     const float mu = o->s.momentum;
     const double lr_d = decayed_lr(o, o->t);
@@ -175,18 +201,38 @@ static void sgd_step(optim *o, float *restrict p, const float *restrict g, const
     const optim_span *sp = update_spans(o, &whole, &ns);
     for (int k = 0; k < ns; k++) {
         size_t lo = sp[k].off, hi = sp[k].off + sp[k].n;
-        if (sp[k].decay) sgd_decayed(p, o->m, g, lo, hi, sc, mu, lr, o->s.nesterov, l2, dc);
+        int decay = sp[k].decay && W > 0;
+        if (sp[k].frozen) continue;
+        if (sp[k].l1 > 0 || sp[k].l2 > 0)
+            sgd_reg(p, o->m, g, lo, hi, sc, mu, lr, o->s.nesterov,
+                    (decay ? l2 : 0) + 2 * sp[k].l2, sp[k].l1, decay ? dc : 0);
+        else if (decay) sgd_decayed(p, o->m, g, lo, hi, sc, mu, lr, o->s.nesterov, l2, dc);
         else sgd_plain(p, o->m, g, lo, hi, sc, mu, lr, o->s.nesterov);
     }
     o->t++;
 }
 
 // Adam's moments and parameters over [lo, hi): l2 = W (L2) or 0, dc = lr_dec*W (decoupled)
-// or 0; decay = 0 keeps the update without weight decay exactly.
+// or 0; decay = 0 keeps the update without weight decay exactly. With a regularizer (l1 or an
+// l2 that holds 2 * its factor) the gradient gets l1 * sign(p) too.
 static void adam_range(float *restrict p, float *restrict m, float *restrict v,
                        const float *restrict g, size_t lo, size_t hi, float sc, float lr,
-                       float b1, float b2, float eps, int decay, float l2, float dc) {
+                       float b1, float b2, float eps, int decay, float l2, float dc, int reg,
+                       float l1) {
     const float c1 = 1.0f - b1, c2 = 1.0f - b2;
+    if (reg) {
+#pragma omp parallel for simd schedule(static) if (hi - lo >= OPTIM_PAR_MIN)
+        for (size_t i = lo; i < hi; i++) {
+            float pi = p[i];
+            float gi = g[i] * sc + l2 * pi + l1 * sign0(pi);
+            float mi = b1 * m[i] + c1 * gi;
+            float vi = b2 * v[i] + c2 * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            p[i] = pi - dc * pi - lr * mi / (sqrtf(vi) + eps);
+        }
+        return;
+    }
     if (!decay) {
 #pragma omp parallel for simd schedule(static) if (hi - lo >= OPTIM_PAR_MIN)
         for (size_t i = lo; i < hi; i++) {
@@ -222,9 +268,13 @@ static void adam_step(optim *o, float *restrict p, const float *restrict g, cons
     optim_span whole;
     int ns;
     const optim_span *sp = update_spans(o, &whole, &ns);
-    for (int k = 0; k < ns; k++)
+    for (int k = 0; k < ns; k++) {
+        int decay = sp[k].decay && W > 0, reg = sp[k].l1 > 0 || sp[k].l2 > 0;
+        if (sp[k].frozen) continue;
         adam_range(p, o->m, o->v, g, sp[k].off, sp[k].off + sp[k].n, sc, lr, o->s.beta1,
-                   o->s.beta2, o->s.eps, sp[k].decay, l2, dc);
+                   o->s.beta2, o->s.eps, decay || reg,
+                   reg ? (decay ? l2 : 0) + 2 * sp[k].l2 : l2, decay ? dc : 0, reg, sp[k].l1);
+    }
 }
 
 void optim_step_scaled(optim *o, float *params, const float *g, float scale) {

@@ -8,10 +8,14 @@
 #include "common.h"
 #include "model.h"
 
-// A stretch of the flat buffer [off, off + n) and whether weight decay applies to it.
+// A stretch of the flat buffer [off, off + n): whether weight decay applies to it (a kernel),
+// whether it is frozen (Keras trainable = false: no update, its moments untouched), and its
+// Keras regularizer's factors (the gradient gets l1 * sign(p) + 2 * l2 * p).
 typedef struct optim_span {
     size_t off, n;
     int decay;
+    int frozen;
+    float l1, l2;
 } optim_span;
 
 typedef struct optim {
@@ -21,15 +25,22 @@ typedef struct optim {
     float *v;     // Adam second moment, n floats (NULL for SGD)
     long t;       // updates done so far
     double sched; // the schedule's factor on lr for the next step (1: none; optim_set_lr_factor)
-    optim_span *spans; // with weight decay: the buffer in order, kernels decayed (NULL: all)
+    optim_span *spans; // the buffer in order, from the model (NULL: all of it alike, decayed
+                       // with weight decay)
     int n_spans;
+    int special; // a span is frozen or regularized: the update goes by spans even without W
 } optim;
 
 int optim_init(optim *o, const train_setup *s, size_t n, ht_error *e);
 void optim_free(optim *o);
 
-// Weight decay (s->weight_decay > 0) applies to m's kernels only (conv and dense weights, not
-// biases); without this call it applies to every parameter. m must have o->n parameters.
+// Takes the spans of the update from m (which must have o->n trainable parameters): weight
+// decay (s->weight_decay > 0) on m's kernels only (conv and dense weights, not biases; without
+// this call on every parameter), no update for frozen layers' parameters (their moments stay
+// as they are), and each layer's regularizers' gradient added to its parameters' mean
+// gradient. A model with none of these updates exactly as without the call.
+int optim_use_model(optim *o, const model *m, ht_error *e);
+// The same (its older name, when only weight decay went by the model).
 int optim_decay_kernels(optim *o, const model *m, ht_error *e);
 
 // Learning rate the next step will use: lr * f / (1 + decay * t), f the schedule's factor.
@@ -48,6 +59,10 @@ void optim_set_lr_factor(optim *o, double f);
 // adds -lr_d*W*p to the update, with p the value before the step and lr_d the rate without
 // Adam's bias correction (SGD: lr_t; Adam: lr_dec), as PyTorch's AdamW. W = 0 leaves the
 // update as it was without weight decay, bit for bit.
+// A Keras regularizer (optim_use_model) adds its gradient at p, the value before the step, to
+// the mean gradient as L2 decay does: g += l1 * sign(p) + 2 * l2 * p (sign(0) = 0, as
+// TensorFlow and PyTorch differentiate |p|; JAX takes 1). A frozen span is skipped: p, m, v
+// stay as they are (t still counts every step, as Keras's iterations do).
 void optim_step(optim *o, float *params, const float *g);
 // The same for the gradient g * scale (scale applied element by element, as a separate pass
 // would): the engine hands in the gradient sum and 1/B, which saves a pass over the buffer.

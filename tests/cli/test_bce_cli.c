@@ -12,6 +12,8 @@
 
 #include "testutil.h"
 
+#define KDIR HT_SOURCE_DIR "/tests/fixtures/keras/"
+
 // Through the command line: a 0/1 CSV (Fashion-MNIST's classes 5..9 against 0..4) on a CPU and an
 // OpenCL device with the self-check on; predictions are 0 or 1; a label 2 is refused.
 static void test_bce_cli(void **state) {
@@ -67,6 +69,11 @@ static void test_bce_cli(void **state) {
         zeros += c[1] == '0', ones += c[1] == '1';
     }
     assert_true(zeros > 0 && ones > 0);
+    // The Keras 3 network ending in Dense(1, activation="sigmoid") trains on the same labels.
+    snprintf(args, sizeof args, "train --model " KDIR "binary_k3.json --train '%s' --epochs 1 "
+             "--batch 40 --optimizer adam --devices cpu --out '%s' --name k --no-progress",
+             bcsv, dir);
+    free(test_expect_cli(args, 0, "epoch 1/1"));
     // The original 0..9 labels: refused, naming the file and the sample.
     snprintf(args, sizeof args, "train --model '%s' --train '%s' --epochs 1 --devices cpu "
              "--out '%s' --name c --no-progress", cpath, csv, dir);
@@ -76,10 +83,34 @@ static void test_bce_cli(void **state) {
     free(pred), free(text), free(bin), free(bcsv), free(cpath), free(csv), free(dir);
 }
 
+// Keras models ending in a sigmoid over one output, written by Keras 3 and 2
+// (tools/keras_binary_fixture.py): Keras's parameter counts, and a short run on 0/1 labels; a
+// sigmoid over several outputs (multi-label) is refused naming the layer.
+static void test_bce_keras(void **state) {
+    (void)state;
+    free(test_expect_cli("summary --model " KDIR "binary_k3.json", 0, "Total params: 5,465"));
+    free(test_expect_cli("summary --model " KDIR "binary_k2.json", 0, "binary_crossentropy"));
+    free(test_expect_cli("summary --model " KDIR "binary_act_k3.json", 0, "Total params: 785"));
+    free(test_expect_cli("summary --model " KDIR "binary_act_k2.json", 0, "Total params: 785"));
+    char *dir = test_tmpdir("bce-keras");
+    static const char multi[] =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"m\", \"layers\": ["
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4]}},"
+        "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 3,"
+        " \"activation\": \"sigmoid\"}}]}, \"keras_version\": \"3.15.1\"}";
+    char *path = test_write_file(dir, "multi.json", multi, sizeof multi - 1);
+    char args[2048];
+    snprintf(args, sizeof args, "summary --model '%s'", path);
+    char *out = test_expect_cli(args, 1, "\"out\" (Dense)");
+    test_expect_frags(out, 0, "sigmoid over 3 outputs", "multi-label", NULL);
+    free(out), free(path), free(dir);
+}
+
 int main(void) {
     setenv("POCL_DEVICES", "pthread", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bce_cli),
+        cmocka_unit_test(test_bce_keras),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,8 @@
 // Keras model JSONs through the command line: summary and training of the fixtures, a
 // CIFAR-shaped network on a CIFAR folder, the 3-layer network's JSON giving the preset's run bit
-// for bit, and the network of every activation on one and two devices.
+// for bit, the network of every activation on one and two devices, and Functional models,
+// regularizers (their term in the logged training and validation loss) and frozen layers (not
+// updated) as Keras 3 and Keras 2 wrote them.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <json.h>
 #include "keras.h"
 #include "layer_desc.h"
 #include "layers.h"
@@ -224,8 +227,119 @@ static void test_cli_batchnorm(void **state) {
     model_free(&m);
 }
 
+// A copy of the Keras JSON src with every kernel and bias regularizer null, as dir/name (a path
+// to free).
+static char *without_regularizers(const char *src, const char *dir, const char *name) {
+    json_object *root = json_object_from_file(src), *cfg, *layers;
+    assert_non_null(root);
+    assert_true(json_object_object_get_ex(root, "config", &cfg) &&
+                json_object_object_get_ex(cfg, "layers", &layers));
+    for (size_t i = 0; i < json_object_array_length(layers); i++) {
+        json_object *lc;
+        if (!json_object_object_get_ex(json_object_array_get_idx(layers, i), "config", &lc))
+            continue;
+        json_object_object_add(lc, "kernel_regularizer", NULL);
+        json_object_object_add(lc, "bias_regularizer", NULL);
+    }
+    char *path = malloc(strlen(dir) + strlen(name) + 2);
+    sprintf(path, "%s/%s", dir, name);
+    assert_int_equal(json_object_to_file_ext(path, root, JSON_C_TO_STRING_PLAIN), 0);
+    json_object_put(root);
+    return path;
+}
+
+static void expect_in_log(const char *dir, const char *name, const char *want) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s.log", dir, name);
+    char *log = test_read_file(path, NULL);
+    assert_non_null(log);
+    if (!strstr(log, want)) fail_msg("%s lacks \"%s\"", path, want);
+    free(log);
+}
+
+// Two losses the metrics CSV printed to 6 decimals.
+#define TOL_CSV_LOSS 3e-6
+// Functional models train; a model with regularizers logs a training and a validation loss
+// that are the same model's without them plus Keras's term at the weights (lr 0 keeps them); a
+// frozen layer's parameters come out of two steps as they went in, the others' do not.
+static void test_cli_reg_frozen(void **state) {
+    (void)state;
+    test_csv_data d;
+    assert_int_equal(test_csv_data_init(&d, "keras-reg", 100, 20), 0);
+    char args[8192], path[1200], name[64];
+    for (int v = 2; v <= 3; v++) {
+        snprintf(args, sizeof args,
+                 "train --model " KDIR "functional_k%d.json %s --epochs 1 --batch 50 --devices "
+                 "cpu --out '%s' --name f%d --no-progress", v, d.args, d.dir, v);
+        free(test_expect_cli(args, 0, "epoch 1/1"));
+        snprintf(path, sizeof path, "%s/f%d.metrics.csv", d.dir, v);
+        assert_true(isfinite(test_metrics_value(path, -1, "loss")));
+
+        // Regularizers: the same weights with and without them, lr 0.
+        char json[256];
+        snprintf(json, sizeof json, KDIR "reg_k%d.json", v);
+        model m;
+        load(&m, json);
+        float *w0 = malloc(m.n_params * sizeof *w0);
+        model_init_params(&m, w0, 11);
+        snprintf(name, sizeof name, "reg%d.safetensors", v);
+        char *wpath = test_save_params(&m, w0, d.dir, name);
+        double pen = model_reg_penalty(&m, w0);
+        snprintf(name, sizeof name, "reg%d_plain.json", v);
+        char *plain = without_regularizers(json, d.dir, name);
+        double loss[2], vloss[2];
+        for (int i = 0; i < 2; i++) {
+            snprintf(args, sizeof args,
+                     "train --model '%s' %s --load '%s' --lr 0 --epochs 1 --batch 50 "
+                     "--val-split 0.2 --devices cpu --out '%s' --name r%d_%d --no-progress",
+                     i ? plain : json, d.args, wpath, d.dir, v, i);
+            free(test_expect_cli(args, 0, "epoch 1/1"));
+            snprintf(path, sizeof path, "%s/r%d_%d.metrics.csv", d.dir, v, i);
+            loss[i] = test_metrics_value(path, -1, "loss");
+            vloss[i] = test_metrics_value(path, -1, "val_loss");
+        }
+        printf("reg_k%d.json: term %.6f, training loss %.6f - %.6f, validation %.6f - %.6f\n",
+               v, pen, loss[0], loss[1], vloss[0], vloss[1]);
+        assert_true(pen > 0.1);
+        assert_true(fabs(loss[0] - loss[1] - pen) <= TOL_CSV_LOSS);
+        assert_true(fabs(vloss[0] - vloss[1] - pen) <= TOL_CSV_LOSS);
+        snprintf(name, sizeof name, "r%d_0", v);
+        expect_in_log(d.dir, name, "conv2d.weight l1 0 l2 0.01, conv2d.bias l1 0.02 l2 0");
+        free(wpath), free(plain), free(w0);
+        model_free(&m);
+
+        // Frozen layers: two steps.
+        snprintf(json, sizeof json, KDIR "frozen_k%d.json", v);
+        load(&m, json);
+        w0 = malloc(m.n_params * sizeof *w0);
+        model_init_params(&m, w0, 12);
+        snprintf(name, sizeof name, "frozen%d.safetensors", v);
+        wpath = test_save_params(&m, w0, d.dir, name);
+        snprintf(args, sizeof args,
+                 "train --model '%s' %s --load '%s' --lr 0.05 --epochs 1 --batch 50 "
+                 "--val-split 0 --devices cpu --out '%s' --name z%d --save '%s/z%d.safetensors' "
+                 "--no-progress", json, d.args, wpath, d.dir, v, d.dir, v);
+        free(test_expect_cli(args, 0, "epoch 1/1"));
+        snprintf(name, sizeof name, "z%d", v);
+        expect_in_log(d.dir, name, "frozen (Keras's trainable false; not updated): conv2d, "
+                      "dense (1592 parameters)");
+        snprintf(path, sizeof path, "%s/z%d.safetensors", d.dir, v);
+        float *w1 = test_load_params(&m, path);
+        for (int l = 0; l < m.n_layers; l++) {
+            const layer *L = &m.layers[l];
+            if (!L->n_w) continue;
+            size_t n = L->n_w + L->n_b;
+            int same = !memcmp(w1 + L->w_off, w0 + L->w_off, n * sizeof *w0);
+            if (same != L->frozen) fail_msg("%s %s: %s", json, L->name, same ? "kept" : "moved");
+        }
+        free(w1), free(w0), free(wpath);
+        model_free(&m);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cli_reg_frozen),
         cmocka_unit_test(test_cli_batchnorm),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_cli_cifar),

@@ -237,7 +237,8 @@ put("config", "schedule.cfg", "[net]\ninput = 1x8x8\nclasses = 4\nlr_schedule = 
 # ---- Keras model JSON: the text (compacted fixtures of tests/fixtures/keras, and a few small ones) ----
 
 for name in ("mnist_small_k3", "mnist_small_k2", "cnn3_k2old", "cifar_k3", "cifar_flat_k2",
-             "activations_k3", "activations_k2"):
+             "activations_k3", "activations_k2", "functional_k3", "functional_k2", "add_k3",
+             "shared_k2", "two_outputs_k3", "mixed_k2", "reg_k3", "reg_k2", "frozen_k3"):
     with open(os.path.join(ROOT, "tests", "fixtures", "keras", name + ".json")) as f:
         put("keras", name + ".json", json.dumps(json.load(f), separators=(",", ":")))
 put("keras", "channels_first.json", json.dumps({"class_name": "Sequential", "config": {"layers": [

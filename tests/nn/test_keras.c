@@ -294,8 +294,9 @@ static void test_errors(void **state) {
                  "bad.json: not valid JSON: more after the model's object (byte 29)");
     expect_error("[1, 2]", "bad.json: expected a JSON object (Keras's model.to_json()), found "
                  "a list");
-    expect_error("{\"class_name\": \"Functional\", \"config\": {}}",
-                 "bad.json: class_name \"Functional\": hetrain reads Sequential models only");
+    expect_error("{\"class_name\": \"MyModel\", \"config\": {}}",
+                 "bad.json: class_name \"MyModel\": hetrain reads Sequential models, and "
+                 "Functional ones whose graph is a single path");
     expect_error("{\"class_name\": \"Sequential\", \"config\": {\"layers\": 3}}",
                  "bad.json: config: expected an object with a list of \"layers\", or that list");
     // missing input shape
@@ -324,23 +325,24 @@ static void test_errors(void **state) {
                  "bad.json: layer 2 \"d\" (Dense): activation \"re?lu\": hetrain has linear, relu, "
                  "sigmoid, tanh, leaky_relu, elu, selu, swish, softplus, hard_sigmoid, gelu, "
                  "softmax (softmax as the last step)");
-    // regularizer, constraint
+    // activity regularizer, constraint (weight regularizers: test_keras_train.c)
     expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
-                     "\"units\": 4, \"activation\": \"softmax\", \"kernel_regularizer\": "
+                     "\"units\": 4, \"activation\": \"softmax\", \"activity_regularizer\": "
                      "{\"class_name\": \"L2\", \"config\": {\"l2\": 0.01}}}}"),
-                 "bad.json: layer 2 \"d\" (Dense): kernel_regularizer: not supported (hetrain "
-                 "adds no regularizers, constraints or adapters)");
+                 "bad.json: layer 2 \"d\" (Dense): activity_regularizer: not supported (hetrain "
+                 "adds no activity regularizers, constraints or adapters)");
     expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"bias_constraint\": {\"class_name\": \"NonNeg\"}}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): bias_constraint: not supported (hetrain adds "
-                 "no regularizers, constraints or adapters)");
+                 "no activity regularizers, constraints or adapters)");
     // no final softmax
     expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4}}"),
                  "bad.json: layer 2 \"d\" (Dense): the network must end in a softmax over the "
                  "classes (Dense(..., "
                  "activation=\"softmax\"), Activation(\"softmax\") or Softmax), which hetrain "
-                 "trains as its softmax cross-entropy");
+                 "trains as its softmax cross-entropy, or in a sigmoid over one output (binary "
+                 "cross-entropy)");
     expect_error(seq(FLATTEN ", " DENSE_SOFTMAX ", {\"class_name\": \"Dropout\", \"config\": "
                      "{\"name\": \"x\", \"rate\": 0.5}}"),
                  "bad.json: layer 2 \"out\" (Dense): softmax before the last layer: hetrain reads "
@@ -391,9 +393,11 @@ static void test_errors(void **state) {
                      "\"VarianceScaling\", \"config\": {\"mode\": \"fan_sum\"}}}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): kernel_initializer: variance_scaling: mode "
                  "\"fan_sum\": expected fan_in, fan_out, fan_avg");
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
-                     "\"kernel_size\": 3, \"trainable\": false}}"),
-                 "bad.json: layer 1 \"c\" (Conv2D): trainable false: hetrain trains every layer");
+    expect_error(seq("{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"b\", "
+                     "\"trainable\": false}}"),
+                 "bad.json: layer 1 \"b\" (BatchNormalization): trainable false: Keras runs a "
+                 "frozen BatchNormalization in inference mode (normalising with its moving "
+                 "statistics), which hetrain does not; leave it trainable");
     expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"dtype\": {\"module\": \"keras\", \"class_name\": "
                      "\"DTypePolicy\", \"config\": {\"name\": \"mixed_float16\"}}}}"),
@@ -418,8 +422,11 @@ static void test_errors(void **state) {
                      "\"kernel_size\": 3, \"data_format\": \"channels_last\"}}, "
                      "{\"class_name\": \"MaxPooling2D\", \"config\": {\"name\": \"p\", "
                      "\"data_format\": \"channels_first\"}}"),
-                 "bad.json: layer 2 \"p\" (MaxPooling2D): data_format channels_first after "
-                 "channels_last layers: hetrain reads one layout per model");
+                 "bad.json: layer 2 \"p\" (MaxPooling2D): data_format channels_first in a "
+                 "channels_last model: Keras reads this layer's input (6, 6, 2) as (channels, "
+                 "height, width) and max-pools its last two axes (the model's width and "
+                 "channels) into (6, 3, 1); hetrain's layers work over height and width alone: "
+                 "give the layer data_format channels_last");
     expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 9}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): kernel 9 does not fit its 8x8 input");

@@ -299,12 +299,12 @@ static void test_bn_errors(void **state) {
     expect_error(seq_in(IMG, CONV ", " BN(", \"gamma_regularizer\": {\"class_name\": \"L2\", "
                                           "\"config\": {\"l2\": 0.01}}") ", " FLATTEN
                                           ", " SOFTMAX),
-                 HEAD "gamma_regularizer: not supported (hetrain adds no regularizers or "
-                      "constraints)");
+                 HEAD "gamma_regularizer: not supported (hetrain regularizes Conv2D and Dense "
+                      "weights alone, and adds no constraints)");
     expect_error(seq_in(IMG, CONV ", " BN(", \"beta_constraint\": {\"class_name\": \"NonNeg\", "
                                           "\"config\": {}}") ", " FLATTEN ", " SOFTMAX),
-                 HEAD "beta_constraint: not supported (hetrain adds no regularizers or "
-                      "constraints)");
+                 HEAD "beta_constraint: not supported (hetrain regularizes Conv2D and Dense "
+                      "weights alone, and adds no constraints)");
     expect_error(seq_in(IMG, CONV ", " BN(", \"renorm\": true") ", " FLATTEN ", " SOFTMAX),
                  HEAD "renorm true: hetrain's batchnorm is Keras's plain one");
     expect_error(seq_in(IMG, CONV ", " BN(", \"virtual_batch_size\": 16") ", " FLATTEN
@@ -321,7 +321,9 @@ static void test_bn_errors(void **state) {
     expect_error(seq_in(IMG, CONV ", " BN(", \"epsilon\": 0") ", " FLATTEN ", " SOFTMAX),
                  HEAD "epsilon 0: expected a number in (0, 1]");
     expect_error(seq_in(IMG, CONV ", " BN(", \"trainable\": false") ", " FLATTEN ", " SOFTMAX),
-                 HEAD "trainable false: hetrain trains every layer");
+                 HEAD "trainable false: Keras runs a frozen BatchNormalization in inference "
+                 "mode (normalising with its moving statistics), which hetrain does not; leave "
+                 "it trainable");
 }
 
 int main(void) {

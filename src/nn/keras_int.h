@@ -1,0 +1,88 @@
+// Internal to the Keras model JSON reader (keras.h): the reading context, one-line errors under
+// a layer's heading and the typed getters (keras_json.c), the layers (keras_layers.c) and the
+// graph of a Functional model (keras_graph.c). keras.c reads the model with them.
+#ifndef HETRAIN_KERAS_INT_H
+#define HETRAIN_KERAS_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <json.h>
+
+#include "model.h"
+
+#define KERAS_CLASSES                                                                          \
+    "InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, "  \
+    "Dense, BatchNormalization, Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax"
+#define NO_DEFAULT INT32_MIN
+
+typedef struct kctx {
+    const char *path;
+    ht_error *err;
+    int idx;            // index of the layer being read in the JSON's list; -1: none
+    const char *lname;  // its name and class, for messages
+    const char *lclass;
+    int channels_first; // the model's data_format (its first Conv2D's, else its first image
+                        // layer's)
+    // the running shape in Keras's terms: rank 1 (features), 2 (H, W) or 3 (an image)
+    int rank;
+    int keras2; // written by Keras 2 (keras_version 1.x or 2.x): its hard_sigmoid is 0.2 x + 0.5
+    int frozen; // the layer being read has trainable false
+} kctx;
+
+// ---- keras_json.c ----------------------------------------------------------------------------
+
+// Fails with "<path>: layer <idx> "<name>" (<class>): <message>" (without the layer part when
+// k->idx < 0), the JSON's own characters escaped onto one line. Returns -1.
+int kfail(kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// "null", "a boolean", "a number", ... for messages.
+const char *ktype_name(json_object *v);
+// The value under key; NULL when absent or null (or o is not an object).
+json_object *kget(json_object *o, const char *key);
+
+// Typed getters: 0, or -1 with kfail naming the key. def is taken when the key is absent or
+// null (NO_DEFAULT, or a NULL string default: the key is required).
+int kget_int(kctx *k, json_object *cfg, const char *key, int def, int lo, int hi, int *out);
+// An int or a list of equal ints (one per spatial axis): hetrain's windows are square.
+int kget_pair(kctx *k, json_object *cfg, const char *key, int def, int lo, int hi, int *out);
+int kget_bool(kctx *k, json_object *cfg, const char *key, int def, int *out);
+int kget_num(kctx *k, json_object *cfg, const char *key, double *out); // required, finite
+int kget_str(kctx *k, json_object *cfg, const char *key, const char *def, const char **out);
+// Keys that must be absent or null: what hetrain has no counterpart for.
+int kcheck_nulls(kctx *k, json_object *cfg, const char *const *keys, const char *why);
+// dtype float32 (a string, or Keras 3's DTypePolicy), or absent.
+int kcheck_dtype(kctx *k, json_object *cfg);
+// data_format: *first = 1 for channels_first, 0 for channels_last (the default).
+int kget_format(kctx *k, json_object *cfg, int *first);
+// An initializer by name or as Keras's object (model_init_keras_name), def when absent.
+int kget_init(kctx *k, json_object *cfg, const char *key, const char *def, init_desc *d);
+// A weight regularizer (kernel_regularizer, bias_regularizer): Keras's L1, L2 and L1L2 by class
+// (Keras 3 and 2.4+ objects, L1L2 of older Keras 2) or by Keras's names "l1", "l2", "l1_l2"
+// (Keras 2: 0.01 each), "l1l2" (Keras 3: 0 each), with their factors; absent or null: none
+// (0, 0). The loss term is l1 * sum|w| + l2 * sum(w^2).
+int kget_reg(kctx *k, json_object *cfg, const char *key, float *l1, float *l2);
+
+// A layer's name for hetrain: Keras's, when it is a name hetrain takes (1..31 of
+// [A-Za-z0-9_-]) with the suffix; else NULL (hetrain numbers it).
+const char *klayer_name(const char *kname, const char *suffix, char *buf, size_t cap);
+// Sets k's heading (index, name, class) to layer i of the JSON's list; -1 when it is not a
+// layer object at all.
+int klayer_heading(kctx *k, json_object *layers, int i, json_object **out);
+// The layer's name as Keras's graph refers to it: its own "name" (Keras 3), else its config's.
+const char *klayer_graph_name(json_object *layer);
+
+// ---- keras_layers.c --------------------------------------------------------------------------
+
+// One entry of the JSON's list of layers (k's heading set), appended to m; last: it is the
+// list's last entry.
+int keras_read_layer(kctx *k, model *m, json_object *layer, int last);
+
+// ---- keras_graph.c ---------------------------------------------------------------------------
+
+// A Functional (or Keras 2 Model) config: its graph must be a single path, layer 0 the one
+// input and each later layer called once on the output of the layer before it, the last the
+// one output; else fails naming the first layer that merges, is shared, takes another input
+// or is a second input or output.
+int keras_check_path(kctx *k, json_object *cfg, json_object *layers);
+
+#endif

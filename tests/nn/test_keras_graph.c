@@ -1,0 +1,331 @@
+// Functional Keras models and mixed data_format (keras_graph.c, keras_layers.c): a Functional
+// model whose graph is a single path, as real Keras 3 and Keras 2 wrote it
+// (tools/keras_graph_fixture.py), reads as the same network built as Sequential, with Keras's
+// parameter count; merges, shared layers, second inputs or outputs, branches and a pooling
+// layer of the other data_format are refused with one line naming the layer.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "keras.h"
+#include "model.h"
+#include "testutil.h"
+
+#define KDIR HT_SOURCE_DIR "/tests/fixtures/keras/"
+
+static void load(model *m, const char *path) {
+    ht_error e = {{0}};
+    if (model_init(m, path, &e) < 0) fail_msg("%s: %s", path, e.msg);
+}
+
+static void expect_file_error(const char *file, const char *want) {
+    char path[512];
+    snprintf(path, sizeof path, KDIR "%s", file);
+    model m;
+    ht_error e = {{0}};
+    if (model_init(&m, path, &e) == 0) fail_msg("%s: accepted", file);
+    const char *msg = strstr(e.msg, file); // after the fixture folder
+    if (!msg || strcmp(msg, want)) fail_msg("%s:\n  \"%s\"\nexpected\n  \"%s\"", file, e.msg, want);
+    assert_null(strchr(e.msg, '\n'));
+}
+
+// The single path reads as the Sequential network (mnist_small, tools/keras_models.py): the
+// same layers, names, shapes, initialisers, tensors; Keras's parameter count for each file of
+// graph_params.txt hetrain reads.
+static void test_functional(void **state) {
+    (void)state;
+    for (int v = 2; v <= 3; v++) {
+        char a_path[256], b_path[256];
+        snprintf(a_path, sizeof a_path, KDIR "functional_k%d.json", v);
+        snprintf(b_path, sizeof b_path, KDIR "mnist_small_k%d.json", v);
+        model a, b;
+        load(&a, a_path);
+        load(&b, b_path);
+        snprintf(a_path, sizeof a_path, "functional_k%d", v);
+        assert_string_equal(a.name, a_path); // Keras's default names say less than the file's
+        assert_int_equal(a.n_layers, b.n_layers);
+        assert_int_equal(a.n_params, b.n_params);
+        assert_int_equal(a.n_classes, b.n_classes);
+        for (int l = 0; l < a.n_layers; l++) {
+            const layer *x = &a.layers[l], *y = &b.layers[l];
+            if (x->kind != y->kind || strcmp(x->name, y->name) || x->oc != y->oc ||
+                x->oh != y->oh || x->ow != y->ow || x->k != y->k || x->stride != y->stride ||
+                x->rate != y->rate || x->w_init != y->w_init || x->w_off != y->w_off ||
+                x->n_w != y->n_w || x->n_b != y->n_b || x->frozen || x->w_l2 != 0)
+                fail_msg("k%d layer %d: %s differs from %s", v, l, x->name, y->name);
+        }
+        model_free(&a);
+        model_free(&b);
+    }
+    char *list = test_read_file(KDIR "graph_params.txt", NULL);
+    assert_non_null(list);
+    int n = 0;
+    for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
+        char file[128], path[512];
+        size_t want;
+        assert_int_equal(sscanf(line, "%127s %zu", file, &want), 2);
+        if (strncmp(file, "functional_", 11)) continue; // the others are refused, below
+        snprintf(path, sizeof path, KDIR "%s", file);
+        model m;
+        load(&m, path);
+        assert_int_equal(m.n_params, want);
+        model_free(&m);
+        n++;
+    }
+    assert_int_equal(n, 2);
+    free(list);
+}
+
+#define SINGLE "hetrain reads a Functional model whose graph is a single path"
+
+// Real Keras's graphs that are not one path, and a pooling layer of the other data_format.
+static void test_refused_fixtures(void **state) {
+    (void)state;
+    static const char *const merge = ": " SINGLE " (no Add, Concatenate or other merge)";
+    char want[512];
+    for (int v = 2; v <= 3; v++) {
+        char file[64];
+        const char *in0 = v == 3 ? "input_layer" : "input_1";
+        const char *in1 = v == 3 ? "input_layer_1" : "input_2";
+        snprintf(file, sizeof file, "add_k%d.json", v);
+        snprintf(want, sizeof want, "%s: layer 3 \"add\" (Add): merges 2 inputs (\"conv2d\", "
+                 "\"conv2d_1\")%s", file, merge);
+        expect_file_error(file, want);
+        snprintf(file, sizeof file, "concat_k%d.json", v);
+        snprintf(want, sizeof want, "%s: layer 3 \"concatenate\" (Concatenate): merges 2 inputs "
+                 "(\"conv2d\", \"conv2d_1\")%s", file, merge);
+        expect_file_error(file, want);
+        snprintf(file, sizeof file, "two_inputs_k%d.json", v);
+        snprintf(want, sizeof want, "%s: layer 2 \"concatenate\" (Concatenate): merges 2 inputs "
+                 "(\"%s\", \"%s\")%s", file, in0, in1, merge);
+        expect_file_error(file, want);
+        snprintf(file, sizeof file, "two_outputs_k%d.json", v);
+        snprintf(want, sizeof want, "%s: layer 3 \"dense_1\" (Dense): one of the model's 2 "
+                 "outputs: hetrain trains a model of one output", file);
+        expect_file_error(file, want);
+        snprintf(file, sizeof file, "shared_k%d.json", v);
+        snprintf(want, sizeof want, "%s: layer 1 \"dense\" (Dense): called 2 times (a shared "
+                 "layer): " SINGLE, file);
+        expect_file_error(file, want);
+        // Keras pools the (26, 26, 8) tensor's width and channels (what tools/
+        // keras_graph_fixture.py checked by running it).
+        snprintf(file, sizeof file, "mixed_k%d.json", v);
+        snprintf(want, sizeof want, "%s: layer 2 \"max_pooling2d\" (MaxPooling2D): data_format "
+                 "channels_first in a channels_last model: Keras reads this layer's input (26, "
+                 "26, 8) as (channels, height, width) and max-pools its last two axes (the "
+                 "model's width and channels) into (26, 13, 4); hetrain's layers work over height "
+                 "and width alone: give the layer data_format channels_last", file);
+        expect_file_error(file, want);
+    }
+}
+
+// ---- hand-written graphs ----------------------------------------------------------------------
+
+static const char *const input3 =
+    "{\"class_name\": \"InputLayer\", \"name\": \"in\", \"config\": {\"name\": \"in\", "
+    "\"batch_shape\": [null, 8]}, \"inbound_nodes\": []}";
+
+// A Keras 3 tensor from layer `from`.
+static void tensor3(char *buf, size_t cap, const char *from) {
+    snprintf(buf, cap, "{\"class_name\": \"__keras_tensor__\", \"config\": {\"shape\": [null, "
+             "8], \"keras_history\": [\"%s\", 0, 0]}}", from);
+}
+
+// A Keras 3 Dense layer `name` called on `from` with `kwargs`.
+static void dense3(char *buf, size_t cap, const char *name, const char *from, int units,
+                   const char *act, const char *kwargs) {
+    char t[256];
+    tensor3(t, sizeof t, from);
+    snprintf(buf, cap, "{\"class_name\": \"Dense\", \"name\": \"%s\", \"config\": {\"name\": "
+             "\"%s\", \"units\": %d, \"activation\": \"%s\"}, \"inbound_nodes\": [{\"args\": "
+             "[%s], \"kwargs\": {%s}}]}", name, name, units, act, t, kwargs);
+}
+
+// A Keras 3 Functional model of `layers` with its input and output.
+static char *functional3(const char *layers, const char *inputs, const char *outputs) {
+    static char buf[8192];
+    snprintf(buf, sizeof buf, "{\"class_name\": \"Functional\", \"config\": {\"name\": "
+             "\"net\", \"layers\": [%s], \"input_layers\": %s, \"output_layers\": %s}}", layers,
+             inputs, outputs);
+    return buf;
+}
+
+static void expect_error(const char *json, const char *want) {
+    model m;
+    ht_error e = {{0}};
+    if (model_init_keras_text(&m, json, strlen(json), "bad.json", &e) == 0)
+        fail_msg("accepted: %s", json);
+    if (strcmp(e.msg, want)) fail_msg("error\n  \"%s\"\nexpected\n  \"%s\"", e.msg, want);
+    assert_null(m.layers);
+    assert_null(strchr(e.msg, '\n'));
+}
+
+static void expect_ok(const char *json, size_t params) {
+    model m;
+    ht_error e = {{0}};
+    if (model_init_keras_text(&m, json, strlen(json), "ok.json", &e) < 0) fail_msg("%s", e.msg);
+    assert_int_equal(m.n_params, params);
+    model_free(&m);
+}
+
+static void test_graph_errors(void **state) {
+    (void)state;
+    char a[1024], b[1024], layers[4096];
+    // The frame: in -> a -> b (softmax); Keras 3's recorded training argument is let be.
+    dense3(a, sizeof a, "a", "in", 8, "relu", "\"training\": false");
+    dense3(b, sizeof b, "b", "a", 4, "softmax", "\"mask\": null");
+    snprintf(layers, sizeof layers, "%s, %s, %s", input3, a, b);
+    expect_ok(functional3(layers, "[\"in\", 0, 0]", "[\"b\", 0, 0]"), 8 * 8 + 8 + 8 * 4 + 4);
+    // Keras 2's spelling: the class Model, [[layer, node, tensor, kwargs]] calls.
+    expect_ok("{\"class_name\": \"Model\", \"keras_version\": \"2.2.4\", \"config\": {\"name\": "
+              "\"model_1\", \"layers\": [{\"class_name\": \"InputLayer\", \"name\": \"i\", "
+              "\"config\": {\"batch_input_shape\": [null, 8], \"name\": \"i\"}, "
+              "\"inbound_nodes\": []}, {\"class_name\": \"Dense\", \"name\": \"d\", \"config\": "
+              "{\"name\": \"d\", \"units\": 4, \"activation\": \"softmax\"}, \"inbound_nodes\": "
+              "[[[\"i\", 0, 0, {}]]]}], \"input_layers\": [[\"i\", 0, 0]], \"output_layers\": "
+              "[[\"d\", 0, 0]]}}", 36);
+    // ... but Keras 2 keeps a call's training=True (dropout at inference too).
+    expect_error("{\"class_name\": \"Model\", \"keras_version\": \"2.2.4\", \"config\": "
+                 "{\"name\": \"m\", \"layers\": [{\"class_name\": \"InputLayer\", \"name\": "
+                 "\"i\", \"config\": {\"batch_input_shape\": [null, 8], \"name\": \"i\"}, "
+                 "\"inbound_nodes\": []}, {\"class_name\": \"Dropout\", \"name\": \"x\", "
+                 "\"config\": {\"name\": \"x\", \"rate\": 0.5}, \"inbound_nodes\": [[[\"i\", 0, "
+                 "0, {\"training\": true}]]]}], \"input_layers\": [[\"i\", 0, 0]], "
+                 "\"output_layers\": [[\"x\", 0, 0]]}}",
+                 "bad.json: layer 1 \"x\" (Dropout): called with training=true: hetrain calls a "
+                 "layer on its input alone");
+    // Another argument of a Keras 3 call.
+    dense3(a, sizeof a, "a", "in", 8, "relu", "\"scale\": 2");
+    snprintf(layers, sizeof layers, "%s, %s, %s", input3, a, b);
+    expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"b\", 0, 0]"),
+                 "bad.json: layer 1 \"a\" (Dense): called with scale=2: hetrain calls a layer on "
+                 "its input alone");
+    // A branch: b takes the input, not a's output.
+    dense3(a, sizeof a, "a", "in", 8, "relu", "");
+    dense3(b, sizeof b, "b", "in", 4, "softmax", "");
+    snprintf(layers, sizeof layers, "%s, %s, %s", input3, a, b);
+    expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"b\", 0, 0]"),
+                 "bad.json: layer 2 \"b\" (Dense): its input is \"in\", not the layer before it "
+                 "(\"a\"): " SINGLE ", its layers listed in order");
+    // The output is not the last layer.
+    dense3(b, sizeof b, "b", "a", 4, "softmax", "");
+    snprintf(layers, sizeof layers, "%s, %s, %s", input3, a, b);
+    expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"a\", 0, 0]"),
+                 "bad.json: layer 2 \"b\" (Dense): the model's output is \"a\", not its last "
+                 "layer: " SINGLE);
+    // The input is not the first layer; a second input that nothing merges.
+    expect_error(functional3(layers, "[\"a\", 0, 0]", "[\"b\", 0, 0]"),
+                 "bad.json: layer 0 \"in\" (InputLayer): the first layer must be the model's "
+                 "input, \"a\" (an InputLayer)");
+    expect_error(functional3(layers, "[[\"in\", 0, 0], [\"a\", 0, 0]]", "[\"b\", 0, 0]"),
+                 "bad.json: layer 1 \"a\" (Dense): a second input (the model has 2): hetrain "
+                 "reads models of one input");
+    expect_error(functional3(layers, "3", "[\"b\", 0, 0]"),
+                 "bad.json: input_layers: expected a list of [layer, node, tensor]");
+    // A layer that nothing calls; a malformed tensor; a model inside the model.
+    snprintf(layers, sizeof layers, "%s, {\"class_name\": \"Dense\", \"name\": \"a\", "
+             "\"config\": {\"name\": \"a\", \"units\": 4}, \"inbound_nodes\": []}", input3);
+    expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"a\", 0, 0]"),
+                 "bad.json: layer 1 \"a\" (Dense): called on no input: " SINGLE " of one input");
+    snprintf(layers, sizeof layers, "%s, {\"class_name\": \"Dense\", \"name\": \"a\", "
+             "\"config\": {\"name\": \"a\", \"units\": 4}, \"inbound_nodes\": [{\"args\": "
+             "[{\"class_name\": \"__keras_tensor__\", \"config\": {\"keras_history\": "
+             "[\"in\"]}}]}]}", input3);
+    expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"a\", 0, 0]"),
+                 "bad.json: layer 1 \"a\" (Dense): inbound_nodes: a tensor without its "
+                 "keras_history [layer, node, tensor]");
+    char t[256];
+    tensor3(t, sizeof t, "in");
+    snprintf(layers, sizeof layers, "%s, {\"class_name\": \"Sequential\", \"name\": \"s\", "
+             "\"config\": {\"name\": \"s\", \"layers\": []}, \"inbound_nodes\": [{\"args\": "
+             "[%s]}]}", input3, t);
+    expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"s\", 0, 0]"),
+                 "bad.json: layer 1 \"s\" (Sequential): a model inside the model is not "
+                 "supported; hetrain reads one list of layers");
+    expect_error("{\"class_name\": \"Functional\", \"config\": [1]}",
+                 "bad.json: config: expected an object with \"layers\", \"input_layers\" and "
+                 "\"output_layers\"");
+}
+
+// ---- data_format ------------------------------------------------------------------------------
+
+// A Sequential model of an 8x8x2 (H, W, C) input, then `layers`.
+static char *seq(const char *layers) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"t\", \"layers\": ["
+             "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8, 8, "
+             "2], \"name\": \"in\"}}, %s, {\"class_name\": \"Flatten\", \"config\": {}}, "
+             "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 4, "
+             "\"activation\": \"softmax\"}}]}}",
+             layers);
+    return buf;
+}
+
+#define CONV(fmt)                                                                              \
+    "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 3, "               \
+    "\"kernel_size\": 3, \"data_format\": \"" fmt "\"}}"
+#define POOL(cls, fmt, extra)                                                                  \
+    "{\"class_name\": \"" cls "\", \"config\": {\"name\": \"p\", \"data_format\": \"" fmt      \
+    "\"" extra "}}"
+
+static void test_mixed_format(void **state) {
+    (void)state;
+    // The model's layout is its first Conv2D's, whatever a pooling layer before it says.
+    expect_error(seq(POOL("MaxPooling2D", "channels_first", ", \"padding\": \"same\"") ", "
+                 CONV("channels_last")),
+                 "bad.json: layer 1 \"p\" (MaxPooling2D): data_format channels_first in a "
+                 "channels_last model: Keras reads this layer's input (8, 8, 2) as (channels, "
+                 "height, width) and max-pools its last two axes (the model's width and "
+                 "channels) into (8, 4, 1); hetrain's layers work over height and width alone: "
+                 "give the layer data_format channels_last");
+    // A channels_last layer in a channels_first model works over the channels and height.
+    // (The input then reads as 8 channels of 8x2.)
+    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": "
+                     "3, \"kernel_size\": 3, \"padding\": \"same\", \"data_format\": "
+                     "\"channels_first\"}}, " POOL("AveragePooling2D", "channels_last", "")),
+                 "bad.json: layer 2 \"p\" (AveragePooling2D): data_format channels_last in a "
+                 "channels_first model: Keras reads this layer's input (3, 8, 2) as (height, "
+                 "width, channels) and average-pools its first two axes (the model's channels "
+                 "and height) into (1, 4, 2); hetrain's layers work over height and width alone: "
+                 "give the layer data_format channels_first");
+    expect_error(seq(CONV("channels_last") ", {\"class_name\": \"GlobalAveragePooling2D\", "
+                 "\"config\": {\"name\": \"p\", \"data_format\": \"channels_first\"}}"),
+                 "bad.json: layer 2 \"p\" (GlobalAveragePooling2D): data_format channels_first in "
+                 "a channels_last model: Keras reads this layer's input (6, 6, 3) as (channels, "
+                 "height, width) and averages its last two axes (the model's width and channels) "
+                 "into 6 features; hetrain's layers work over height and width alone: give the "
+                 "layer data_format channels_last");
+    expect_error(seq(CONV("channels_last") ", {\"class_name\": \"Conv2D\", \"config\": "
+                 "{\"name\": \"c2\", \"filters\": 4, \"kernel_size\": 3, \"data_format\": "
+                 "\"channels_first\"}}"),
+                 "bad.json: layer 2 \"c2\" (Conv2D): data_format channels_first in a "
+                 "channels_last model: Keras reads this layer's input (6, 6, 3) as (channels, "
+                 "height, width) and convolves over its last two axes (the model's width and "
+                 "channels) into (4, 4, 1); hetrain's layers work over height and width alone: "
+                 "give the layer data_format channels_last");
+    // A 1x1 window of stride 1 is the identity over any axes: read.
+    expect_ok(seq(CONV("channels_last") ", " POOL("MaxPooling2D", "channels_first",
+                                                 ", \"pool_size\": 1, \"strides\": 1")),
+              3 * 3 * 2 * 3 + 3 + 6 * 6 * 3 * 4 + 4);
+    expect_error(seq(POOL("MaxPooling2D", "channels_middle", "")),
+                 "bad.json: layer 1 \"p\" (MaxPooling2D): data_format \"channels_middle\": "
+                 "expected channels_last or channels_first");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_functional),
+        cmocka_unit_test(test_refused_fixtures),
+        cmocka_unit_test(test_graph_errors),
+        cmocka_unit_test(test_mixed_format),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
