@@ -11,6 +11,7 @@
 #include "conv_algo.h"
 #include "fault.h"
 #include "ht_omp.h"
+#include "kerash5.h"
 #include "net.h"
 #include "optim.h"
 #include "ranks.h"
@@ -123,6 +124,9 @@ int job_prepare(job *j, const train_opts *o, ht_error *e) {
     if (o->save && access(o->save, F_OK) == 0)
         return ht_fail(e, "%s already exists; choose another --save path or remove it", o->save);
     if (model_init(&j->m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) return -1;
+    // A Keras weights file that could not be written is refused now, not after training.
+    if (o->save && kerash5_is_path(o->save, 0) && kerash5_check_save(o->save, &j->m, e) < 0)
+        return ht_wrap(e, "--save");
     train_setup *s = &j->m.setup;
     if (o->epochs > 0) s->epochs = o->epochs;
     if (o->batch > 0) s->batch = o->batch;
@@ -149,7 +153,9 @@ int job_prepare(job *j, const train_opts *o, ht_error *e) {
     j->params = ht_malloc(j->m.n_params, sizeof(float), e);
     if (!j->params) return -1;
     if (o->load) {
-        if (safetensors_load(o->load, &j->m, j->params, e) < 0) return -1;
+        int keras = kerash5_is_path(o->load, 1);
+        if ((keras ? kerash5_load : safetensors_load)(o->load, &j->m, j->params, e) < 0)
+            return -1;
     } else {
         model_init_params(&j->m, j->params, o->seed);
     }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "kerash5.h"
 #include "safetensors.h"
 
 int predict_run(const predict_opts *o, ht_error *e) {
@@ -28,7 +29,9 @@ int predict_run(const predict_opts *o, ht_error *e) {
     }
     if (job_check_fits(&j->m, &j->test, "test data", e) < 0) goto out;
     j->params = ht_malloc(j->m.n_params, sizeof(float), e);
-    if (!j->params || safetensors_load(o->load, &j->m, j->params, e) < 0) goto out;
+    if (!j->params || (kerash5_is_path(o->load, 1) ? kerash5_load : safetensors_load)(
+                          o->load, &j->m, j->params, e) < 0)
+        goto out;
     int chunk = j->test.n < 1000 ? j->test.n : 1000;
     if (job_open_devices(j, o->devices, chunk, 0, e) < 0)
         goto out;

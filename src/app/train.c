@@ -13,6 +13,7 @@
 
 #include "checkpoint.h"
 #include "conv_algo.h"
+#include "kerash5.h"
 #include "optim.h"
 #include "progress.h"
 #include "ranks.h"
@@ -105,10 +106,10 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
             engine_set_lr_factor(j->g, lr_schedule_factor(&s->sched, ep, ep * per_epoch + off / s->batch,
                                                           s->epochs * per_epoch));
             j->step_lr = engine_lr(j->g);
-            step_stats st;
             // Keras's loss adds its regularizers' term (model_reg_penalty), at the weights the
             // step starts from, to each batch's mean: B times it to the sum of the samples'.
             double penalty = model_reg_penalty(&j->m, engine_params(j->g));
+            step_stats st;
             if (j->profiling && j->prof_steps.steps == 0) j->prof_start = ht_now();
             if (engine_train_step(j->g, &j->train, j->idx + off, B, (uint32_t)ep, j->loss,
                                   j->pred, &st, e) < 0) {
@@ -128,8 +129,8 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
                     j->lsum += j->loss[i];
                     j->correct += j->pred[i] == j->train.y[j->idx[off + i]];
                 }
-                j->counted += B;
                 j->lsum += B * penalty;
+                j->counted += B;
             }
             j->seen += B;
             progress_update(&pr, j->seen, j->counted ? j->lsum / j->counted : NAN,
@@ -288,7 +289,8 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
     if (o->save) {
         // Weights are saved even after a failure, so an interrupted run can be resumed.
         ht_error se;
-        if (safetensors_save(o->save, &j->m, engine_params(j->g), &se) < 0) {
+        if ((kerash5_is_path(o->save, 0) ? kerash5_save : safetensors_save)(
+                o->save, &j->m, engine_params(j->g), &se) < 0) {
             if (rc == 0) *e = se;
             else run_log(&j->rf, 0, "error saving weights: %s\n", se.msg);
             rc = -1;

@@ -1,0 +1,756 @@
+// Keras's HDF5 weight files (kerash5.h): a plan that pairs each hetrain layer with weights with
+// its Keras layer and variables, then one writer (Keras 3's layout) and one reader (Keras 3's
+// and Keras 2's layouts). Both reorder through the same index map, so a save and a load give
+// back the same bits.
+#include "kerash5.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "safetensors.h"
+
+#define KH5_MAX_VARS 4
+
+// How a Keras variable's elements sit against hetrain's tensor.
+typedef enum kh5_order {
+    KH5_SAME,  // a vector
+    KH5_CONV,  // Keras (K,K,C,OC), hetrain (OC,C,K,K)
+    KH5_DENSE, // Keras (IN,OUT) with IN in (H,W,C) order, hetrain (OUT,IN) in (C,H,W) order
+} kh5_order;
+
+typedef struct kh5_var {
+    const char *name;      // Keras's: "kernel", "bias", "gamma", ...
+    const model_tensor *t; // hetrain's tensor
+    int ndim;
+    hsize_t dims[4];       // Keras's shape
+    kh5_order order;
+    size_t oc, c, h, w;    // CONV: OC, C, K, K; DENSE: OUT and its input map (C,H,W)
+} kh5_var;
+
+typedef struct kh5_layer {
+    int l;                     // index into m->layers
+    const char *cls;           // Keras's class
+    char path[48];             // Keras 3's group: "conv2d_1"
+    int pos;                   // its place among the model's layers of its class, from 0
+    int nv;
+    kh5_var v[KH5_MAX_VARS];
+    const model_tensor *count; // batchnorm's count of updates: no Keras counterpart
+} kh5_layer;
+
+typedef struct kh5_plan {
+    int n;
+    kh5_layer *L;
+    size_t max_n; // the largest variable's element count
+} kh5_plan;
+
+// The Keras layer of each hetrain kind with weights, and Keras 3's group name for its class
+// (keras.src.utils.naming.to_snake_case of the class name).
+static const struct {
+    layer_kind kind;
+    const char *cls, *snake;
+} kh5_classes[] = {
+    {LAYER_CONV2D, "Conv2D", "conv2d"},
+    {LAYER_DENSE, "Dense", "dense"},
+    {LAYER_BATCHNORM, "BatchNormalization", "batch_normalization"},
+};
+#define KH5_N_CLASSES (int)(sizeof kh5_classes / sizeof kh5_classes[0])
+
+// ---- the plan -------------------------------------------------------------------------------
+
+static void add_var(kh5_layer *K, const char *name, const model_tensor *t, kh5_order order) {
+    kh5_var *v = &K->v[K->nv++];
+    *v = (kh5_var){.name = name, .t = t, .order = order};
+    if (order == KH5_CONV) { // (OC,C,K,K) -> (K,K,C,OC)
+        v->oc = t->shape[0], v->c = t->shape[1], v->h = t->shape[2], v->w = t->shape[3];
+        v->ndim = 4;
+        v->dims[0] = v->h, v->dims[1] = v->w, v->dims[2] = v->c, v->dims[3] = v->oc;
+    } else if (order == KH5_DENSE) { // (OUT,IN) -> (IN,OUT)
+        v->oc = t->shape[0];
+        v->ndim = 2;
+        v->dims[0] = t->shape[1], v->dims[1] = t->shape[0];
+    } else {
+        v->ndim = 1;
+        v->dims[0] = t->n;
+    }
+}
+
+// The (C,H,W) map a dense layer's inputs flatten: its input layer's output. A layer after a
+// dense, or after global pooling, sees (n,1,1), whose order is the same both ways.
+static void dense_input(const model *m, int l, kh5_var *v) {
+    size_t in = v->dims[0];
+    size_t c = (size_t)m->in_c, h = (size_t)m->in_h, w = (size_t)m->in_w;
+    if (l > 0) {
+        const layer *P = &m->layers[l - 1];
+        c = (size_t)P->oc, h = (size_t)P->oh, w = (size_t)P->ow;
+    }
+    if (c * h * w != in) c = in, h = 1, w = 1;
+    v->c = c, v->h = h, v->w = w;
+}
+
+static void plan_free(kh5_plan *p) {
+    free(p->L);
+    *p = (kh5_plan){0};
+}
+
+static int plan_build(const char *path, const model *m, kh5_plan *p, ht_error *e) {
+    *p = (kh5_plan){0};
+    const model_tensor *ts;
+    int nt;
+    if (safetensors_tensors(path, m, &ts, &nt, e)) return -1;
+    if (!(p->L = ht_calloc((size_t)m->n_layers + 1, sizeof *p->L, e))) return -1;
+    int seen[KH5_N_CLASSES] = {0};
+    for (int l = 0; l < m->n_layers; l++) {
+        const model_tensor *wt = NULL, *bt = NULL, *st[4] = {NULL};
+        for (int i = 0; i < nt; i++) {
+            if (ts[i].layer != l) continue;
+            if (ts[i].state != TENSOR_TRAINABLE) st[ts[i].state] = &ts[i];
+            else if (ts[i].bias) bt = &ts[i];
+            else wt = &ts[i];
+        }
+        if (!wt && !bt && !st[TENSOR_RUNNING_MEAN]) continue;
+        const layer *L = &m->layers[l];
+        int c = 0;
+        while (c < KH5_N_CLASSES && kh5_classes[c].kind != L->kind) c++;
+        if (c == KH5_N_CLASSES) {
+            plan_free(p);
+            return ht_fail(e, "%s: layer %d \"%s\" (%s) has weights but no Keras layer to hold "
+                              "them (Keras weight files hold Conv2D, Dense and "
+                              "BatchNormalization)", path, l, L->name, model_kind_name(L->kind));
+        }
+        kh5_layer *K = &p->L[p->n++];
+        K->l = l;
+        K->cls = kh5_classes[c].cls;
+        if (seen[c]) snprintf(K->path, sizeof K->path, "%s_%d", kh5_classes[c].snake, seen[c]);
+        else snprintf(K->path, sizeof K->path, "%s", kh5_classes[c].snake);
+        K->pos = seen[c]++;
+        if (L->kind == LAYER_BATCHNORM) {
+            if (!st[TENSOR_RUNNING_MEAN] || !st[TENSOR_RUNNING_VAR]) {
+                plan_free(p);
+                return ht_fail(e, "%s: layer %d \"%s\" (batchnorm) lacks its running mean or "
+                                  "variance", path, l, L->name);
+            }
+            if (wt) add_var(K, "gamma", wt, KH5_SAME);
+            if (bt) add_var(K, "beta", bt, KH5_SAME);
+            add_var(K, "moving_mean", st[TENSOR_RUNNING_MEAN], KH5_SAME);
+            add_var(K, "moving_variance", st[TENSOR_RUNNING_VAR], KH5_SAME);
+            K->count = st[TENSOR_NUM_BATCHES];
+        } else {
+            if (!wt || wt->ndim != (L->kind == LAYER_CONV2D ? 4 : 2)) {
+                plan_free(p);
+                return ht_fail(e, "%s: layer %d \"%s\" (%s) has no kernel of Keras's rank", path,
+                               l, L->name, model_kind_name(L->kind));
+            }
+            add_var(K, "kernel", wt, L->kind == LAYER_CONV2D ? KH5_CONV : KH5_DENSE);
+            if (L->kind == LAYER_DENSE) dense_input(m, l, &K->v[0]);
+            if (bt) add_var(K, "bias", bt, KH5_SAME);
+        }
+        for (int i = 0; i < K->nv; i++)
+            if (K->v[i].t->n > p->max_n) p->max_n = K->v[i].t->n;
+    }
+    return 0;
+}
+
+// Where hetrain's element i of v's tensor sits in Keras's variable.
+static size_t keras_index(const kh5_var *v, size_t i) {
+    if (v->order == KH5_CONV) {
+        size_t k = v->h, ckk = v->c * k * k;
+        size_t oc = i / ckk, r = i % ckk, c = r / (k * k), y = r / k % k, x = r % k;
+        return ((y * k + x) * v->c + c) * v->oc + oc;
+    }
+    if (v->order == KH5_DENSE) {
+        size_t in = v->c * v->h * v->w, o = i / in, r = i % in;
+        size_t c = r / (v->h * v->w), y = r / v->w % v->h, x = r % v->w;
+        return ((y * v->w + x) * v->c + c) * v->oc + o;
+    }
+    return i;
+}
+
+// "kernel, bias" for messages.
+static const char *var_list(const kh5_layer *K, char *buf, size_t cap) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < K->nv && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? ", " : "", K->v[i].name);
+    return buf;
+}
+
+static const char *shape_text(char *buf, size_t cap, int nd, const hsize_t *d) {
+    size_t k = (size_t)snprintf(buf, cap, "(");
+    for (int i = 0; i < nd && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%llu", i ? ", " : "", (unsigned long long)d[i]);
+    if (k < cap) snprintf(buf + k, cap - k, nd == 1 ? ",)" : ")");
+    return buf;
+}
+
+// ---- HDF5 helpers ---------------------------------------------------------------------------
+
+// libhdf5 prints its error stack to stderr unless told not to; hetrain reports one line.
+static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+static herr_t h5_why_cb(unsigned n, const H5E_error2_t *err, void *data) {
+    if (n == 0 && err->desc) snprintf(data, 160, "%s", err->desc);
+    return 0;
+}
+
+// The innermost reason on libhdf5's error stack, for a message.
+static const char *h5_why(char *buf) {
+    snprintf(buf, 160, "libhdf5 gave no reason");
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_why_cb, buf);
+    for (char *s = buf; *s; s++)
+        if (*s == '\n') *s = ' ';
+    return buf;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcasecmp(s + n - k, suffix);
+}
+
+static const unsigned char h5_magic[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+
+// HDF5's signature sits at 0, or at 512, 1024, 2048, ... after a user block.
+static int has_h5_signature(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC), found = 0;
+    if (fd < 0) return 0;
+    for (off_t at = 0; at <= (off_t)1 << 30 && !found; at = at ? 2 * at : 512) {
+        unsigned char b[8];
+        if (pread(fd, b, sizeof b, at) != (ssize_t)sizeof b) break;
+        found = !memcmp(b, h5_magic, sizeof b);
+    }
+    close(fd);
+    return found;
+}
+
+int kerash5_is_path(const char *path, int reading) {
+    if (ends_with(path, ".h5") || ends_with(path, ".hdf5") || ends_with(path, ".keras")) return 1;
+    return reading && has_h5_signature(path);
+}
+
+// ---- write ----------------------------------------------------------------------------------
+
+static int put_name(hid_t obj, const char *value) {
+    hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate(H5S_SCALAR), a = -1;
+    int rc = -1;
+    if (t >= 0 && s >= 0 && H5Tset_size(t, H5T_VARIABLE) >= 0 &&
+        H5Tset_cset(t, H5T_CSET_UTF8) >= 0 &&
+        (a = H5Acreate2(obj, "name", t, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0)
+        rc = H5Awrite(a, t, &value) < 0 ? -1 : 0;
+    if (a >= 0) H5Aclose(a);
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    return rc;
+}
+
+static int put_var(hid_t vars, int i, const kh5_var *v, const float *params, float *buf) {
+    const float *src = params + v->t->off;
+    for (size_t k = 0; k < v->t->n; k++) buf[keras_index(v, k)] = src[k];
+    char name[16];
+    snprintf(name, sizeof name, "%d", i);
+    hid_t s = H5Screate_simple(v->ndim, v->dims, NULL), d = -1;
+    int rc = -1;
+    if (s >= 0 &&
+        (d = H5Dcreate2(vars, name, H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) >= 0)
+        rc = H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0 ? -1 : 0;
+    if (d >= 0) H5Dclose(d);
+    if (s >= 0) H5Sclose(s);
+    return rc;
+}
+
+// One layer's layers/<path>/vars group with its variables.
+static int put_layer(hid_t layers, const kh5_layer *K, const model *m, const float *params,
+                     float *buf) {
+    hid_t g = H5Gcreate2(layers, K->path, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), vars = -1;
+    int rc = -1;
+    if (g >= 0 && (vars = H5Gcreate2(g, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
+        put_name(vars, m->layers[K->l].name) == 0) {
+        rc = 0;
+        for (int i = 0; i < K->nv && rc == 0; i++) rc = put_var(vars, i, &K->v[i], params, buf);
+    }
+    if (vars >= 0) H5Gclose(vars);
+    if (g >= 0) H5Gclose(g);
+    return rc;
+}
+
+// Best effort: makes the rename itself durable. Some filesystems refuse fsync on directories.
+static void fsync_dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir) return;
+    int fd = open(dir, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+static int check_name(const char *path, ht_error *e) {
+    if (!ends_with(path, ".weights.h5"))
+        return ht_fail(e, "%s: hetrain writes Keras weights as Keras 3's .weights.h5 (which "
+                          "model.load_weights of Keras 3 and tf_keras reads); name the file "
+                          "*.weights.h5, or *.safetensors for PyTorch's layout", path);
+    return 0;
+}
+
+int kerash5_check_save(const char *path, const model *m, ht_error *e) {
+    if (check_name(path, e)) return -1;
+    kh5_plan p;
+    if (plan_build(path, m, &p, e)) return -1;
+    plan_free(&p);
+    return 0;
+}
+
+int kerash5_save(const char *path, const model *m, const float *params, ht_error *e) {
+    kh5_plan p;
+    if (check_name(path, e) || plan_build(path, m, &p, e)) return -1;
+    h5_quiet();
+    int rc = -1, created = 0;
+    char why[160];
+    hid_t f = -1, g = -1;
+    size_t tmplen = strlen(path) + 32;
+    char *tmp = ht_malloc(tmplen, 1, e);
+    float *buf = tmp ? ht_malloc(p.max_n + 1, sizeof *buf, e) : NULL;
+    if (!buf) goto done;
+    snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
+    f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) {
+        ht_fail(e, "%s: cannot create temporary file %s: %s", path, tmp, h5_why(why));
+        goto done;
+    }
+    created = 1;
+    if ((g = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0) goto h5_error;
+    for (int i = 0; i < p.n; i++)
+        if (put_layer(g, &p.L[i], m, params, buf)) {
+            ht_fail(e, "%s: writing layers/%s (layer \"%s\") to %s: %s", path, p.L[i].path,
+                    m->layers[p.L[i].l].name, tmp, h5_why(why));
+            goto done;
+        }
+    H5Gclose(g);
+    // The model's own variables (none), named as Keras names the group.
+    if ((g = H5Gcreate2(f, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
+        put_name(g, m->name))
+        goto h5_error;
+    H5Gclose(g);
+    g = -1;
+    herr_t cr = H5Fclose(f);
+    f = -1;
+    if (cr < 0) goto h5_error;
+    int fd = open(tmp, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd)) {
+        ht_fail(e, "%s: writing %s: %s", path, tmp, strerror(errno));
+        if (fd >= 0) close(fd);
+        goto done;
+    }
+    close(fd);
+    if (rename(tmp, path)) {
+        ht_fail(e, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+        goto done;
+    }
+    fsync_dir_of(path);
+    rc = 0;
+    goto done;
+h5_error:
+    ht_fail(e, "%s: writing %s: %s", path, tmp, h5_why(why));
+done:
+    if (g >= 0) H5Gclose(g);
+    if (f >= 0) H5Fclose(f);
+    if (rc && created) unlink(tmp);
+    free(tmp);
+    free(buf);
+    plan_free(&p);
+    return rc;
+}
+
+// ---- read -----------------------------------------------------------------------------------
+
+typedef struct kh5_strs {
+    char **s;
+    int n;
+} kh5_strs;
+
+static void strs_free(kh5_strs *x) {
+    for (int i = 0; i < x->n; i++) free(x->s[i]);
+    free(x->s);
+    *x = (kh5_strs){0};
+}
+
+// Appends the strings of attribute `name` of obj: fixed-length (Keras 2 before h5py 3) or
+// variable-length, a list or a scalar.
+static int strs_read(hid_t obj, const char *name, kh5_strs *out) {
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    hid_t ft = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1, mt = -1;
+    hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    int rc = -1;
+    char **grown = NULL;
+    // An empty list is an empty float64 array (numpy's default for []).
+    if (ft >= 0 && np == 0) {
+        rc = 0;
+        goto done;
+    }
+    if (ft < 0 || np < 0 || H5Tget_class(ft) != H5T_STRING || np > 1 << 24) goto done;
+    if (!(grown = realloc(out->s, ((size_t)out->n + (size_t)np + 1) * sizeof *grown))) goto done;
+    out->s = grown;
+    if (H5Tis_variable_str(ft) > 0) {
+        char **v = calloc((size_t)np, sizeof *v);
+        if (!v || (mt = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 ||
+            H5Tset_cset(mt, H5Tget_cset(ft)) < 0 || H5Aread(a, mt, v) < 0) {
+            free(v);
+            goto done;
+        }
+        rc = 0;
+        for (hssize_t i = 0; i < np; i++) {
+            char *s = strdup(v[i] ? v[i] : "");
+            if (!s) rc = -1;
+            else out->s[out->n++] = s;
+            H5free_memory(v[i]);
+        }
+        free(v);
+    } else {
+        size_t sz = H5Tget_size(ft);
+        char *raw = sz ? calloc((size_t)np, sz) : NULL;
+        if (!raw || H5Aread(a, ft, raw) < 0) {
+            free(raw);
+            goto done;
+        }
+        rc = 0;
+        for (hssize_t i = 0; i < np && rc == 0; i++) {
+            const char *s = raw + (size_t)i * sz;
+            char *d = strndup(s, strnlen(s, sz));
+            if (!d) rc = -1;
+            else out->s[out->n++] = d;
+        }
+        free(raw);
+    }
+done:
+    if (mt >= 0) H5Tclose(mt);
+    if (sp >= 0) H5Sclose(sp);
+    if (ft >= 0) H5Tclose(ft);
+    if (a >= 0) H5Aclose(a);
+    return rc;
+}
+
+// Keras 2's string-list attribute, split into name0, name1, ... when it outgrew an object
+// header (legacy save_attributes_to_hdf5_group). 1 when absent.
+static int attr_strings(hid_t obj, const char *name, kh5_strs *out) {
+    *out = (kh5_strs){0};
+    if (H5Aexists(obj, name) > 0) return strs_read(obj, name, out);
+    char part[64];
+    int k = 0;
+    for (;; k++) {
+        snprintf(part, sizeof part, "%s%d", name, k);
+        if (H5Aexists(obj, part) <= 0) break;
+        if (strs_read(obj, part, out)) {
+            strs_free(out);
+            return -1;
+        }
+    }
+    return k ? 0 : 1;
+}
+
+typedef struct kh5_in {
+    const char *path;
+    const model *m;
+    float *out; // the scratch parameters
+    float *buf; // one variable in Keras's order
+    ht_error *e;
+} kh5_in;
+
+// Reads dataset `where` (at loc as dname) into variable v of layer K. where is its path in
+// the file, for messages.
+static int read_var(kh5_in *in, hid_t loc, const char *dname, const char *where,
+                    const kh5_layer *K, const kh5_var *v) {
+    const char *lname = in->m->layers[K->l].name;
+    char why[160], a[96], b[96];
+    hid_t d = H5Dopen2(loc, dname, H5P_DEFAULT);
+    if (d < 0)
+        return ht_fail(in->e, "%s: %s, the %s of layer \"%s\" (%s): cannot open it: %s",
+                       in->path, where, v->name, lname, K->cls, h5_why(why));
+    hid_t t = H5Dget_type(d), s = H5Dget_space(d);
+    int rc = -1;
+    hsize_t dims[H5S_MAX_RANK];
+    int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
+    if (t < 0 || nd < 0 || nd > H5S_MAX_RANK || H5Sget_simple_extent_dims(s, dims, NULL) < 0) {
+        ht_fail(in->e, "%s: %s, the %s of layer \"%s\" (%s): unreadable: %s", in->path, where,
+                v->name, lname, K->cls, h5_why(why));
+        goto done;
+    }
+    if (H5Tget_class(t) != H5T_FLOAT) {
+        ht_fail(in->e, "%s: %s, the %s of layer \"%s\" (%s): holds %s, expected floats",
+                in->path, where, v->name, lname, K->cls,
+                H5Tget_class(t) == H5T_INTEGER ? "integers"
+                : H5Tget_class(t) == H5T_STRING ? "strings" : "a type that is not a number");
+        goto done;
+    }
+    int same = nd == v->ndim;
+    for (int i = 0; same && i < nd; i++) same = dims[i] == v->dims[i];
+    if (!same) {
+        ht_fail(in->e, "%s: %s, the %s of layer \"%s\" (%s): expected shape %s, found %s",
+                in->path, where, v->name, lname, K->cls, shape_text(a, sizeof a, v->ndim, v->dims),
+                shape_text(b, sizeof b, nd, dims));
+        goto done;
+    }
+    if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, in->buf) < 0) {
+        ht_fail(in->e, "%s: %s, the %s of layer \"%s\" (%s): cannot read it: %s", in->path,
+                where, v->name, lname, K->cls, h5_why(why));
+        goto done;
+    }
+    for (size_t k = 0; k < v->t->n; k++)
+        if (!isfinite(in->buf[k])) {
+            ht_fail(in->e, "%s: %s, the %s of layer \"%s\" (%s): element %zu is %s", in->path,
+                    where, v->name, lname, K->cls, k, isnan(in->buf[k]) ? "NaN" : "infinite");
+            goto done;
+        }
+    float *dst = in->out + v->t->off;
+    for (size_t k = 0; k < v->t->n; k++) dst[k] = in->buf[keras_index(v, k)];
+    rc = 0;
+done:
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    H5Dclose(d);
+    return rc;
+}
+
+static int count_links(hid_t g, hsize_t *n) {
+    H5G_info_t info;
+    if (H5Gget_info(g, &info) < 0) return -1;
+    *n = info.nlinks;
+    return 0;
+}
+
+// 1 when loc has a group at name (one component), 0 when not.
+static int has_group(hid_t loc, const char *name) {
+    if (H5Lexists(loc, name, H5P_DEFAULT) <= 0) return 0;
+    // H5Oget_info's signature differs between libhdf5 1.10 and 1.12; opening it does not.
+    hid_t o = H5Oopen(loc, name, H5P_DEFAULT);
+    if (o < 0) return 0;
+    int group = H5Iget_type(o) == H5I_GROUP;
+    H5Oclose(o);
+    return group;
+}
+
+// Keras 3: layers/<path>/vars/<i> (prefix: "layers", or tf_keras 2.13's name for it).
+static int read_keras3(kh5_in *in, hid_t f, const char *prefix, const kh5_plan *p) {
+    char where[192], list[96];
+    hid_t top = H5Gopen2(f, prefix, H5P_DEFAULT);
+    if (top < 0) return ht_fail(in->e, "%s: cannot open group %s", in->path, prefix);
+    int rc = -1;
+    for (int i = 0; i < p->n; i++) {
+        const kh5_layer *K = &p->L[i];
+        const char *lname = in->m->layers[K->l].name;
+        hid_t g = has_group(top, K->path) ? H5Gopen2(top, K->path, H5P_DEFAULT) : -1;
+        hid_t vars = g >= 0 && has_group(g, "vars") ? H5Gopen2(g, "vars", H5P_DEFAULT) : -1;
+        if (g >= 0) H5Gclose(g);
+        snprintf(where, sizeof where, "%s/%s/vars", prefix, K->path);
+        if (vars < 0) {
+            ht_fail(in->e, "%s: no %s for layer \"%s\" (%s number %d of the model; Keras 3 names "
+                           "a layer's group by its class and that number): is the file of this "
+                           "model?", in->path, where, lname, K->cls, K->pos + 1);
+            goto done;
+        }
+        hsize_t n = 0;
+        if (count_links(vars, &n) || n != (hsize_t)K->nv) {
+            ht_fail(in->e, "%s: %s holds %llu variables where layer \"%s\" (%s) has %d (%s)",
+                    in->path, where, (unsigned long long)n, lname, K->cls, K->nv,
+                    var_list(K, list, sizeof list));
+            H5Gclose(vars);
+            goto done;
+        }
+        int bad = 0;
+        for (int v = 0; v < K->nv && !bad; v++) {
+            char dname[16], at[208];
+            snprintf(dname, sizeof dname, "%d", v);
+            snprintf(at, sizeof at, "%s/%d", where, v);
+            if (H5Lexists(vars, dname, H5P_DEFAULT) <= 0) {
+                ht_fail(in->e, "%s: no %s, the %s of layer \"%s\" (%s)", in->path, at,
+                        K->v[v].name, lname, K->cls);
+                bad = 1;
+            } else {
+                bad = read_var(in, vars, dname, at, K, &K->v[v]) != 0;
+            }
+        }
+        H5Gclose(vars);
+        if (bad) goto done;
+    }
+    // Weights of a layer this model lacks: the file is of another model.
+    hsize_t n;
+    if (count_links(top, &n)) goto done;
+    for (hsize_t k = 0; k < n; k++) {
+        char name[128];
+        if (H5Lget_name_by_idx(top, ".", H5_INDEX_NAME, H5_ITER_INC, k, name, sizeof name,
+                               H5P_DEFAULT) < 0)
+            continue;
+        int known = 0;
+        for (int i = 0; i < p->n && !known; i++) known = !strcmp(name, p->L[i].path);
+        if (known || !has_group(top, name)) continue;
+        hid_t g = H5Gopen2(top, name, H5P_DEFAULT);
+        hsize_t nv = 0;
+        int nested = has_group(g, "layers");
+        if (has_group(g, "vars")) {
+            hid_t vars = H5Gopen2(g, "vars", H5P_DEFAULT);
+            if (count_links(vars, &nv)) nv = 0;
+            H5Gclose(vars);
+        }
+        H5Gclose(g);
+        if (nv || nested) {
+            ht_fail(in->e, "%s: %s/%s holds %s that model %s does not have (its %d layers with "
+                           "weights are %s ... %s)", in->path, prefix, name,
+                    nested ? "a nested model's layers" : "the weights of a layer", in->m->name,
+                    p->n, p->n ? p->L[0].path : "-", p->n ? p->L[p->n - 1].path : "-");
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    H5Gclose(top);
+    return rc;
+}
+
+// Keras 2: layer_names on g, weight_names on each layer's group; matched by order among the
+// layers with weights, as Keras's own loader matches them.
+static int read_keras2(kh5_in *in, hid_t g, const char *gname, const kh5_plan *p) {
+    kh5_strs names = {0}, wn = {0};
+    int rc = -1, nw = 0;
+    char list[96];
+    int got = attr_strings(g, "layer_names", &names);
+    if (got < 0) return ht_fail(in->e, "%s: %s's attribute layer_names is not a list of strings",
+                                in->path, gname);
+    // The layers with weights, in order: their index in names.
+    int *with = ht_calloc((size_t)names.n + 1, sizeof *with, in->e);
+    if (!with) goto done;
+    for (int i = 0; i < names.n; i++) {
+        if (!has_group(g, names.s[i])) {
+            char q[80];
+            ht_fail(in->e, "%s: layer_names lists \"%s\" but %s has no group of that name",
+                    in->path, ht_escape(q, sizeof q, names.s[i], strlen(names.s[i])), gname);
+            goto done;
+        }
+        hid_t lg = H5Gopen2(g, names.s[i], H5P_DEFAULT);
+        int r = attr_strings(lg, "weight_names", &wn);
+        H5Gclose(lg);
+        if (r < 0) {
+            ht_fail(in->e, "%s: layer \"%s\": its weight_names is not a list of strings",
+                    in->path, names.s[i]);
+            goto done;
+        }
+        if (r == 0 && wn.n > 0) with[nw++] = i;
+        strs_free(&wn);
+    }
+    if (nw != p->n) {
+        ht_fail(in->e, "%s: holds the weights of %d layers (%s%s%s) where model %s has %d "
+                       "layers with weights", in->path, nw, nw ? names.s[with[0]] : "none",
+                nw > 1 ? " ... " : "", nw > 1 ? names.s[with[nw - 1]] : "", in->m->name, p->n);
+        goto done;
+    }
+    for (int i = 0; i < p->n; i++) {
+        const kh5_layer *K = &p->L[i];
+        const char *fname = names.s[with[i]], *lname = in->m->layers[K->l].name;
+        hid_t lg = H5Gopen2(g, fname, H5P_DEFAULT);
+        if (lg < 0 || attr_strings(lg, "weight_names", &wn) != 0) {
+            if (lg >= 0) H5Gclose(lg);
+            ht_fail(in->e, "%s: cannot read layer \"%s\"'s weight_names", in->path, fname);
+            goto done;
+        }
+        if (wn.n != K->nv) {
+            ht_fail(in->e, "%s: the file's layer \"%s\" holds %d weights (%s%s) where layer "
+                           "\"%s\" (%s) has %d (%s)", in->path, fname, wn.n, wn.n ? wn.s[0] : "",
+                    wn.n > 1 ? ", ..." : "", lname, K->cls, K->nv, var_list(K, list, sizeof list));
+            H5Gclose(lg);
+            goto done;
+        }
+        int bad = 0;
+        for (int v = 0; v < K->nv && !bad; v++) {
+            char at[256];
+            snprintf(at, sizeof at, "%s%s%s/%s", gname[0] == '/' ? "" : gname,
+                     gname[0] == '/' ? "" : "/", fname, wn.s[v]);
+            if (H5Lexists(lg, wn.s[v], H5P_DEFAULT) <= 0) {
+                ht_fail(in->e, "%s: no %s, the %s of layer \"%s\" (%s)", in->path, at,
+                        K->v[v].name, lname, K->cls);
+                bad = 1;
+            } else {
+                bad = read_var(in, lg, wn.s[v], at, K, &K->v[v]) != 0;
+            }
+        }
+        H5Gclose(lg);
+        strs_free(&wn);
+        if (bad) goto done;
+    }
+    rc = 0;
+done:
+    strs_free(&wn);
+    strs_free(&names);
+    free(with);
+    return rc;
+}
+
+int kerash5_load(const char *path, const model *m, float *params, ht_error *e) {
+    kh5_plan p;
+    if (plan_build(path, m, &p, e)) return -1;
+    h5_quiet();
+    int rc = -1;
+    hid_t f = -1, fapl = -1, g = -1;
+    float *tmp = NULL, *buf = NULL;
+    unsigned char head[8] = {0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        ht_fail(e, "%s: %s", path, strerror(errno));
+        goto done;
+    }
+    ssize_t got = read(fd, head, sizeof head);
+    close(fd);
+    if (got >= 4 && !memcmp(head, "PK\3\4", 4)) {
+        ht_fail(e, "%s: a zip archive (a .keras model), not HDF5: its weights are the "
+                   "model.weights.h5 inside it (unzip it and --load that)", path);
+        goto done;
+    }
+    if (!has_h5_signature(path)) {
+        ht_fail(e, "%s: not an HDF5 file (Keras's weights are HDF5: model.save_weights's "
+                   ".weights.h5 or .h5, or a full model .h5)", path);
+        goto done;
+    }
+    // Closing the file closes whatever a failure left open in it.
+    if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
+        H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
+        (f = H5Fopen(path, H5F_ACC_RDONLY, fapl)) < 0) {
+        char why[160];
+        ht_fail(e, "%s: cannot open it as HDF5: %s", path, h5_why(why));
+        goto done;
+    }
+    if (!(tmp = ht_calloc(m->n_params + 1, sizeof *tmp, e)) ||
+        !(buf = ht_malloc(p.max_n + 1, sizeof *buf, e)))
+        goto done;
+    kh5_in in = {path, m, tmp, buf, e};
+    if (has_group(f, "model_weights")) {
+        g = H5Gopen2(f, "model_weights", H5P_DEFAULT);
+        rc = read_keras2(&in, g, "model_weights", &p);
+    } else if (H5Aexists(f, "layer_names") > 0 || H5Aexists(f, "layer_names0") > 0) {
+        rc = read_keras2(&in, f, "/", &p);
+    } else if (has_group(f, "layers")) {
+        rc = read_keras3(&in, f, "layers", &p);
+    } else if (has_group(f, "_layer_checkpoint_dependencies")) {
+        rc = read_keras3(&in, f, "_layer_checkpoint_dependencies", &p);
+    } else {
+        ht_fail(e, "%s: an HDF5 file but not Keras weights: neither Keras 3's layers/<layer>/vars "
+                   "groups nor Keras 2's layer_names attribute (nor a model_weights group)", path);
+    }
+    if (rc == 0) {
+        // The count of updates has no Keras counterpart: a loaded model starts it anew.
+        for (int i = 0; i < p.n; i++)
+            if (p.L[i].count) tmp[p.L[i].count->off] = 0;
+        memcpy(params, tmp, m->n_params * sizeof *tmp);
+    }
+done:
+    if (g >= 0) H5Gclose(g);
+    if (f >= 0) H5Fclose(f);
+    if (fapl >= 0) H5Pclose(fapl);
+    free(tmp);
+    free(buf);
+    plan_free(&p);
+    return rc;
+}

@@ -1,0 +1,49 @@
+// A model's weights as Keras's HDF5 weight files (libhdf5), so weights go both ways between
+// hetrain and Keras. Written: Keras 3's `.weights.h5` (model.save_weights), which Keras 3 and
+// tf_keras 2.21 load. Read: that layout (also as tf_keras writes it), and Keras 2's
+// (save_weights("x.h5") and the `model_weights` group of a full model.h5).
+//
+// Layouts, as real Keras writes them (checked with Keras 3.15 and tf_keras 2.21):
+// * Keras 3: `layers/<path>/vars/<i>` datasets, i = 0.. in the layer's variable order (Conv2D
+//   and Dense: kernel, bias; BatchNormalization: gamma, beta, moving_mean, moving_variance,
+//   those present). <path> is NOT the layer's name but its class in snake case, numbered by
+//   position among the model's layers of that class ("conv2d", "conv2d_1", "dense",
+//   "batch_normalization_2", ...); the `vars` group's attribute `name` holds the layer's name.
+//   A top-level `vars` group (the model's own, empty) and perhaps `optimizer`, `metrics`.
+//   Keras 3's loader also takes `_layer_checkpoint_dependencies` for `layers` (its "2.13
+//   compatibility"; not seen here in a real file), and so does hetrain.
+// * Keras 2: attribute `layer_names` (every layer, in order) on the root or on `model_weights`;
+//   on each layer's group attribute `weight_names` ("conv2d/kernel:0", ...) naming datasets
+//   below that group. Keras loads it by order: the i-th layer with weights gets the i-th
+//   entry of layer_names that has weight_names; so does hetrain.
+// Keras's layouts against hetrain's (PyTorch's): a Conv2D kernel is (K,K,C,OC) in Keras,
+// (OC,C,K,K) here; a Dense kernel (IN,OUT) against (OUT,IN), and after a Flatten of a spatial
+// map Keras's inputs run in (H,W,C) order where hetrain's run in (C,H,W) (Keras's Flatten
+// gives (H,W,C) for channels_first maps too when its data_format says so, as a channels_first
+// model's does). BatchNormalization's moving mean and variance are hetrain's running mean and
+// variance; its count of updates has no Keras counterpart: not written, read as 0.
+#ifndef HETRAIN_KERASH5_H
+#define HETRAIN_KERASH5_H
+
+#include "common.h"
+#include "model.h"
+
+// Whether --save/--load path means a Keras HDF5 file: its name ends in .h5, .hdf5 or .keras,
+// or (reading != 0) the file begins with HDF5's signature.
+int kerash5_is_path(const char *path, int reading);
+
+// What kerash5_save would refuse before anything is trained: a name other than *.weights.h5
+// (Keras 3 reads only that name as its layout), a layer with weights that Keras has no layer
+// for. Errors name path and the layer.
+int kerash5_check_save(const char *path, const model *m, ht_error *e);
+
+// Writes m's weights from params as Keras 3's .weights.h5: to a temporary file beside path,
+// renamed onto it, so a failure never leaves a partial file.
+int kerash5_save(const char *path, const model *m, const float *params, ht_error *e);
+
+// Reads m's weights into params from either layout. Every layer with weights must be there
+// with Keras's shapes and float values, and the file may hold no other layer's weights. On
+// failure params is untouched and e holds one line naming path, the layer and the variable.
+int kerash5_load(const char *path, const model *m, float *params, ht_error *e);
+
+#endif
