@@ -32,6 +32,7 @@ typedef struct kh5_var {
     hsize_t dims[4];       // Keras's shape
     kh5_order order;
     size_t oc, c, h, w;    // CONV: OC, C, K, K; DENSE: OUT and its input map (C,H,W)
+    int chw;               // DENSE: Keras's inputs in (C,H,W) order too (model.keras_flatten_chw)
 } kh5_var;
 
 typedef struct kh5_layer {
@@ -92,6 +93,7 @@ static void dense_input(const model *m, int l, kh5_var *v) {
     }
     if (c * h * w != in) c = in, h = 1, w = 1;
     v->c = c, v->h = h, v->w = w;
+    v->chw = m->keras_flatten_chw;
 }
 
 static void plan_free(kh5_plan *p) {
@@ -166,6 +168,7 @@ static size_t keras_index(const kh5_var *v, size_t i) {
     }
     if (v->order == KH5_DENSE) {
         size_t in = v->c * v->h * v->w, o = i / in, r = i % in;
+        if (v->chw) return r * v->oc + o; // Keras's inputs in (C,H,W) order too
         size_t c = r / (v->h * v->w), y = r / v->w % v->h, x = r % v->w;
         return ((y * v->w + x) * v->c + c) * v->oc + o;
     }

@@ -446,6 +446,22 @@ int keras_read_layer(kctx *k, model *m, json_object *layer, int last) {
     if (!strcmp(cls, "Dense")) return read_dense(k, m, cfg, kname, last);
     if (!strcmp(cls, "BatchNormalization")) return read_bn(k, m, cfg, kname);
     if (!strcmp(cls, "Flatten")) { // hetrain's dense layers flatten their input themselves
+        // Keras's Flatten reshapes the tensor as it is, unless its data_format is
+        // channels_first, when it first moves the channels last. hetrain's dense layers always
+        // take (C, H, W); what Keras's dense kernel after it takes matters to the weight files
+        // (kerash5.c): (H, W, C) for a channels_last model, and for a channels_first one with a
+        // channels_first Flatten; (C, H, W) for a channels_first model's channels_last
+        // (default) Flatten. A channels_first Flatten in a channels_last model would take (H, W,
+        // C) as (C, H, W): refused where that is not the identity.
+        int first;
+        if (kget_format(k, cfg, &first)) return -1;
+        int c, h, w;
+        cur_shape(m, &c, &h, &w);
+        if (first && !k->channels_first && c > 1 && h * w > 1)
+            return kfail(k, "data_format channels_first in a channels_last model: Keras would "
+                         "take the %dx%dx%d (HxWxC) output as channels-first and reorder it; "
+                         "hetrain flattens in the model's layout", h, w, c);
+        if (c > 1 && h * w > 1) m->keras_flatten_chw = k->channels_first && !first;
         k->rank = 1;
         return 0;
     }

@@ -196,6 +196,10 @@ typedef struct model {
     train_setup setup;
     model_tensor *tensors; // built by model_finish, in parameter order
     int n_tensors;
+    // Read from a Keras JSON whose Flatten keeps the tensor's (C,H,W) order (a channels_first
+    // model's plain Flatten): a dense layer's Keras kernel after it takes its inputs in
+    // hetrain's order, not (H,W,C) (the Keras weight files, kerash5.c).
+    int keras_flatten_chw;
 } model;
 
 // Sizes of one sample's input and output of layer l.

@@ -118,6 +118,14 @@ static void test_keras_files(void **state) {
     // readers must place them alike, to the bit, whichever JSON built the model.
     assert_int_equal(m3.n_params, m2.n_params);
     assert_memory_equal(p3, p2, m3.n_params * sizeof *p3);
+    // A channels_first model whose Flatten keeps the (C,H,W) order (its default data_format):
+    // the dense kernel's rows are in hetrain's order already, not permuted from (H,W,C).
+    model mc;
+    float *pc = load_model(&mc, KDIR "weights_cf_k3.json", KDIR "weights_cf_k3.weights.h5");
+    assert_true(mc.keras_flatten_chw);
+    expect_keras_outputs(&mc, pc, KDIR "weights_cf_k3.txt", "Keras 3, channels_first");
+    free(pc);
+    model_free(&mc);
     model mx;
     float *x = load_model(&mx, K2_JSON, K3_FILE);
     assert_memory_equal(x, p3, m3.n_params * sizeof *p3);
