@@ -24,7 +24,7 @@ static int read_input_shape(kctx *k, json_object *shape, const char *key, int *c
                      "height, width, channels], found %zu entries", key, n);
     int64_t d[3];
     for (size_t i = 1; i < n; i++) {
-        json_object *e = json_object_array_get_idx(shape, i);
+        json_object *e = kidx(shape, i);
         if (!e) return kfail(k, "%s: axis %zu has no size (null): hetrain needs every size", key,
                              i);
         if (!json_object_is_type(e, json_type_int))

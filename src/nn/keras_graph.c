@@ -27,7 +27,7 @@ static int is_int(json_object *v) { return v && json_object_is_type(v, json_type
 static int find_tensors(kctx *k, json_object *v, kin *in, int *n) {
     if (json_object_is_type(v, json_type_array)) {
         for (size_t i = 0; i < json_object_array_length(v); i++)
-            if (find_tensors(k, json_object_array_get_idx(v, i), in, n)) return -1;
+            if (find_tensors(k, kidx(v, i), in, n)) return -1;
         return 0;
     }
     if (!json_object_is_type(v, json_type_object)) return 0;
@@ -35,15 +35,17 @@ static int find_tensors(kctx *k, json_object *v, kin *in, int *n) {
     if (cn && json_object_is_type(cn, json_type_string) &&
         !strcmp(json_object_get_string(cn), "__keras_tensor__")) {
         json_object *h = kget(kget(v, "config"), "keras_history");
-        json_object *h0 = json_object_array_get_idx(h, 0);
+        // json-c asserts on an index into what is not an array: the type first.
+        json_object *h0 = h && json_object_is_type(h, json_type_array)
+                              ? kidx(h, 0) : NULL;
         if (!h || !json_object_is_type(h, json_type_array) || json_object_array_length(h) != 3 ||
             !json_object_is_type(h0, json_type_string) ||
-            !is_int(json_object_array_get_idx(h, 1)) || !is_int(json_object_array_get_idx(h, 2)))
+            !is_int(kidx(h, 1)) || !is_int(kidx(h, 2)))
             return kfail(k, "inbound_nodes: a tensor without its keras_history [layer, node, "
                          "tensor]");
         kin_add(in, n, json_object_get_string(h0),
-                json_object_get_int64(json_object_array_get_idx(h, 1)),
-                json_object_get_int64(json_object_array_get_idx(h, 2)));
+                json_object_get_int64(kidx(h, 1)),
+                json_object_get_int64(kidx(h, 2)));
         return 0;
     }
     json_object_object_foreach(v, key, val) {
@@ -62,14 +64,14 @@ static int read_call(kctx *k, json_object *node, kin *in, int *n) {
     *n = 0;
     if (json_object_is_type(node, json_type_array)) {
         for (size_t i = 0; i < json_object_array_length(node); i++) {
-            json_object *e = json_object_array_get_idx(node, i);
+            json_object *e = kidx(node, i);
             size_t len = json_object_is_type(e, json_type_array) ? json_object_array_length(e) : 0;
-            json_object *e0 = json_object_array_get_idx(e, 0);
+            json_object *e0 = kidx(e, 0);
             if (len < 3 || !json_object_is_type(e0, json_type_string) ||
-                !is_int(json_object_array_get_idx(e, 1)) ||
-                !is_int(json_object_array_get_idx(e, 2)))
+                !is_int(kidx(e, 1)) ||
+                !is_int(kidx(e, 2)))
                 return kfail(k, "inbound_nodes: expected [layer, node, tensor, kwargs] entries");
-            json_object *kw = len > 3 ? json_object_array_get_idx(e, 3) : NULL;
+            json_object *kw = len > 3 ? kidx(e, 3) : NULL;
             if (kw && json_object_is_type(kw, json_type_object)) {
                 json_object_object_foreach(kw, key, val) {
                     if (val)
@@ -79,8 +81,8 @@ static int read_call(kctx *k, json_object *node, kin *in, int *n) {
                 }
             }
             kin_add(in, n, json_object_get_string(e0),
-                    json_object_get_int64(json_object_array_get_idx(e, 1)),
-                    json_object_get_int64(json_object_array_get_idx(e, 2)));
+                    json_object_get_int64(kidx(e, 1)),
+                    json_object_get_int64(kidx(e, 2)));
         }
         return 0;
     }
@@ -110,15 +112,15 @@ static int endpoint_names(kctx *k, json_object *cfg, const char *key, const char
     k->idx = -1; // the model's, not a layer's
     if (!v || !json_object_is_type(v, json_type_array) || json_object_array_length(v) == 0)
         return kfail(k, "%s: expected a list of [layer, node, tensor]", key);
-    json_object *first = json_object_array_get_idx(v, 0);
+    json_object *first = kidx(v, 0);
     if (json_object_is_type(first, json_type_string)) {
         names[0] = json_object_get_string(first);
         return 1;
     }
     int n = (int)json_object_array_length(v);
     for (int i = 0; i < n; i++) {
-        json_object *e = json_object_array_get_idx(v, (size_t)i);
-        json_object *e0 = json_object_array_get_idx(e, 0);
+        json_object *e = kidx(v, (size_t)i);
+        json_object *e0 = kidx(e, 0);
         if (!json_object_is_type(e, json_type_array) || !json_object_is_type(e0, json_type_string))
             return kfail(k, "%s: expected a list of [layer, node, tensor]", key);
         if (i < cap) names[i] = json_object_get_string(e0);
@@ -130,7 +132,7 @@ static int endpoint_names(kctx *k, json_object *cfg, const char *key, const char
 static int layer_index(json_object *layers, const char *name) {
     int n = (int)json_object_array_length(layers);
     for (int i = 0; i < n; i++) {
-        const char *s = klayer_graph_name(json_object_array_get_idx(layers, (size_t)i));
+        const char *s = klayer_graph_name(kidx(layers, (size_t)i));
         if (s && !strcmp(s, name)) return i;
     }
     return -1;
@@ -153,7 +155,7 @@ int keras_check_path(kctx *k, json_object *cfg, json_object *layers) {
         if (calls > 1)
             return kfail(k, "called %d times (a shared layer): " SINGLE_PATH, calls);
         if (calls == 0) continue;
-        if (read_call(k, json_object_array_get_idx(nodes, 0), in, &n_in)) return -1;
+        if (read_call(k, kidx(nodes, 0), in, &n_in)) return -1;
         if (n_in > 1) {
             char names[160];
             size_t at = 0;
@@ -179,7 +181,7 @@ int keras_check_path(kctx *k, json_object *cfg, json_object *layers) {
     const char *input = ends[0];
     if ((n_ends = endpoint_names(k, cfg, "output_layers", ends, 2)) < 0) return -1;
     if (n_ends > 1) {
-        const char *last = klayer_graph_name(json_object_array_get_idx(layers, (size_t)n - 1));
+        const char *last = klayer_graph_name(kidx(layers, (size_t)n - 1));
         const char *odd = last && !strcmp(ends[0], last) ? ends[1] : ends[0];
         int i = layer_index(layers, odd);
         json_object *L;
@@ -206,15 +208,15 @@ int keras_check_path(kctx *k, json_object *cfg, json_object *layers) {
             return kfail(k, "%s: " SINGLE_PATH " of one input",
                          strcmp(k->lclass, "InputLayer") ? "called on no input"
                                                          : "a second input");
-        read_call(k, json_object_array_get_idx(nodes, 0), in, &n_in); // read above
-        const char *prev = klayer_graph_name(json_object_array_get_idx(layers, (size_t)i - 1));
+        read_call(k, kidx(nodes, 0), in, &n_in); // read above
+        const char *prev = klayer_graph_name(kidx(layers, (size_t)i - 1));
         if (n_in != 1 || !prev || strcmp(in[0].layer, prev) || in[0].node != 0 ||
             in[0].tensor != 0)
             return kfail(k, "its input is \"%.40s\", not the layer before it (\"%.40s\"): "
                          SINGLE_PATH ", its layers listed in order", n_in ? in[0].layer : "",
                          prev ? prev : "");
     }
-    const char *last = klayer_graph_name(json_object_array_get_idx(layers, (size_t)n - 1));
+    const char *last = klayer_graph_name(kidx(layers, (size_t)n - 1));
     if (!last || strcmp(last, output))
         return kfail(k, "the model's output is \"%.40s\", not its last layer: " SINGLE_PATH,
                      output);

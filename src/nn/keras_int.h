@@ -16,6 +16,14 @@
     "Dense, BatchNormalization, Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax"
 #define NO_DEFAULT INT32_MIN
 
+// Element i of an array, or NULL when a is not an array or has no element i (json-c's own
+// accessor asserts on anything but an array).
+static inline json_object *kidx(json_object *a, size_t i) {
+    return a && json_object_is_type(a, json_type_array) && i < json_object_array_length(a)
+               ? json_object_array_get_idx(a, i)
+               : NULL;
+}
+
 typedef struct kctx {
     const char *path;
     ht_error *err;

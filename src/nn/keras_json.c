@@ -73,7 +73,7 @@ int kget_pair(kctx *k, json_object *cfg, const char *key, int def, int lo, int h
     if (n < 1 || n > 2) return kfail(k, "%s: expected a list of two integers", key);
     int64_t x[2];
     for (size_t i = 0; i < n; i++) {
-        json_object *e = json_object_array_get_idx(v, i);
+        json_object *e = kidx(v, i);
         if (!json_object_is_type(e, json_type_int))
             return kfail(k, "%s: expected a list of integers, found %s in it", key, ktype_name(e));
         x[i] = json_object_get_int64(e);
@@ -293,7 +293,7 @@ const char *klayer_name(const char *kname, const char *suffix, char *buf, size_t
 
 // The class and name of layer i, for messages; -1 when it is not a layer object at all.
 int klayer_heading(kctx *k, json_object *layers, int i, json_object **out) {
-    json_object *L = json_object_array_get_idx(layers, (size_t)i);
+    json_object *L = kidx(layers, (size_t)i);
     k->idx = i, k->lname = "", k->lclass = "?";
     *out = L;
     if (!L || !json_object_is_type(L, json_type_object))

@@ -82,7 +82,7 @@ static int check_build_config(kctx *k, const model *m, json_object *layer) {
     int n = keras_shape(k, m, d);
     int ok = (int)json_object_array_length(shape) == n + 1;
     for (int i = 0; ok && i < n; i++) {
-        json_object *e = json_object_array_get_idx(shape, (size_t)i + 1);
+        json_object *e = kidx(shape, (size_t)i + 1);
         ok = json_object_is_type(e, json_type_int) && json_object_get_int64(e) == d[i];
     }
     if (ok) return 0;
@@ -379,7 +379,7 @@ static int read_bn(kctx *k, model *m, json_object *cfg, const char *kname) {
     // writes the built layer's axis as a list of one.
     json_object *ax = kget(cfg, "axis");
     if (ax && json_object_is_type(ax, json_type_array) && json_object_array_length(ax) == 1)
-        ax = json_object_array_get_idx(ax, 0);
+        ax = kidx(ax, 0);
     if (ax && !json_object_is_type(ax, json_type_int))
         return kfail(k, "axis: expected an integer or a list of one, found %s", ktype_name(ax));
     int64_t axis = ax ? json_object_get_int64(ax) : -1;
@@ -497,7 +497,7 @@ int keras_read_layer(kctx *k, model *m, json_object *layer, int last) {
             json_object *axis = kget(cfg, "axis");
             if (axis && json_object_is_type(axis, json_type_array) &&
                 json_object_array_length(axis) == 1)
-                axis = json_object_array_get_idx(axis, 0);
+                axis = kidx(axis, 0);
             if (axis && !(json_object_is_type(axis, json_type_int) &&
                           json_object_get_int64(axis) == -1))
                 return kfail(k, "axis: hetrain's softmax is over the last axis (-1)");
