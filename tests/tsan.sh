@@ -10,11 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-tsan -DHT_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-tsan -j"$(nproc)" --target test_net test_faults test_hetero >/dev/null
+cmake --build build-tsan -j"$(nproc)" --target test_net test_faults test_hetero test_bn_sharding >/dev/null
 export OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66" OCL_ICD_VENDORS=/nonexistent
 export POCL_CACHE_DIR=$PWD/build-tsan/pocl-cache XDG_CACHE_HOME=$PWD/build-tsan/cache
 status=0
-for t in ${TSAN_TESTS:-test_net test_faults test_hetero}; do
+for t in ${TSAN_TESTS:-test_net test_faults test_hetero test_bn_sharding}; do
   start=$SECONDS
   if build-tsan/$t >build-tsan/$t.tsan.log 2>&1; then
     echo "tsan: $t passed, no race reported ($((SECONDS - start)) s)"
