@@ -415,10 +415,23 @@ static void trunk_forward(net_ws *ws, const model *m, const float *params, const
     if (ws->prof) trunk_prof_share(ws, 0, ht_now() - t0);
 }
 
-// gout (B, trunk output) is the gradient of the trunk's output; adds the trunk's parameter
-// gradients to grads.
+// The lowest layer the backward pass must reach: the first with parameters that are not frozen
+// or with batchnorm statistics (its backward writes them). Below it every layer is frozen (or
+// has no parameters), so nothing there needs a gradient: the backward stops there, and that
+// layer computes no input gradient. A model with nothing to train: n_layers.
+static int backward_floor(const model *m) {
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        if (((L->n_w || L->n_b) && !L->frozen) || L->n_s) return l;
+    }
+    return m->n_layers;
+}
+
+// gout (B, trunk output) is the gradient of the trunk's output; adds the gradients of the
+// trunk's parameters from layer `reach` up to grads.
 static void trunk_backward(net_ws *ws, const model *m, const float *params, float *grads,
-                           const float *x, int B, const net_dropout *drop, float *gout) {
+                           const float *x, int B, const net_dropout *drop, float *gout,
+                           int reach) {
     const int T = ws->trunk;
     const size_t gout_n = out_floats(&m->layers[T - 1], &ws->plan[T - 1]);
     int nt = ws->nthreads;
@@ -439,15 +452,15 @@ static void trunk_backward(net_ws *ws, const model *m, const float *params, floa
         for (int s = 0; s < B; s++) {
             float *dout = gout + s * gout_n, *dfree = ga;
             double tl = tp ? ht_now() : 0;
-            for (int l = T - 1; l >= 0; l--) {
+            for (int l = T - 1; l >= reach; l--) {
                 const layer *L = &m->layers[l];
                 const net_lplan *p = &ws->plan[l];
                 const size_t n = out_floats(L, p);
                 const float *in = l > 0 ? ws->act[l - 1] + s * out_floats(&m->layers[l - 1],
                                                                              &ws->plan[l - 1])
                                         : trunk_input(ws, m, x, s);
-                // The first layer's input gradient is never needed.
-                float *din = l > 0 ? dfree : NULL;
+                // The first layer's input gradient is never needed, nor the reach layer's.
+                float *din = l > reach ? dfree : NULL;
                 net_call c = {.L = L, .p = p, .l = l, .B = 1, .nt = 1,
                               .act = layer_act_fn(L->kind), .params = params,
                               .in = in, .out = ws->act[l] + s * n, .dout = dout, .din = din,
@@ -468,7 +481,7 @@ static void trunk_backward(net_ws *ws, const model *m, const float *params, floa
     }
     if (ws->prof) trunk_prof_share(ws, 1, ht_now() - t0);
     // Per-thread sums added in thread order, so a given nthreads is deterministic.
-    for (int l = 0; l < T; l++) {
+    for (int l = reach; l < T; l++) {
         const layer *L = &m->layers[l];
         const net_lplan *p = &ws->plan[l];
         if (L->kind != LAYER_CONV2D) continue;
@@ -512,23 +525,26 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
                      const float *x, const uint8_t *y, int B, const net_dropout *drop,
                      int overwrite) {
     int nt = ws->nthreads;
+    const int reach = backward_floor(m);
     // Overwriting: the dense layers' GEMMs write their weight gradients (beta 0), and the
-    // convolutions' few parameters are zeroed here and then added to as usual.
+    // convolutions' few parameters are zeroed here and then added to as usual; the frozen
+    // layers below the reach, which the pass does not reach, get zeros.
     for (int l = 0; overwrite && l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
-        if (L->kind != LAYER_CONV2D) continue;
-        memset(grads + L->w_off, 0, sizeof(float) * L->n_w);
+        if (L->kind != LAYER_CONV2D && l >= reach) continue;
+        if (L->n_w) memset(grads + L->w_off, 0, sizeof(float) * L->n_w);
         if (L->n_b) memset(grads + L->b_off, 0, sizeof(float) * L->n_b);
     }
     float *dout = ws->g0, *dfree = ws->g1;
-    for (int l = m->n_layers - 1; l >= ws->trunk; l--) {
+    const int stop = ws->trunk > reach ? ws->trunk : reach;
+    for (int l = m->n_layers - 1; l >= stop; l--) {
         const layer *L = &m->layers[l];
         const net_lplan *p = &ws->plan[l];
         double t = ws->prof ? ht_now() : 0;
         // The layer's input as the forward pass used it (converted copies are still there).
         const float *in = p->cvt ? ws->cvt[l] : l > 0 ? ws->act[l - 1] : x;
-        // The first layer's input gradient is never needed.
-        float *din = l > 0 ? dfree : NULL;
+        // The first layer's input gradient is never needed, nor the reach layer's.
+        float *din = l > reach ? dfree : NULL;
         // The loss head writes its gradient even as a first layer: into the spare buffer.
         net_call c = {.L = L, .p = p, .l = l, .B = B, .nt = nt, .act = layer_act_fn(L->kind),
                       .params = params, .grads = grads,
@@ -553,5 +569,5 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
         }
         if (ws->prof) ws->prof[2 * l + 1] += ht_now() - t;
     }
-    if (ws->trunk) trunk_backward(ws, m, params, grads, x, B, drop, dout);
+    if (ws->trunk > reach) trunk_backward(ws, m, params, grads, x, B, drop, dout, reach);
 }

@@ -570,6 +570,59 @@ static void test_engine_restore_continues_exactly(void **state) {
     dataset_free(&ds);
 }
 
+// A frozen prefix (conv1 and conv2 of cnn3-like layers frozen): the backward stops at the first
+// trainable layer, which computes no input gradient. The trainable layers' gradients are the
+// bits of the same pass with nothing frozen, and the frozen ones come back as zeros.
+static void test_frozen_prefix_backward(void **state) {
+    (void)state;
+    const layer_spec s[] = {
+        {.kind = LAYER_CONV2D, .filters = 4, .k = 3, .pad = 1, .w_init = INIT_GLOROT_UNIFORM},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_CONV2D, .filters = 6, .k = 3, .pad = 1, .w_init = INIT_GLOROT_UNIFORM},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_MAXPOOL, .k = 2, .stride = 2},
+        {.kind = LAYER_CONV2D, .filters = 5, .k = 3, .pad = 1, .w_init = INIT_GLOROT_UNIFORM},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_DENSE, .units = 7, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_DENSE, .units = 5, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    enum { B = 6 };
+    for (int upto = 2; upto <= 5; upto += 3) { // frozen: conv1 (in the trunk); conv1..conv3
+        model m;
+        build_model(&m, 1, 8, 8, 5, s, (int)(sizeof s / sizeof s[0]));
+        const size_t in = (size_t)m.in_c * m.in_h * m.in_w;
+        float *p = malloc(sizeof(float) * m.n_params), *x = malloc(sizeof(float) * B * in);
+        float *g_all = malloc(sizeof(float) * m.n_params), *g_fr = malloc(sizeof(float) * m.n_params);
+        random_fill(x, B * in, 3, 0, 1);
+        model_init_params(&m, p, 8);
+        uint8_t y[B] = {0, 1, 2, 3, 4, 0};
+        uint32_t ids[B] = {0, 1, 2, 3, 4, 5};
+        net_dropout d = {.seed = 1, .ids = ids};
+        net_ws ws;
+        ht_error e;
+        assert_int_equal(net_ws_init(&ws, &m, B, 1, &e), 0);
+        net_forward(&ws, &m, p, x, y, B, &d);
+        net_backward_to(&ws, &m, p, g_all, x, y, B, &d, 1);
+        for (int l = 0; l <= upto; l++) m.layers[l].frozen = 1;
+        for (size_t i = 0; i < m.n_params; i++) g_fr[i] = 1.0f; // the pass must overwrite
+        net_forward(&ws, &m, p, x, y, B, &d);
+        net_backward_to(&ws, &m, p, g_fr, x, y, B, &d, 1);
+        for (int l = 0; l < m.n_layers; l++) {
+            const layer *L = &m.layers[l];
+            for (size_t i = 0; i < L->n_w + L->n_b; i++) {
+                size_t k = L->w_off + i;
+                if (L->frozen) assert_float_equal(g_fr[k], 0.0f, 0);
+                else assert_memory_equal(&g_fr[k], &g_all[k], sizeof(float));
+            }
+        }
+        net_ws_free(&ws);
+        free(p), free(x), free(g_all), free(g_fr);
+        model_free(&m);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_restore_continues_exactly),
@@ -581,6 +634,7 @@ int main(void) {
         cmocka_unit_test(test_net_new_kinds),
         cmocka_unit_test(test_net_activations),
         cmocka_unit_test(test_engine_two_devices_equal_one),
+        cmocka_unit_test(test_frozen_prefix_backward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
