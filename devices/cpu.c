@@ -74,10 +74,10 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
     const model *m = c->m;
     // The workspace is allocated up front; only a micro-batch shrunk below one batchnorm group
     // cannot run.
-    const int step = micro_step(c->micro, model_bn_group(m), job->n);
+    const int step = micro_step(c->micro, c->ws.bn_group, job->n);
     if (step < 1)
         return ht_fail(e, "a micro-batch of %d holds no whole group of %d samples (--bn-group)",
-                       c->micro, model_bn_group(m));
+                       c->micro, c->ws.bn_group);
     double t0 = c->layer_s ? ht_now() : 0;
     c->ws.prof = c->layer_s; // the workspace may have been made anew (cpu_shrink)
     // The thread count is the calling thread's setting: set it for the shard and give the

@@ -26,7 +26,9 @@ static double rel_diff(const float *a, const float *b, size_t off, size_t n, dou
 
 // Compares device slot s's probe results with the reference's; drops it with an event when
 // they differ beyond the ENGINE_SELF_CHECK_TOL_* bounds.
-static void check_one(engine *g, int d, const float *ref_grad, const float *ref_loss, int n) {
+// ref_norm: the L2 norm of the reference's gradient over the trainable parameters.
+static void check_one(engine *g, int d, const float *ref_grad, double ref_norm,
+                      const float *ref_loss, int n) {
     const engine_work *w = g->slots[d].work;
     const model_tensor *ts;
     int nt = model_tensors(g->m, &ts);
@@ -34,9 +36,6 @@ static void check_one(engine *g, int d, const float *ref_grad, const float *ref_
     // parameter tensor's difference counts relative to at least ENGINE_SELF_CHECK_FLOOR of the
     // whole gradient: a bias right before a batchnorm has a gradient of zero, computed as
     // rounding noise, which no relative measure of its own can judge.
-    double all = 0;
-    for (size_t i = 0; i < g->m->n_trainable; i++) all += (double)ref_grad[i] * ref_grad[i];
-    all = sqrt(all);
     double excess = 0, rel_at = 0, tol_at = 0;
     const model_tensor *bad = NULL;
     size_t wi = 0;
@@ -45,7 +44,7 @@ static void check_one(engine *g, int d, const float *ref_grad, const float *ref_
         if (g->m->layers[ts[k].layer].frozen) continue;
         double tol = ts[k].output ? ENGINE_SELF_CHECK_TOL_OUT : ENGINE_SELF_CHECK_TOL_BRANCH;
         size_t wj;
-        double floor = ts[k].state ? 0 : ENGINE_SELF_CHECK_FLOOR * all;
+        double floor = ts[k].state ? 0 : ENGINE_SELF_CHECK_FLOOR * ref_norm;
         double rel = rel_diff(w->grad_sum, ref_grad, ts[k].off, ts[k].n, floor, &wj);
         if (!(rel / tol <= excess)) {
             excess = isnan(rel) ? INFINITY : rel / tol;
@@ -102,8 +101,12 @@ int engine_self_check(engine *g, device *ref, const dataset *ds, const uint32_t 
         ht_wrap(e, "self-check: the reference device %s", ref->spec);
         goto out;
     }
+    double ref_norm = 0;
+    for (size_t i = 0; i < m->n_trainable; i++) ref_norm += (double)grad[i] * grad[i];
+    ref_norm = sqrt(ref_norm);
     for (int d = 0; d < g->n_devs; d++)
-        if (g->slots[d].dispatched && !g->slots[d].failed) check_one(g, d, grad, loss, n);
+        if (g->slots[d].dispatched && !g->slots[d].failed)
+            check_one(g, d, grad, ref_norm, loss, n);
     rc = 0;
     if (engine_active(g) == 0) rc = ht_fail(e, "no device passed the self-check:\n%s", g->events);
 out:

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "safetensors.h"
+#include "stfile.h"
 
 #define KH5_MAX_VARS 4
 
@@ -281,19 +282,6 @@ static int put_layer(hid_t layers, const kh5_layer *K, const model *m, const flo
     return rc;
 }
 
-// Best effort: makes the rename itself durable. Some filesystems refuse fsync on directories.
-static void fsync_dir_of(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
 static int check_name(const char *path, ht_error *e) {
     if (!ends_with(path, ".weights.h5"))
         return ht_fail(e, "%s: hetrain writes Keras weights as Keras 3's .weights.h5 (which "
@@ -352,11 +340,7 @@ int kerash5_save(const char *path, const model *m, const float *params, ht_error
         goto done;
     }
     close(fd);
-    if (rename(tmp, path)) {
-        ht_fail(e, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-        goto done;
-    }
-    fsync_dir_of(path);
+    if (stfile_publish(tmp, path, e)) goto done;
     rc = 0;
     goto done;
 h5_error:

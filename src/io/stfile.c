@@ -111,12 +111,19 @@ static void fsync_dir_of(const char *path) {
     const char *slash = strrchr(path, '/');
     char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
     if (!dir) return;
-    int fd = open(dir, O_RDONLY);
+    int fd = open(dir, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         fsync(fd);
         close(fd);
     }
     free(dir);
+}
+
+int stfile_publish(const char *tmp, const char *path, ht_error *e) {
+    if (rename(tmp, path))
+        return ht_fail(e, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+    fsync_dir_of(path);
+    return 0;
 }
 
 static uint64_t shape_count(int nd, const uint64_t *shape) {
@@ -257,11 +264,7 @@ int stfile_write_dtypes(const char *path, const stfile_tensor *ts, const stfile_
     int cr = close(o.fd);
     o.fd = -1;
     if (cr) goto write_error;
-    if (rename(tmp, path)) {
-        ht_fail(e, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-        goto done;
-    }
-    fsync_dir_of(path);
+    if (stfile_publish(tmp, path, e)) goto done;
     rc = 0;
     goto done;
 

@@ -112,4 +112,9 @@ int stfile_read(const stfile *sf, const stfile_entry *en, float *dst, ht_error *
 // "[2,3]" into buf.
 void stfile_fmt_shape(char *buf, size_t cap, const uint64_t *d, int nd);
 
+// Moves a finished temporary file tmp (already written and fsynced) to path and makes the
+// rename durable (the directory's fsync, best effort): the last step of every atomic write
+// here. Fails naming path and tmp.
+int stfile_publish(const char *tmp, const char *path, ht_error *e);
+
 #endif
