@@ -22,6 +22,7 @@
 #include "model.h"
 #include "net.h"
 #include "rng.h"
+#include "keras_expect.h"
 #include "testutil.h"
 
 #define KDIR HT_SOURCE_DIR "/tests/fixtures/keras/"
@@ -263,162 +264,144 @@ static char *seq(const char *layers) {
     "\"activation\": \"softmax\"}}"
 #define FLATTEN "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}}"
 
-static void expect_error(const char *json, const char *want) {
-    model m;
-    ht_error e = {{0}};
-    if (model_init_keras_text(&m, json, strlen(json), "bad.json", &e) == 0)
-        fail_msg("accepted: %s", json);
-    if (strcmp(e.msg, want)) fail_msg("error\n  \"%s\"\nexpected\n  \"%s\"", e.msg, want);
-    assert_null(m.layers);
-    assert_null(strchr(e.msg, '\n'));
-}
-
-static void expect_ok(const char *json, size_t params) {
-    model m;
-    ht_error e = {{0}};
-    if (model_init_keras_text(&m, json, strlen(json), "ok.json", &e) < 0) fail_msg("%s", e.msg);
-    assert_int_equal(m.n_params, params);
-    model_free(&m);
-}
-
 static void test_errors(void **state) {
     (void)state;
     // The frame itself works: 64 inputs -> 4 classes.
-    expect_ok(seq(FLATTEN ", " DENSE_SOFTMAX), 64 * 4 + 4);
+    keras_expect_ok(seq(FLATTEN ", " DENSE_SOFTMAX), 64 * 4 + 4);
 
-    expect_error("{\"class_name\": \"Sequential\", \"config\": {", "bad.json: not valid JSON: "
+    keras_expect_error("{\"class_name\": \"Sequential\", \"config\": {", "bad.json: not valid JSON: "
                  "it ends early");
-    expect_error("{\"class_name\": \"Sequential\",\n \"config\": x}",
+    keras_expect_error("{\"class_name\": \"Sequential\",\n \"config\": x}",
                  "bad.json: not valid JSON at line 2, column 12: unexpected character");
-    expect_error("{\"class_name\": \"Sequential\"} x",
+    keras_expect_error("{\"class_name\": \"Sequential\"} x",
                  "bad.json: not valid JSON: more after the model's object (byte 29)");
-    expect_error("[1, 2]", "bad.json: expected a JSON object (Keras's model.to_json()), found "
+    keras_expect_error("[1, 2]", "bad.json: expected a JSON object (Keras's model.to_json()), found "
                  "a list");
-    expect_error("{\"class_name\": \"MyModel\", \"config\": {}}",
+    keras_expect_error("{\"class_name\": \"MyModel\", \"config\": {}}",
                  "bad.json: class_name \"MyModel\": hetrain reads Sequential models, and "
                  "Functional ones whose graph is a single path");
-    expect_error("{\"class_name\": \"Sequential\", \"config\": {\"layers\": 3}}",
+    keras_expect_error("{\"class_name\": \"Sequential\", \"config\": {\"layers\": 3}}",
                  "bad.json: config: expected an object with a list of \"layers\", or that list");
     // missing input shape
-    expect_error("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [" FLATTEN ", "
+    keras_expect_error("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [" FLATTEN ", "
                  DENSE_SOFTMAX "]}}",
                  "bad.json: no input shape: expected an InputLayer with batch_shape (Keras 3) or "
                  "batch_input_shape (Keras 2), or batch_input_shape on the first layer");
-    expect_error("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
+    keras_expect_error("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
                  "\"InputLayer\", \"config\": {\"batch_shape\": [null, null, 8, 1]}}, " FLATTEN
                  ", " DENSE_SOFTMAX "]}}",
                  "bad.json: batch_shape: axis 1 has no size (null): hetrain needs every size");
     // unknown class
-    expect_error(seq(FLATTEN ", {\"class_name\": \"LSTM\", \"config\": {\"name\": \"lstm_1\", "
+    keras_expect_error(seq(FLATTEN ", {\"class_name\": \"LSTM\", \"config\": {\"name\": \"lstm_1\", "
                      "\"units\": 3}}, " DENSE_SOFTMAX),
                  "bad.json: layer 2 \"lstm_1\" (LSTM): not supported; hetrain reads InputLayer, "
                  "Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, "
                  "BatchNormalization, Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax");
     // the JSON's strings never break the line
-    expect_error(seq("{\"class_name\": \"A\\nB\", \"config\": {\"name\": \"x\\\"y\"}}"),
+    keras_expect_error(seq("{\"class_name\": \"A\\nB\", \"config\": {\"name\": \"x\\\"y\"}}"),
                  "bad.json: layer 1 \"x\\\"y\" (A\\x0aB): not supported; hetrain reads "
                  "InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "
                  "Flatten, Dense, BatchNormalization, Dropout, Activation, ReLU, LeakyReLU, ELU, "
                  "Softmax");
-    expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
+    keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"re\\nlu\"}}"),
                  "bad.json: layer 2 \"d\" (Dense): activation \"re?lu\": hetrain has linear, relu, "
                  "sigmoid, tanh, leaky_relu, elu, selu, swish, softplus, hard_sigmoid, gelu, "
                  "softmax (softmax as the last step)");
     // activity regularizer, constraint (weight regularizers: test_keras_train.c)
-    expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
+    keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"softmax\", \"activity_regularizer\": "
                      "{\"class_name\": \"L2\", \"config\": {\"l2\": 0.01}}}}"),
                  "bad.json: layer 2 \"d\" (Dense): activity_regularizer: not supported (hetrain "
                  "adds no activity regularizers, constraints or adapters)");
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
+    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"bias_constraint\": {\"class_name\": \"NonNeg\"}}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): bias_constraint: not supported (hetrain adds "
                  "no activity regularizers, constraints or adapters)");
     // no final softmax
-    expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
+    keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4}}"),
                  "bad.json: layer 2 \"d\" (Dense): the network must end in a softmax over the "
                  "classes (Dense(..., "
                  "activation=\"softmax\"), Activation(\"softmax\") or Softmax), which hetrain "
                  "trains as its softmax cross-entropy, or in a sigmoid over one output (binary "
                  "cross-entropy)");
-    expect_error(seq(FLATTEN ", " DENSE_SOFTMAX ", {\"class_name\": \"Dropout\", \"config\": "
+    keras_expect_error(seq(FLATTEN ", " DENSE_SOFTMAX ", {\"class_name\": \"Dropout\", \"config\": "
                      "{\"name\": \"x\", \"rate\": 0.5}}"),
                  "bad.json: layer 2 \"out\" (Dense): softmax before the last layer: hetrain reads "
                  "softmax only as the network's last step (its softmax cross-entropy)");
     // wrong types
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": "
+    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": "
                      "\"32\", \"kernel_size\": 3}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): filters: expected an integer, found a "
                  "string");
-    expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
+    keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4.5, \"activation\": \"softmax\"}}"),
                  "bad.json: layer 2 \"d\" (Dense): units: expected an integer, found a number");
-    expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
+    keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"use_bias\": \"yes\", \"activation\": \"softmax\"}}"),
                  "bad.json: layer 2 \"d\" (Dense): use_bias: expected true or false, found a "
                  "string");
-    expect_error(seq("{\"class_name\": \"Dropout\", \"config\": {\"name\": \"x\", \"rate\": "
+    keras_expect_error(seq("{\"class_name\": \"Dropout\", \"config\": {\"name\": \"x\", \"rate\": "
                      "[0.5]}}"),
                  "bad.json: layer 1 \"x\" (Dropout): rate: expected a number, found a list");
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
+    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": [3, 5]}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): kernel_size [3, 5]: hetrain takes the same "
                  "size along both axes");
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2}}"),
+    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): kernel_size missing");
     // what hetrain lacks
-    expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
+    keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"mish\"}}"),
                  "bad.json: layer 2 \"d\" (Dense): activation \"mish\": hetrain has linear, relu, "
                  "sigmoid, tanh, leaky_relu, elu, selu, swish, softplus, hard_sigmoid, gelu, "
                  "softmax (softmax as the last step)");
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
+    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"dilation_rate\": [2, 2]}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): dilation_rate 2: hetrain's convolutions are "
                  "dense (1)");
-    expect_error(seq("{\"class_name\": \"ReLU\", \"config\": {\"name\": \"r\", \"max_value\": "
+    keras_expect_error(seq("{\"class_name\": \"ReLU\", \"config\": {\"name\": \"r\", \"max_value\": "
                      "6.0}}"),
                  "bad.json: layer 1 \"r\" (ReLU): max_value: hetrain's ReLU has no upper bound");
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
+    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"kernel_initializer\": {\"class_name\": "
                      "\"Orthogonal\", \"config\": {\"gain\": 1.0}}}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): kernel_initializer: initializer "
                  "\"Orthogonal\" is not supported; hetrain has zeros, ones, constant, "
                  "random_uniform, random_normal, truncated_normal, glorot_uniform, glorot_normal, "
                  "he_uniform, he_normal, lecun_uniform, lecun_normal, variance_scaling");
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
+    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"kernel_initializer\": {\"class_name\": "
                      "\"VarianceScaling\", \"config\": {\"mode\": \"fan_sum\"}}}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): kernel_initializer: variance_scaling: mode "
                  "\"fan_sum\": expected fan_in, fan_out, fan_avg");
-    expect_error(seq("{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"b\", "
+    keras_expect_error(seq("{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"b\", "
                      "\"trainable\": false}}"),
                  "bad.json: layer 1 \"b\" (BatchNormalization): trainable false: Keras runs a "
                  "frozen BatchNormalization in inference mode (normalising with its moving "
                  "statistics), which hetrain does not; leave it trainable");
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
+    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"dtype\": {\"module\": \"keras\", \"class_name\": "
                      "\"DTypePolicy\", \"config\": {\"name\": \"mixed_float16\"}}}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): dtype \"mixed_float16\": hetrain computes in "
                  "float32");
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"module\": \"my\", \"registered_name\": "
+    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"module\": \"my\", \"registered_name\": "
                      "\"my>Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): a custom layer (registered as my>Conv2D) is "
                  "not supported");
     // shapes Keras and hetrain would read differently
-    expect_error(seq("{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 4, "
+    keras_expect_error(seq("{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 4, "
                      "\"activation\": \"softmax\"}}"),
                  "bad.json: layer 1 \"d\" (Dense): input of 3 axes: Keras applies Dense to the "
                  "last axis alone, hetrain to the whole input; put Flatten or "
                  "GlobalAveragePooling2D before it");
-    expect_error(seq(FLATTEN ", {\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
+    keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
                      "\"filters\": 2, \"kernel_size\": 3}}"),
                  "bad.json: layer 2 \"c\" (Conv2D): expects an image (height, width, channels), "
                  "but its input has 1 axis");
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
+    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"data_format\": \"channels_last\"}}, "
                      "{\"class_name\": \"MaxPooling2D\", \"config\": {\"name\": \"p\", "
                      "\"data_format\": \"channels_first\"}}"),
@@ -427,19 +410,19 @@ static void test_errors(void **state) {
                  "height, width) and max-pools its last two axes (the model's width and "
                  "channels) into (6, 3, 1); hetrain's layers work over height and width alone: "
                  "give the layer data_format channels_last");
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
+    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 9}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): kernel 9 does not fit its 8x8 input");
-    expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
+    keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 300, \"activation\": \"softmax\"}}"),
                  "bad.json: layer 2 \"d\" (Dense): softmax over 300 classes: hetrain takes "
                  "2..256");
-    expect_error(seq(FLATTEN ", {\"class_name\": \"InputLayer\", \"config\": {\"name\": \"i2\", "
+    keras_expect_error(seq(FLATTEN ", {\"class_name\": \"InputLayer\", \"config\": {\"name\": \"i2\", "
                      "\"batch_input_shape\": [null, 4]}}"),
                  "bad.json: layer 2 \"i2\" (InputLayer): an InputLayer is read only as the first "
                  "layer");
     // Keras 3's build_config must agree with the shapes the layers before give
-    expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
+    keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"softmax\"}, \"build_config\": "
                      "{\"input_shape\": [null, 63]}}"),
                  "bad.json: layer 2 \"d\" (Dense): build_config input_shape [null,63], but the "
@@ -450,7 +433,7 @@ static void test_errors(void **state) {
 // shape from the first layer; ReLU/Activation/Softmax layers, use_bias and rank-1 inputs.
 static void test_variants(void **state) {
     (void)state;
-    expect_ok("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
+    keras_expect_ok("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
               "\"Conv2D\", \"config\": {\"name\": \"c\", \"batch_input_shape\": [null, 3, 10, 6], "
               "\"filters\": 2, \"kernel_size\": 3, \"data_format\": \"channels_first\"}}, "
               FLATTEN ", " DENSE_SOFTMAX "]}}",
@@ -473,7 +456,7 @@ static void test_variants(void **state) {
     assert_string_equal(m.layers[3].name, "sm");
     model_free(&m);
     // a plain vector input (an MLP): [null, 20]
-    expect_ok("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
+    keras_expect_ok("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
               "\"Dense\", \"config\": {\"name\": \"d\", \"batch_input_shape\": [null, 20], "
               "\"units\": 3, \"activation\": \"softmax\"}}]}}",
               20 * 3 + 3);

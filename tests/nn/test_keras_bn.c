@@ -16,6 +16,7 @@
 
 #include "keras.h"
 #include "model.h"
+#include "keras_expect.h"
 #include "testutil.h"
 
 #define KDIR HT_SOURCE_DIR "/tests/fixtures/keras/"
@@ -162,19 +163,6 @@ static const char *seq_in(const char *shape, const char *layers) {
 #define BN(extra) "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"bn\"" \
                   extra "}}"
 
-static void expect_error(const char *json, const char *want) {
-    model m;
-    ht_error e = {{0}};
-    if (model_init_keras_text(&m, json, strlen(json), "bad.json", &e) == 0)
-        fail_msg("accepted: %s", json);
-    // want ending in "*": the message begins with the rest.
-    size_t n = strlen(want);
-    if (n && want[n - 1] == '*' ? strncmp(e.msg, want, n - 1) : strcmp(e.msg, want))
-        fail_msg("error\n  \"%s\"\nexpected\n  \"%s\"", e.msg, want);
-    assert_null(m.layers);
-    assert_null(strchr(e.msg, '\n'));
-}
-
 // Reads json and checks the batchnorm "bn": its trainable count and its initialisers.
 static void expect_bn(const char *json, size_t trainable, init_kind gamma, init_kind beta) {
     model m;
@@ -254,73 +242,73 @@ static void test_bn_read(void **state) {
 
 static void test_bn_errors(void **state) {
     (void)state;
-    expect_error(seq_in(IMG, CONV ", " BN(", \"axis\": 1") ", " FLATTEN ", " SOFTMAX),
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"axis\": 1") ", " FLATTEN ", " SOFTMAX),
                  HEAD "axis 1: hetrain normalises over the channels (axis -1 or 3)");
-    expect_error(seq_in(IMG, CONV ", " BN(", \"axis\": [1, 2]") ", " FLATTEN ", " SOFTMAX),
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"axis\": [1, 2]") ", " FLATTEN ", " SOFTMAX),
                  HEAD "axis: expected an integer or a list of one, found a list");
-    expect_error(seq_in(IMG, CONV ", " BN(", \"axis\": \"x\"") ", " FLATTEN ", " SOFTMAX),
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"axis\": \"x\"") ", " FLATTEN ", " SOFTMAX),
                  HEAD "axis: expected an integer or a list of one, found a string");
-    expect_error(seq_in("[null, 5]", BN(", \"axis\": 0") ", " SOFTMAX),
+    keras_expect_error(seq_in("[null, 5]", BN(", \"axis\": 0") ", " SOFTMAX),
                  "bad.json: layer 1 \"bn\" (BatchNormalization): axis 0: hetrain normalises "
                  "over the features (axis -1 or 1)");
-    expect_error(seq_in("[null, 1, 8, 8]",
+    keras_expect_error(seq_in("[null, 1, 8, 8]",
                         "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": "
                         "2, \"kernel_size\": 3, \"data_format\": \"channels_first\"}}, " BN(
                             ", \"axis\": -1") ", " FLATTEN ", " SOFTMAX),
                  HEAD "axis -1: hetrain normalises over the channels (axis 1)");
-    expect_error(seq_in("[null, 8, 8]", BN("") ", " FLATTEN ", " SOFTMAX),
+    keras_expect_error(seq_in("[null, 8, 8]", BN("") ", " FLATTEN ", " SOFTMAX),
                  "bad.json: layer 1 \"bn\" (BatchNormalization): an input of 2 axes (height, "
                  "width): hetrain normalises the channels of an image or the features of a "
                  "vector");
     // Keras normalises each of a flattened image's features; hetrain would each channel.
-    expect_error(seq_in(IMG, CONV ", " FLATTEN ", " BN("") ", " SOFTMAX),
+    keras_expect_error(seq_in(IMG, CONV ", " FLATTEN ", " BN("") ", " SOFTMAX),
                  "bad.json: layer 3 \"bn\" (BatchNormalization): after Flatten of a 2x6x6 "
                  "(CxHxW) output: Keras normalises each of its 72 features, hetrain each "
                  "channel; put BatchNormalization before Flatten");
-    expect_error(seq_in(IMG, FLATTEN ", {\"class_name\": \"Dropout\", \"config\": {\"name\": "
+    keras_expect_error(seq_in(IMG, FLATTEN ", {\"class_name\": \"Dropout\", \"config\": {\"name\": "
                              "\"dr\", \"rate\": 0.1}}, " BN("") ", " SOFTMAX),
                  "bad.json: layer 3 \"bn\" (BatchNormalization): after Flatten of a 1x8x8 "
                  "(CxHxW) output: Keras normalises each of its 64 features, hetrain each "
                  "channel; put BatchNormalization before Flatten");
     // The moving statistics start where Keras's defaults start them.
-    expect_error(seq_in(IMG, CONV ", " BN(", \"moving_mean_initializer\": \"ones\"") ", " FLATTEN
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"moving_mean_initializer\": \"ones\"") ", " FLATTEN
                                           ", " SOFTMAX),
                  HEAD "moving_mean_initializer ones: hetrain starts the moving mean at zeros "
                       "(Keras's default)");
-    expect_error(seq_in(IMG, CONV ", " BN(", \"moving_variance_initializer\": {\"class_name\": "
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"moving_variance_initializer\": {\"class_name\": "
                                           "\"RandomNormal\", \"config\": {}}") ", " FLATTEN
                                           ", " SOFTMAX),
                  HEAD "moving_variance_initializer random_normal: hetrain starts the moving "
                       "variance at ones (Keras's default)");
-    expect_error(seq_in(IMG, CONV ", " BN(", \"gamma_initializer\": \"mystery\"") ", " FLATTEN
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"gamma_initializer\": \"mystery\"") ", " FLATTEN
                                           ", " SOFTMAX),
                  HEAD "gamma_initializer: initializer \"mystery\" is not supported; *");
     // What hetrain has no counterpart for.
-    expect_error(seq_in(IMG, CONV ", " BN(", \"gamma_regularizer\": {\"class_name\": \"L2\", "
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"gamma_regularizer\": {\"class_name\": \"L2\", "
                                           "\"config\": {\"l2\": 0.01}}") ", " FLATTEN
                                           ", " SOFTMAX),
                  HEAD "gamma_regularizer: not supported (hetrain regularizes Conv2D and Dense "
                       "weights alone, and adds no constraints)");
-    expect_error(seq_in(IMG, CONV ", " BN(", \"beta_constraint\": {\"class_name\": \"NonNeg\", "
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"beta_constraint\": {\"class_name\": \"NonNeg\", "
                                           "\"config\": {}}") ", " FLATTEN ", " SOFTMAX),
                  HEAD "beta_constraint: not supported (hetrain regularizes Conv2D and Dense "
                       "weights alone, and adds no constraints)");
-    expect_error(seq_in(IMG, CONV ", " BN(", \"renorm\": true") ", " FLATTEN ", " SOFTMAX),
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"renorm\": true") ", " FLATTEN ", " SOFTMAX),
                  HEAD "renorm true: hetrain's batchnorm is Keras's plain one");
-    expect_error(seq_in(IMG, CONV ", " BN(", \"virtual_batch_size\": 16") ", " FLATTEN
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"virtual_batch_size\": 16") ", " FLATTEN
                                           ", " SOFTMAX),
                  HEAD "virtual_batch_size: not supported (hetrain's statistics are over groups "
                       "of --bn-group or [net] bn_group samples)");
-    expect_error(seq_in(IMG, CONV ", " BN(", \"center\": 1") ", " FLATTEN ", " SOFTMAX),
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"center\": 1") ", " FLATTEN ", " SOFTMAX),
                  HEAD "center: expected true or false, found an integer");
-    expect_error(seq_in(IMG, CONV ", " BN(", \"momentum\": \"x\"") ", " FLATTEN ", " SOFTMAX),
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"momentum\": \"x\"") ", " FLATTEN ", " SOFTMAX),
                  HEAD "momentum: expected a number, found a string");
-    expect_error(seq_in(IMG, CONV ", " BN(", \"momentum\": 1.5") ", " FLATTEN ", " SOFTMAX),
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"momentum\": 1.5") ", " FLATTEN ", " SOFTMAX),
                  HEAD "momentum 1.5: expected 0..1 (Keras's: the moving averages keep this much "
                       "of their value at each step)");
-    expect_error(seq_in(IMG, CONV ", " BN(", \"epsilon\": 0") ", " FLATTEN ", " SOFTMAX),
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"epsilon\": 0") ", " FLATTEN ", " SOFTMAX),
                  HEAD "epsilon 0: expected a number in (0, 1]");
-    expect_error(seq_in(IMG, CONV ", " BN(", \"trainable\": false") ", " FLATTEN ", " SOFTMAX),
+    keras_expect_error(seq_in(IMG, CONV ", " BN(", \"trainable\": false") ", " FLATTEN ", " SOFTMAX),
                  HEAD "trainable false: Keras runs a frozen BatchNormalization in inference "
                  "mode (normalising with its moving statistics), which hetrain does not; leave "
                  "it trainable");

@@ -16,6 +16,7 @@
 
 #include "keras.h"
 #include "model.h"
+#include "keras_expect.h"
 #include "testutil.h"
 
 #define KDIR HT_SOURCE_DIR "/tests/fixtures/keras/"
@@ -157,24 +158,6 @@ static char *functional3(const char *layers, const char *inputs, const char *out
     return buf;
 }
 
-static void expect_error(const char *json, const char *want) {
-    model m;
-    ht_error e = {{0}};
-    if (model_init_keras_text(&m, json, strlen(json), "bad.json", &e) == 0)
-        fail_msg("accepted: %s", json);
-    if (strcmp(e.msg, want)) fail_msg("error\n  \"%s\"\nexpected\n  \"%s\"", e.msg, want);
-    assert_null(m.layers);
-    assert_null(strchr(e.msg, '\n'));
-}
-
-static void expect_ok(const char *json, size_t params) {
-    model m;
-    ht_error e = {{0}};
-    if (model_init_keras_text(&m, json, strlen(json), "ok.json", &e) < 0) fail_msg("%s", e.msg);
-    assert_int_equal(m.n_params, params);
-    model_free(&m);
-}
-
 static void test_graph_errors(void **state) {
     (void)state;
     char a[1024], b[1024], layers[4096];
@@ -182,9 +165,9 @@ static void test_graph_errors(void **state) {
     dense3(a, sizeof a, "a", "in", 8, "relu", "\"training\": false");
     dense3(b, sizeof b, "b", "a", 4, "softmax", "\"mask\": null");
     snprintf(layers, sizeof layers, "%s, %s, %s", input3, a, b);
-    expect_ok(functional3(layers, "[\"in\", 0, 0]", "[\"b\", 0, 0]"), 8 * 8 + 8 + 8 * 4 + 4);
+    keras_expect_ok(functional3(layers, "[\"in\", 0, 0]", "[\"b\", 0, 0]"), 8 * 8 + 8 + 8 * 4 + 4);
     // Keras 2's spelling: the class Model, [[layer, node, tensor, kwargs]] calls.
-    expect_ok("{\"class_name\": \"Model\", \"keras_version\": \"2.2.4\", \"config\": {\"name\": "
+    keras_expect_ok("{\"class_name\": \"Model\", \"keras_version\": \"2.2.4\", \"config\": {\"name\": "
               "\"model_1\", \"layers\": [{\"class_name\": \"InputLayer\", \"name\": \"i\", "
               "\"config\": {\"batch_input_shape\": [null, 8], \"name\": \"i\"}, "
               "\"inbound_nodes\": []}, {\"class_name\": \"Dense\", \"name\": \"d\", \"config\": "
@@ -192,7 +175,7 @@ static void test_graph_errors(void **state) {
               "[[[\"i\", 0, 0, {}]]]}], \"input_layers\": [[\"i\", 0, 0]], \"output_layers\": "
               "[[\"d\", 0, 0]]}}", 36);
     // ... but Keras 2 keeps a call's training=True (dropout at inference too).
-    expect_error("{\"class_name\": \"Model\", \"keras_version\": \"2.2.4\", \"config\": "
+    keras_expect_error("{\"class_name\": \"Model\", \"keras_version\": \"2.2.4\", \"config\": "
                  "{\"name\": \"m\", \"layers\": [{\"class_name\": \"InputLayer\", \"name\": "
                  "\"i\", \"config\": {\"batch_input_shape\": [null, 8], \"name\": \"i\"}, "
                  "\"inbound_nodes\": []}, {\"class_name\": \"Dropout\", \"name\": \"x\", "
@@ -204,41 +187,41 @@ static void test_graph_errors(void **state) {
     // Another argument of a Keras 3 call.
     dense3(a, sizeof a, "a", "in", 8, "relu", "\"scale\": 2");
     snprintf(layers, sizeof layers, "%s, %s, %s", input3, a, b);
-    expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"b\", 0, 0]"),
+    keras_expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"b\", 0, 0]"),
                  "bad.json: layer 1 \"a\" (Dense): called with scale=2: hetrain calls a layer on "
                  "its input alone");
     // A branch: b takes the input, not a's output.
     dense3(a, sizeof a, "a", "in", 8, "relu", "");
     dense3(b, sizeof b, "b", "in", 4, "softmax", "");
     snprintf(layers, sizeof layers, "%s, %s, %s", input3, a, b);
-    expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"b\", 0, 0]"),
+    keras_expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"b\", 0, 0]"),
                  "bad.json: layer 2 \"b\" (Dense): its input is \"in\", not the layer before it "
                  "(\"a\"): " SINGLE ", its layers listed in order");
     // The output is not the last layer.
     dense3(b, sizeof b, "b", "a", 4, "softmax", "");
     snprintf(layers, sizeof layers, "%s, %s, %s", input3, a, b);
-    expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"a\", 0, 0]"),
+    keras_expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"a\", 0, 0]"),
                  "bad.json: layer 2 \"b\" (Dense): the model's output is \"a\", not its last "
                  "layer: " SINGLE);
     // The input is not the first layer; a second input that nothing merges.
-    expect_error(functional3(layers, "[\"a\", 0, 0]", "[\"b\", 0, 0]"),
+    keras_expect_error(functional3(layers, "[\"a\", 0, 0]", "[\"b\", 0, 0]"),
                  "bad.json: layer 0 \"in\" (InputLayer): the first layer must be the model's "
                  "input, \"a\" (an InputLayer)");
-    expect_error(functional3(layers, "[[\"in\", 0, 0], [\"a\", 0, 0]]", "[\"b\", 0, 0]"),
+    keras_expect_error(functional3(layers, "[[\"in\", 0, 0], [\"a\", 0, 0]]", "[\"b\", 0, 0]"),
                  "bad.json: layer 1 \"a\" (Dense): a second input (the model has 2): hetrain "
                  "reads models of one input");
-    expect_error(functional3(layers, "3", "[\"b\", 0, 0]"),
+    keras_expect_error(functional3(layers, "3", "[\"b\", 0, 0]"),
                  "bad.json: input_layers: expected a list of [layer, node, tensor]");
     // A layer that nothing calls; a malformed tensor; a model inside the model.
     snprintf(layers, sizeof layers, "%s, {\"class_name\": \"Dense\", \"name\": \"a\", "
              "\"config\": {\"name\": \"a\", \"units\": 4}, \"inbound_nodes\": []}", input3);
-    expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"a\", 0, 0]"),
+    keras_expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"a\", 0, 0]"),
                  "bad.json: layer 1 \"a\" (Dense): called on no input: " SINGLE " of one input");
     snprintf(layers, sizeof layers, "%s, {\"class_name\": \"Dense\", \"name\": \"a\", "
              "\"config\": {\"name\": \"a\", \"units\": 4}, \"inbound_nodes\": [{\"args\": "
              "[{\"class_name\": \"__keras_tensor__\", \"config\": {\"keras_history\": "
              "[\"in\"]}}]}]}", input3);
-    expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"a\", 0, 0]"),
+    keras_expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"a\", 0, 0]"),
                  "bad.json: layer 1 \"a\" (Dense): inbound_nodes: a tensor without its "
                  "keras_history [layer, node, tensor]");
     char t[256];
@@ -246,10 +229,10 @@ static void test_graph_errors(void **state) {
     snprintf(layers, sizeof layers, "%s, {\"class_name\": \"Sequential\", \"name\": \"s\", "
              "\"config\": {\"name\": \"s\", \"layers\": []}, \"inbound_nodes\": [{\"args\": "
              "[%s]}]}", input3, t);
-    expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"s\", 0, 0]"),
+    keras_expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"s\", 0, 0]"),
                  "bad.json: layer 1 \"s\" (Sequential): a model inside the model is not "
                  "supported; hetrain reads one list of layers");
-    expect_error("{\"class_name\": \"Functional\", \"config\": [1]}",
+    keras_expect_error("{\"class_name\": \"Functional\", \"config\": [1]}",
                  "bad.json: config: expected an object with \"layers\", \"input_layers\" and "
                  "\"output_layers\"");
 }
@@ -279,7 +262,7 @@ static char *seq(const char *layers) {
 static void test_mixed_format(void **state) {
     (void)state;
     // The model's layout is its first Conv2D's, whatever a pooling layer before it says.
-    expect_error(seq(POOL("MaxPooling2D", "channels_first", ", \"padding\": \"same\"") ", "
+    keras_expect_error(seq(POOL("MaxPooling2D", "channels_first", ", \"padding\": \"same\"") ", "
                  CONV("channels_last")),
                  "bad.json: layer 1 \"p\" (MaxPooling2D): data_format channels_first in a "
                  "channels_last model: Keras reads this layer's input (8, 8, 2) as (channels, "
@@ -288,7 +271,7 @@ static void test_mixed_format(void **state) {
                  "give the layer data_format channels_last");
     // A channels_last layer in a channels_first model works over the channels and height.
     // (The input then reads as 8 channels of 8x2.)
-    expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": "
+    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": "
                      "3, \"kernel_size\": 3, \"padding\": \"same\", \"data_format\": "
                      "\"channels_first\"}}, " POOL("AveragePooling2D", "channels_last", "")),
                  "bad.json: layer 2 \"p\" (AveragePooling2D): data_format channels_last in a "
@@ -296,14 +279,14 @@ static void test_mixed_format(void **state) {
                  "width, channels) and average-pools its first two axes (the model's channels "
                  "and height) into (1, 4, 2); hetrain's layers work over height and width alone: "
                  "give the layer data_format channels_first");
-    expect_error(seq(CONV("channels_last") ", {\"class_name\": \"GlobalAveragePooling2D\", "
+    keras_expect_error(seq(CONV("channels_last") ", {\"class_name\": \"GlobalAveragePooling2D\", "
                  "\"config\": {\"name\": \"p\", \"data_format\": \"channels_first\"}}"),
                  "bad.json: layer 2 \"p\" (GlobalAveragePooling2D): data_format channels_first in "
                  "a channels_last model: Keras reads this layer's input (6, 6, 3) as (channels, "
                  "height, width) and averages its last two axes (the model's width and channels) "
                  "into 6 features; hetrain's layers work over height and width alone: give the "
                  "layer data_format channels_last");
-    expect_error(seq(CONV("channels_last") ", {\"class_name\": \"Conv2D\", \"config\": "
+    keras_expect_error(seq(CONV("channels_last") ", {\"class_name\": \"Conv2D\", \"config\": "
                  "{\"name\": \"c2\", \"filters\": 4, \"kernel_size\": 3, \"data_format\": "
                  "\"channels_first\"}}"),
                  "bad.json: layer 2 \"c2\" (Conv2D): data_format channels_first in a "
@@ -312,10 +295,10 @@ static void test_mixed_format(void **state) {
                  "channels) into (4, 4, 1); hetrain's layers work over height and width alone: "
                  "give the layer data_format channels_last");
     // A 1x1 window of stride 1 is the identity over any axes: read.
-    expect_ok(seq(CONV("channels_last") ", " POOL("MaxPooling2D", "channels_first",
+    keras_expect_ok(seq(CONV("channels_last") ", " POOL("MaxPooling2D", "channels_first",
                                                  ", \"pool_size\": 1, \"strides\": 1")),
               3 * 3 * 2 * 3 + 3 + 6 * 6 * 3 * 4 + 4);
-    expect_error(seq(POOL("MaxPooling2D", "channels_middle", "")),
+    keras_expect_error(seq(POOL("MaxPooling2D", "channels_middle", "")),
                  "bad.json: layer 1 \"p\" (MaxPooling2D): data_format \"channels_middle\": "
                  "expected channels_last or channels_first");
 }

@@ -21,6 +21,7 @@
 #include "net.h"
 #include "optim.h"
 #include "rng.h"
+#include "keras_expect.h"
 #include "testutil.h"
 
 #define KDIR HT_SOURCE_DIR "/tests/fixtures/keras/"
@@ -369,15 +370,6 @@ static char *dense_with(const char *extra) {
     return buf;
 }
 
-static void expect_error(const char *json, const char *want) {
-    model m;
-    ht_error e = {{0}};
-    if (model_init_keras_text(&m, json, strlen(json), "bad.json", &e) == 0)
-        fail_msg("accepted: %s", json);
-    if (strcmp(e.msg, want)) fail_msg("error\n  \"%s\"\nexpected\n  \"%s\"", e.msg, want);
-    assert_null(strchr(e.msg, '\n'));
-}
-
 static void expect_reg(const char *extra, float w_l1, float w_l2, float b_l1, float b_l2) {
     const char *json = dense_with(extra);
     model m;
@@ -408,34 +400,34 @@ static void test_errors(void **state) {
     // No bias: nothing to regularize (Keras makes no bias weight).
     expect_reg(", \"use_bias\": false, \"bias_regularizer\": \"l2\"", 0, 0, 0, 0);
 
-    expect_error(dense_with(", \"kernel_regularizer\": {\"class_name\": "
+    keras_expect_error(dense_with(", \"kernel_regularizer\": {\"class_name\": "
                             "\"OrthogonalRegularizer\", \"config\": {\"factor\": 0.01}}"),
                  HEAD "kernel_regularizer: regularizer \"OrthogonalRegularizer\" is not "
                  "supported; hetrain has L1, L2 and L1L2 (l1, l2, l1_l2)");
-    expect_error(dense_with(", \"kernel_regularizer\": {\"class_name\": \"L2\", "
+    keras_expect_error(dense_with(", \"kernel_regularizer\": {\"class_name\": \"L2\", "
                             "\"registered_name\": \"my>L2\", \"config\": {}}"),
                  HEAD "kernel_regularizer: a custom regularizer (registered as my>L2) is not "
                  "supported");
-    expect_error(dense_with(", \"bias_regularizer\": {\"class_name\": \"L2\", \"config\": "
+    keras_expect_error(dense_with(", \"bias_regularizer\": {\"class_name\": \"L2\", \"config\": "
                             "{\"l2\": -0.1}}"),
                  HEAD "bias_regularizer: l2 -0.1: expected a finite number >= 0");
-    expect_error(dense_with(", \"bias_regularizer\": {\"class_name\": \"L1\", \"config\": "
+    keras_expect_error(dense_with(", \"bias_regularizer\": {\"class_name\": \"L1\", \"config\": "
                             "{\"l2\": 0.1}}"),
                  HEAD "bias_regularizer: L1: unknown key \"l2\" (l1)");
-    expect_error(dense_with(", \"bias_regularizer\": {\"class_name\": \"L1\", \"config\": "
+    keras_expect_error(dense_with(", \"bias_regularizer\": {\"class_name\": \"L1\", \"config\": "
                             "{\"l1\": \"0.1\"}}"),
                  HEAD "bias_regularizer: l1: expected a number, found a string");
-    expect_error(dense_with(", \"kernel_regularizer\": 0.01"),
+    keras_expect_error(dense_with(", \"kernel_regularizer\": 0.01"),
                  HEAD "kernel_regularizer: expected a name or a regularizer object, found a "
                  "number");
-    expect_error(dense_with(", \"activity_regularizer\": \"l2\""),
+    keras_expect_error(dense_with(", \"activity_regularizer\": \"l2\""),
                  HEAD "activity_regularizer: not supported (hetrain adds no activity "
                  "regularizers, constraints or adapters)");
     // The whole model frozen.
     const char *all = "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"t\", "
                       "\"trainable\": false, \"layers\": [{\"class_name\": \"Flatten\", "
                       "\"config\": {}}]}}";
-    expect_error(all, "bad.json: trainable false on the whole model: nothing would train");
+    keras_expect_error(all, "bad.json: trainable false on the whole model: nothing would train");
 }
 
 int main(void) {
