@@ -94,9 +94,12 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
     balance_reset(&g->bal, n_devs);
     g->grad = ht_calloc(m->n_params + 2 * (size_t)max_batch + 2, sizeof(float), e);
     g->orphans = ht_malloc((size_t)max_batch, sizeof *g->orphans, e);
+    g->unit = ht_malloc((size_t)max_batch + 1, sizeof *g->unit, e);
+    g->sorted = ht_malloc((size_t)max_batch, sizeof *g->sorted, e);
     g->own = ht_calloc((size_t)max_batch, 1, e);
     g->slots = ht_calloc((size_t)n_devs, sizeof *g->slots, e);
-    if (!g->grad || !g->orphans || !g->own || !g->slots || engine_workers_open(g, e) < 0 ||
+    if (!g->grad || !g->orphans || !g->unit || !g->sorted || !g->own || !g->slots ||
+        engine_workers_open(g, e) < 0 ||
         optim_init(&g->opt, &m->setup, m->n_trainable, e) < 0 ||
         optim_use_model(&g->opt, m, e) < 0) {
         engine_close(g);
@@ -134,6 +137,8 @@ void engine_close(engine *g) {
     free(g->slots);
     free(g->grad);
     free(g->orphans);
+    free(g->unit);
+    free(g->sorted);
     free(g->own);
     optim_free(&g->opt);
     shard_plan_free(&g->plan);

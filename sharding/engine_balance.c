@@ -147,20 +147,15 @@ int engine_assign(engine *g, const int *positions, int n, int batch, ht_error *e
     // positions are whole groups of the devices that failed: sorted, they are whole groups in
     // order again (the short last group of a batch last).
     const int G = g->group > 1 ? g->group : 1;
-    int *sorted = NULL, *unit = NULL, units = n;
+    if (n > g->max_batch) return ht_fail(e, "engine: %d positions, more than %d", n, g->max_batch);
+    int *unit = NULL, units = n;
     if (positions && G > 1) {
-        sorted = malloc(sizeof(int) * (size_t)n);
-        if (!sorted) return ht_fail(e, "out of memory planning a re-run");
-        memcpy(sorted, positions, sizeof(int) * (size_t)n);
-        qsort(sorted, (size_t)n, sizeof(int), cmp_int);
-        positions = sorted;
+        memcpy(g->sorted, positions, sizeof(int) * (size_t)n);
+        qsort(g->sorted, (size_t)n, sizeof(int), cmp_int);
+        positions = g->sorted;
     }
     if (G > 1) { // unit k starts at position index unit[k]
-        unit = malloc(sizeof(int) * ((size_t)n + 1));
-        if (!unit) {
-            free(sorted);
-            return ht_fail(e, "out of memory planning a batch");
-        }
+        unit = g->unit;
         units = 0;
         for (int j = 0; j < n; j++) {
             int pj = positions ? positions[j] : j;
@@ -177,11 +172,7 @@ int engine_assign(engine *g, const int *positions, int n, int batch, ht_error *e
         rc = plan_local(g, &tmp, units, e);
         p = &tmp;
     }
-    if (rc < 0) {
-        free(sorted);
-        free(unit);
-        return -1;
-    }
+    if (rc < 0) return -1;
     for (int d = 0; d < g->n_devs; d++) {
         g->slots[d].n = 0;
         g->slots[d].dispatched = 0;
@@ -196,8 +187,6 @@ int engine_assign(engine *g, const int *positions, int n, int batch, ht_error *e
     // A device with no samples this pass sits it out: no launch, no wait.
     for (int d = 0; d < g->n_devs; d++) g->slots[d].dispatched = g->slots[d].n > 0;
     if (!batch) shard_plan_free(&tmp);
-    free(sorted);
-    free(unit);
     return 0;
 }
 

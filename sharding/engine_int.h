@@ -124,6 +124,8 @@ struct engine {
     int plan_dev[HT_MAX_DEVICES]; // plan index -> device index
     engine_slot *slots;
     int *orphans;    // batch positions whose device failed, to run again (max_batch)
+    int *unit;       // engine_assign's scratch: where each group of positions starts (max_batch + 1)
+    int *sorted;     // engine_assign's scratch: a re-run's positions in order (max_batch)
     uint8_t *own;    // (max_batch) positions this rank computed in the current step
     int span;        // steps are planned and reduced over every rank (ranks.h), not this
                      // process alone (engine_config.alone, or one rank): group_*
