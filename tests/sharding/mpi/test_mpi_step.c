@@ -152,6 +152,8 @@ static void test_bn_ranks(void **state) {
     model m;
     dataset ds;
     test_bn_model(&m, 8);
+    // Each rank's process would time auto's choice itself; the comparison wants one algorithm.
+    m.setup.conv_algo = CONV_ALGO_DIRECT;
     if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
                          FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
