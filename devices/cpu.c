@@ -51,7 +51,7 @@ static void record_outputs(cpu_ctx *c, const float *probs, int off, int n, shard
     int nc = c->m->n_classes;
     for (int i = 0; i < n; i++) {
         res->loss[off + i] = c->ws.loss[i];
-        res->pred[off + i] = net_argmax(probs + (size_t)i * nc, nc);
+        res->pred[off + i] = net_predict(c->m, probs + (size_t)i * nc);
     }
 }
 
@@ -91,10 +91,11 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
         int n = job->n - off < step ? job->n - off : step;
         net_dropout drop = {.seed = job->seed, .epoch = job->epoch, .ids = job->ids + off};
         const float *x = job->x + (size_t)off * in;
-        const float *probs = net_forward(&c->ws, m, c->use, x, job->y + off, n, &drop);
+        const uint8_t *y = job->y + (size_t)off * m->label_width;
+        const float *probs = net_forward(&c->ws, m, c->use, x, y, n, &drop);
         record_outputs(c, probs, off, n, res);
         // The first micro-batch writes the gradient sum, the others add to it.
-        net_backward_to(&c->ws, m, c->use, res->grad_sum, x, job->y + off, n, &drop, off == 0);
+        net_backward_to(&c->ws, m, c->use, res->grad_sum, x, y, n, &drop, off == 0);
     }
     res->micro = c->micro;
     omp_set_num_threads(caller_threads);

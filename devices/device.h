@@ -13,7 +13,7 @@
 // One shard of a training step: the samples a device must process, already contiguous.
 typedef struct shard_job {
     const float *x;       // (n, C, H, W)
-    const uint8_t *y;     // (n) labels
+    const uint8_t *y;     // (n, m->label_width) labels
     const uint32_t *ids;  // (n) global sample ids: key the dropout masks
     int n;
     uint64_t seed;

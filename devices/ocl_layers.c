@@ -115,14 +115,27 @@ static int softmax_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
     return ocl_softmax_xent_backward(c->o, c->spare, c->out, c->y, c->B, c->L->oc, e);
 }
 
-// ---- the binary head (sigmoid + binary cross-entropy): like softmax's, into the spare buffer ----
+// ---- the binary and multi-label heads (sigmoid + binary cross-entropy): like softmax's, into
+// the spare buffer ----
 
 static int bce_fwd(const ocl_call *c, ht_error *e) {
-    return ocl_bce_forward(c->o, c->out, c->loss, c->in, c->y, c->B, e);
+    return ocl_bce_forward(c->o, c->out, c->loss, c->in, c->y, c->B, (int)layer_in_size(c->L), e);
 }
 static int bce_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
     *din = c->spare;
-    return ocl_bce_backward(c->o, c->spare, c->out, c->y, c->B, e);
+    return ocl_bce_backward(c->o, c->spare, c->out, c->y, c->B, (int)layer_in_size(c->L), e);
+}
+
+// ---- permute ----
+
+static int permute_fwd(const ocl_call *c, ht_error *e) {
+    const int dims[3] = {c->L->c, c->L->h, c->L->w};
+    return ocl_permute(c->o, c->out, c->in, c->B, dims, c->L->perm, 0, e);
+}
+static int permute_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
+    const int dims[3] = {c->L->c, c->L->h, c->L->w};
+    *din = c->din;
+    return c->din ? ocl_permute(c->o, c->din, c->dout, c->B, dims, c->L->perm, 1, e) : 0;
 }
 
 // ---- act ----
@@ -175,6 +188,7 @@ static const char *const dropout_kernels[] = {"dropout", NULL};
 static const char *const softmax_kernels[] = {"softmax_xent_fwd", "softmax_xent_bwd", NULL};
 static const char *const act_kernels[] = {"act_fwd", "act_bwd", NULL};
 static const char *const bce_kernels[] = {"bce_fwd", "bce_bwd", NULL};
+static const char *const permute_kernels[] = {"permute3", NULL};
 static const char *const bn_kernels[] = {"bn_stats", "bn_fwd", "bn_infer", "bn_bwd_sums",
                                          "bn_bwd_dx", "bn_bwd_reduce", NULL};
 
@@ -187,6 +201,7 @@ static const ocl_layer_ops cl_dropout = {dropout_fwd, dropout_bwd, NULL, NULL, 0
 static const ocl_layer_ops cl_softmax = {softmax_fwd, softmax_bwd, NULL, NULL, 0, softmax_kernels};
 static const ocl_layer_ops cl_act = {act_fwd, act_bwd, NULL, NULL, 0, act_kernels};
 static const ocl_layer_ops cl_bce = {bce_fwd, bce_bwd, NULL, NULL, 0, bce_kernels};
+static const ocl_layer_ops cl_permute = {permute_fwd, permute_bwd, NULL, NULL, 0, permute_kernels};
 static const ocl_layer_ops cl_bn = {bn_fwd, bn_bwd, bn_aux, bn_tmp, 0, bn_kernels};
 
 const ocl_layer_ops *const ocl_layer_ops_of[LAYER_KIND_COUNT] = {

@@ -249,11 +249,19 @@ size_t ocl_bn_stats_floats(int C, int B);
 size_t ocl_bn_sums_floats(int C, int B);
 
 // labels: uchar (B) or NULL (then loss is not written).
-// The binary head (kernels/activations.cl): probs (B, 2) = (1 - p, p), p = sigmoid(logits[i]);
-// with labels (and loss), each sample's binary cross-entropy. Backward: dlogits = p - label.
+// A sample's (C, H, W) = dims axes reordered, output axis i from input axis perm[i] - 1
+// (kernels/util.cl's permute3); with inverse, the backward: in is the permuted tensor's
+// gradient, out gets the gradient of the tensor of shape dims.
+int ocl_permute(ocl_ops *o, cl_mem out, cl_mem in, int B, const int dims[3], const int perm[3],
+                int inverse, ht_error *e);
+
+// The binary head (K = 1; kernels/activations.cl): probs (B, 2) = (1 - p, p), p =
+// sigmoid(logits[i]); with labels (and loss), each sample's binary cross-entropy. Backward:
+// dlogits = p - label. The multi-label head (K >= 2): logits, probs, labels (B, K); a sample's
+// loss the mean over its labels, dlogits = (p - label) / K.
 int ocl_bce_forward(ocl_ops *o, cl_mem probs, cl_mem loss, cl_mem logits, cl_mem labels, int B,
-                    ht_error *e);
-int ocl_bce_backward(ocl_ops *o, cl_mem dlogits, cl_mem probs, cl_mem labels, int B,
+                    int K, ht_error *e);
+int ocl_bce_backward(ocl_ops *o, cl_mem dlogits, cl_mem probs, cl_mem labels, int B, int K,
                      ht_error *e);
 int ocl_softmax_xent_forward(ocl_ops *o, cl_mem probs, cl_mem loss, cl_mem logits,
                               cl_mem labels, int B, int NC, ht_error *e);

@@ -542,7 +542,8 @@ static int tuner_setup(tuner *t, ht_error *e) {
     t->params = ht_malloc(m->n_params, sizeof(float), e);
     t->grad_untuned = ht_malloc(m->n_params, sizeof(float), e);
     t->grad = ht_malloc(m->n_params, sizeof(float), e);
-    t->y = ht_malloc((size_t)n, 1, e);
+    const size_t yw = (size_t)m->label_width;
+    t->y = ht_malloc((size_t)n, yw, e);
     t->ids = ht_malloc((size_t)n, sizeof(uint32_t), e);
     t->loss = ht_malloc((size_t)n, sizeof(float), e);
     t->pred = ht_malloc((size_t)n, sizeof(int32_t), e);
@@ -551,7 +552,8 @@ static int tuner_setup(tuner *t, ht_error *e) {
         return -1;
     fill_uniform(t->x, (size_t)n * in, 21);
     for (int i = 0; i < n; i++) {
-        t->y[i] = (uint8_t)(i % m->n_classes);
+        for (size_t j = 0; j < yw; j++) // a class each, or a multi-label head's 0s and 1s
+            t->y[i * yw + j] = (uint8_t)(yw > 1 ? (i + j) % 2 : (size_t)i % m->n_classes);
         t->ids[i] = (uint32_t)i;
     }
     model_init_params(m, t->params, 1);

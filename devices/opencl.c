@@ -135,7 +135,8 @@ static int alloc_fixed(ocl_ctx *c, ht_error *e) {
     size_t MB = (size_t)c->max_batch;
     if (mk(c, &c->params, m->n_params * sizeof(float), e) < 0 ||
         mk(c, &c->grads, m->n_params * sizeof(float), e) < 0 ||
-        mk(c, &c->x_all, MB * in * sizeof(float), e) < 0 || mk(c, &c->y_all, MB, e) < 0 ||
+        mk(c, &c->x_all, MB * in * sizeof(float), e) < 0 ||
+        mk(c, &c->y_all, MB * (size_t)m->label_width, e) < 0 ||
         mk(c, &c->ids_all, MB * sizeof(uint32_t), e) < 0 ||
         mk(c, &c->loss_all, MB * sizeof(float), e) < 0 ||
         mk(c, &c->probs_all, MB * nc * sizeof(float), e) < 0)
@@ -166,7 +167,7 @@ static void free_micro(ocl_ctx *c) {
 static int alloc_micro(ocl_ctx *c, ht_error *e) {
     const model *m = c->m;
     size_t in = (size_t)m->in_c * m->in_h * m->in_w, B = (size_t)c->micro;
-    if (mk(c, &c->x, B * in * sizeof(float), e) < 0 || mk(c, &c->y, B, e) < 0 ||
+    if (mk(c, &c->x, B * in * sizeof(float), e) < 0 || mk(c, &c->y, B * (size_t)m->label_width, e) < 0 ||
         mk(c, &c->ids, B * sizeof(uint32_t), e) < 0 || mk(c, &c->loss, B * sizeof(float), e) < 0)
         return -1;
     size_t widest = 0, tmp = 0;
@@ -362,7 +363,8 @@ static int stage_micro(ocl_ctx *c, int off, int n, int with_labels, ht_error *e)
     if (copy_buf(c, c->x_all, (size_t)off * in * sizeof(float), c->x, 0, (size_t)n * in * sizeof(float), e) < 0)
         return -1;
     if (!with_labels) return 0;
-    if (copy_buf(c, c->y_all, (size_t)off, c->y, 0, (size_t)n, e) < 0 ||
+    size_t yw = (size_t)c->m->label_width;
+    if (copy_buf(c, c->y_all, (size_t)off * yw, c->y, 0, (size_t)n * yw, e) < 0 ||
         copy_buf(c, c->ids_all, (size_t)off * sizeof(uint32_t), c->ids, 0, (size_t)n * sizeof(uint32_t), e) < 0)
         return -1;
     return 0;
@@ -374,7 +376,7 @@ static int train_attempt(ocl_ctx *c, const shard_job *job, shard_result *res, co
     const model *m = c->m;
     size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
     if (write_buf(c, c->x_all, (size_t)job->n * in * sizeof(float), job->x, "inputs", e) < 0 ||
-        write_buf(c, c->y_all, (size_t)job->n, job->y, "labels", e) < 0 ||
+        write_buf(c, c->y_all, (size_t)job->n * m->label_width, job->y, "labels", e) < 0 ||
         write_buf(c, c->ids_all, (size_t)job->n * sizeof(uint32_t), job->ids, "sample ids", e) < 0 ||
         ocl_fill(&c->ops, c->grads, 0.0f, m->n_params, e) < 0)
         return -1;
@@ -393,7 +395,7 @@ static int train_attempt(ocl_ctx *c, const shard_job *job, shard_result *res, co
         read_back(c, c->loss_all, sizeof(float) * (size_t)job->n, res->loss, "losses", e) < 0 ||
         read_back(c, c->probs_all, sizeof(float) * (size_t)job->n * nc, c->probs_host, "probabilities", e) < 0)
         return -1;
-    for (int i = 0; i < job->n; i++) res->pred[i] = net_argmax(c->probs_host + (size_t)i * nc, (int)nc);
+    for (int i = 0; i < job->n; i++) res->pred[i] = net_predict(m, c->probs_host + (size_t)i * nc);
     return 0;
 }
 

@@ -74,28 +74,44 @@ __kernel void softmax_xent_bwd(__global float *dlogits, __global const float *pr
     dlogits[k] = c == (int)labels[i] ? p - 1.0f : p;
 }
 
-// The binary head, one work-item per sample: probs (B, 2) = (1 - p, p), p = sigmoid(logit);
-// with labels, loss = softplus(logit) - y logit = max(z, 0) - y z + log1p(exp(-|z|)) (a label
-// other than 0 or 1 gives NaN), as the CPU computes it (in double there).
+// The binary head (K = 1) and the multi-label head (K >= 2), one work-item per sample. K = 1:
+// probs (B, 2) = (1 - p, p), p = sigmoid(logit); K >= 2: probs (B, K), each label's p. With
+// labels ((B, K) bytes), loss = the mean over the K labels of softplus(z) - y z =
+// max(z, 0) - y z + log1p(exp(-|z|)) (a label other than 0 or 1 gives NaN), as the CPU
+// computes it (in double there).
 __kernel void bce_fwd(__global float *probs, __global float *loss, __global const float *logits,
-                      __global const uchar *labels, const int has_labels, const int B) {
+                      __global const uchar *labels, const int has_labels, const int B,
+                      const int K) {
     const int i = (int)get_global_id(0);
     if (i >= B) return;
-    const float z = logits[i], e = exp(-fabs(z)), inv = 1.0f / (1.0f + e);
-    probs[2 * i] = z >= 0.0f ? e * inv : inv;
-    probs[2 * i + 1] = z >= 0.0f ? inv : e * inv;
-    if (has_labels) {
-        const int y = labels[i];
-        loss[i] = y < 2 ? fmax(z, 0.0f) - (float)y * z + log1p(e) : NAN;
+    float sum = 0.0f;
+    int bad = 0;
+    for (int j = 0; j < K; j++) {
+        const int at = i * K + j;
+        const float z = logits[at], e = exp(-fabs(z)), inv = 1.0f / (1.0f + e);
+        const float p = z >= 0.0f ? inv : e * inv;
+        if (K == 1) {
+            probs[2 * i] = z >= 0.0f ? e * inv : inv;
+            probs[2 * i + 1] = p;
+        } else {
+            probs[at] = p;
+        }
+        if (has_labels) {
+            const int y = labels[at];
+            bad |= y > 1;
+            sum += fmax(z, 0.0f) - (float)y * z + log1p(e);
+        }
     }
+    if (has_labels) loss[i] = bad ? NAN : sum / (float)K;
 }
 
-// dlogit = p - y, one work-item per sample.
+// dlogit = (p - y) / K (the gradient of the mean over the labels), one work-item per logit.
 __kernel void bce_bwd(__global float *dlogits, __global const float *probs,
-                      __global const uchar *labels, const int B) {
-    const int i = (int)get_global_id(0);
-    if (i >= B) return;
-    dlogits[i] = probs[2 * i + 1] - (float)labels[i];
+                      __global const uchar *labels, const int B, const int K) {
+    const int k = (int)get_global_id(0);
+    if (k >= B * K) return;
+    if (K == 1) dlogits[k] = probs[2 * k + 1] - (float)labels[k];
+    else dlogits[k] = (probs[k] - (float)labels[k]) * (1.0f / (float)K);
 }
 
 // The act family's activations (enum act_fn: the host's, in the prelude before these sources),

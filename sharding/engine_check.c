@@ -88,7 +88,7 @@ int engine_self_check(engine *g, device *ref, const dataset *ds, const uint32_t 
     // The reference, on the same samples (gathered as the devices got them).
     size_t in = (size_t)ds->c * ds->h * ds->w;
     float *x = ht_malloc((size_t)n * in, sizeof(float), e);
-    uint8_t *y = ht_malloc((size_t)n, 1, e);
+    uint8_t *y = ht_malloc((size_t)n, (size_t)m->label_width, e);
     float *grad = ht_malloc(m->n_params, sizeof(float), e), *loss = ht_malloc((size_t)n, sizeof(float), e);
     int32_t *pred = ht_malloc((size_t)n, sizeof(int32_t), e);
     int rc = -1;

@@ -148,7 +148,7 @@ static void work_prepare(engine *g, engine_slot *s, const engine_task *t) {
     if (t->kind != TASK_PARAMS) {
         for (int i = 0; i < s->n; i++)
             w->ids[i] = t->kind == TASK_TRAIN ? t->idx[s->pos[i]] : (uint32_t)(t->start + s->pos[i]);
-        if (!t->ds->y) memset(w->y, 0, (size_t)s->n);
+        if (!t->ds->y) memset(w->y, 0, (size_t)s->n * (size_t)g->m->label_width);
         // Training steps (step >= 1) gather augmented samples; the self-check and the
         // calibration (step 0) and inference gather them as they are.
         dataset_gather_augment(t->ds, w->ids, s->n, w->x, w->y,
@@ -277,7 +277,7 @@ static engine_work *work_alloc(engine *g, const device *dev, ht_error *e) {
     w->ctx = dev->ctx;
     w->n_params = g->m->n_params;
     w->x = ht_malloc(B * in, sizeof *w->x, e);
-    w->y = ht_calloc(B, sizeof *w->y, e);
+    w->y = ht_calloc(B * (size_t)g->m->label_width, sizeof *w->y, e);
     w->ids = ht_malloc(B, sizeof *w->ids, e);
     w->grad_sum = ht_malloc(g->m->n_params, sizeof *w->grad_sum, e);
     w->loss = ht_malloc(B, sizeof *w->loss, e);

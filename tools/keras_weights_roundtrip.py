@@ -8,6 +8,11 @@
 (c) Keras trains the model briefly itself and saves its weights; `hetrain predict` with them
     must give Keras's labels.
 Each agreement must be at least --min (99.9%); the script prints them and exits 1 otherwise.
+A model ending in Dense(k, activation="sigmoid") (k >= 2: the multi-label head, e.g.
+tests/fixtures/keras/multilabel_k3.json) runs on Fashion-MNIST's multi-hot labels instead
+(fashion_labels: footwear; worn on the upper body; an even class; a trouser or a bag, as
+tests/lib/testutil.c's fashion_label), given to both as .npy arrays; agreement is then over
+every (image, label) pair.
 
   Keras 3:  KERAS_BACKEND=jax python tools/keras_weights_roundtrip.py --model tests/fixtures/keras/bn_k3.json
   Keras 2:  python tools/keras_weights_roundtrip.py --keras 2 --model tests/fixtures/keras/bn_k2.json
@@ -53,9 +58,22 @@ def dataset(folder, part):
 
 
 def labels_csv(path):
+    """A predictions CSV's labels: one a row (a class), or its k 0/1 columns (multi-label)."""
     with open(path) as f:
         rows = f.read().split()[1:]
-    return np.array([int(r.split(",")[1]) for r in rows])
+    v = np.array([[int(t) for t in r.split(",")[1:]] for r in rows])
+    return v[:, 0] if v.shape[1] == 1 else v
+
+
+def fashion_labels(y):
+    """Fashion-MNIST classes as 4 multi-hot labels (tests/lib/testutil.c's fashion_label)."""
+    return np.stack([np.isin(y, [5, 7, 9]), np.isin(y, [0, 2, 4, 6]), y % 2 == 0,
+                     np.isin(y, [1, 8])], axis=1).astype("uint8")
+
+
+def multi_label(model):
+    last = model.layers[-1].get_config()
+    return last.get("activation") == "sigmoid" and int(model.output_shape[-1]) > 1
 
 
 def run(cmd):
@@ -72,7 +90,7 @@ def agreement(what, a, b, need):
     if a.shape != b.shape:
         sys.exit(f"{what}: {a.shape[0]} labels against {b.shape[0]}")
     same = float(np.mean(a == b))
-    print(f"{what}: {same * 100:.2f}% of {a.shape[0]} test labels agree "
+    print(f"{what}: {same * 100:.2f}% of {a.size} test labels agree "
           f"({int(np.sum(a != b))} differ){'' if same >= need else '  FAIL'}")
     return same >= need
 
@@ -171,40 +189,54 @@ def main():
           f"{' (' + keras.backend.backend() + ')' if not k2 else ''}, "
           f"{model.count_params()} parameters")
     x_test, y_test = dataset(a.data, "t10k")
+    x_train, y_train = dataset(a.data, "train")
+    multi = multi_label(model)
+    data = ["--data", a.data]
+    if multi:  # multi-hot labels, as NumPy arrays for hetrain
+        y_test, y_train = fashion_labels(y_test), fashion_labels(y_train)
+        files = {}
+        for name, arr in (("x_train", x_train), ("y_train", y_train), ("x_test", x_test),
+                          ("y_test", y_test)):
+            files[name] = w(name + ".npy")
+            np.save(files[name], (arr[..., 0] * 255).round().astype("uint8")
+                    if name.startswith("x") else arr)
+        data = ["--train", files["x_train"], "--train-labels", files["y_train"]]
+        test = ["--test", files["x_test"], "--test-labels", files["y_test"]]
+    predict = (lambda p: (p > 0.5).astype(int)) if multi else (lambda p: p.argmax(axis=1))
     ok = True
 
     # (a) Keras's initial weights -> hetrain trains from them and saves its own.
     init = w("keras_init.weights.h5")
     model.save_weights(init)
     trained = w("hetrain.weights.h5")
-    run([a.hetrain, "train", "--model", a.model, "--data", a.data, "--load", init, "--save",
-         trained, "--epochs", str(a.epochs), "--batch", str(a.batch), "--limit", str(a.limit), "--seed", str(a.seed),
-         "--out", a.work, "--name", tag])
+    run([a.hetrain, "train", "--model", a.model] + data + (test if multi else []) +
+        ["--load", init, "--save", trained, "--epochs", str(a.epochs), "--batch", str(a.batch),
+         "--limit", str(a.limit), "--seed", str(a.seed), "--out", a.work, "--name", tag])
     run_pred = labels_csv(os.path.join(a.work, tag + ".predictions.csv"))
-    run([a.hetrain, "predict", "--model", a.model, "--data", a.data, "--load", trained, "--out",
-         w("hetrain_predict.csv")])
+    run([a.hetrain, "predict", "--model", a.model] + (test if multi else data) +
+        ["--load", trained, "--out", w("hetrain_predict.csv")])
     cli_pred = labels_csv(w("hetrain_predict.csv"))
 
     # (b) Keras with hetrain's weights.
     model.load_weights(trained)
-    keras_pred = model.predict(x_test, batch_size=1000, verbose=0).argmax(axis=1)
+    keras_pred = predict(model.predict(x_test, batch_size=1000, verbose=0))
     print(f"Keras with hetrain's weights: test accuracy {np.mean(keras_pred == y_test):.4f}")
     ok &= agreement("hetrain's weights: Keras vs hetrain train's predictions.csv", keras_pred,
                     run_pred, a.min)
     ok &= agreement("hetrain's weights: Keras vs hetrain predict", keras_pred, cli_pred, a.min)
 
     # (c) Keras trains itself; hetrain predicts with Keras's weights.
-    x_train, y_train = dataset(a.data, "train")
     model.load_weights(init)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy",
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss="binary_crossentropy" if multi else "sparse_categorical_crossentropy",
                   metrics=["accuracy"])
     model.fit(x_train[:a.limit], y_train[:a.limit], batch_size=a.batch, epochs=1, verbose=0)
     mine = w("keras.h5" if k2 else "keras.weights.h5")  # Keras 2's own layout under tf_keras
     model.save_weights(mine)
-    keras_pred = model.predict(x_test, batch_size=1000, verbose=0).argmax(axis=1)
+    keras_pred = predict(model.predict(x_test, batch_size=1000, verbose=0))
     print(f"Keras trained: test accuracy {np.mean(keras_pred == y_test):.4f}; weights {mine}")
-    run([a.hetrain, "predict", "--model", a.model, "--data", a.data, "--load", mine, "--out",
-         w("keras_weights_predict.csv")])
+    run([a.hetrain, "predict", "--model", a.model] + (test if multi else data) +
+        ["--load", mine, "--out", w("keras_weights_predict.csv")])
     ok &= agreement("Keras's weights: hetrain predict vs Keras", labels_csv(
         w("keras_weights_predict.csv")), keras_pred, a.min)
     print("OK" if ok else "FAILED")

@@ -30,6 +30,7 @@ int job_evaluate(engine *g, const model *m, int chunk, const dataset *d, double 
     double lsum = 0;
     long correct = 0;
     int bad = -1;
+    const size_t yw = (size_t)m->label_width;
     for (int off = 0; off < d->n; off += chunk) {
         int n = d->n - off < chunk ? d->n - off : chunk;
         if (engine_infer(g, d, off, n, probs, e) < 0) {
@@ -38,14 +39,15 @@ int job_evaluate(engine *g, const model *m, int chunk, const dataset *d, double 
         }
         for (int i = 0; i < n; i++) {
             const float *p = probs + (size_t)i * nc;
-            int k = net_argmax(p, nc), finite = 1;
+            int32_t k = net_predict(m, p);
+            int finite = 1;
             for (int c = 0; c < nc; c++) finite &= isfinite(p[c]);
             if (!finite && bad < 0) bad = off + i;
             if (pred) pred[off + i] = k;
             if (d->y) {
-                float py = p[d->y[off + i]];
-                lsum += -log(py > 1e-30f ? py : 1e-30f); // only an exact 0 is clamped
-                correct += k == d->y[off + i];
+                const uint8_t *y = d->y + (size_t)(off + i) * yw;
+                lsum += net_prob_loss(m, p, y);
+                correct += net_labels_right(m, k, y);
             }
         }
     }
@@ -53,7 +55,7 @@ int job_evaluate(engine *g, const model *m, int chunk, const dataset *d, double 
     // As Keras's evaluate: the regularizers' term (at the weights evaluated) is in the loss.
     if (loss)
         *loss = d->n && bad < 0 ? lsum / d->n + model_reg_penalty(m, engine_params(g)) : NAN;
-    if (acc) *acc = d->n && bad < 0 ? (double)correct / d->n : NAN;
+    if (acc) *acc = d->n && bad < 0 ? (double)correct / ((double)d->n * m->label_width) : NAN;
     if (nonfinite) *nonfinite = bad;
     return 0;
 }

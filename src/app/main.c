@@ -43,7 +43,8 @@ static const char *usage_main =
 static const char *usage_predict =
     "usage: hetrain predict --load FILE.safetensors --out FILE.csv [OPTIONS]\n"
     "\n"
-    "Writes ImageId,Label predictions for a test set; prints the accuracy when it has labels.\n"
+    "Writes ImageId,Label predictions for a test set (a multi-label model: ImageId,label_0,..,\n"
+    "label_k-1 of 0 and 1); prints the accuracy when it has labels.\n"
     "\n"
     "options:\n"
     "  --model NAME|FILE      the network the weights belong to (preset, .cfg, Keras .json)\n"

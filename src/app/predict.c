@@ -47,7 +47,7 @@ int predict_run(const predict_opts *o, ht_error *e) {
                    "overflow it); no predictions written", o->load, bad + 1);
         goto out;
     }
-    if (predictions_write(o->out, j->pred, j->test.n, e) < 0) goto out;
+    if (predictions_write(o->out, j->pred, j->test.n, j->m.label_width, e) < 0) goto out;
     if (j->test.y) printf("accuracy %.4f  loss %.4f  (%d samples)\n", acc, loss, j->test.n);
     printf("predictions: %s\n", o->out);
     rc = 0;

@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "conv_algo.h"
 #include "kerash5.h"
+#include "net.h"
 #include "optim.h"
 #include "progress.h"
 #include "ranks.h"
@@ -51,6 +52,7 @@ static int self_check(job *j, int probe, ht_error *e) {
 static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_error *e) {
     const train_setup *s = &j->m.setup;
     int n = j->train.n, start = j->epochs_done;
+    const size_t yw = (size_t)j->m.label_width; // labels a sample
     for (int ep = start; ep < s->epochs; ep++) {
         double t0 = ht_now();
         shuffle(j->idx, n, o->seed, ep);
@@ -127,14 +129,15 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
             if (!st.skipped) { // a skipped step's losses may be NaN: leave them out
                 for (int i = 0; i < B; i++) {
                     j->lsum += j->loss[i];
-                    j->correct += j->pred[i] == j->train.y[j->idx[off + i]];
+                    j->correct += net_labels_right(&j->m, j->pred[i],
+                                                   j->train.y + (size_t)j->idx[off + i] * yw);
                 }
                 j->lsum += B * penalty;
                 j->counted += B;
             }
             j->seen += B;
             progress_update(&pr, j->seen, j->counted ? j->lsum / j->counted : NAN,
-                            j->counted ? (double)j->correct / j->counted : NAN);
+                            j->counted ? (double)j->correct / ((double)j->counted * yw) : NAN);
             if (o->checkpoint_every > 0 && off + B < n) {
                 engine_state gs;
                 engine_get_state(j->g, &gs);
@@ -150,7 +153,8 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
         if (j->val.n > 0 && job_evaluate(j->g, &j->m, s->batch, &j->val, &vloss, &vacc, NULL, NULL, e) < 0)
             return ht_wrap(e, "validation after epoch %d", ep + 1);
         if (job_epoch_report(j, o, ep, j->counted ? j->lsum / j->counted : NAN,
-                             j->counted ? (double)j->correct / j->counted : NAN, vloss, vacc,
+                             j->counted ? (double)j->correct / ((double)j->counted * yw) : NAN,
+                             vloss, vacc,
                              ht_now() - t0, train_s, &es, ranks_take_comm_s(), e) < 0)
             return -1;
         j->epochs_done = ep + 1;
@@ -167,7 +171,7 @@ static int finish(job *j, const train_opts *o, ht_error *e) {
         double tloss, tacc;
         if (job_evaluate(j->g, &j->m, j->m.setup.batch, &j->test, &tloss, &tacc, j->pred, NULL, e) < 0)
             return ht_wrap(e, "test evaluation");
-        if (ranks_rank() == 0 && predictions_write(j->rf.predictions_path, j->pred, j->test.n, e) < 0)
+        if (ranks_rank() == 0 && predictions_write(j->rf.predictions_path, j->pred, j->test.n, j->m.label_width, e) < 0)
             return -1;
         if (j->test.y)
             run_log(&j->rf, !o->quiet, "test: loss %.4f  accuracy %.4f  (%d samples)\n", tloss,

@@ -27,7 +27,7 @@ void dataset_limit(dataset *d, int n) {
     float *x = realloc(d->x, (size_t)n * dataset_sample_size(d) * sizeof(float));
     if (x) d->x = x;
     if (d->y) {
-        uint8_t *y = realloc(d->y, (size_t)n);
+        uint8_t *y = realloc(d->y, (size_t)n * dataset_ylen(d));
         if (y) d->y = y;
     }
 }
@@ -115,7 +115,7 @@ void data_augment_apply(const float *in, float *out, int c, int h, int w, int cr
 
 void dataset_gather_augment(const dataset *src, const uint32_t *idx, int n, float *x, uint8_t *y,
                             const data_augment *a, uint64_t seed, uint32_t epoch) {
-    size_t chw = dataset_sample_size(src);
+    size_t chw = dataset_sample_size(src), yw = dataset_ylen(src);
     int on = data_augment_on(a);
     for (int i = 0; i < n; i++) {
         const float *in = src->x + (size_t)idx[i] * chw;
@@ -127,7 +127,7 @@ void dataset_gather_augment(const dataset *src, const uint32_t *idx, int n, floa
         } else {
             memcpy(out, in, chw * sizeof(float));
         }
-        if (y && src->y) y[i] = src->y[idx[i]];
+        if (y && src->y) memcpy(y + i * yw, src->y + idx[i] * yw, yw);
     }
 }
 
@@ -137,10 +137,11 @@ static int split_part(const dataset *all, const uint32_t *idx, int n, dataset *p
     part->c = all->c;
     part->h = all->h;
     part->w = all->w;
+    part->ylen = all->ylen;
     if (n == 0) return 0;
     part->x = ht_malloc((size_t)n * dataset_sample_size(all), sizeof(float), e);
     if (!part->x) return -1;
-    if (all->y && !(part->y = ht_malloc((size_t)n, 1, e))) return -1;
+    if (all->y && !(part->y = ht_malloc((size_t)n, dataset_ylen(all), e))) return -1;
     dataset_gather(all, idx, n, part->x, part->y);
     part->n = n;
     return 0;

@@ -13,8 +13,12 @@ typedef struct dataset {
     int n;          // samples
     int c, h, w;    // shape of one sample
     float *x;       // (n,c,h,w)
-    uint8_t *y;     // (n) labels, NULL when the set has none (Kaggle test CSV)
+    uint8_t *y;     // (n, ylen) labels, NULL when the set has none (Kaggle test CSV)
+    int ylen;       // labels a sample: 1 (0 reads as 1), or k 0/1 labels for a multi-label head
 } dataset;
+
+// Bytes of labels a sample.
+static inline size_t dataset_ylen(const dataset *d) { return d->ylen > 1 ? (size_t)d->ylen : 1; }
 
 #define DATA_MAX_SAMPLES 10000000
 #define DATA_MAX_DIM 4096
@@ -44,6 +48,8 @@ typedef struct data_opts {
     int channels;       // the model's input channels, which settle an AUTO layout (0: unknown)
     data_layout layout;
     int coarse;         // CIFAR-100: the 20 coarse labels instead of the 100 fine ones
+    int labels;         // labels a sample: 0 or 1 a class; k >= 2 a multi-label head's k 0/1
+                        // (only .npy/.npz carry those)
 } data_opts;
 
 // A folder in the MNIST layout (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz],
@@ -67,7 +73,8 @@ int dataset_load_cifar_dir(dataset *train, dataset *test, const char *dir, const
 
 // NumPy .npy (format 1.0, 2.0, 3.0): images of dtype uint8 (scaled to [0,1]) or float32 (kept,
 // but every value must be finite), shape (N,H,W,C), (N,C,H,W) or (N,H,W); labels (NULL: none)
-// of dtype uint8, int32 or int64, shape (N) or (N,1).
+// of dtype uint8, int32 or int64, shape (N) or (N,1); for a multi-label model (o->labels = k
+// >= 2) shape (N,k) of 0 and 1, dtype uint8, int32, int64 or float32.
 int dataset_load_npy(dataset *d, const char *images_path, const char *labels_path,
                      const data_opts *o, ht_error *e);
 
@@ -95,7 +102,8 @@ void dataset_limit(dataset *d, int n);
 int dataset_split(const dataset *all, float frac, uint64_t seed, dataset *train, dataset *val,
                   ht_error *e);
 
-// Copies sample idx[i] of src into row i of x (and y when both are not NULL).
+// Copies sample idx[i] of src into row i of x (and its labels into y, ylen bytes a sample,
+// when both are not NULL).
 void dataset_gather(const dataset *src, const uint32_t *idx, int n, float *x, uint8_t *y);
 
 // Training-time augmentation: crop pads each side with `crop` zeros and takes an HxW window at

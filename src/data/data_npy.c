@@ -319,39 +319,68 @@ static int take_images(const npy_array *a, const char *name, const data_opts *o,
     return 0;
 }
 
-// Labels of a into d->y: one per sample of d, each below the class count.
+// Label element k of a (any of its dtypes) as a number; a float32 that is no whole number
+// gives -1.
+static long long label_value(const npy_array *a, size_t k) {
+    const uint8_t *p = a->data + k * (size_t)npy_dtypes[a->dtype].size;
+    switch (a->dtype) {
+    case NPY_U1: return p[0];
+    case NPY_I4: {
+        int32_t t;
+        memcpy(&t, p, 4);
+        return t;
+    }
+    case NPY_I8: {
+        int64_t t;
+        memcpy(&t, p, 8);
+        return t;
+    }
+    case NPY_F4: {
+        float t;
+        memcpy(&t, p, 4);
+        return t == 0.0f ? 0 : t == 1.0f ? 1 : -1;
+    }
+    }
+    return -1;
+}
+
+// Labels of a into d->y: one per sample of d, each below the class count; or for a multi-label
+// model (o->labels = k >= 2) k a sample, each 0 or 1 (Keras's (N, k) multi-hot arrays, any
+// integer dtype or float32).
 static int take_labels(const npy_array *a, const char *name, const char *images, const data_opts *o,
                        dataset *d, ht_error *e) {
     char sh[96];
     shape_text(a, sh, sizeof sh);
-    if (a->dtype == NPY_F4)
-        return ht_fail(e, "%s: labels of dtype float32, expected uint8, int32 or int64", name);
-    if (!(a->ndim == 1 || (a->ndim == 2 && a->shape[1] == 1)))
-        return ht_fail(e, "%s: labels of shape %s, expected (N,) or (N, 1)", name, sh);
+    int k = o && o->labels > 1 ? o->labels : 1;
+    if (k > 1) {
+        if (a->ndim != 2 || a->shape[1] != k)
+            return ht_fail(e, "%s: labels of shape %s, expected (N, %d): the model's multi-label "
+                           "head takes %d labels of 0 or 1 a sample", name, sh, k, k);
+    } else {
+        if (a->dtype == NPY_F4)
+            return ht_fail(e, "%s: labels of dtype float32, expected uint8, int32 or int64", name);
+        if (!(a->ndim == 1 || (a->ndim == 2 && a->shape[1] == 1)))
+            return ht_fail(e, "%s: labels of shape %s, expected (N,) or (N, 1)", name, sh);
+    }
     if (a->shape[0] != d->n)
         return ht_fail(e, "%s has %d samples but %s has %lld labels", images, d->n, name, a->shape[0]);
-    int classes = o && o->classes > 0 && o->classes < DATA_MAX_CLASSES ? o->classes : DATA_MAX_CLASSES;
-    d->y = ht_malloc((size_t)d->n, 1, e);
+    int classes = k > 1 ? 2
+                  : o && o->classes > 0 && o->classes < DATA_MAX_CLASSES ? o->classes
+                                                                         : DATA_MAX_CLASSES;
+    d->y = ht_malloc((size_t)d->n, (size_t)k, e);
     if (!d->y) return -1;
-    int size = npy_dtypes[a->dtype].size;
-    for (int i = 0; i < d->n; i++) {
-        const uint8_t *p = a->data + (size_t)i * (size_t)size;
-        long long v;
-        if (a->dtype == NPY_U1) {
-            v = p[0];
-        } else if (a->dtype == NPY_I4) {
-            int32_t t;
-            memcpy(&t, p, 4);
-            v = t;
-        } else {
-            int64_t t;
-            memcpy(&t, p, 8);
-            v = t;
+    d->ylen = k;
+    for (int i = 0; i < d->n; i++)
+        for (int j = 0; j < k; j++) {
+            long long v = label_value(a, (size_t)i * k + j);
+            if (v < 0 || v >= classes) {
+                if (k == 1)
+                    return ht_fail(e, "%s: label %lld at record %d is outside 0..%d", name, v, i,
+                                   classes - 1);
+                return ht_fail(e, "%s: record %d, label %d is not 0 or 1", name, i, j);
+            }
+            d->y[(size_t)i * k + j] = (uint8_t)v;
         }
-        if (v < 0 || v >= classes)
-            return ht_fail(e, "%s: label %lld at record %d is outside 0..%d", name, v, i, classes - 1);
-        d->y[i] = (uint8_t)v;
-    }
     return 0;
 }
 

@@ -76,20 +76,38 @@ void softmax_xent_forward(float *probs, float *loss, const float *logits, const 
     }
 }
 
-void bce_forward(float *probs, float *loss, const float *logits, const uint8_t *labels, int B) {
+void bce_forward(float *probs, float *loss, const float *logits, const uint8_t *labels, int B,
+                 int K) {
     for (int i = 0; i < B; i++) {
-        const double z = logits[i], e = exp(-fabs(z));
-        const double p = z >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
-        probs[2 * i] = (float)(z >= 0 ? e / (1.0 + e) : 1.0 / (1.0 + e));
-        probs[2 * i + 1] = (float)p;
-        // softplus(z) - y z = max(z, 0) - y z + log1p(exp(-|z|))
-        if (labels && loss)
-            loss[i] = labels[i] < 2 ? (float)((z > 0 ? z : 0) - labels[i] * z + log1p(e)) : NAN;
+        double sum = 0;
+        int bad = 0;
+        for (int j = 0; j < K; j++) {
+            const double z = logits[(size_t)i * K + j], e = exp(-fabs(z));
+            const double p = z >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+            if (K == 1) {
+                probs[2 * i] = (float)(z >= 0 ? e / (1.0 + e) : 1.0 / (1.0 + e));
+                probs[2 * i + 1] = (float)p;
+            } else {
+                probs[(size_t)i * K + j] = (float)p;
+            }
+            if (!labels || !loss) continue;
+            // softplus(z) - y z = max(z, 0) - y z + log1p(exp(-|z|))
+            const int y = labels[(size_t)i * K + j];
+            bad |= y > 1;
+            sum += (z > 0 ? z : 0) - y * z + log1p(e);
+        }
+        // Keras's binary cross-entropy: the mean over the labels of a sample
+        if (labels && loss) loss[i] = bad ? NAN : (float)(sum / K);
     }
 }
 
-void bce_backward(float *dlogits, const float *probs, const uint8_t *labels, int B) {
-    for (int i = 0; i < B; i++) dlogits[i] = probs[2 * i + 1] - (float)labels[i];
+void bce_backward(float *dlogits, const float *probs, const uint8_t *labels, int B, int K) {
+    if (K == 1) {
+        for (int i = 0; i < B; i++) dlogits[i] = probs[2 * i + 1] - (float)labels[i];
+        return;
+    }
+    const float inv = 1.0f / (float)K; // the gradient of the mean over the labels
+    for (size_t i = 0; i < (size_t)B * K; i++) dlogits[i] = (probs[i] - (float)labels[i]) * inv;
 }
 
 void softmax_xent_backward(float *dlogits, const float *probs, const uint8_t *labels, int B,
@@ -182,18 +200,27 @@ static int softmax_shape(layer *L, const layer_spec *s, const layer_desc *d, int
     return 0;
 }
 
-// The binary head: one logit in (a Dense(1)), the two classes' probabilities out.
+// The binary head: one logit in (a Dense(1)), the two classes' probabilities out; or the
+// multi-label head: k >= 2 logits in (a Dense(k)), each label's probability out.
 static int bce_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_classes, int idx,
                      ht_error *err) {
     (void)s;
-    if (n_classes != 2)
-        return ht_fail(err, "layer %d (%s): a binary head needs 2 classes (labels 0 and 1), the "
-                       "model has %d", idx, d->name, n_classes);
-    if (layer_in_size(L) != 1)
+    size_t in = layer_in_size(L);
+    if (in == 1) {
+        if (n_classes != 2)
+            return ht_fail(err, "layer %d (%s): a binary head needs 2 classes (labels 0 and 1), "
+                           "the model has %d", idx, d->name, n_classes);
+        L->oc = 2, L->oh = 1, L->ow = 1;
+        return 0;
+    }
+    if (in != (size_t)n_classes)
         return ht_fail(err, "layer %d (%s): input has %zu features (%dx%dx%d), expected 1 (a "
-                       "dense layer of 1 unit: the logit)", idx, d->name, layer_in_size(L), L->c,
-                       L->h, L->w);
-    L->oc = 2, L->oh = 1, L->ow = 1;
+                       "binary head's logit) or the model's %d labels (a multi-label head)", idx,
+                       d->name, in, L->c, L->h, L->w, n_classes);
+    if (n_classes > MODEL_MAX_LABELS)
+        return ht_fail(err, "layer %d (%s): a multi-label head of %d labels; at most %d are "
+                       "supported", idx, d->name, n_classes, MODEL_MAX_LABELS);
+    L->oc = n_classes, L->oh = 1, L->ow = 1;
     return 0;
 }
 
@@ -267,11 +294,13 @@ const net_layer_ops cpu_relu = {relu_fwd, relu_bwd, relu_fwd, relu_bwd};
 const net_layer_ops cpu_dropout = {dropout_fwd, dropout_bwd, dropout_fwd, dropout_bwd};
 const net_layer_ops cpu_softmax = {softmax_fwd, softmax_bwd, NULL, NULL};
 
+// The binary head (one logit) or the multi-label head (k logits: labels k bytes a sample).
+static int bce_k(const layer *L) { return (int)layer_in_size(L); }
 static void bce_fwd(const net_call *c) {
-    bce_forward(c->out, c->y ? c->loss : NULL, c->in, c->y, c->B);
+    bce_forward(c->out, c->y ? c->loss : NULL, c->in, c->y, c->B, bce_k(c->L));
 }
 static float *bce_bwd(const net_call *c) {
-    bce_backward(c->din, c->out, c->y, c->B);
+    bce_backward(c->din, c->out, c->y, c->B, bce_k(c->L));
     return c->din;
 }
 const net_layer_ops cpu_bce = {bce_fwd, bce_bwd, NULL, NULL};

@@ -35,10 +35,15 @@
 //   [hard_sigmoid]  slope = 0.1666..: clamp(slope x + 0.5, 0, 1) (Keras 3 and PyTorch's;
 //                   Keras 2's is 0.2)
 //   [gelu]          approximate = 0: x Phi(x) with erf; 1: its tanh approximation
+//   [permute]  dims = a,b,c (required): the axes (1 C, 2 H, 3 W) reordered, as PyTorch's
+//              x.permute(0, a, b, c): output axis i is input axis dims[i]
 //   [softmax]  softmax + cross-entropy; must be last, over `classes` features
 //   [binary_crossentropy]  sigmoid + binary cross-entropy of one logit (after a dense layer of
 //              1 unit), labels 0 and 1 (classes = 2); must be last. Its output is the two
-//              classes' probabilities (1 - p, p): accuracy and predictions at p > 0.5
+//              classes' probabilities (1 - p, p): accuracy and predictions at p > 0.5. After
+//              a dense layer of k = classes units (2..24): the multi-label head, k labels of 0
+//              or 1 a sample (from .npy/.npz), the loss the mean of their binary
+//              cross-entropies, accuracy the share of labels right at p > 0.5
 //   [batchnorm]  per channel (after conv/pool) or unit (after dense): momentum = 0.99 (Keras's:
 //              moving = momentum * moving + (1 - momentum) * batch), epsilon (eps) = 1e-3,
 //              center = 1 (beta), scale = 1 (gamma); as [BatchNorm2d] or [BatchNorm1d] the
@@ -494,6 +499,19 @@ static int layer_key(cfg_ctx *c, const char *key, const char *v) {
     }
     if (!strcmp(key, "rate")) {
         return parse_float(c, key, v, 0, 0, 1, 1, &s->rate);
+    }
+    if (!strcmp(key, "dims")) { // permute's: three axes, "2,3,1"
+        int n = 0, used = 0;
+        if (sscanf(v, " %d , %d , %d %n", &s->perm[0], &s->perm[1], &s->perm[2], &used) != 3 ||
+            v[used] != 0)
+            n = -1;
+        for (int i = 0; n == 0 && i < 3; i++)
+            if (s->perm[i] < 1 || s->perm[i] > 3) n = -1;
+        if (n < 0 || s->perm[0] == s->perm[1] || s->perm[1] == s->perm[2] ||
+            s->perm[0] == s->perm[2])
+            return cfg_fail(c, c->line, "dims = %s: expected a permutation of the axes 1,2,3 "
+                            "(C, H, W), such as 2,3,1", v);
+        return 0;
     }
     if (!strcmp(key, "momentum")) { // batchnorm's
         s->momentum_set = 1;

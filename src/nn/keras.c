@@ -134,7 +134,7 @@ static int build(kctx *k, model *m, json_object *root) {
     if (read_input_shape(k, shape, key, &c, &h, &w)) return -1;
     char name[64];
     model_name(cfg, k->path, name, sizeof name);
-    // Begin with the most classes; the final softmax sets the real count.
+    // Begin with the most classes; the final softmax or sigmoid sets the real count.
     if (model_begin(m, name, c, h, w, 256, k->err)) return ht_wrap(k->err, "%s", k->path);
 
     for (int i = 0; i < n; i++) {
@@ -145,8 +145,8 @@ static int build(kctx *k, model *m, json_object *root) {
     if (!last || (last->kind != LAYER_SOFTMAX_XENT && last->kind != LAYER_SIGMOID_BCE))
         return kfail(k, "the network must end in a softmax over the classes (Dense(..., "
                      "activation=\"softmax\"), Activation(\"softmax\") or Softmax), which "
-                     "hetrain trains as its softmax cross-entropy, or in a sigmoid over one "
-                     "output (binary cross-entropy)");
+                     "hetrain trains as its softmax cross-entropy, or in a sigmoid (binary "
+                     "cross-entropy: one output, or k labels of a multi-label head)");
     k->idx = -1;
     if (model_finish(m, k->err)) return ht_wrap(k->err, "%s", k->path);
     return 0;

@@ -117,44 +117,33 @@ static int other_format(kctx *k, json_object *cfg) {
     return first != k->channels_first;
 }
 
-// A window layer whose data_format is not the model's. Keras hands it the model's tensor and
-// the layer reads that tensor's axes in its own order: a channels_first layer of a
-// channels_last model takes (H, W, C) as (channels, height, width) and works over the
-// tensor's W and C, H its channels; a channels_last layer of a channels_first model works over
-// C and H. No hetrain layer computes across the channels (nor transposes), so it is refused,
-// saying what Keras computes: `does` ("max-pools", "averages", "convolves over") the two axes
-// into out (Keras's shape, the model's order; NULL: into out_features features).
-static int refuse_mixed(kctx *k, const model *m, const char *does, const int64_t out[3],
-                        int64_t out_features) {
-    int64_t d[3] = {0};
-    keras_shape(k, m, d);
-    char got[64];
-    if (out) snprintf(got, sizeof got, "(%lld, %lld, %lld)", (long long)out[0],
-                      (long long)out[1], (long long)out[2]);
-    else snprintf(got, sizeof got, "%lld features", (long long)out_features);
-    int first = !k->channels_first; // the layer's own format
-    return kfail(k, "data_format %s in a %s model: Keras reads this layer's input (%lld, %lld, "
-                 "%lld) as %s and %s its %s two axes (the model's %s) into %s; hetrain's layers "
-                 "work over height and width alone: give the layer data_format %s",
-                 first ? "channels_first" : "channels_last",
-                 first ? "channels_last" : "channels_first", (long long)d[0], (long long)d[1],
-                 (long long)d[2], first ? "(channels, height, width)" : "(height, width, channels)",
-                 does, first ? "last" : "first",
-                 first ? "width and channels" : "channels and height", got,
-                 first ? "channels_last" : "channels_first");
+// A layer whose data_format is not the model's. Keras hands it the model's tensor and the
+// layer reads that tensor's axes in its own order: a channels_first layer of a channels_last
+// model takes (H, W, C) as (channels, height, width) and works over the tensor's W and C, H its
+// channels; a channels_last layer of a channels_first model works over C and H. hetrain runs it
+// as Keras computes it: between two permutes (the permute family), the first giving the layer
+// its input in its own order, the second putting its output back in the model's. In hetrain's
+// (C, H, W) axes the first is (2, 3, 1) in a channels_last model (Keras's (H, W, C) read as
+// channels first) and (3, 1, 2) in a channels_first one; the second is its inverse.
+static int add_permute(kctx *k, model *m, const char *kname, const char *suffix, int inverse) {
+    char buf[32];
+    int fwd = !k->channels_first ? !inverse : inverse; // (2, 3, 1), else (3, 1, 2)
+    layer_spec s = {.kind = LAYER_PERMUTE, .name = klayer_name(kname, suffix, buf, sizeof buf),
+                    .perm = {fwd ? 2 : 3, fwd ? 3 : 1, fwd ? 1 : 2}};
+    return add(k, m, &s);
 }
 
 // Keras's output of a window over the two axes a layer of the other data_format works over
-// (refuse_mixed), with OC channels (0: the input's): the model's order.
+// (add_permute), with OC channels (0: the input's), in hetrain's (C, H, W) order.
 static void mixed_out(const kctx *k, const model *m, int kk, int stride, int same, int oc,
                       int64_t out[3]) {
     int64_t d[3] = {0};
     keras_shape(k, m, d);
-    if (!k->channels_first) { // (H, W, C) taken as (C', H', W')
-        out[0] = oc ? oc : d[0];
-        out[1] = keras_out((int)d[1], kk, stride, same);
-        out[2] = keras_out((int)d[2], kk, stride, same);
-    } else { // (C, H, W) taken as (H', W', C')
+    if (!k->channels_first) { // (H, W, C) taken as (C', H', W'): hetrain's (W', C', H')
+        out[1] = oc ? oc : d[0];
+        out[2] = keras_out((int)d[1], kk, stride, same);
+        out[0] = keras_out((int)d[2], kk, stride, same);
+    } else { // (C, H, W) taken as (H', W', C'): hetrain's order is Keras's
         out[0] = keras_out((int)d[0], kk, stride, same);
         out[1] = keras_out((int)d[1], kk, stride, same);
         out[2] = oc ? oc : d[2];
@@ -178,17 +167,21 @@ static int add_softmax(kctx *k, model *m, const char *name, int last) {
     return add(k, m, &s);
 }
 
-// A sigmoid as the network's last step over one output (Dense(1, activation="sigmoid")):
-// hetrain's binary head, sigmoid and binary cross-entropy, labels 0 and 1.
+// A sigmoid as the network's last step: over one output (Dense(1, activation="sigmoid"))
+// hetrain's binary head, sigmoid and binary cross-entropy, labels 0 and 1; over k outputs
+// (Dense(k, activation="sigmoid")) the multi-label head, k labels of 0 or 1 a sample.
 static int add_bce(kctx *k, model *m, const char *name) {
     int c, h, w;
     cur_shape(m, &c, &h, &w);
     int64_t n = (int64_t)c * h * w;
-    if (n != 1)
-        return kfail(k, "a sigmoid over %lld outputs as the last step (multi-label) is not "
-                     "supported; hetrain's binary head is a sigmoid over one output "
-                     "(Dense(1, activation=\"sigmoid\"))", (long long)n);
-    m->n_classes = 2;
+    if (n > 1 && (h != 1 || w != 1))
+        return kfail(k, "a sigmoid over %dx%dx%d outputs as the last step (a label per position) "
+                     "is not supported; hetrain's sigmoid heads take a flat output (Dense(k, "
+                     "activation=\"sigmoid\"))", c, h, w);
+    if (n > MODEL_MAX_LABELS)
+        return kfail(k, "a multi-label sigmoid head over %lld labels: hetrain takes at most %d",
+                     (long long)n, MODEL_MAX_LABELS);
+    m->n_classes = n == 1 ? 2 : (int)n;
     layer_spec s = {.kind = LAYER_SIGMOID_BCE, .name = name};
     return add(k, m, &s);
 }
@@ -259,10 +252,10 @@ static int read_conv(kctx *k, model *m, json_object *cfg, const char *kname, int
     int same = !strcmp(pad, "same");
     if (!same && strcmp(pad, "valid"))
         return kfail(k, "padding \"%.40s\": expected valid or same", pad);
+    int64_t want[3];
     if (other) {
-        int64_t out[3];
-        mixed_out(k, m, kk, stride, same, filters, out);
-        return refuse_mixed(k, m, "convolves over", out, 0);
+        mixed_out(k, m, kk, stride, same, filters, want);
+        if (add_permute(k, m, kname, "_in", 0)) return -1;
     }
     cur_shape(m, &c, &h, &w);
     if (!same && (h < kk || w < kk))
@@ -274,7 +267,12 @@ static int read_conv(kctx *k, model *m, json_object *cfg, const char *kname, int
         check_layer(k, m, filters, keras_out(h, kk, stride, same), keras_out(w, kk, stride, same),
                     params))
         return -1;
-    return add_activation(k, m, act, s.name, last);
+    // The activation is elementwise: before the permute back, as Keras applies it.
+    if (add_activation(k, m, act, s.name, last && !other)) return -1;
+    if (other && (add_permute(k, m, kname, "_out", 1) ||
+                  check_layer(k, m, (int)want[0], (int)want[1], (int)want[2], 0)))
+        return -1;
+    return 0;
 }
 
 static int read_pool(kctx *k, model *m, json_object *cfg, const char *kname, layer_kind kind) {
@@ -290,18 +288,24 @@ static int read_pool(kctx *k, model *m, json_object *cfg, const char *kname, lay
     if (!same && strcmp(pad, "valid"))
         return kfail(k, "padding \"%.40s\": expected valid or same", pad);
     // A 1x1 window of stride 1 is the identity whichever axes it slides over.
-    if (other && !(kk == 1 && stride == 1)) {
-        int64_t out[3];
-        mixed_out(k, m, kk, stride, same, 0, out);
-        return refuse_mixed(k, m, kind == LAYER_MAXPOOL ? "max-pools" : "average-pools", out, 0);
+    other = other && !(kk == 1 && stride == 1);
+    int64_t want[3];
+    if (other) {
+        mixed_out(k, m, kk, stride, same, 0, want);
+        if (add_permute(k, m, kname, "_in", 0)) return -1;
     }
     cur_shape(m, &c, &h, &w);
     if (!same && (h < kk || w < kk))
         return kfail(k, "pool_size %d does not fit its %dx%d input", kk, h, w);
     layer_spec s = {.kind = kind, .name = klayer_name(kname, "", buf, sizeof buf), .k = kk,
                     .stride = stride, .pad = same ? -1 : 0};
-    if (add(k, m, &s)) return -1;
-    return check_layer(k, m, c, keras_out(h, kk, stride, same), keras_out(w, kk, stride, same), 0);
+    if (add(k, m, &s) ||
+        check_layer(k, m, c, keras_out(h, kk, stride, same), keras_out(w, kk, stride, same), 0))
+        return -1;
+    if (other && (add_permute(k, m, kname, "_out", 1) ||
+                  check_layer(k, m, (int)want[0], (int)want[1], (int)want[2], 0)))
+        return -1;
+    return 0;
 }
 
 static int read_gap(kctx *k, model *m, json_object *cfg, const char *kname) {
@@ -309,14 +313,12 @@ static int read_gap(kctx *k, model *m, json_object *cfg, const char *kname) {
     char buf[32];
     int other = need_image(k) ? -1 : other_format(k, cfg);
     if (other < 0 || kget_bool(k, cfg, "keepdims", 0, &keepdims)) return -1;
-    if (other) {
-        int64_t d[3] = {0};
-        keras_shape(k, m, d);
-        return refuse_mixed(k, m, "averages", NULL, k->channels_first ? d[2] : d[0]);
-    }
+    if (other && add_permute(k, m, kname, "_in", 0)) return -1;
     cur_shape(m, &c, &h, &w);
     layer_spec s = {.kind = LAYER_GLOBAL_AVGPOOL, .name = klayer_name(kname, "", buf, sizeof buf)};
     if (add(k, m, &s) || check_layer(k, m, c, 1, 1, 0)) return -1;
+    // Keras keeps (C', 1, 1) in the layer's order: the model's is the permute back of it.
+    if (other && keepdims && add_permute(k, m, kname, "_out", 1)) return -1;
     if (!keepdims) k->rank = 1;
     return 0;
 }
@@ -451,17 +453,19 @@ int keras_read_layer(kctx *k, model *m, json_object *layer, int last) {
         // take (C, H, W); what Keras's dense kernel after it takes matters to the weight files
         // (kerash5.c): (H, W, C) for a channels_last model, and for a channels_first one with a
         // channels_first Flatten; (C, H, W) for a channels_first model's channels_last
-        // (default) Flatten. A channels_first Flatten in a channels_last model would take (H, W,
-        // C) as (C, H, W): refused where that is not the identity.
+        // (default) Flatten. A channels_first Flatten in a channels_last model takes (H, W, C)
+        // as (C, H, W) and moves that C last: it flattens (W, C, H), hetrain's tensor after a
+        // permute (3, 1, 2), whose own order the kernel then takes.
         int first;
         if (kget_format(k, cfg, &first)) return -1;
         int c, h, w;
         cur_shape(m, &c, &h, &w);
-        if (first && !k->channels_first && c > 1 && h * w > 1)
-            return kfail(k, "data_format channels_first in a channels_last model: Keras would "
-                         "take the %dx%dx%d (HxWxC) output as channels-first and reorder it; "
-                         "hetrain flattens in the model's layout", h, w, c);
-        if (c > 1 && h * w > 1) m->keras_flatten_chw = k->channels_first && !first;
+        if (first && !k->channels_first && w > 1 && (c > 1 || h > 1)) {
+            if (add_permute(k, m, kname, "", 1)) return -1; // (3, 1, 2)
+            m->keras_flatten_chw = 1;
+        } else if (c > 1 && h * w > 1) {
+            m->keras_flatten_chw = k->channels_first && !first;
+        }
         k->rank = 1;
         return 0;
     }

@@ -78,16 +78,27 @@ void dropout_forward(float *out, const float *in, int B, size_t N, float rate, u
 // loss[i] = -log(probs[i][labels[i]]) computed as logsumexp - logit (stable for large logits).
 void softmax_xent_forward(float *probs, float *loss, const float *logits, const uint8_t *labels,
                           int B, int NC);
-// dlogits = probs - onehot(labels): the gradient of the *summed* loss.
-// The binary head: sigmoid + binary cross-entropy of one logit a sample. probs (B, 2) gets
-// (1 - p, p), p = sigmoid(logit) (so that class 1's probability is p and the argmax is p > 0.5);
-// with labels (0 or 1; another value gives a NaN loss), loss = -(y log p + (1 - y) log(1 - p))
-// from the logit, never log of 0. The backward: dlogit = p - y.
-void bce_forward(float *probs, float *loss, const float *logits, const uint8_t *labels, int B);
-void bce_backward(float *dlogits, const float *probs, const uint8_t *labels, int B);
+// The binary head (K = 1): sigmoid + binary cross-entropy of one logit a sample. probs (B, 2)
+// gets (1 - p, p), p = sigmoid(logit) (so that class 1's probability is p and the argmax is
+// p > 0.5); with labels (0 or 1; another value gives a NaN loss),
+// loss = -(y log p + (1 - y) log(1 - p)) from the logit, never log of 0. The backward:
+// dlogit = p - y. The multi-label head (K >= 2): logits, probs and labels are (B, K), and a
+// sample's loss is the mean of its K labels' (Keras's binary_crossentropy), so dlogit =
+// (p - y) / K.
+void bce_forward(float *probs, float *loss, const float *logits, const uint8_t *labels, int B,
+                 int K);
+void bce_backward(float *dlogits, const float *probs, const uint8_t *labels, int B, int K);
 
+// dlogits = probs - onehot(labels): the gradient of the *summed* loss.
 void softmax_xent_backward(float *dlogits, const float *probs, const uint8_t *labels, int B,
                            int NC);
+
+// A sample's (C, H, W) = dims axes reordered: output axis i is input axis perm[i] - 1
+// (PyTorch's x.permute(0, perm[0], perm[1], perm[2])); the backward moves the gradient back.
+void permute_forward(float *out, const float *in, int B, const int dims[3], const int perm[3],
+                     int nthreads);
+void permute_backward(float *din, const float *dout, int B, const int dims[3], const int perm[3],
+                      int nthreads);
 
 // ---- channels-last (NHWC), the layout net.c keeps spatial activations in ----
 // A spatial tensor is (B,H,W,Cs): channel stride Cs >= C. Convolutions write Cs =

@@ -361,6 +361,7 @@ int model_finish(model *m, ht_error *err) {
         return ht_fail(err, "model %s: more state than parameters", m->name);
     m->n_state = n_state;
     m->n_trainable = m->n_params - n_state;
+    m->label_width = last->kind == LAYER_SIGMOID_BCE && layer_in_size(last) > 1 ? last->oc : 1;
     for (int l = 0, at = 0; l < m->n_layers; l++) {
         layer *L = &m->layers[l];
         L->s_off = L->n_s ? m->n_trainable + (size_t)at : LAYER_NO_PARAM;

@@ -125,6 +125,9 @@ typedef struct layer {
     // parameters and their moments as they are.
     float w_l1, w_l2, b_l1, b_l2;
     int frozen;
+    // permute: output axis i (of C, H, W) is input axis perm[i] - 1 (PyTorch's
+    // x.permute(0, perm[0], perm[1], perm[2]))
+    int perm[3];
 } layer;
 
 // One parameter tensor in the flat parameter buffer, as safetensors and PyTorch name and shape
@@ -200,7 +203,14 @@ typedef struct model {
     // model's plain Flatten): a dense layer's Keras kernel after it takes its inputs in
     // hetrain's order, not (H,W,C) (the Keras weight files, kerash5.c).
     int keras_flatten_chw;
+    // Labels per sample: 1 (a class index; a binary head's 0 or 1), or k for a multi-label head
+    // (a sigmoid over k >= 2 outputs: k bytes of 0 or 1, and a prediction is the set of labels
+    // over 0.5 as bits). Set by model_finish.
+    int label_width;
 } model;
+
+// A multi-label head's most labels: a prediction's bits travel exactly as a float.
+#define MODEL_MAX_LABELS 24
 
 // Sizes of one sample's input and output of layer l.
 static inline size_t layer_in_size(const layer *L) { return (size_t)L->c * L->h * L->w; }
@@ -283,6 +293,7 @@ typedef struct layer_spec {
     // conv2d, dense: Keras's regularizer factors (>= 0) and trainable = false (layer's fields)
     float w_l1, w_l2, b_l1, b_l2;
     int frozen;
+    int perm[3]; // permute: 1-based input axes of (C, H, W), a permutation of 1, 2, 3
 } layer_spec;
 int model_begin(model *m, const char *name, int c, int h, int w, int n_classes, ht_error *err);
 int model_add(model *m, const layer_spec *s, ht_error *err);

@@ -307,6 +307,30 @@ int net_argmax(const float *v, int n) {
     return best;
 }
 
+int32_t net_predict(const model *m, const float *probs) {
+    if (m->label_width == 1) return net_argmax(probs, m->n_classes);
+    int32_t bits = 0;
+    for (int j = 0; j < m->label_width; j++) bits |= (int32_t)(probs[j] > 0.5f) << j;
+    return bits;
+}
+
+int net_labels_right(const model *m, int32_t pred, const uint8_t *y) {
+    if (m->label_width == 1) return pred == y[0];
+    int right = 0;
+    for (int j = 0; j < m->label_width; j++) right += ((pred >> j) & 1) == (y[j] != 0);
+    return right;
+}
+
+static double neg_log(double p) { return -log(p > 1e-30 ? p : 1e-30); }
+
+double net_prob_loss(const model *m, const float *probs, const uint8_t *y) {
+    if (m->label_width == 1) return neg_log(probs[y[0]]);
+    double sum = 0;
+    for (int j = 0; j < m->label_width; j++)
+        sum += neg_log(y[j] ? probs[j] : 1.0 - (double)probs[j]);
+    return sum / m->label_width;
+}
+
 // Layer l's input in the layout it needs: converted into ws->cvt[l] when the plan says so.
 static const float *layer_input(net_ws *ws, const model *m, int l, const float *in, int B) {
     const net_lplan *p = &ws->plan[l];

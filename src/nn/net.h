@@ -98,4 +98,17 @@ void net_conv_describe(const net_ws *ws, const model *m, char *buf, size_t len);
 // Index of the largest of n values (first on ties).
 int net_argmax(const float *v, int n);
 
+// What the model predicts from one sample's output (m->n_classes probabilities): the class
+// (the argmax), or for a multi-label head the labels whose probability is over 0.5 (Keras's
+// threshold), label j as bit j.
+int32_t net_predict(const model *m, const float *probs);
+// How many of one sample's labels y (m->label_width bytes) the prediction got right: 1 or 0 for
+// a class, 0..k for a multi-label head. Accuracy is their sum over m->label_width times the
+// samples (for a multi-label head Keras's binary accuracy, the share of all labels).
+int net_labels_right(const model *m, int32_t pred, const uint8_t *y);
+// One sample's loss from its output probabilities and labels (the evaluation's, which has no
+// logits): -log p[y] for a class, the mean of the labels' binary cross-entropies for a
+// multi-label head; only a probability of exactly 0 or 1 is clamped (at 1e-30 from it).
+double net_prob_loss(const model *m, const float *probs, const uint8_t *y);
+
 #endif

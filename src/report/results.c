@@ -217,13 +217,24 @@ int output_check(const char *path, const char *option, ht_error *e) {
     return 0;
 }
 
-int predictions_write(const char *path, const int32_t *pred, int n, ht_error *e) {
+int predictions_write(const char *path, const int32_t *pred, int n, int labels, ht_error *e) {
     char tmp[1200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return ht_fail(e, "%s: cannot create: %s", tmp, strerror(errno));
-    fprintf(f, "ImageId,Label\n");
-    for (int i = 0; i < n; i++) fprintf(f, "%d,%d\n", i + 1, pred[i]);
+    if (labels <= 1) {
+        fprintf(f, "ImageId,Label\n");
+        for (int i = 0; i < n; i++) fprintf(f, "%d,%d\n", i + 1, pred[i]);
+    } else { // a multi-label head's prediction: label j as bit j
+        fprintf(f, "ImageId");
+        for (int j = 0; j < labels; j++) fprintf(f, ",label_%d", j);
+        fputc('\n', f);
+        for (int i = 0; i < n; i++) {
+            fprintf(f, "%d", i + 1);
+            for (int j = 0; j < labels; j++) fprintf(f, ",%d", (pred[i] >> j) & 1);
+            fputc('\n', f);
+        }
+    }
     int bad = ferror(f);
     bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;

@@ -56,7 +56,8 @@ int run_files_check(const run_files *r, ht_error *e);
 // is not a folder. Called before the work whose result goes there.
 int output_check(const char *path, const char *option, ht_error *e);
 
-// Writes ImageId,Label (ImageId from 1) through a temporary file renamed into place.
-int predictions_write(const char *path, const int32_t *pred, int n, ht_error *e);
+// Writes ImageId,Label (ImageId from 1) through a temporary file renamed into place; for a
+// multi-label head (labels = k >= 2) ImageId,label_0,..,label_k-1, each 0 or 1 (pred's bit j).
+int predictions_write(const char *path, const int32_t *pred, int n, int labels, ht_error *e);
 
 #endif

@@ -57,6 +57,17 @@ static void test_cli(void **state) {
     snprintf(path, sizeof path, "%s/k.metrics.csv", d.dir);
     double loss = test_metrics_value(path, -1, "loss");
     assert_true(isfinite(loss) && loss > 0);
+    // A channels_first pooling in a channels_last model, read as Keras computes it, trains on a
+    // CPU and an OpenCL device with the self-check on (the permutes on both).
+    free(test_expect_cli("summary --model " KDIR "mixed_k3.json", 0, "(permute)"));
+    const char *devices = test_have_opencl("cpu:1,cpu:1 instead") ? "cpu:1,cl:0.0" : "cpu:1,cpu:1";
+    snprintf(args, sizeof args,
+             "train --model " KDIR "mixed_k3.json %s --epochs 1 --batch 50 --lr 0.01 "
+             "--devices %s --out '%s' --name mixed --no-progress",
+             d.args, devices, d.dir);
+    char *out = test_expect_cli(args, 0, "epoch 1/1");
+    assert_null(strstr(out, "excluded"));
+    free(out);
 }
 
 // The CIFAR-shaped Keras network (channels-last JSON) trains on a generated CIFAR-10 folder:

@@ -549,6 +549,54 @@ static void test_npz_keys_and_compression(void **state) {
     free(stored), free(cut), free(crc), free(dir);
 }
 
+// Multi-label labels (a model of 3 labels: data_opts.labels): (N, 3) of 0 and 1 in any integer
+// dtype or float32, kept as 3 bytes a sample through the split and the gather; another shape,
+// a 2 or a 0.5 refused naming the file, the record and the label.
+static void test_npy_multilabel(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("npy-multi");
+    uint8_t chw[NI * NC * NH * NW];
+    make_images(chw, 0);
+    char *xp = write_npy(dir, "x.npy", 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3, 4, 5), }", chw, sizeof chw);
+    const data_opts ml = {.classes = 3, .channels = 3, .labels = 3};
+    const uint8_t u1[] = {1, 0, 1, 0, 1, 1};
+    const float f4[] = {1, 0, 1, 0, 1, 1};
+    char *yu = write_npy(dir, "yu.npy", 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }", u1, sizeof u1);
+    char *yf = write_npy(dir, "yf.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", f4, sizeof f4);
+    dataset d;
+    ht_error e;
+    for (int k = 0; k < 2; k++) {
+        if (dataset_load_npy(&d, xp, k ? yf : yu, &ml, &e) < 0) fail_msg("%s", e.msg);
+        assert_int_equal(d.ylen, 3);
+        assert_memory_equal(d.y, u1, sizeof u1);
+        // the second sample's labels travel as a block of 3
+        dataset g = d;
+        uint8_t y[3];
+        float x[NC * NH * NW];
+        uint32_t one = 1;
+        dataset_gather(&g, &one, 1, x, y);
+        assert_memory_equal(y, u1 + 3, 3);
+        dataset_free(&d);
+    }
+    const uint8_t two[] = {1, 0, 1, 0, 2, 1};
+    const float half[] = {1, 0.5f, 1, 0, 1, 1};
+    char *y2 = write_npy(dir, "y2.npy", 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }", two, sizeof two);
+    char *yh = write_npy(dir, "yh.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", half, sizeof half);
+    char *y4 = write_npy(dir, "y4.npy", 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 2), }", u1, sizeof u1);
+    assert_int_equal(dataset_load_npy(&d, xp, y2, &ml, &e), -1);
+    test_expect_frags(e.msg, 1, "y2.npy: record 1, label 1 is not 0 or 1", NULL);
+    assert_int_equal(dataset_load_npy(&d, xp, yh, &ml, &e), -1);
+    test_expect_frags(e.msg, 1, "yh.npy: record 0, label 1 is not 0 or 1", NULL);
+    assert_int_equal(dataset_load_npy(&d, xp, y4, &ml, &e), -1);
+    test_expect_frags(e.msg, 1, "y4.npy: labels of shape (3, 2), expected (N, 3)", NULL);
+    assert_null(d.y);
+    // and float labels for a model of classes: refused as before
+    const data_opts cls = {.classes = 3, .channels = 3};
+    assert_int_equal(dataset_load_npy(&d, xp, yf, &cls, &e), -1);
+    test_expect_frags(e.msg, 1, "labels of dtype float32", NULL);
+    free(xp), free(yu), free(yf), free(y2), free(yh), free(y4), free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cifar10_folder_and_files),
@@ -556,6 +604,7 @@ int main(void) {
         cmocka_unit_test(test_cifar_malformed),
         cmocka_unit_test(test_npy_layouts_versions_dtypes),
         cmocka_unit_test(test_npy_malformed),
+        cmocka_unit_test(test_npy_multilabel),
         cmocka_unit_test(test_npz_keys_and_compression),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,6 +18,7 @@
 #include "data.h"
 #include "device.h"
 #include "engine.h"
+#include "keras.h"
 #include "model.h"
 #include "rng.h"
 #include "testutil.h"
@@ -88,14 +89,17 @@ static void test_step_matches_cpu(void **state) {
 // cl:0.0: the same mean gradient each step, within the tolerances of the reference networks'.
 static void steps_match_on_random_images(const model *m, const char *tag) {
     ht_error e;
-    dataset ds = {.n = 2 * BATCH, .c = m->in_c, .h = m->in_h, .w = m->in_w};
-    const size_t in = (size_t)ds.c * ds.h * ds.w;
+    dataset ds = {.n = 2 * BATCH, .c = m->in_c, .h = m->in_h, .w = m->in_w,
+                  .ylen = m->label_width};
+    const size_t in = (size_t)ds.c * ds.h * ds.w, ny = (size_t)ds.n * m->label_width;
     ds.x = malloc(sizeof(float) * in * (size_t)ds.n);
-    ds.y = malloc((size_t)ds.n);
+    ds.y = malloc(ny);
     ht_rng r;
     ht_rng_seed(&r, 31);
     for (size_t i = 0; i < in * (size_t)ds.n; i++) ds.x[i] = (float)ht_rng_double(&r);
-    for (int i = 0; i < ds.n; i++) ds.y[i] = (uint8_t)(ht_rng_next(&r) % (uint64_t)m->n_classes);
+    // a class each, or a multi-label head's 0s and 1s
+    const uint64_t span = m->label_width > 1 ? 2 : (uint64_t)m->n_classes;
+    for (size_t i = 0; i < ny; i++) ds.y[i] = (uint8_t)(ht_rng_next(&r) % span);
     float *init = malloc(sizeof(float) * m->n_params);
     model_init_params(m, init, 9);
     test_rig cpu, cl;
@@ -151,6 +155,32 @@ static void test_step_matches_cpu_activations(void **state) {
     char *cfg = test_write_file(dir, "act.cfg", act_cfg, sizeof act_cfg - 1);
     if (model_init_config(&m, cfg, &e) < 0) fail_msg("%s", e.msg);
     steps_match_on_random_images(&m, "activations");
+    model_free(&m);
+    free(cfg);
+    free(dir);
+}
+
+// Permutes (a Keras layer of the other data_format), the mixed-format Keras fixtures read as
+// Keras computes them, and the multi-label head, on both devices.
+static void test_step_matches_cpu_permute_multilabel(void **state) {
+    (void)state;
+    if (!have_opencl()) skip();
+    static const char cfg_text[] =
+        "[net]\ninput = 1x16x16\nclasses = 5\n"
+        "[conv]\nfilters = 6\nsize = 3\nactivation = relu\n[permute]\ndims = 2,3,1\n"
+        "[maxpool]\nsize = 2\n[permute]\ndims = 3,1,2\n[conv]\nfilters = 4\nsize = 3\n"
+        "[permute]\ndims = 3,2,1\n[dense]\nunits = 5\n[binary_crossentropy]\n";
+    ht_error e;
+    model m;
+    char *dir = test_tmpdir("cl-permute");
+    char *cfg = test_write_file(dir, "perm.cfg", cfg_text, sizeof cfg_text - 1);
+    if (model_init_config(&m, cfg, &e) < 0) fail_msg("%s", e.msg);
+    assert_int_equal(m.label_width, 5);
+    steps_match_on_random_images(&m, "permutes, multi-label head");
+    model_free(&m);
+    if (model_init_keras(&m, HT_SOURCE_DIR "/tests/fixtures/keras/mixed_k3.json", &e) < 0)
+        fail_msg("%s", e.msg);
+    steps_match_on_random_images(&m, "mixed data_format (Keras)");
     model_free(&m);
     free(cfg);
     free(dir);
@@ -399,6 +429,7 @@ int main(void) {
         cmocka_unit_test(test_step_matches_cpu),
         cmocka_unit_test(test_step_matches_cpu_rgb),
         cmocka_unit_test(test_step_matches_cpu_activations),
+        cmocka_unit_test(test_step_matches_cpu_permute_multilabel),
         cmocka_unit_test(test_bn_shard_matches_cpu),
         cmocka_unit_test(test_short_run_matches_cpu),
     };

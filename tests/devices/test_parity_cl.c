@@ -221,17 +221,17 @@ static void cl_softmax(backend *b, softmax_io *io) {
 
 static void cl_bce(backend *b, bce_io *io) {
     cl_env *t = b->ctx;
-    const int B = io->B;
-    const size_t fl = sizeof(float);
-    cl_mem d_logits = dbuf(t, io->logits, B * fl), d_lab = dbuf(t, io->labels, (size_t)B);
-    cl_mem d_probs = dbuf(t, io->probs, 2 * B * fl), d_loss = dbuf(t, io->loss, B * fl);
-    OK(t, ocl_bce_forward(&t->o, d_probs, d_loss, d_logits, d_lab, B, &t->err));
-    dread(t, d_probs, io->probs, 2 * B * fl);
+    const int B = io->B, K = io->K;
+    const size_t fl = sizeof(float), n = (size_t)B * K, np = K == 1 ? 2 * (size_t)B : n;
+    cl_mem d_logits = dbuf(t, io->logits, n * fl), d_lab = dbuf(t, io->labels, n);
+    cl_mem d_probs = dbuf(t, io->probs, np * fl), d_loss = dbuf(t, io->loss, B * fl);
+    OK(t, ocl_bce_forward(&t->o, d_probs, d_loss, d_logits, d_lab, B, K, &t->err));
+    dread(t, d_probs, io->probs, np * fl);
     dread(t, d_loss, io->loss, B * fl);
-    dwrite(t, d_probs, io->probs_ref, 2 * B * fl);
-    cl_mem d_dl = dbuf(t, io->dlogits, B * fl);
-    OK(t, ocl_bce_backward(&t->o, d_dl, d_probs, d_lab, B, &t->err));
-    dread(t, d_dl, io->dlogits, B * fl);
+    dwrite(t, d_probs, io->probs_ref, np * fl);
+    cl_mem d_dl = dbuf(t, io->dlogits, n * fl);
+    OK(t, ocl_bce_backward(&t->o, d_dl, d_probs, d_lab, B, K, &t->err));
+    dread(t, d_dl, io->dlogits, n * fl);
     cl_end(t);
 }
 

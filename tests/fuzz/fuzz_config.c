@@ -28,7 +28,10 @@ static void run_net(const model *m) {
     if (!p || !g || !x) abort();
     model_init_params(m, p, 1);
     for (size_t i = 0; i < in * B; i++) x[i] = (float)(i % 7) / 7.0f;
-    uint8_t y[B] = {0, (uint8_t)(m->n_classes - 1)};
+    // a class each (the first and the last), or a multi-label head's labels, alternating
+    uint8_t y[B * MODEL_MAX_LABELS];
+    for (int i = 0; i < B * m->label_width; i++)
+        y[i] = m->label_width > 1 ? (uint8_t)(i % 2) : (uint8_t)(i ? m->n_classes - 1 : 0);
     uint32_t ids[B] = {3, 9};
     net_dropout d = {.seed = 1, .epoch = 0, .ids = ids};
     net_ws ws;
@@ -50,7 +53,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     model m;
     ht_error e;
     if (model_init_config(&m, path, &e) == 0) {
-        if (m.n_layers < 1 || m.layers[m.n_layers - 1].kind != LAYER_SOFTMAX_XENT) abort();
+        layer_kind last = m.n_layers ? m.layers[m.n_layers - 1].kind : LAYER_KIND_COUNT;
+        if (last != LAYER_SOFTMAX_XENT && last != LAYER_SIGMOID_BCE) abort();
+        if (m.label_width < 1 || m.label_width > MODEL_MAX_LABELS) abort();
         model_print_summary(&m, devnull);
         (void)model_forward_macs(&m);
         run_net(&m);

@@ -14,7 +14,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     model m;
     ht_error e;
     if (model_init_keras_text(&m, (const char *)data, size, "fuzz.json", &e) == 0) {
-        if (m.n_layers < 1 || m.layers[m.n_layers - 1].kind != LAYER_SOFTMAX_XENT) abort();
+        layer_kind last = m.n_layers ? m.layers[m.n_layers - 1].kind : LAYER_KIND_COUNT;
+        if (last != LAYER_SOFTMAX_XENT && last != LAYER_SIGMOID_BCE) abort();
+        if (m.label_width < 1 || m.label_width > MODEL_MAX_LABELS) abort();
         if (m.n_classes < 2 || m.n_classes > 256) abort();
         model_print_summary(&m, devnull);
         (void)model_forward_macs(&m);

@@ -70,7 +70,7 @@ put("csv", "blank_then_data", csv_input(0, "a\n1\n\n2\n"))
 put("csv", "no_header", csv_input(0, "1,2,3,4\n"))
 
 # ---- NumPy: mode byte (bit 0 npz; bit 1 npz test set / npy labels follow; bits 2..3 layout;
-#      bit 4 one channel), then npy: u16 LE images length, images .npy, labels .npy; npz: the zip ----
+#      bit 4 one channel; bit 5 a multi-label model of 3 labels), then npy: u16 LE images length, images .npy, labels .npy; npz: the zip ----
 
 def npy(descr, shape, payload, version=1, fortran=False, extra=""):
     d = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, %s}" % (
@@ -114,6 +114,10 @@ put("npy", "npz_deflated", bytes([1]) + npz([("x_train.npy", x_nhwc), ("y_train.
 put("npy", "npz_stored_test", bytes([3]) + npz([("x_test.npy", x_nchw), ("y_test.npy", y_u1)], False))
 put("npy", "npz_xy", bytes([1]) + npz([("x.npy", x_nhwc), ("y.npy", y_u1)]))
 put("npy", "npz_no_labels", bytes([1]) + npz([("x_train.npy", x_nhwc)]))
+y_multi = npy("|u1", (2, 3), b"\x01\x00\x01\x00\x01\x01")
+put("npy", "multilabel", npy_input(2 | 32, x_nhwc, y_multi))
+put("npy", "multilabel_f4", npy_input(2 | 32, x_nhwc, npy("<f4", (2, 3), struct.pack("<6f", 1, 0, 0, 1, 1, 0))))
+put("npy", "multilabel_npz", bytes([1 | 32]) + npz([("x_train.npy", x_nhwc), ("y_train.npy", y_multi)]))
 put("npy", "npz_cut", bytes([1]) + npz([("x_train.npy", x_nhwc), ("y_train.npy", y_i8)])[:-30])
 
 
@@ -231,6 +235,9 @@ put("config", "activations.cfg", "[net]\ninput = 1x8x8\nclasses = 4\n[conv]\nfil
     "size = 3\nactivation = gelu\n[leaky_relu]\nalpha = 0.1\n[LeakyReLU]\nnegative_slope = 0.2\n"
     "[elu]\n[hard_sigmoid]\nslope = 0.2\n[gelu]\napproximate = 1\n[Activation]\n"
     "activation = silu\n[dense]\nunits = 4\nactivation = tanh\n[softmax]\n")
+put("config", "permute_multilabel.cfg", "[net]\ninput = 2x6x5\nclasses = 3\n[permute]\n"
+    "dims = 2,3,1\n[maxpool]\nsize = 2\n[permute]\ndims = 3,1,2\n[dense]\nunits = 3\n"
+    "[binary_crossentropy]\n")
 put("config", "schedule.cfg", "[net]\ninput = 1x8x8\nclasses = 4\nlr_schedule = step:2:0.5\n"
     "weight_decay = 5e-4\nweight_decay_mode = decoupled\n[dense]\nunits = 4\n[softmax]\n")
 
@@ -238,7 +245,8 @@ put("config", "schedule.cfg", "[net]\ninput = 1x8x8\nclasses = 4\nlr_schedule = 
 
 for name in ("mnist_small_k3", "mnist_small_k2", "cnn3_k2old", "cifar_k3", "cifar_flat_k2",
              "activations_k3", "activations_k2", "functional_k3", "functional_k2", "add_k3",
-             "shared_k2", "two_outputs_k3", "mixed_k2", "reg_k3", "reg_k2", "frozen_k3"):
+             "shared_k2", "two_outputs_k3", "mixed_k2", "reg_k3", "reg_k2", "frozen_k3",
+             "mixed_cl_k3", "mixed_cf_k3", "multilabel_k3", "multilabel_k2"):
     with open(os.path.join(ROOT, "tests", "fixtures", "keras", name + ".json")) as f:
         put("keras", name + ".json", json.dumps(json.load(f), separators=(",", ":")))
 put("keras", "channels_first.json", json.dumps({"class_name": "Sequential", "config": {"layers": [

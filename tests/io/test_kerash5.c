@@ -126,6 +126,23 @@ static void test_keras_files(void **state) {
     expect_keras_outputs(&mc, pc, KDIR "weights_cf_k3.txt", "Keras 3, channels_first");
     free(pc);
     model_free(&mc);
+    // Layers of the other data_format than their model's, run between permutes as Keras
+    // computes them (tools/keras_mixed_fixture.py): Keras's probabilities with Keras's weights.
+    static const char *const mixed[] = {"mixed_cl_k3", "mixed_cf_k3"};
+    for (int i = 0; i < 2; i++) {
+        char json[512], h5[512], txt[512];
+        snprintf(json, sizeof json, KDIR "%s.json", mixed[i]);
+        snprintf(h5, sizeof h5, KDIR "%s.weights.h5", mixed[i]);
+        snprintf(txt, sizeof txt, KDIR "%s.txt", mixed[i]);
+        model mm;
+        float *pm = load_model(&mm, json, h5);
+        int permutes = 0;
+        for (int l = 0; l < mm.n_layers; l++) permutes += mm.layers[l].kind == LAYER_PERMUTE;
+        assert_true(permutes >= 3);
+        expect_keras_outputs(&mm, pm, txt, mixed[i]);
+        free(pm);
+        model_free(&mm);
+    }
     model mx;
     float *x = load_model(&mx, K2_JSON, K3_FILE);
     assert_memory_equal(x, p3, m3.n_params * sizeof *p3);

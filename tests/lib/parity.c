@@ -445,27 +445,35 @@ static void run_softmax(backend *b, uint64_t seed) {
     arena_free(&a);
 }
 
-// The binary head: logits far into both tails (where 1 - p rounds to 1 and the loss must not go
-// through log 0) and around 0, both labels.
-static void run_bce(backend *b, uint64_t seed) {
+// The binary head (K = 1) and the multi-label head (K = 5): logits far into both tails (where
+// 1 - p rounds to 1 and the loss must not go through log 0) and around 0, both labels.
+static void run_bce_k(backend *b, int K, uint64_t seed) {
     arena a = {0};
     enum { B = 12 };
-    float *logits = uniform(&a, B, -6, 6, seed);
+    const size_t n = (size_t)B * K, np = K == 1 ? 2 * B : n;
+    float *logits = uniform(&a, n, -6, 6, seed);
     logits[0] = -90.0f, logits[1] = 90.0f, logits[2] = 0.0f, logits[3] = -17.0f;
-    uint8_t labels[B];
-    for (int i = 0; i < B; i++) labels[i] = (uint8_t)((i * 5 + 1) % 3 == 0);
-    float *probs_ref = anew(&a, 2 * B * sizeof(float)), *loss_ref = anew(&a, B * sizeof(float));
-    float *dl_ref = anew(&a, B * sizeof(float));
-    bce_forward(probs_ref, loss_ref, logits, labels, B);
-    bce_backward(dl_ref, probs_ref, labels, B);
-    bce_io io = {.B = B, .logits = logits, .probs_ref = probs_ref, .labels = labels,
-                 .probs = nans(&a, 2 * B), .loss = nans(&a, B), .dlogits = nans(&a, B)};
+    uint8_t *labels = anew(&a, n);
+    for (size_t i = 0; i < n; i++) labels[i] = (uint8_t)((i * 5 + 1) % 3 == 0);
+    float *probs_ref = anew(&a, np * sizeof(float)), *loss_ref = anew(&a, B * sizeof(float));
+    float *dl_ref = anew(&a, n * sizeof(float));
+    bce_forward(probs_ref, loss_ref, logits, labels, B, K);
+    bce_backward(dl_ref, probs_ref, labels, B, K);
+    bce_io io = {.B = B, .K = K, .logits = logits, .probs_ref = probs_ref, .labels = labels,
+                 .probs = nans(&a, np), .loss = nans(&a, B), .dlogits = nans(&a, n)};
     b->bce(b, &io);
     const tolset *t = b->tol;
-    expect(b, io.probs, probs_ref, 2 * B, t->xent, FLOOR_PROBS, "binary head forward probs");
-    expect(b, io.loss, loss_ref, B, t->xent, FLOOR_LOSS, "binary head forward loss");
-    expect(b, io.dlogits, dl_ref, B, t->exact, 1.0f, "binary head backward");
+    const char *head = K == 1 ? "binary head" : "multi-label head";
+    expect(b, io.probs, probs_ref, np, t->xent, FLOOR_PROBS, "%s forward probs", head);
+    expect(b, io.loss, loss_ref, B, t->xent, FLOOR_LOSS, "%s forward loss", head);
+    // 1/K is exact in float only for powers of two: a rounding of the product apart
+    expect(b, io.dlogits, dl_ref, n, K == 1 ? t->exact : t->xent, 1.0f, "%s backward", head);
     arena_free(&a);
+}
+
+static void run_bce(backend *b, uint64_t seed) {
+    run_bce_k(b, 1, seed);
+    run_bce_k(b, 5, seed + 1);
 }
 
 // Every case of the table the backend has an op for, in both directions.

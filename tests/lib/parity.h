@@ -186,11 +186,11 @@ typedef struct softmax_io {
 } softmax_io;
 
 typedef struct bce_io {
-    int B;
+    int B, K; // K = 1: the binary head; K >= 2: the multi-label head of K labels
     const float *logits, *probs_ref; // backward runs from the reference's probabilities
-    const uint8_t *labels;
-    float *probs, *loss; // (B, 2), (B)
-    float *dlogits;
+    const uint8_t *labels;           // (B, K)
+    float *probs, *loss; // (B, 2) or (B, K); (B)
+    float *dlogits;      // (B, K)
 } bce_io;
 
 typedef struct act_io {

@@ -591,20 +591,34 @@ static void softmax_f(const ref_call *c) {
 static void softmax_b(const ref_call *c) {
     softmax_xent_backward(c->din, c->out, c->y, c->B, c->L->oc);
 }
-// The binary head in double: probabilities (1 - p, p) and -(y log p + (1 - y) log(1 - p)).
+// The binary head (K = 1) and the multi-label head (K labels) in double: probabilities (1 - p,
+// p), or each label's p, and the mean over the labels of -(y log p + (1 - y) log(1 - p)).
 static void bce_f(const ref_call *c) {
+    const int K = (int)layer_in_size(c->L);
     for (int i = 0; i < c->B; i++) {
-        double z = c->in[i], p = 1.0 / (1.0 + exp(-z));
-        c->out[2 * i] = (float)(1.0 - p);
-        c->out[2 * i + 1] = (float)p;
-        if (c->y) {
-            double y = c->y[i];
-            c->r->loss[i] = (float)-(y * log(p) + (1 - y) * log1p(-p));
+        double sum = 0;
+        for (int j = 0; j < K; j++) {
+            const size_t at = (size_t)i * K + j;
+            double z = c->in[at], p = 1.0 / (1.0 + exp(-z));
+            if (K == 1) {
+                c->out[2 * i] = (float)(1.0 - p);
+                c->out[2 * i + 1] = (float)p;
+            } else {
+                c->out[at] = (float)p;
+            }
+            if (c->y) sum += -(c->y[at] * log(p) + (1 - c->y[at]) * log1p(-p));
         }
+        if (c->y) c->r->loss[i] = (float)(sum / K);
     }
 }
 static void bce_b(const ref_call *c) {
-    for (int i = 0; i < c->B; i++) c->din[i] = c->out[2 * i + 1] - (float)c->y[i];
+    const int K = (int)layer_in_size(c->L);
+    for (int i = 0; i < c->B; i++)
+        for (int j = 0; j < K; j++) {
+            const size_t at = (size_t)i * K + j;
+            c->din[at] = K == 1 ? c->out[2 * i + 1] - (float)c->y[i]
+                                : (float)((c->out[at] - (double)c->y[at]) / K);
+        }
 }
 static void act_f(const ref_call *c) {
     ref_act_forward((act_fn)layer_act_fn(c->L->kind), c->L->alpha, c->out, c->in,
@@ -634,10 +648,41 @@ static void bn_b(const ref_call *c) {
                           c->group, L->eps);
 }
 
+// Permute by the definition: output (a, b, c) is the input at the index whose axis perm[i] - 1
+// is output axis i's coordinate; the backward adds each output gradient back there.
+static size_t permute_src(const layer *L, int a, int b, int c) {
+    int idx[3], o[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) idx[L->perm[i] - 1] = o[i];
+    return ((size_t)idx[0] * L->h + idx[1]) * L->w + idx[2];
+}
+static void permute_f(const ref_call *c) {
+    const layer *L = c->L;
+    const size_t n = layer_in_size(L);
+    for (int i = 0; i < c->B; i++)
+        for (int a = 0; a < L->oc; a++)
+            for (int b = 0; b < L->oh; b++)
+                for (int d = 0; d < L->ow; d++)
+                    c->out[i * n + ((size_t)a * L->oh + b) * L->ow + d] =
+                        c->in[i * n + permute_src(L, a, b, d)];
+}
+static void permute_b(const ref_call *c) {
+    const layer *L = c->L;
+    const size_t n = layer_in_size(L);
+    if (!c->din) return;
+    memset(c->din, 0, sizeof(float) * n * (size_t)c->B);
+    for (int i = 0; i < c->B; i++)
+        for (int a = 0; a < L->oc; a++)
+            for (int b = 0; b < L->oh; b++)
+                for (int d = 0; d < L->ow; d++)
+                    c->din[i * n + permute_src(L, a, b, d)] +=
+                        c->g[i * n + ((size_t)a * L->oh + b) * L->ow + d];
+}
+
 static const ref_ops ref_conv = {conv_f, conv_b}, ref_bn = {bn_f, bn_b}, ref_bce = {bce_f, bce_b}, ref_pool = {pool_f, pool_b},
                      ref_gap = {gap_f, gap_b}, ref_dense = {dense_f, dense_b},
                      ref_relu = {relu_f, relu_b}, ref_dropout = {dropout_f, dropout_b},
-                     ref_softmax = {softmax_f, softmax_b}, ref_act = {act_f, act_b};
+                     ref_softmax = {softmax_f, softmax_b}, ref_act = {act_f, act_b},
+                     ref_permute = {permute_f, permute_b};
 
 static const ref_ops ref_ops_of[LAYER_KIND_COUNT] = {
 #define REF_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = ref_##fam,

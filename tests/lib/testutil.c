@@ -281,18 +281,22 @@ int test_run_cli(const char *args, char **out) {
     return rc;
 }
 
-char *test_fashion_csv(const char *dir, int set, int n, int with_labels) {
+// Fashion-MNIST's training or test set; -1 (said on stderr) when it cannot be read.
+static int load_fashion(dataset *d, int set) {
     const char *images = set == FASHION_TEST ? FASHION_DIR "/t10k-images-idx3-ubyte.gz"
                                              : FASHION_DIR "/train-images-idx3-ubyte.gz";
     const char *labels = set == FASHION_TEST ? FASHION_DIR "/t10k-labels-idx1-ubyte.gz"
                                              : FASHION_DIR "/train-labels-idx1-ubyte.gz";
+    ht_error e;
+    if (dataset_load_idx(d, images, labels, 10, &e) == 0) return 0;
+    fprintf(stderr, "%s\n", e.msg);
+    return -1;
+}
+
+char *test_fashion_csv(const char *dir, int set, int n, int with_labels) {
     const char *name = set == FASHION_TEST ? "test.csv" : "train.csv";
     dataset d;
-    ht_error e;
-    if (dataset_load_idx(&d, images, labels, 10, &e) < 0) {
-        fprintf(stderr, "%s\n", e.msg);
-        return NULL;
-    }
+    if (load_fashion(&d, set) < 0) return NULL;
     size_t cap = (size_t)n * 784 * 4 + 16384, len = 0;
     char *buf = malloc(cap);
     if (with_labels) len += (size_t)sprintf(buf + len, "label,");
@@ -308,6 +312,53 @@ char *test_fashion_csv(const char *dir, int set, int n, int with_labels) {
     free(buf);
     dataset_free(&d);
     return path;
+}
+
+int fashion_label(int cls, int j) {
+    switch (j) {
+    case 0: return cls == 5 || cls == 7 || cls == 9;
+    case 1: return cls == 0 || cls == 2 || cls == 4 || cls == 6;
+    case 2: return cls % 2 == 0;
+    default: return cls == 1 || cls == 8;
+    }
+}
+
+int test_write_npy_u8(const char *path, const char *shape, const uint8_t *data, size_t n) {
+    char dict[256];
+    int dl = snprintf(dict, sizeof dict, "{'descr': '|u1', 'fortran_order': False, 'shape': %s, }",
+                      shape);
+    int hl = (10 + dl + 1 + 63) / 64 * 64 - 10; // the header's length, its '\n' included
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc(hl & 0xff, f);
+    fputc(hl >> 8, f);
+    fprintf(f, "%s%*s\n", dict, hl - dl - 1, "");
+    fwrite(data, 1, n, f);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+int test_fashion_multilabel(const char *dir, int set, int n, char *x_path, char *y_path,
+                            size_t path_len) {
+    const char *name = set == FASHION_TEST ? "test" : "train";
+    dataset d;
+    if (load_fashion(&d, set) < 0) return -1;
+    if (n > d.n) n = d.n;
+    uint8_t *x = malloc((size_t)n * 784), *y = malloc((size_t)n * FASHION_LABELS);
+    for (size_t i = 0; i < (size_t)n * 784; i++) x[i] = (uint8_t)(d.x[i] * 255.0f + 0.5f);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < FASHION_LABELS; j++)
+            y[i * FASHION_LABELS + j] = (uint8_t)fashion_label(d.y[i], j);
+    char shape[64];
+    snprintf(x_path, path_len, "%s/%s_x.npy", dir, name);
+    snprintf(y_path, path_len, "%s/%s_y.npy", dir, name);
+    snprintf(shape, sizeof shape, "(%d, 28, 28)", n);
+    int rc = test_write_npy_u8(x_path, shape, x, (size_t)n * 784);
+    snprintf(shape, sizeof shape, "(%d, %d)", n, FASHION_LABELS);
+    if (rc == 0) rc = test_write_npy_u8(y_path, shape, y, (size_t)n * FASHION_LABELS);
+    free(x), free(y);
+    dataset_free(&d);
+    return rc;
 }
 
 void test_rig_open(test_rig *r, const model *m, const char *spec, const char *faults,

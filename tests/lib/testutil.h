@@ -112,6 +112,18 @@ int test_run_cli(const char *args, char **out);
 enum { FASHION_TRAIN, FASHION_TEST };
 char *test_fashion_csv(const char *dir, int set, int n, int with_labels);
 
+// The first n samples of Fashion-MNIST's training or test set as NumPy files for a multi-label
+// head: dir/<set>_x.npy (n, 28, 28) uint8 and dir/<set>_y.npy (n, FASHION_LABELS) uint8 of 0
+// and 1, label j from the class by fashion_label(class, j) (footwear; worn on the upper body;
+// an even class; a trouser or a bag). Returns 0, or -1 on failure.
+#define FASHION_LABELS 4
+// Writes a .npy of version 1.0, dtype uint8, of the shape given as Python writes it ("(3, 4)"),
+// its header padded with spaces to a multiple of 64 bytes. Returns 0, or -1 on failure.
+int test_write_npy_u8(const char *path, const char *shape, const uint8_t *data, size_t n);
+int fashion_label(int cls, int j);
+int test_fashion_multilabel(const char *dir, int set, int n, char *x_path, char *y_path,
+                            size_t path_len);
+
 // Runs the CLI and fails the current test unless it exits with `status` and its output
 // contains `want` (NULL: anything). Returns the output; the caller frees it.
 char *test_expect_cli(const char *args, int status, const char *want);

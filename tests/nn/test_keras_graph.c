@@ -1,8 +1,9 @@
 // Functional Keras models and mixed data_format (keras_graph.c, keras_layers.c): a Functional
 // model whose graph is a single path, as real Keras 3 and Keras 2 wrote it
 // (tools/keras_graph_fixture.py), reads as the same network built as Sequential, with Keras's
-// parameter count; merges, shared layers, second inputs or outputs, branches and a pooling
-// layer of the other data_format are refused with one line naming the layer.
+// parameter count; merges, shared layers, second inputs or outputs and branches are refused with
+// one line naming the layer; layers of the other data_format than their model's are read
+// between permutes, with Keras's shapes and counts.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -86,7 +87,7 @@ static void test_functional(void **state) {
 
 #define SINGLE "hetrain reads a Functional model whose graph is a single path"
 
-// Real Keras's graphs that are not one path, and a pooling layer of the other data_format.
+// Real Keras's graphs that are not one path.
 static void test_refused_fixtures(void **state) {
     (void)state;
     static const char *const merge = ": " SINGLE " (no Add, Concatenate or other merge)";
@@ -115,15 +116,32 @@ static void test_refused_fixtures(void **state) {
         snprintf(want, sizeof want, "%s: layer 1 \"dense\" (Dense): called 2 times (a shared "
                  "layer): " SINGLE, file);
         expect_file_error(file, want);
-        // Keras pools the (26, 26, 8) tensor's width and channels (what tools/
-        // keras_graph_fixture.py checked by running it).
-        snprintf(file, sizeof file, "mixed_k%d.json", v);
-        snprintf(want, sizeof want, "%s: layer 2 \"max_pooling2d\" (MaxPooling2D): data_format "
-                 "channels_first in a channels_last model: Keras reads this layer's input (26, "
-                 "26, 8) as (channels, height, width) and max-pools its last two axes (the "
-                 "model's width and channels) into (26, 13, 4); hetrain's layers work over height "
-                 "and width alone: give the layer data_format channels_last", file);
-        expect_file_error(file, want);
+    }
+}
+
+// A channels_first MaxPooling2D in a channels_last model (real Keras's fixtures): read as Keras
+// computes it, between permutes, with Keras's shapes (Keras pools the (26, 26, 8) tensor's width
+// and channels into (26, 13, 4), what tools/keras_graph_fixture.py checked by running it) and
+// parameter count. (Its outputs against Keras's: tests/io/test_kerash5.c.)
+static void test_mixed_fixtures(void **state) {
+    (void)state;
+    for (int v = 2; v <= 3; v++) {
+        char path[512];
+        snprintf(path, sizeof path, KDIR "mixed_k%d.json", v);
+        model m;
+        ht_error e;
+        if (model_init_keras(&m, path, &e) < 0) fail_msg("%s", e.msg);
+        assert_int_equal(m.n_params, 13610);
+        int l = model_find_layer(&m, "max_pooling2d");
+        assert_true(l > 0 && l + 1 < m.n_layers);
+        const layer *in = &m.layers[l - 1], *P = &m.layers[l], *out = &m.layers[l + 1];
+        assert_int_equal(in->kind, LAYER_PERMUTE);
+        assert_int_equal(out->kind, LAYER_PERMUTE);
+        // (8, 26, 26) -> (26, 26, 8): the pooling's channels are the tensor's height
+        assert_int_equal(P->c, 26), assert_int_equal(P->h, 26), assert_int_equal(P->w, 8);
+        // Keras's (26, 13, 4) (H, W, C) is hetrain's (4, 26, 13)
+        assert_int_equal(out->oc, 4), assert_int_equal(out->oh, 26), assert_int_equal(out->ow, 13);
+        model_free(&m);
     }
 }
 
@@ -259,42 +277,34 @@ static char *seq(const char *layers) {
     "{\"class_name\": \"" cls "\", \"config\": {\"name\": \"p\", \"data_format\": \"" fmt      \
     "\"" extra "}}"
 
+// Layers of the other data_format, read between permutes with Keras's output shapes (as its
+// error messages gave them when they were refused: Keras's own, from running the fixtures) and
+// parameter counts.
 static void test_mixed_format(void **state) {
     (void)state;
-    // The model's layout is its first Conv2D's, whatever a pooling layer before it says.
-    keras_expect_error(seq(POOL("MaxPooling2D", "channels_first", ", \"padding\": \"same\"") ", "
-                 CONV("channels_last")),
-                 "bad.json: layer 1 \"p\" (MaxPooling2D): data_format channels_first in a "
-                 "channels_last model: Keras reads this layer's input (8, 8, 2) as (channels, "
-                 "height, width) and max-pools its last two axes (the model's width and "
-                 "channels) into (8, 4, 1); hetrain's layers work over height and width alone: "
-                 "give the layer data_format channels_last");
-    // A channels_last layer in a channels_first model works over the channels and height.
-    // (The input then reads as 8 channels of 8x2.)
-    keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": "
-                     "3, \"kernel_size\": 3, \"padding\": \"same\", \"data_format\": "
-                     "\"channels_first\"}}, " POOL("AveragePooling2D", "channels_last", "")),
-                 "bad.json: layer 2 \"p\" (AveragePooling2D): data_format channels_last in a "
-                 "channels_first model: Keras reads this layer's input (3, 8, 2) as (height, "
-                 "width, channels) and average-pools its first two axes (the model's channels "
-                 "and height) into (1, 4, 2); hetrain's layers work over height and width alone: "
-                 "give the layer data_format channels_first");
-    keras_expect_error(seq(CONV("channels_last") ", {\"class_name\": \"GlobalAveragePooling2D\", "
-                 "\"config\": {\"name\": \"p\", \"data_format\": \"channels_first\"}}"),
-                 "bad.json: layer 2 \"p\" (GlobalAveragePooling2D): data_format channels_first in "
-                 "a channels_last model: Keras reads this layer's input (6, 6, 3) as (channels, "
-                 "height, width) and averages its last two axes (the model's width and channels) "
-                 "into 6 features; hetrain's layers work over height and width alone: give the "
-                 "layer data_format channels_last");
-    keras_expect_error(seq(CONV("channels_last") ", {\"class_name\": \"Conv2D\", \"config\": "
-                 "{\"name\": \"c2\", \"filters\": 4, \"kernel_size\": 3, \"data_format\": "
-                 "\"channels_first\"}}"),
-                 "bad.json: layer 2 \"c2\" (Conv2D): data_format channels_first in a "
-                 "channels_last model: Keras reads this layer's input (6, 6, 3) as (channels, "
-                 "height, width) and convolves over its last two axes (the model's width and "
-                 "channels) into (4, 4, 1); hetrain's layers work over height and width alone: "
-                 "give the layer data_format channels_last");
-    // A 1x1 window of stride 1 is the identity over any axes: read.
+    // The model's layout is its first Conv2D's, whatever a pooling layer before it says: a
+    // channels_first max-pool of the (8, 8, 2) input into Keras's (8, 4, 1) = hetrain's
+    // (1, 8, 4); the conv then gives (6, 2, 3).
+    keras_expect_ok(seq(POOL("MaxPooling2D", "channels_first", ", \"padding\": \"same\"") ", "
+                        CONV("channels_last")),
+                    (3 * 3 * 1 * 3 + 3) + (6 * 2 * 3 * 4 + 4));
+    // A channels_last layer in a channels_first model works over the channels and height:
+    // (3, 8, 2) average-pooled into (1, 4, 2). (The input reads as 8 channels of 8x2.)
+    keras_expect_ok(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": "
+                        "3, \"kernel_size\": 3, \"padding\": \"same\", \"data_format\": "
+                        "\"channels_first\"}}, " POOL("AveragePooling2D", "channels_last", "")),
+                    (3 * 3 * 8 * 3 + 3) + (1 * 4 * 2 * 4 + 4));
+    // Global average over the (6, 6, 3) tensor's width and channels: 6 features.
+    keras_expect_ok(seq(CONV("channels_last") ", {\"class_name\": \"GlobalAveragePooling2D\", "
+                        "\"config\": {\"name\": \"p\", \"data_format\": \"channels_first\"}}"),
+                    (3 * 3 * 2 * 3 + 3) + (6 * 4 + 4));
+    // A channels_first conv of 6 channels (the tensor's height) over its width and channels:
+    // (4, 4, 1), hetrain's (1, 4, 4).
+    keras_expect_ok(seq(CONV("channels_last") ", {\"class_name\": \"Conv2D\", \"config\": "
+                        "{\"name\": \"c2\", \"filters\": 4, \"kernel_size\": 3, \"data_format\": "
+                        "\"channels_first\"}}"),
+                    (3 * 3 * 2 * 3 + 3) + (3 * 3 * 6 * 4 + 4) + (4 * 4 * 1 * 4 + 4));
+    // A 1x1 window of stride 1 is the identity over any axes: no permutes.
     keras_expect_ok(seq(CONV("channels_last") ", " POOL("MaxPooling2D", "channels_first",
                                                  ", \"pool_size\": 1, \"strides\": 1")),
               3 * 3 * 2 * 3 + 3 + 6 * 6 * 3 * 4 + 4);
@@ -309,6 +319,7 @@ int main(void) {
         cmocka_unit_test(test_refused_fixtures),
         cmocka_unit_test(test_graph_errors),
         cmocka_unit_test(test_mixed_format),
+        cmocka_unit_test(test_mixed_fixtures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -416,6 +416,38 @@ static void test_net_new_kinds(void **state) {
     model_free(&m);
 }
 
+// Permutes (how a Keras layer of the other data_format runs) through net.c's plans against the
+// reference's definition: first in the network, after a conv's channels-last output with pad
+// channels (converted to NCHW first), before a pool and a conv (converted back), the inverse
+// after them, and one before a dense layer.
+static void test_net_permute(void **state) {
+    (void)state;
+    const layer_spec a[] = {
+        {.kind = LAYER_PERMUTE, .perm = {2, 3, 1}},                                // 7x5x3
+        {.kind = LAYER_CONV2D, .filters = 6, .k = 3, .stride = 1, .pad = 1,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f}, // 6x5x3
+        {.kind = LAYER_RELU},
+        {.kind = LAYER_PERMUTE, .perm = {2, 3, 1}},                                // 5x3x6
+        {.kind = LAYER_MAXPOOL, .k = 2, .stride = 2, .pad = -1},                   // 5x2x3
+        {.kind = LAYER_PERMUTE, .perm = {3, 1, 2}},                                // 3x5x2
+        {.kind = LAYER_CONV2D, .filters = 4, .k = 2, .stride = 1, .pad = 0,
+         .w_init = INIT_GLOROT_UNIFORM, .b_init = INIT_CONSTANT, .b_arg = 0.05f}, // 4x4x1
+        {.kind = LAYER_PERMUTE, .perm = {3, 1, 2}},                                // 1x4x4
+        {.kind = LAYER_DENSE, .units = 3, .w_init = INIT_LECUN_UNIFORM},
+        {.kind = LAYER_SOFTMAX_XENT},
+    };
+    model m;
+    build_model(&m, 3, 7, 5, 3, a, (int)(sizeof a / sizeof a[0]));
+    assert_int_equal(m.layers[0].oc, 7);
+    assert_int_equal(m.layers[0].oh, 5);
+    assert_int_equal(m.layers[0].ow, 3);
+    assert_int_equal(m.layers[5].oc, 3);
+    assert_int_equal(m.layers[5].oh, 5);
+    assert_int_equal(m.layers[5].ow, 2);
+    net_ref_check(&m, 2500);
+    model_free(&m);
+}
+
 // The act family through net.c's plans against the reference walker: every kind, in the
 // per-sample trunk on channels-last tensors with pad channels (20 filters: a stride of 32),
 // first in the network, after a pooling, before a dropout (which overwrites the activation's
@@ -632,6 +664,7 @@ int main(void) {
         cmocka_unit_test(test_net_layouts),
         cmocka_unit_test(test_relu_dropout_fold_same_bits),
         cmocka_unit_test(test_net_new_kinds),
+        cmocka_unit_test(test_net_permute),
         cmocka_unit_test(test_net_activations),
         cmocka_unit_test(test_engine_two_devices_equal_one),
         cmocka_unit_test(test_frozen_prefix_backward),
