@@ -72,17 +72,18 @@ static void test_bce_values(void **state) {
     assert_true(isnan(l));
 }
 
-// conv -> relu -> pool -> dense 6 -> tanh -> dense 1 -> binary head, 2 classes.
-static void bce_model(model *m) {
+// conv -> relu -> pool -> dense 6 -> tanh -> dense k -> a sigmoid head: the binary head of 2
+// classes (k = 1) or the multi-label head of k labels.
+static void bce_model(model *m, int k) {
     ht_error e;
-    assert_int_equal(model_begin(m, "bce", 1, 8, 8, 2, &e), 0);
+    assert_int_equal(model_begin(m, "bce", 1, 8, 8, k == 1 ? 2 : k, &e), 0);
     const layer_spec s[] = {
         {.kind = LAYER_CONV2D, .filters = 4, .k = 3, .pad = 1, .w_init = INIT_GLOROT_UNIFORM},
         {.kind = LAYER_RELU},
         {.kind = LAYER_MAXPOOL, .k = 2, .stride = 2},
         {.kind = LAYER_DENSE, .units = 6, .w_init = INIT_LECUN_UNIFORM},
         {.kind = LAYER_TANH},
-        {.kind = LAYER_DENSE, .units = 1, .w_init = INIT_LECUN_UNIFORM, .b_init = INIT_CONSTANT,
+        {.kind = LAYER_DENSE, .units = k, .w_init = INIT_LECUN_UNIFORM, .b_init = INIT_CONSTANT,
          .b_arg = 0.1f},
         {.kind = LAYER_SIGMOID_BCE},
     };
@@ -127,7 +128,7 @@ static void test_bce_net_against_reference(void **state) {
     (void)state;
     enum { B = 7 };
     model m;
-    bce_model(&m);
+    bce_model(&m, 1);
     assert_int_equal(m.layers[m.n_layers - 1].oc, 2); // the two classes' probabilities
     uint8_t y[B] = {0, 1, 1, 0, 1, 0, 0};
     head_vs_reference(&m, y, B, "binary head");
@@ -228,20 +229,7 @@ static void test_multilabel_net_against_reference(void **state) {
     (void)state;
     enum { B = 6, K = 5 };
     model m;
-    ht_error e;
-    assert_int_equal(model_begin(&m, "ml", 1, 8, 8, K, &e), 0);
-    const layer_spec s[] = {
-        {.kind = LAYER_CONV2D, .filters = 4, .k = 3, .pad = 1, .w_init = INIT_GLOROT_UNIFORM},
-        {.kind = LAYER_RELU},
-        {.kind = LAYER_MAXPOOL, .k = 2, .stride = 2},
-        {.kind = LAYER_DENSE, .units = 6, .w_init = INIT_LECUN_UNIFORM},
-        {.kind = LAYER_TANH},
-        {.kind = LAYER_DENSE, .units = K, .w_init = INIT_LECUN_UNIFORM},
-        {.kind = LAYER_SIGMOID_BCE},
-    };
-    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
-        if (model_add(&m, &s[i], &e) < 0) fail_msg("model_add %zu: %s", i, e.msg);
-    if (model_finish(&m, &e) < 0) fail_msg("model_finish: %s", e.msg);
+    bce_model(&m, K);
     assert_int_equal(m.label_width, K);
     assert_int_equal(m.layers[m.n_layers - 1].oc, K); // each label's probability
     uint8_t y[B * K];
