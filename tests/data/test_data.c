@@ -577,6 +577,7 @@ static void test_csv_malformed(void **state) {
 
 // n samples of 1x2x3 whose values encode their index: x = id + k/8, label id % 10.
 static void make_ids(dataset *d, int n, int labelled) {
+    *d = (dataset){0};
     d->n = n;
     d->c = 1, d->h = 2, d->w = 3;
     d->x = malloc((size_t)n * 6 * sizeof(float));

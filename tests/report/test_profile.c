@@ -33,6 +33,7 @@
 
 // Random pixels and labels: profiling needs no real images.
 static void synthetic(dataset *ds, int n) {
+    *ds = (dataset){0};
     ds->n = n;
     ds->c = 1;
     ds->h = ds->w = 28;
