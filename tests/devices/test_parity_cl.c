@@ -1,5 +1,7 @@
 // Layer parity of the OpenCL ops (devices/ocl_ops.h) on every OpenCL device found, against the
-// reference over parity.c's table of cases.
+// reference over parity.c's table of cases. With HT_TEST_PLATFORM=NAME only the devices of the
+// platforms whose name holds NAME (ctest's test_parity_rusticl: Mesa's rusticl); none there
+// fails where /etc/OpenCL/vendors/NAME.icd is installed, and skips where it is not.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "layers.h"
@@ -271,9 +274,21 @@ static void test_parity_opencl(void **state) {
     int n = 0;
     ocl_set_cache_dir(HT_TEST_TMP "/cl-cache");
     if (ocl_enumerate(&devs, &n, &e) < 0) fail_msg("%s", e.msg);
+    const char *only = getenv("HT_TEST_PLATFORM");
+    if (only && *only) {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (strstr(devs[i].platform_name, only)) devs[k++] = devs[i];
+        n = k;
+        char icd[300];
+        snprintf(icd, sizeof icd, "/etc/OpenCL/vendors/%s.icd", only);
+        if (n == 0 && access(icd, R_OK) == 0)
+            fail_msg("%s is installed but lists no device (HT_TEST_PLATFORM=%s)", icd, only);
+    }
     if (n == 0) {
         free(devs);
-        printf("SKIPPED: no OpenCL platform found; the OpenCL ops are not tested here\n");
+        printf("SKIPPED: no OpenCL platform %s found; the OpenCL ops are not tested here\n",
+               only ? only : "");
         skip();
     }
     int fails = 0;

@@ -117,10 +117,83 @@ static void test_each_device_against_cpu(void **state) {
     model_free(&m);
 }
 
+// The native CPU and the first device of every OpenCL platform, as one --devices list, each
+// with the same capacity (a share of every batch).
+static void mixed_spec(char *spec, size_t len, const ocl_dev_info *devs, int n, int *count) {
+    snprintf(spec, len, "cpu:1@1");
+    *count = 1;
+    for (int d = 0; d < n; d++) {
+        int first = 1;
+        for (int k = 0; k < d; k++) first &= strcmp(devs[k].platform_name, devs[d].platform_name) != 0;
+        if (!first) continue;
+        size_t l = strlen(spec);
+        snprintf(spec + l, len - l, ",%s@1", devs[d].spec);
+        ++*count;
+    }
+}
+
+// One step split over the CPU and every platform (PoCL + rusticl + native CPU where Mesa's ICD
+// is installed) against the CPU alone; then the same mix trains through the CLI, whose
+// self-check must pass on every device.
+static void test_three_platforms(void **state) {
+    (void)state;
+    ocl_dev_info *devs = NULL;
+    int n = devices(&devs);
+    if (n == 0) {
+        free(devs);
+        printf("no OpenCL device: skipped\n");
+        skip();
+    }
+    char spec[512];
+    int count;
+    mixed_spec(spec, sizeof spec, devs, n, &count);
+    printf("mixed devices: %s\n", spec);
+    ht_error e;
+    model m;
+    if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
+    m.setup.conv_algo = CONV_ALGO_DIRECT;
+    float *init = malloc(sizeof(float) * m.n_params), *ref = malloc(sizeof(float) * m.n_params);
+    float *got = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, init, 3);
+    one_step(&m, "cpu", init, 0, ref);
+    one_step(&m, spec, init, 0, got);
+    char what[600];
+    snprintf(what, sizeof what, "%s mean gradient vs cpu", spec);
+    assert_true(check_step_grad(&m, got, ref, what));
+    free(init), free(ref), free(got);
+    model_free(&m);
+
+    test_csv_data data;
+    assert_int_equal(test_csv_data_init(&data, "platforms", 600, 100), 0);
+    char args[4096], want[128], path[1200], *out;
+    snprintf(args, sizeof args, "train %s --devices %s --balance static --epochs 1 --batch 100 "
+             "--no-progress --out '%s' --name mix", data.args, spec, data.dir);
+    int rc = test_run_cli(args, &out);
+    if (rc != 0) fail_msg("hetrain %s: exit %d\n%s", args, rc, out);
+    snprintf(path, sizeof path, "%s/mix.log", data.dir);
+    char *log = test_read_file(path, NULL);
+    assert_non_null(log);
+    snprintf(want, sizeof want, "self-check: %d of %d devices agree with the CPU reference",
+             count, count);
+    if (!strstr(log, want)) fail_msg("%s lacks \"%s\":\n%s", path, want, log);
+    // Every device had its share of the epoch's samples ("cl:1.0 33% 0.3s").
+    for (const char *d = strtok(spec, ","); d; d = strtok(NULL, ",")) {
+        char dev[64], *at;
+        snprintf(dev, sizeof dev, "%s ", d);
+        if ((at = strchr(dev, '@'))) strcpy(at, " ");
+        const char *p = strstr(out, dev);
+        if (!p || atoi(p + strlen(dev)) < 20) fail_msg("%s did not take a third of the work:\n%s", d, out);
+    }
+    free(log);
+    free(out);
+    free(devs);
+}
+
 int main(void) {
     setenv("RUSTICL_ENABLE", "llvmpipe", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_device_against_cpu),
+        cmocka_unit_test(test_three_platforms),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
