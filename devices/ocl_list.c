@@ -121,7 +121,12 @@ static int print_text(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, in
         const char *cv = d->c_version;
         if (!strncmp(cv, "OpenCL C ", 9)) cv += 9;
         snprintf(r[COL_C], 160, "%s", cv);
-        snprintf(r[COL_TUNED], 160, "%s", dt[i].state > 0 ? "yes" : dt[i].state < 0 ? "unusable" : "no");
+        // "class": no file, the device class's starting configurations (ocl_tune.h).
+        snprintf(r[COL_TUNED], 160, "%s",
+                 dt[i].state > 0                       ? "yes"
+                 : dt[i].state < 0                     ? "unusable"
+                 : !strcmp(devs[i].type, "cpu") ? "class"
+                                                       : "no");
     }
     int width[NCOL] = {0};
     for (int r = 0; r < rows; r++)

@@ -249,7 +249,36 @@ const ocl_gemm_cfg *ocl_tuning_find(const ocl_tuning *t, const ocl_gemm_shape *s
             best = &t->gemm[i].cfg;
         }
     }
+    if (!best && t->has_class && s->m >= OCL_CLASS_MIN_DIM && s->n >= OCL_CLASS_MIN_DIM &&
+        s->k >= OCL_CLASS_MIN_DIM)
+        best = s->k >= OCL_CLASS_LONG_K * (s->m > s->n ? s->m : s->n) ? &t->class_long_k
+                                                                       : &t->class_cfg;
     return best;
+}
+
+// A configuration of Xgemm: CLBlast's own with `values` for the parameters named below.
+static int class_cfg(ocl_gemm_cfg *c, const ocl_dev_info *dev, const ocl_kparams *own,
+                     const size_t *values) {
+    static const char *const names[] = {"MWG", "NWG", "KWG", "MDIMC", "NDIMC", "MDIMA",
+                                        "NDIMB", "VWM", "VWN", "SA", "SB"};
+    *c = (ocl_gemm_cfg){.direct = 0, .kp = *own};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (ocl_kparam_set(&c->kp, names[i], values[i]) < 0) return 0;
+    char why[200];
+    return ocl_gemm_cfg_valid(c, own, dev->local_mem, dev->max_wg, why, sizeof why);
+}
+
+int ocl_tuning_class_defaults(ocl_tuning *t, const ocl_dev_info *dev,
+                              const ocl_kparams *own_indirect) {
+    t->has_class = 0;
+    if (strcmp(dev->type, "cpu") != 0) return 0;
+    static const size_t general[] = {64, 64, 16, 8, 8, 8, 8, 8, 4, 0, 0};
+    static const size_t long_k[] = {64, 32, 32, 8, 8, 8, 8, 8, 4, 1, 1};
+    if (!class_cfg(&t->class_cfg, dev, own_indirect, general) ||
+        !class_cfg(&t->class_long_k, dev, own_indirect, long_k))
+        return 0;
+    t->has_class = 1;
+    return 1;
 }
 
 unsigned ocl_tuning_wg(const ocl_tuning *t, const char *kernel) {

@@ -50,6 +50,10 @@ typedef struct ocl_tuning {
         unsigned local; // work-items per work-group, a power of two
     } wg[OCL_TUNE_MAX_WG];
     int n_wg;
+    // The device class's starting point (ocl_tuning_class_defaults): for shapes the file has
+    // nothing near, when has_class.
+    int has_class;
+    ocl_gemm_cfg class_cfg, class_long_k; // the second for k >= OCL_CLASS_LONG_K * max(m, n)
 } ocl_tuning;
 
 // An empty tuning for dev (this CLBlast).
@@ -91,8 +95,23 @@ void ocl_tuning_put_run(ocl_tuning *t, const char *model, int batch, int micro, 
 
 // The configuration for a GEMM of shape s: the entry of that shape; else the entry with the
 // same transposes and two of m, n, k equal whose third is nearest (the same layer at another
-// micro-batch); else NULL (CLBlast's own).
+// micro-batch); else the class's starting point for a shape with m, n and k all at least
+// OCL_CLASS_MIN_DIM; else NULL (CLBlast's own).
 const ocl_gemm_cfg *ocl_tuning_find(const ocl_tuning *t, const ocl_gemm_shape *s);
+#define OCL_CLASS_MIN_DIM 16
+#define OCL_CLASS_LONG_K 16 // a weight gradient's shape: k (the batch's positions) this much longer
+
+// Gives t the starting point of dev's class, so that a first run on a device nobody tuned is
+// not left with CLBlast's configurations for a device it does not know: for a CPU device (PoCL,
+// Mesa's llvmpipe, a vendor's CPU runtime), Xgemm with 8x8 work-groups, 64x64 tiles of
+// vectors of 8 by 4, no local memory (what `hetrain tune` found on most large shapes of the
+// reference networks on PoCL); for a weight gradient's long k, 64x32 tiles, k unrolled by 32,
+// operands staged in local memory (what it found there: 2.6x CLBlast's own, 2.6x the other). own_indirect: CLBlast's Xgemm parameters on dev. Returns 1 when
+// t has a class configuration now, 0 when dev's class has none (GPUs: CLBlast's database knows
+// them) or it does not fit dev.
+int ocl_tuning_class_defaults(ocl_tuning *t, const ocl_dev_info *dev,
+                              const ocl_kparams *own_indirect);
+
 // A kernel's tuned work-group size, 0 when it has none.
 unsigned ocl_tuning_wg(const ocl_tuning *t, const char *kernel);
 

@@ -562,7 +562,15 @@ int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int 
     if (rc < 0)
         snprintf(d->warning, sizeof d->warning, "%s: tuning cache ignored: %s", info->spec, why);
     c->tuned = rc > 0;
-    if (c->tuned) ocl_ops_tune(&c->ops, &c->tuning);
+    // Shapes the file does not cover (all of them, untuned) start from the device class's
+    // configuration where it has one (ocl_tuning_class_defaults; HETRAIN_OCL_CLASS=0: CLBlast's
+    // own, as before).
+    ocl_gemm_cfg own_direct, own_indirect;
+    const char *cls = getenv("HETRAIN_OCL_CLASS");
+    if (!(cls && !strcmp(cls, "0")) &&
+        ocl_blas_defaults(info->device, &own_direct, &own_indirect, NULL) == 0)
+        ocl_tuning_class_defaults(&c->tuning, info, &own_indirect.kp);
+    if (c->tuned || c->tuning.has_class) ocl_ops_tune(&c->ops, &c->tuning);
     c->micro = choose_micro(m, info, c->max_batch, mem_limit);
     if (c->micro < 1) {
         ht_fail(e, "%s: not even one sample of %s fits in %llu MiB (device memory %llu MiB, "

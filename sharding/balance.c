@@ -81,3 +81,33 @@ double balance_predict(const balance *bal, const int *active, const double *coun
     }
     return worst;
 }
+
+void balance_resting(const balance *glob, const int *active_in, int B, double gain,
+                     double *cap) {
+    const int k = glob->n;
+    int active[HT_MAX_DEVICES];
+    const double t_all = balance_predict(glob, active_in, cap);
+    for (int i = 0; i < k; i++) active[i] = active_in[i] && cap[i] > 0;
+    for (;;) {
+        int on = 0, best = -1;
+        double best_t = 0, c[HT_MAX_DEVICES], best_c[HT_MAX_DEVICES];
+        for (int i = 0; i < k; i++) on += active[i];
+        if (on < 2) break;
+        for (int i = 0; i < k; i++) {
+            if (!active[i]) continue;
+            active[i] = 0;
+            if (balance_capacities(glob, active, B, c) == 0) {
+                double t = balance_predict(glob, active, c);
+                if (t <= t_all * (1 + gain) && (best < 0 || t < best_t)) {
+                    best = i;
+                    best_t = t;
+                    memcpy(best_c, c, sizeof(double) * (size_t)k);
+                }
+            }
+            active[i] = 1;
+        }
+        if (best < 0) break;
+        active[best] = 0;
+        memcpy(cap, best_c, sizeof(double) * (size_t)k);
+    }
+}

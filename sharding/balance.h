@@ -30,4 +30,11 @@ int balance_capacities(const balance *b, const int *active, int B, double *cap);
 // The predicted step time (the slowest device) when device d runs counts[d] samples.
 double balance_predict(const balance *b, const int *active, const double *counts);
 
+// The devices worth leaving out (resting): one at a time, the device without which the fits
+// predict the quickest step, while that step is at most `gain` (a fraction) slower than with
+// every active device, and one device is left. cap: balance_capacities' capacities for the
+// active devices, then (out) with each resting one's at 0. A device balance_capacities already
+// gave 0 (its fixed cost exceeds the step) rests too.
+void balance_resting(const balance *b, const int *active, int B, double gain, double *cap);
+
 #endif

@@ -9,14 +9,17 @@ void engine_capacities(const engine *g, double *cap) {
     for (int d = 0; d < g->n_devs; d++) cap[d] = g->slots[d].failed ? 0 : g->slots[d].capacity;
 }
 
-// Dropped devices stay 0.
+// Dropped devices stay 0; a 0 for a device that is not dropped keeps it resting
+// (ENGINE_REST_GAIN), as a checkpoint of a run with a resting device has it.
 void engine_set_capacities(engine *g, const double *cap) {
     double top = 0;
     for (int d = 0; d < g->n_devs; d++)
         if (!g->slots[d].failed && cap[d] > top) top = cap[d];
     for (int d = 0; d < g->n_devs; d++) {
         if (g->slots[d].failed) continue;
-        g->slots[d].capacity = cap[d] > top * ENGINE_MIN_SHARE ? cap[d] : top * ENGINE_MIN_SHARE;
+        g->slots[d].capacity = cap[d] == 0 && top > 0            ? 0
+                               : cap[d] > top * ENGINE_MIN_SHARE ? cap[d]
+                                                                 : top * ENGINE_MIN_SHARE;
     }
     shard_plan_free(&g->plan);
 }
@@ -44,7 +47,7 @@ void engine_refit(engine *g, int B, int force) {
         return;
     }
     balance glob;
-    int loc[HT_MAX_DEVICES], active[HT_MAX_DEVICES], k = 0;
+    int loc[HT_MAX_DEVICES], active[HT_MAX_DEVICES], rd[HT_MAX_DEVICES], k = 0;
     balance_reset(&glob, HT_MAX_DEVICES);
     for (int r = 0; r < R; r++)
         for (int d = 0; d < HT_MAX_DEVICES; d++) {
@@ -56,22 +59,33 @@ void engine_refit(engine *g, int B, int force) {
             }
             memcpy(glob.fit[k], &a[5 * d], sizeof glob.fit[k]);
             loc[k] = r == me ? d : -1;
+            rd[k] = r * HT_MAX_DEVICES + d;
             active[k++] = 1;
         }
     free(all);
     glob.n = k;
     double cap[HT_MAX_DEVICES], now[HT_MAX_DEVICES] = {0}, top = 0;
     if (k == 0 || balance_capacities(&glob, active, B, cap) < 0) return; // not all measured yet
-    if (!force && g->plan.pattern && g->plan.len == B && g->plan.n_devs == k) {
-        for (int i = 0; i < k; i++) now[i] = g->plan.count[i];
-        if (balance_predict(&glob, active, now) <=
-            balance_predict(&glob, active, cap) * (1 + ENGINE_REPLAN_GAIN))
+    balance_resting(&glob, active, B, ENGINE_REST_GAIN, cap);
+    if (!force && g->plan.pattern && g->plan.len == B) {
+        // The current plan's counts in glob's order (a resting device has none); a change of
+        // which devices rest always re-plans, the fits alone cannot tell it pays.
+        int same = 1;
+        for (int i = 0; i < k; i++) {
+            for (int p = 0; p < g->plan.n_devs; p++)
+                if (g->plan_rd[p] == rd[i]) now[i] = g->plan.count[p];
+            same &= (now[i] > 0) == (cap[i] > 0);
+        }
+        if (same && balance_predict(&glob, active, now) <=
+                        balance_predict(&glob, active, cap) * (1 + ENGINE_REPLAN_GAIN))
             return;
     }
     for (int i = 0; i < k; i++) top = cap[i] > top ? cap[i] : top;
     for (int i = 0; i < k; i++)
         if (loc[i] >= 0)
-            g->slots[loc[i]].capacity = cap[i] > top * ENGINE_MIN_SHARE ? cap[i] : top * ENGINE_MIN_SHARE;
+            g->slots[loc[i]].capacity = cap[i] == 0                  ? 0
+                                        : cap[i] > top * ENGINE_MIN_SHARE ? cap[i]
+                                                                          : top * ENGINE_MIN_SHARE;
     shard_plan_free(&g->plan);
 }
 
@@ -104,8 +118,9 @@ static int plan_batch(engine *g, shard_plan *p, int n, ht_error *e) {
     int R = group_size(g), me = group_rank(g);
     double mine[HT_MAX_DEVICES] = {0}, *all = ht_malloc((size_t)R * HT_MAX_DEVICES, sizeof(double), e);
     if (!all) return -1;
+    // -1: resting (no samples, but a peer: it counts for the re-fits); 0: dropped.
     for (int d = 0; d < g->n_devs; d++)
-        if (!g->slots[d].failed) mine[d] = g->slots[d].capacity > 0 ? g->slots[d].capacity : 1;
+        if (!g->slots[d].failed) mine[d] = g->slots[d].capacity > 0 ? g->slots[d].capacity : -1;
     if (group_allgather(g, mine, all, HT_MAX_DEVICES, e) < 0) {
         free(all);
         return -1;
@@ -114,14 +129,17 @@ static int plan_batch(engine *g, shard_plan *p, int n, ht_error *e) {
     int k = 0, peers = 0, rc = 0;
     for (int r = 0; r < R && rc == 0; r++)
         for (int d = 0; d < HT_MAX_DEVICES && rc == 0; d++) {
-            if (!(all[(size_t)r * HT_MAX_DEVICES + d] > 0)) continue;
+            const double v = all[(size_t)r * HT_MAX_DEVICES + d];
+            if (v == 0) continue;
+            peers += r != me;
+            if (v < 0) continue;
             if (k == HT_MAX_DEVICES) {
                 rc = ht_fail(e, "more than %d devices over all ranks", HT_MAX_DEVICES);
                 break;
             }
             g->plan_dev[k] = r == me ? d : -1;
-            peers += r != me;
-            cap[k++] = all[(size_t)r * HT_MAX_DEVICES + d];
+            g->plan_rd[k] = r * HT_MAX_DEVICES + d;
+            cap[k++] = v;
         }
     free(all);
     if (rc < 0) return -1;

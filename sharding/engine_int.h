@@ -24,6 +24,12 @@
 #define ENGINE_REPLAN_GAIN 0.03 // re-plan only for a predicted step this much faster
 #define ENGINE_MIN_SHARE 0.005  // a device keeps at least this fraction of the largest capacity
 #define ENGINE_PROBE_EVERY 20   // steps between probes of devices the plan gives no samples
+// A device is left out of the plan (it rests: capacity 0, still healthy, still sent the
+// parameters, probed every ENGINE_PROBE_EVERY steps) when the fits predict the step without it
+// at most this much slower: a gain within the step's noise, the same margin a re-plan needs,
+// does not pay for a device's share of the step's fixed costs (its launch and wait, its gradient
+// in the sum), which the fits do not see.
+#define ENGINE_REST_GAIN ENGINE_REPLAN_GAIN
 
 typedef enum task_kind { TASK_TRAIN, TASK_INFER, TASK_PARAMS } task_kind;
 
@@ -122,6 +128,7 @@ struct engine {
     optim opt;
     shard_plan plan; // over the active devices, for plan.len positions; remade when needed
     int plan_dev[HT_MAX_DEVICES]; // plan index -> device index
+    int plan_rd[HT_MAX_DEVICES];  // plan index -> rank * HT_MAX_DEVICES + that rank's device
     engine_slot *slots;
     int *orphans;    // batch positions whose device failed, to run again (max_batch)
     int *unit;       // engine_assign's scratch: where each group of positions starts (max_batch + 1)

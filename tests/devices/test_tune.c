@@ -155,6 +155,41 @@ static void test_rules_and_lookup(void **state) {
     ocl_tuning_free(&t);
 }
 
+// A CPU device nobody tuned starts from its class's configurations: the general one, or the
+// long-k one for a weight gradient's shape; small shapes and shapes the file has stay as they
+// are; a GPU has no class configuration (CLBlast's database has its own).
+static void test_class_defaults(void **state) {
+    (void)state;
+    ocl_dev_info *devs = device_or_skip(), info = devs[0];
+    ocl_gemm_cfg own_d, own_i;
+    assert_int_equal(ocl_blas_defaults(info.device, &own_d, &own_i, NULL), 0);
+    ocl_tuning t;
+    ocl_tuning_init(&t, &info);
+    info.type = "gpu";
+    assert_int_equal(ocl_tuning_class_defaults(&t, &info, &own_i.kp), 0);
+    assert_false(t.has_class);
+    ocl_gemm_shape fwd = {'N', 'N', 48, 156800, 288}, dw = {'N', 'T', 48, 288, 156800},
+                   small = {'N', 'N', 32, 156800, 9};
+    assert_null(ocl_tuning_find(&t, &fwd));
+    info.type = "cpu";
+    assert_int_equal(ocl_tuning_class_defaults(&t, &info, &own_i.kp), 1);
+    char why[200];
+    assert_true(ocl_gemm_cfg_valid(&t.class_cfg, &own_i.kp, info.local_mem, info.max_wg, why,
+                                   sizeof why));
+    assert_true(ocl_gemm_cfg_valid(&t.class_long_k, &own_i.kp, info.local_mem, info.max_wg, why,
+                                   sizeof why));
+    assert_false(ocl_gemm_cfg_equal(&t.class_cfg, &own_i)); // not CLBlast's own again
+    assert_ptr_equal(ocl_tuning_find(&t, &fwd), &t.class_cfg);
+    assert_ptr_equal(ocl_tuning_find(&t, &dw), &t.class_long_k);
+    assert_null(ocl_tuning_find(&t, &small));
+    ht_error e;
+    ocl_tuned_gemm g = {fwd, own_d, 10, 5, "conv"};
+    assert_int_equal(ocl_tuning_put_gemm(&t, &g, &e), 0);
+    assert_int_equal(ocl_tuning_find(&t, &fwd)->direct, 1); // the file's entry wins
+    ocl_tuning_free(&t);
+    free(devs);
+}
+
 // ---- the file ----
 
 // A tuning of dev with one direct and one indirect configuration, a work-group size and a run.
@@ -521,6 +556,7 @@ static void test_tuned_gradient_matches(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rules_and_lookup),
+        cmocka_unit_test(test_class_defaults),
         cmocka_unit_test(test_file_round_trip_and_apply),
         cmocka_unit_test(test_corrupt_or_foreign_ignored),
         cmocka_unit_test(test_cli_tune),

@@ -1,11 +1,13 @@
 // The capacity model (sharding/balance.c) on synthetic timings, no threads or devices: a
 // device whose shards take exactly a + b*n seconds must get the share that makes every device
-// finish together, a device that cannot cover its fixed cost none, and old timings must fade.
+// finish together, a device that cannot cover its fixed cost none, and old timings must fade; a
+// device whose share saves less than the margin rests.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "balance.h"
@@ -125,6 +127,49 @@ static void test_rate_model_fallback(void **state) {
     assert_in_range(cap[0], 107, 115);
 }
 
+// bench/mixed.sh's pair, as the fits saw it: a CPU worker at 0.36 ms a sample and a one-thread
+// PoCL device at 19 ms (plus 5 ms of fixed cost). Balanced, the PoCL device takes about 3 of 200
+// samples and the step is 1.6% quicker than the CPU alone: under a 3% margin it rests, under a
+// 1% one it keeps its share. Three equal devices all keep theirs; a device whose fixed cost
+// exceeds the step rests whatever the margin.
+static void test_resting(void **state) {
+    (void)state;
+    const int B = 200;
+    balance bal;
+    balance_reset(&bal, 3);
+    feed(&bal, 0, 0.001, 0.00036, 100, 200, 3);
+    feed(&bal, 1, 0.005, 0.019, 1, 4, 3);
+    int active[3] = {1, 1, 0};
+    double cap[3], all[3];
+    assert_int_equal(balance_capacities(&bal, active, B, all), 0);
+    assert_true(all[1] > 1 && all[1] < 6);
+    double t_all = balance_predict(&bal, active, all), alone = 0.001 + 0.00036 * B;
+    assert_true(alone > t_all * 1.01 && alone < t_all * 1.03);
+    memcpy(cap, all, sizeof cap);
+    balance_resting(&bal, active, B, 0.03, cap);
+    assert_true(cap[1] == 0);
+    assert_true(fabs(cap[0] - B) < TOL_EXACT * B);
+    memcpy(cap, all, sizeof cap);
+    balance_resting(&bal, active, B, 0.01, cap);
+    assert_memory_equal(cap, all, sizeof cap);
+
+    balance_reset(&bal, 3);
+    for (int d = 0; d < 3; d++) feed(&bal, d, 0.002, 0.001, 50, 100, 3);
+    int three[3] = {1, 1, 1};
+    assert_int_equal(balance_capacities(&bal, three, B, all), 0);
+    memcpy(cap, all, sizeof cap);
+    balance_resting(&bal, three, B, 0.03, cap);
+    assert_memory_equal(cap, all, sizeof cap);
+
+    balance_reset(&bal, 2);
+    feed(&bal, 0, 0.0, 0.001, 100, 300, 2);
+    feed(&bal, 1, 5.0, 0.0001, 100, 300, 2);
+    int two[2] = {1, 1};
+    assert_int_equal(balance_capacities(&bal, two, 1000, cap), 0);
+    balance_resting(&bal, two, 1000, 0.0, cap);
+    assert_true(cap[1] == 0 && fabs(cap[0] - 1000) < TOL_EXACT * 1000);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equal_finish_times),
@@ -132,6 +177,7 @@ int main(void) {
         cmocka_unit_test(test_needs_every_active_device),
         cmocka_unit_test(test_old_timings_fade),
         cmocka_unit_test(test_rate_model_fallback),
+        cmocka_unit_test(test_resting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

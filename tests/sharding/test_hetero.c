@@ -314,12 +314,61 @@ static void test_three_devices_balance_and_match(void **state) {
     model_free(&m);
 }
 
+// A device the balance left out (capacity 0, not dropped: it rests) keeps resting through a
+// checkpoint's engine state, takes no samples, and is probed with one at every
+// ENGINE_PROBE_EVERY-th step (step 20), as the balance's fits need it measured now and then.
+static void test_resting_device(void **state) {
+    (void)state;
+    ht_error e;
+    model m;
+    dataset ds;
+    if (model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
+    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
+        fail_msg("%s", e.msg);
+    dataset_limit(&ds, 500);
+    float *p = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, p, 3);
+    test_rig rig;
+    engine_config c = {.m = &m, .params = p, .max_batch = BATCH, .seed = 3, .rebalance = 1000};
+    test_rig_open_with(&rig, "cpu:1,cpu:1", NULL, 0, &c);
+    engine *g = rig.g;
+    engine_state st;
+    engine_get_state(g, &st);
+    st.step = 19;
+    st.capacity[0] = 1, st.capacity[1] = 0;
+    const float *mom, *v;
+    engine_moments(g, &mom, &v);
+    float *m0 = malloc(sizeof(float) * m.n_trainable);
+    memcpy(m0, mom, sizeof(float) * m.n_trainable);
+    if (engine_restore(g, &st, p, m0, NULL, &e) < 0) fail_msg("%s", e.msg);
+    for (int s = 0; s < 3; s++) {
+        uint32_t idx[BATCH];
+        batch_idx(&ds, s, idx);
+        step_stats ss;
+        if (engine_train_step(g, &ds, idx, BATCH, 1, NULL, NULL, &ss, &e) < 0)
+            fail_msg("%s", e.msg);
+        printf("step %d: shares %d, %d\n", 20 + s, ss.share[0], ss.share[1]);
+        assert_int_equal(ss.share[1], s == 0 ? 1 : 0); // step 20 probes it
+        assert_int_equal(ss.share[0] + ss.share[1], BATCH);
+    }
+    engine_state after;
+    engine_get_state(g, &after);
+    assert_true(after.capacity[1] == 0 && after.capacity[0] > 0);
+    assert_int_equal(engine_active(g), 2);
+    test_rig_close(&rig);
+    free(m0), free(p);
+    dataset_free(&ds);
+    model_free(&m);
+}
+
 int main(void) {
     setenv("POCL_DEVICES", "pthread basic", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharding_invariance),
         cmocka_unit_test(test_sharding_invariance_augmented),
         cmocka_unit_test(test_three_devices_balance_and_match),
+        cmocka_unit_test(test_resting_device),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ocl_blas_release_all();
