@@ -8,6 +8,12 @@ static conv_geom conv_of(const layer *L) {
     return (conv_geom){.C = L->c, .Cs = L->c, .H = L->h, .W = L->w, .OC = L->oc, .K = L->k,
                        .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow};
 }
+// The same with the call's algorithms.
+static conv_geom conv_call(const ocl_call *c) {
+    conv_geom g = conv_of(c->L);
+    if (c->algo) g.fwd = c->algo->fwd, g.din = c->algo->din, g.dw = c->algo->dw;
+    return g;
+}
 static pool_geom pool_of(const layer *L) {
     return (pool_geom){.Cs = L->c, .H = L->h, .W = L->w, .K = L->k, .stride = L->stride,
                        .pad = L->pad, .OH = L->oh, .OW = L->ow};
@@ -17,18 +23,29 @@ static size_t out_floats(const ocl_call *c) { return layer_out_size(c->L) * (siz
 // ---- conv: im2col + CLBlast; the im2col matrix is the layer's own buffer ----
 
 static int conv_fwd(const ocl_call *c, ht_error *e) {
-    conv_geom g = conv_of(c->L);
+    conv_geom g = conv_call(c);
+    if (g.fwd != CONV_DIRECT)
+        return ocl_wino_forward(c->o, &g, c->B, c->out, c->in, c->params, c->L->b_off, c->wino_u,
+                                c->wino, c->wino_exact, e);
     ocl_conv_scratch s = {c->aux, c->tmp, 0, 0};
     return ocl_conv2d_forward(c->o, &g, c->B, c->out, c->in, c->params, c->L->w_off,
                               c->L->b_off, &s, e);
 }
-// The forward of this micro-batch left the layer's im2col matrix in its buffer.
+// A direct forward of this micro-batch left the layer's im2col matrix in its buffer. The bias
+// gradient, and each direction computed directly, first; then the Winograd ones.
 static int conv_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
-    conv_geom g = conv_of(c->L);
-    ocl_conv_scratch s = {c->aux, c->tmp, 0, 1};
+    conv_geom g = conv_call(c);
+    ocl_conv_scratch s = {c->aux, c->tmp, 0, g.fwd == CONV_DIRECT};
     *din = c->din;
-    return ocl_conv2d_backward(c->o, &g, c->B, c->din, c->grads, c->dout, c->in, c->params,
-                               c->L->w_off, c->L->b_off, &s, e);
+    if (ocl_conv2d_backward(c->o, &g, c->B, c->din, c->grads, c->dout, c->in, c->params,
+                            c->L->w_off, c->L->b_off, &s, e))
+        return -1;
+    if (g.dw != CONV_DIRECT && ocl_wino_weight_grad(c->o, &g, c->B, c->grads, c->L->w_off,
+                                                    c->dout, c->in, c->wino, e))
+        return -1;
+    if (c->din && g.din != CONV_DIRECT)
+        return ocl_wino_input_grad(c->o, &g, c->B, c->din, c->dout, c->wino_u, c->wino, e);
+    return 0;
 }
 static size_t conv_aux(const layer *L, int B) {
     conv_geom g = conv_of(L);
@@ -177,8 +194,10 @@ static size_t bn_aux(const layer *L, int B) {
 }
 static size_t bn_tmp(const layer *L, int B) { return ocl_bn_sums_floats(L->c, B); }
 
-static const char *const conv_kernels[] = {"im2col", "bias_to_nchw", "nchw_to_rows", "row_sum",
-                                           "col2im", NULL};
+static const char *const conv_kernels[] = {"im2col",     "bias_to_nchw",     "nchw_to_rows",
+                                           "row_sum",    "col2im",           "wino_input",
+                                           "wino_output", "wino_zero_fields", "wino_grad_tiles",
+                                           "wino_dw_finish", NULL};
 static const char *const pool_kernels[] = {"maxpool_fwd", "maxpool_bwd", "maxpool_bwd_tiled",
                                            "avgpool_fwd", "avgpool_bwd", NULL};
 static const char *const gap_kernels[] = {"gavgpool_fwd", "gavgpool_bwd", NULL};

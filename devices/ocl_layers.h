@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "conv_algo.h"
 #include "model.h"
 #include "ocl_ops.h"
 
@@ -25,6 +26,11 @@ typedef struct ocl_call {
     const uint64_t *keys;  // dropout's key of each layer; NULL: inference (dropout passes,
                            // batchnorm takes its moving averages)
     int group;             // batchnorm in training: samples a group (model_bn_group)
+    // A convolution: the job's algorithm of each direction (conv_algo.h; NULL: direct), and
+    // for Winograd its transformed weights (ocl_wino_u_floats), the scratch every layer shares
+    // (ocl_wino_scratch_floats) and the forward's marks (ocl_wino_exact_bytes).
+    const conv_choice *algo;
+    cl_mem wino_u, wino, wino_exact;
 } ocl_call;
 
 typedef struct ocl_layer_ops {

@@ -511,13 +511,15 @@ int ocl_conv2d_backward(ocl_ops *o, const conv_geom *g, int B, cl_mem din, cl_me
     karg a[] = {KA(s->tmp), KA(toff), KA(dout), KA(B), KA(OC), KA(P)};
     if (launch_3d(o, "nchw_to_rows", a, NARGS(a), (size_t)P, (size_t)OC, (size_t)B, e))
         return -1;
-    if (!s->col_ready && im2col(o, g, B, s->col, in, e)) return -1;
-    // dW (OC, CKK) += dtmp (OC, N) x col^T (N, CKK)
-    if (ocl_gemm(o, "conv2d backward: dW += dtmp x col^T", NULL, 'N', 'T', (size_t)OC, ckk, n,
-                 s->tmp, s->tmp_off, n, s->col, 0, n, 1.0f, grads, w_off, ckk, e))
-        return -1;
+    if (g->dw == CONV_DIRECT) {
+        if (!s->col_ready && im2col(o, g, B, s->col, in, e)) return -1;
+        // dW (OC, CKK) += dtmp (OC, N) x col^T (N, CKK)
+        if (ocl_gemm(o, "conv2d backward: dW += dtmp x col^T", NULL, 'N', 'T', (size_t)OC, ckk,
+                     n, s->tmp, s->tmp_off, n, s->col, 0, n, 1.0f, grads, w_off, ckk, e))
+            return -1;
+    }
     if (b_off != OCL_NO_BIAS && row_sum(o, grads, b_off, s->tmp, toff, OC, (int)n, e)) return -1;
-    if (!din) return 0;
+    if (!din || g->din != CONV_DIRECT) return 0;
     // dcol (CKK, N) = W^T (CKK, OC) x dtmp (OC, N), over col, then gathered back into din.
     if (ocl_gemm(o, "conv2d backward: dcol = W^T x dtmp", NULL, 'T', 'N', ckk, n, (size_t)OC,
                  params, w_off, ckk, s->tmp, s->tmp_off, n, 0.0f, s->col, 0, n, e))

@@ -174,10 +174,32 @@ size_t ocl_conv2d_tmp_floats(const conv_geom *g, int B);
 int ocl_conv2d_forward(ocl_ops *o, const conv_geom *g, int B, cl_mem out, cl_mem in,
                        cl_mem params, size_t w_off, size_t b_off, const ocl_conv_scratch *s,
                        ht_error *e);
-// grads[w_off..] += dW, grads[b_off..] += db; din (may be NULL) = input gradient.
+// grads[w_off..] += dW, grads[b_off..] += db; din (may be NULL) = input gradient. A direction
+// the conv_geom computes by Winograd (g->dw, g->din) is left out here (ocl_wino_*).
 int ocl_conv2d_backward(ocl_ops *o, const conv_geom *g, int B, cl_mem din, cl_mem grads,
                         cl_mem dout, cl_mem in, cl_mem params, size_t w_off, size_t b_off,
                         const ocl_conv_scratch *s, ht_error *e);
+
+// The same convolutions by Winograd F(m x m, K x K) (ocl_wino.c, kernels/winograd.cl), in the
+// directions g->fwd, g->din, g->dw name (CONV_WINO2, CONV_WINO4; K 3 or 5, stride 1, the
+// padding the CPU device's conv2d_wino_ok allows), as the CPU device computes them. U: the
+// transformed weights, ocl_wino_u_floats of them as ocl_wino_weights makes them on the host
+// (the forward's, then the input gradient's); scratch: ocl_wino_scratch_floats; exact:
+// ocl_wino_exact_bytes, the forward's marks of outputs that see only zeros.
+int ocl_wino_used(const conv_geom *g);
+size_t ocl_wino_scratch_floats(const conv_geom *g, int B);
+size_t ocl_wino_exact_bytes(const conv_geom *g, int B);
+size_t ocl_wino_u_floats(const conv_geom *g);
+void ocl_wino_weights(float *u, const float *w, const conv_geom *g);
+int ocl_wino_forward(ocl_ops *o, const conv_geom *g, int B, cl_mem out, cl_mem in,
+                     cl_mem params, size_t b_off, cl_mem U, cl_mem scratch, cl_mem exact,
+                     ht_error *e);
+// din (B,C,H,W) = the input gradient of dout (B,OC,OH,OW).
+int ocl_wino_input_grad(ocl_ops *o, const conv_geom *g, int B, cl_mem din, cl_mem dout, cl_mem U,
+                        cl_mem scratch, ht_error *e);
+// grads[w_off..] += dW of dout and the forward's input in.
+int ocl_wino_weight_grad(ocl_ops *o, const conv_geom *g, int B, cl_mem grads, size_t w_off,
+                         cl_mem dout, cl_mem in, cl_mem scratch, ht_error *e);
 
 // Pooling in NCHW over B samples, the shape in a pool_geom (layers.h) whose Cs is the channel
 // count: windows start at oy*stride - pad and are clipped to the plane (pad: the before-pad,

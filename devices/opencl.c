@@ -11,6 +11,7 @@
 #include "batchnorm.h"
 #include "device.h"
 #include "layer_desc.h"
+#include "ht_omp.h"
 #include "micro.h"
 #include "opencl.h"
 #include "net.h"
@@ -48,13 +49,43 @@ typedef struct ocl_ctx {
     double prof_t;
     ocl_tuning tuning;                                  // from the cache; empty when untuned
     int tuned;
+    // The job's convolution algorithms (net_conv_choices, per layer) and what Winograd needs:
+    // per layer its transformed weights (NULL: none), made on the host (u_host) at every
+    // set_params; the scratch and the forward's marks every layer shares.
+    conv_choice *algo;
+    cl_mem *wino_u, wino, wino_exact;
+    float *u_host;
 } ocl_ctx;
 
 static int in_place(const layer *L) { return (layer_flags(L->kind) & LF_IN_PLACE) != 0; }
 
+// A convolution's geometry with its algorithms (algo NULL: direct).
+static conv_geom conv_algo_geom(const layer *L, const conv_choice *algo) {
+    conv_geom g = {.C = L->c, .Cs = L->c, .H = L->h, .W = L->w, .OC = L->oc, .K = L->k,
+                   .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow};
+    if (algo) g.fwd = algo->fwd, g.din = algo->din, g.dw = algo->dw;
+    return g;
+}
+
+// The Winograd scratch (floats) and marks (bytes) the convolutions of m share for B samples.
+static void wino_sizes(const model *m, const conv_choice *algo, int B, size_t *scratch,
+                       size_t *exact) {
+    *scratch = *exact = 0;
+    for (int l = 0; algo && l < m->n_layers; l++) {
+        if (m->layers[l].kind != LAYER_CONV2D) continue;
+        conv_geom g = conv_algo_geom(&m->layers[l], &algo[l]);
+        size_t s = ocl_wino_scratch_floats(&g, B), x = ocl_wino_exact_bytes(&g, B);
+        if (s > *scratch) *scratch = s;
+        if (x > *exact) *exact = x;
+    }
+}
+
 // Device bytes for a micro-batch of B samples (staging for max_batch excluded).
-static size_t micro_bytes(const model *m, int B, size_t *largest) {
-    size_t total = 0, widest = 0, col = 0, tmp = 0, big = 0;
+static size_t micro_bytes(const model *m, const conv_choice *algo, int B, size_t *largest) {
+    size_t total = 0, widest = 0, col = 0, tmp = 0, big = 0, ws, wx;
+    wino_sizes(m, algo, B, &ws, &wx);
+    total += ws * sizeof(float) + wx;
+    if (ws * sizeof(float) > big) big = ws * sizeof(float);
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
         const ocl_layer_ops *ops = ocl_layer_ops_of[L->kind];
@@ -71,7 +102,8 @@ static size_t micro_bytes(const model *m, int B, size_t *largest) {
     }
     // CLBlast's indirect GEMMs copy (padded) operands into a scratch of about the im2col size.
     total += 2 * widest + tmp + (col + tmp);
-    big = col > widest ? col : widest;
+    if (col > big) big = col;
+    if (widest > big) big = widest;
     if (tmp > big) big = tmp;
     if (largest) *largest = big;
     return total;
@@ -79,21 +111,27 @@ static size_t micro_bytes(const model *m, int B, size_t *largest) {
 
 typedef struct bytes_arg {
     const model *m;
+    const conv_choice *algo;
     uint64_t max_alloc;
 } bytes_arg;
 
 // micro_bytes for micro_fit: MICRO_NEVER when one buffer exceeds the largest allocation.
 static size_t fit_bytes(const void *varg, int B) {
     const bytes_arg *a = varg;
-    size_t largest, total = micro_bytes(a->m, B, &largest);
+    size_t largest, total = micro_bytes(a->m, a->algo, B, &largest);
     return largest > a->max_alloc ? MICRO_NEVER : total;
 }
 
 // Device bytes that do not depend on the micro-batch: weights, gradients, and the staging
 // buffers for a whole shard of max_batch samples.
-static size_t fixed_bytes(const model *m, int max_batch) {
-    size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
-    return 2 * sizeof(float) * m->n_params +
+static size_t fixed_bytes(const model *m, const conv_choice *algo, int max_batch) {
+    size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes, u = 0;
+    for (int l = 0; algo && l < m->n_layers; l++)
+        if (m->layers[l].kind == LAYER_CONV2D) {
+            conv_geom g = conv_algo_geom(&m->layers[l], &algo[l]);
+            u += ocl_wino_u_floats(&g);
+        }
+    return 2 * sizeof(float) * m->n_params + u * sizeof(float) +
            (size_t)max_batch * (in * sizeof(float) + 1 + sizeof(uint32_t) + sizeof(float) +
                                 nc * sizeof(float));
 }
@@ -101,14 +139,15 @@ static size_t fixed_bytes(const model *m, int max_batch) {
 // The largest micro-batch (<= max_batch, OCL_MICRO_MAX, but at least one batchnorm group)
 // whose buffers fit the budget (the user's limit, else half the device's global memory) with
 // no single buffer over the device's maximum allocation.
-static int choose_micro(const model *m, const ocl_dev_info *info, int max_batch, uint64_t limit) {
+static int choose_micro(const model *m, const conv_choice *algo, const ocl_dev_info *info,
+                        int max_batch, uint64_t limit) {
     const int group = model_bn_group(m), least = micro_least(group, max_batch);
     int hi = max_batch < OCL_MICRO_MAX ? max_batch : OCL_MICRO_MAX;
     if (hi < least) hi = least;
     uint64_t budget = limit ? limit : info->global_mem / 2;
-    uint64_t fixed = fixed_bytes(m, max_batch);
+    uint64_t fixed = fixed_bytes(m, algo, max_batch);
     if (budget <= fixed) return 0;
-    bytes_arg arg = {m, info->max_alloc};
+    bytes_arg arg = {m, algo, info->max_alloc};
     int best = micro_fit(hi, budget - fixed, fit_bytes, &arg);
     // Under batchnorm whole groups (training uses no more); else a multiple of 8 when that
     // costs little, for friendlier GEMM shapes.
@@ -143,8 +182,18 @@ static int alloc_fixed(ocl_ctx *c, ht_error *e) {
         return -1;
     c->act = ht_calloc((size_t)m->n_layers, sizeof *c->act, e);
     c->aux = ht_calloc((size_t)m->n_layers, sizeof *c->aux, e);
+    c->wino_u = ht_calloc((size_t)m->n_layers, sizeof *c->wino_u, e);
     c->probs_host = ht_malloc(MB * nc, sizeof(float), e);
-    if (!c->act || !c->aux || !c->probs_host) return -1;
+    if (!c->act || !c->aux || !c->wino_u || !c->probs_host) return -1;
+    size_t u_max = 0;
+    for (int l = 0; c->algo && l < m->n_layers; l++) {
+        if (m->layers[l].kind != LAYER_CONV2D) continue;
+        conv_geom g = conv_algo_geom(&m->layers[l], &c->algo[l]);
+        size_t u = ocl_wino_u_floats(&g);
+        if (u && mk(c, &c->wino_u[l], u * sizeof(float), e) < 0) return -1;
+        u_max += u;
+    }
+    if (u_max && !(c->u_host = ht_malloc(u_max, sizeof(float), e))) return -1;
     return 0;
 }
 
@@ -158,7 +207,8 @@ static void free_micro(ocl_ctx *c) {
             rel(&c->aux[l]);
         }
     }
-    cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->g0, &c->g1, &c->tmp};
+    cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->g0, &c->g1, &c->tmp, &c->wino,
+                      &c->wino_exact};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
     ocl_ops_release_temp(&c->ops);
 }
@@ -189,6 +239,10 @@ static int alloc_micro(ocl_ctx *c, ht_error *e) {
     }
     if (mk(c, &c->g0, widest * sizeof(float), e) < 0 || mk(c, &c->g1, widest * sizeof(float), e) < 0 ||
         mk(c, &c->tmp, tmp * sizeof(float), e) < 0)
+        return -1;
+    size_t ws, wx;
+    wino_sizes(m, c->algo, (int)B, &ws, &wx);
+    if (ws && (mk(c, &c->wino, ws * sizeof(float), e) < 0 || mk(c, &c->wino_exact, wx, e) < 0))
         return -1;
     return 0;
 }
@@ -226,8 +280,12 @@ static void ocl_close(void *vctx) {
         free(c->prof);
     }
     free_micro(c);
+    for (int l = 0; c->wino_u && l < c->m->n_layers; l++) rel(&c->wino_u[l]);
     free(c->act);
     free(c->aux);
+    free(c->wino_u);
+    free(c->u_host);
+    free(c->algo);
     cl_mem *bufs[] = {&c->params, &c->grads, &c->x_all, &c->y_all, &c->ids_all, &c->loss_all,
                       &c->probs_all};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
@@ -255,6 +313,21 @@ static int ocl_set_params(void *vctx, const float *params, ht_error *e) {
     ocl_ctx *c = vctx;
     if (c->prof) c->prof_t = ht_now();
     double t0 = ocl_prof_start(&c->ops);
+    // The Winograd layers' transformed weights, made here as the CPU device makes its own; the
+    // blocking write of the weights below waits for these too (in-order queue).
+    float *u = c->u_host;
+    for (int l = 0; l < c->m->n_layers; l++) {
+        if (!c->wino_u || !c->wino_u[l]) continue;
+        const layer *L = &c->m->layers[l];
+        conv_geom g = conv_algo_geom(L, &c->algo[l]);
+        const size_t n = ocl_wino_u_floats(&g);
+        ocl_wino_weights(u, params + L->w_off, &g);
+        cl_int werr = clEnqueueWriteBuffer(c->q, c->wino_u[l], CL_FALSE, 0, n * sizeof(float), u,
+                                           0, NULL, ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
+        if (werr != CL_SUCCESS)
+            return ocl_fail(e, "clEnqueueWriteBuffer(Winograd weights)", werr, c->ops.label);
+        u += n;
+    }
     cl_int err = clEnqueueWriteBuffer(c->q, c->params, CL_TRUE, 0,
                                       sizeof(float) * c->m->n_params, params, 0, NULL,
                                       ocl_ops_event(&c->ops, OCL_EV_TRANSFER));
@@ -291,7 +364,10 @@ static ocl_call call_of(ocl_ctx *c, int l, int n, const uint64_t *keys) {
                       .params = c->params,
                       .grads = c->grads, .in = l > 0 ? c->act[l - 1] : c->x, .out = c->act[l],
                       .aux = c->aux[l], .tmp = c->tmp, .y = c->y, .loss = c->loss,
-                      .ids = c->ids, .keys = keys, .group = c->group};
+                      .ids = c->ids, .keys = keys, .group = c->group,
+                      .algo = c->algo && L->kind == LAYER_CONV2D ? &c->algo[l] : NULL,
+                      .wino_u = c->wino_u ? c->wino_u[l] : NULL, .wino = c->wino,
+                      .wino_exact = c->wino_exact};
 }
 
 // Forward over the current micro-batch in c->x (n samples); keys NULL for inference.
@@ -571,7 +647,15 @@ int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int 
         ocl_blas_defaults(info->device, &own_direct, &own_indirect, NULL) == 0)
         ocl_tuning_class_defaults(&c->tuning, info, &own_indirect.kp);
     if (c->tuned || c->tuning.has_class) ocl_ops_tune(&c->ops, &c->tuning);
-    c->micro = choose_micro(m, info, c->max_batch, mem_limit);
+    // Every device of a job computes its convolutions as its CPU devices do (conv_algo.h).
+    if (!(c->algo = ht_calloc((size_t)m->n_layers, sizeof *c->algo, e)) ||
+        net_conv_choices(m, omp_get_max_threads(), c->algo) < 0) {
+        if (c->algo) ht_fail(e, "out of memory choosing the convolutions' algorithms");
+        ocl_close(c);
+        return -1;
+    }
+    net_conv_describe_choices(m, c->algo, d->detail, sizeof d->detail);
+    c->micro = choose_micro(m, c->algo, info, c->max_batch, mem_limit);
     if (c->micro < 1) {
         ht_fail(e, "%s: not even one sample of %s fits in %llu MiB (device memory %llu MiB, "
                    "max allocation %llu MiB)", label, m->name,

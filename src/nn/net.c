@@ -281,11 +281,27 @@ void net_conv_decide(const model *m, int nthreads) {
     free(plan);
 }
 
-void net_conv_describe(const net_ws *ws, const model *m, char *buf, size_t len) {
+int net_conv_choices(const model *m, int nthreads, conv_choice *out) {
+    net_lplan *plan = calloc((size_t)m->n_layers, sizeof *plan);
+    if (!plan) return -1;
+    ws_measure(m, 1, nthreads, plan);
+    for (int l = 0; l < m->n_layers; l++) {
+        memset(&out[l], 0, sizeof out[l]);
+        if (m->layers[l].kind != LAYER_CONV2D) continue;
+        conv_geom g = geom_of(&m->layers[l], &plan[l]);
+        out[l] = conv_choose(&g, m->setup.conv_algo, l > 0, nthreads);
+    }
+    free(plan);
+    return 0;
+}
+
+// The choices of the layers at algo, `stride` bytes apart (net_lplan's or an array's).
+static void describe(const model *m, const char *algo, size_t stride, char *buf, size_t len) {
     size_t k = 0;
     int timed = 0;
     buf[0] = 0;
-    for (int l = 0; l < m->n_layers; l++) timed |= ws->plan[l].algo.t[0][0] > 0;
+    for (int l = 0; l < m->n_layers; l++)
+        timed |= ((const conv_choice *)(algo + (size_t)l * stride))->t[0][0] > 0;
     for (int l = 0; l < m->n_layers && k < len; l++) {
         const layer *L = &m->layers[l];
         if (L->kind != LAYER_CONV2D) continue;
@@ -295,9 +311,19 @@ void net_conv_describe(const net_ws *ws, const model *m, char *buf, size_t len) 
                                  timed ? "; us a sample direct/winograd" : "");
         else
             k += (size_t)snprintf(buf + k, len - k, "; ");
-        if (k < len) conv_choice_describe(&ws->plan[l].algo, L->name, buf + k, len - k);
+        if (k < len)
+            conv_choice_describe((const conv_choice *)(algo + (size_t)l * stride), L->name,
+                                 buf + k, len - k);
         k += strlen(buf + k);
     }
+}
+
+void net_conv_describe(const net_ws *ws, const model *m, char *buf, size_t len) {
+    describe(m, (const char *)&ws->plan[0].algo, sizeof ws->plan[0], buf, len);
+}
+
+void net_conv_describe_choices(const model *m, const conv_choice *algo, char *buf, size_t len) {
+    describe(m, (const char *)algo, sizeof *algo, buf, len);
 }
 
 int net_argmax(const float *v, int n) {

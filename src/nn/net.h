@@ -91,9 +91,16 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
 // that a job can decide once and hand its decisions (conv_choices_text) to other processes.
 void net_conv_decide(const model *m, int nthreads);
 
+// The same decisions, each convolution's into out[l] (n_layers entries; the other layers' are
+// zero: direct): what a device that is not a CPU device computes, so that every device of a job
+// computes its convolutions alike. -1 when out of memory.
+int net_conv_choices(const model *m, int nthreads, conv_choice *out);
+
 // The convolutions' algorithms on one line for the run log ("conv algorithms (auto; ...):
 // conv1 direct (...); conv2 winograd F(4x4,5x5) (...)"); "" for a model without any.
 void net_conv_describe(const net_ws *ws, const model *m, char *buf, size_t len);
+// The same of net_conv_choices' decisions.
+void net_conv_describe_choices(const model *m, const conv_choice *algo, char *buf, size_t len);
 
 // Index of the largest of n values (first on ties).
 int net_argmax(const float *v, int n);

@@ -4,7 +4,8 @@
 // backward, the host's update, the broadcast weights) and in inference (predict): a small
 // network of conv, max and average pooling, dense and dropout layers; one of every other kind
 // (batch normalisation 2-D and 1-D, both max-pool backward kernels, permutes, global average
-// pooling, each activation of the act family); and a multi-label sigmoid head. Each run must
+// pooling, each activation of the act family; its 3x3 convolutions by Winograd F(4x4,3x3)); and
+// a multi-label sigmoid head after a 5x5 convolution by Winograd F(2x2,5x5). Each run must
 // exit 0 with an empty oclgrind log. The exit path is part of the check: CLBlast's caches of
 // programs and kernels must go before the contexts do (ocl_blas_release_all), or the process
 // aborts at exit with a corrupted heap.
@@ -42,7 +43,7 @@ static const char net_cfg[] = "[net]\ninput = 1x28x28\n"
 // after a dense layer, a max pool whose windows tile its input (maxpool_bwd_tiled) and one whose
 // windows overlap (maxpool_bwd), a permute and its inverse, global average pooling, and every
 // activation of the act family, each after its own dense layer.
-static const char all_cfg[] = "[net]\ninput = 1x12x12\n"
+static const char all_cfg[] = "[net]\ninput = 1x12x12\nconv_algo = winograd\n"
                               "[conv]\nfilters = 4\nsize = 3\npad = same\nactivation = relu\n"
                               "[batchnorm]\n[maxpool]\nsize = 2\n"
                               "[permute]\ndims = 2,3,1\n[permute]\ndims = 3,1,2\n"
@@ -61,8 +62,8 @@ static const char all_cfg[] = "[net]\ninput = 1x12x12\n"
                               "[dense]\nunits = 10\n[softmax]\n";
 
 // A multi-label head: 4 sigmoid outputs, binary cross-entropy.
-static const char ml_cfg[] = "[net]\ninput = 1x12x12\nclasses = 4\n"
-                             "[conv]\nfilters = 3\nsize = 3\nactivation = relu\n"
+static const char ml_cfg[] = "[net]\ninput = 1x12x12\nclasses = 4\nconv_algo = winograd2\n"
+                             "[conv]\nfilters = 3\nsize = 5\npad = same\nactivation = relu\n"
                              "[maxpool]\nsize = 2\n"
                              "[dense]\nunits = 4\n[binary_crossentropy]\n";
 
