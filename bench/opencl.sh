@@ -1,96 +1,111 @@
 #!/usr/bin/env bash
-# OpenCL device throughput: the 3-layer network on PoCL (cl:0.0 with 2 threads,
-# POCL_MAX_PTHREAD_COUNT=2) before and after the OpenCL path's tuning work, in alternating
-# rounds, median of each; writes a table and the ratios.
+# The OpenCL path against tinygrad on the same OpenCL device: the 3-layer network at batch 200,
+# on each platform alone (OCL_ICD_VENDORS names one ICD, so both programs see it as their first
+# platform): PoCL (cl:0.0, 2 threads: POCL_MAX_PTHREAD_COUNT=2) and Mesa's rusticl on llvmpipe
+# (RUSTICL_ENABLE=llvmpipe, LP_NUM_THREADS=2). Writes a table and the ratios.
 #
-#   bench/opencl.sh [--rounds N] [--budget SECONDS] [--base REV] [--out results/bench-opencl.csv]
+#   bench/opencl.sh [--rounds N] [--budget SECONDS] [--platforms "pocl rusticl"]
+#                   [--tinygrad PYTHON] [--out results/bench-opencl.csv]
 #
 # Configurations, each a training run of its own:
-#   base     the commit REV (default 1bd7763, before this work), built from `git archive` in
-#            build-base/ (kept for the next run);
-#   untuned  this tree (build/hetrain) with an empty cache folder: no tuning file;
-#   tuned    this tree with a cache folder tuned once, before the rounds, by
-#            `hetrain tune --devices cl:0.0 --batch 200 --budget SECONDS` [600].
-# Data: the first 2000 Fashion-MNIST training images as a Kaggle CSV (no test set), the
-# 3-layer network, batch 200, 2 epochs, no validation split, no self-check; each figure is the
-# samples/s of the second epoch (the first compiles and warms caches). Rounds run base,
-# untuned, tuned one after another, --rounds times (default 3), so a load that comes and goes
-# on a shared machine falls on every configuration alike; the table holds the medians.
+#   first    hetrain (build/hetrain) with an empty cache folder: a user's first run, no tuning
+#            file (the device class's GEMM configurations, the job's convolution algorithms);
+#   tuned    hetrain with a cache folder tuned once, before the rounds, by
+#            `hetrain tune --devices cl:0.0 --batch 200 --budget SECONDS` [300];
+#   tinygrad bench/tinygrad_step_bench.py (DEV=CL, a TinyJit training step) under PYTHON
+#            [/work/venv-tinygrad/bin/python; `python3 -m venv V && V/bin/pip install tinygrad
+#            numpy`]; left out when PYTHON cannot import tinygrad.
+# Data: the first 2000 Fashion-MNIST training images (hetrain: as a Kaggle CSV; tinygrad: the
+# same images from the IDX files), 2 epochs, no validation split, no self-check; each figure is
+# the samples/s of the second epoch (the first compiles and warms caches). Rounds run the
+# configurations one after another, --rounds times (default 3); the table holds the medians.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HT=${HT:-build/hetrain}
 ROUNDS=3
-BUDGET=600
-BASE=1bd7763
+BUDGET=300
+PLATFORMS="pocl rusticl"
+TG=/work/venv-tinygrad/bin/python
 OUT=results/bench-opencl.csv
 while (($#)); do
   case $1 in
     --rounds) ROUNDS=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
-    --base) BASE=$2; shift 2 ;;
+    --platforms) PLATFORMS=$2; shift 2 ;;
+    --tinygrad) TG=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "bench/opencl.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
 [[ -x $HT ]] || { echo "bench/opencl.sh: $HT not built (run tools/setup.sh)" >&2; exit 1; }
-export POCL_MAX_PTHREAD_COUNT=2 POCL_DEVICES=pthread
+HAVE_TG=1
+"$TG" -c 'import tinygrad' 2>/dev/null || { HAVE_TG=0; echo "no tinygrad under $TG: left out" >&2; }
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-
-# The base commit's binary, built once into build-base/ (its sources beside it).
-BASE_HT=build-base/build/hetrain
-if [[ ! -x $BASE_HT || $(cat build-base/rev 2>/dev/null) != "$(git rev-parse "$BASE")" ]]; then
-  echo "building $BASE in build-base/ ..." >&2
-  rm -rf build-base && mkdir -p build-base/src
-  git archive "$BASE" | tar -x -C build-base/src
-  cmake -S build-base/src -B build-base/build -DCMAKE_BUILD_TYPE=Release >/dev/null
-  nice cmake --build build-base/build -j2 --target hetrain >/dev/null
-  git rev-parse "$BASE" > build-base/rev
-fi
-
+export POCL_MAX_PTHREAD_COUNT=2 POCL_DEVICES=pthread RUSTICL_ENABLE=llvmpipe LP_NUM_THREADS=2
 python3 bench/kaggle_csv.py 2000 "$WORK/train.csv"
-mkdir -p "$WORK/cache-untuned" "$WORK/cache-tuned" "$WORK/cache-base"
 
-echo "tuning cl:0.0 for batch 200 (budget $BUDGET s) ..." >&2
-"$HT" tune --devices cl:0.0 --batch 200 --budget "$BUDGET" --cache-dir "$WORK/cache-tuned" \
-  --quiet >&2
+# A vendors folder holding only platform P's ICD.
+icd_dir() {
+  local d="$WORK/icd-$1"
+  mkdir -p "$d"
+  [[ -e /etc/OpenCL/vendors/$1.icd ]] || return 1
+  ln -sf "/etc/OpenCL/vendors/$1.icd" "$d/"
+  echo "$d"
+}
 
-# run NAME BINARY CACHE: prints the second epoch's samples/s.
-run() {
-  local name=$1 bin=$2 cache=$3
-  "$bin" train --train "$WORK/train.csv" --epochs 2 --batch 200 --val-split 0 --devices cl:0.0 \
-    --no-self-check --out "$WORK" --name "$name" --no-progress --quiet --cache-dir "$cache" \
-    >/dev/null
-  tail -n 1 "$WORK/$name.metrics.csv" | cut -d, -f7
+# hetrain NAME CACHE: the second epoch's samples/s.
+hetrain() {
+  "$HT" train --train "$WORK/train.csv" --epochs 2 --batch 200 --val-split 0 --devices cl:0.0 \
+    --no-self-check --out "$WORK" --name "$1" --no-progress --quiet --cache-dir "$2" >/dev/null
+  tail -n 1 "$WORK/$1.metrics.csv" | cut -d, -f7
+}
+tinygrad() {
+  DEV=CL "$TG" bench/tinygrad_step_bench.py --samples 2000 --epochs 2 --batch 200 2>/dev/null |
+    awk '$1 == "epoch" && $2 == 2 {print $4}'
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}'; }
 
-declare -A V
-for ((r = 1; r <= ROUNDS; r++)); do
-  b=$(run "base-$r" "$BASE_HT" "$WORK/cache-base")
-  u=$(run "untuned-$r" "$HT" "$WORK/cache-untuned")
-  t=$(run "tuned-$r" "$HT" "$WORK/cache-tuned")
-  V[base]+="$b " V[untuned]+="$u " V[tuned]+="$t "
-  echo "round $r: base $b, untuned $u, tuned $t samples/s (load $(cut -d' ' -f1 /proc/loadavg))" >&2
-done
+echo "platform,configuration,samples_per_s_median,runs,vs_tinygrad,samples_per_s_each" > "$OUT.tmp"
 declare -A M
-for k in base untuned tuned; do M[$k]=$(printf '%s\n' ${V[$k]} | median); done
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
-# ~84 MFLOP per sample and training step (bench/README.md)
-gflops() { awk -v s="$1" 'BEGIN {printf "%.1f", s * 0.084}'; }
-{
-  echo "configuration,commit,samples_per_s_median,gflops,runs,vs_base,samples_per_s_each"
-  for k in base untuned tuned; do
-    rev=$([[ $k == base ]] && git rev-parse --short "$BASE" || git rev-parse --short HEAD)
-    echo "$k,$rev,${M[$k]},$(gflops "${M[$k]}"),$ROUNDS,$(ratio "${M[$k]}" "${M[base]}"),\"${V[$k]% }\""
+for p in $PLATFORMS; do
+  dir=$(icd_dir "$p") || { echo "no /etc/OpenCL/vendors/$p.icd: $p left out" >&2; continue; }
+  export OCL_ICD_VENDORS=$dir
+  dev=$("$HT" devices 2>/dev/null | awk '$1 == "cl:0.0" {$1=$2=""; print}' | sed 's/^ *//')
+  echo "$p: $dev" >&2
+  mkdir -p "$WORK/tuned-$p"
+  echo "$p: tuning for batch 200 (budget $BUDGET s) ..." >&2
+  "$HT" tune --devices cl:0.0 --batch 200 --budget "$BUDGET" --cache-dir "$WORK/tuned-$p" \
+    --quiet >&2
+  declare -A V=()
+  for ((r = 1; r <= ROUNDS; r++)); do
+    rm -rf "$WORK/first-$p" && mkdir -p "$WORK/first-$p"
+    f=$(hetrain "first-$p-$r" "$WORK/first-$p")
+    t=$(hetrain "tuned-$p-$r" "$WORK/tuned-$p")
+    g=-
+    ((HAVE_TG)) && g=$(tinygrad)
+    V[first]+="$f " V[tuned]+="$t " V[tinygrad]+="$g "
+    echo "$p round $r: first $f, tuned $t, tinygrad $g samples/s (load $(cut -d' ' -f1 /proc/loadavg))" >&2
   done
-} > "$OUT"
+  for k in first tuned tinygrad; do
+    M[$p-$k]=$(printf '%s\n' ${V[$k]} | grep -v '^-$' | median)
+  done
+  for k in first tuned tinygrad; do
+    echo "$p,$k,${M[$p-$k]},$ROUNDS,$(ratio "${M[$p-$k]}" "${M[$p-tinygrad]}"),\"${V[$k]% }\"" >> "$OUT.tmp"
+  done
+  unset V
+done
+mv "$OUT.tmp" "$OUT"
 
-printf '\n%-10s %12s %9s %8s\n' configuration samples/s GFLOP/s "vs base"
-for k in base untuned tuned; do
-  printf '%-10s %12s %9s %8s\n' "$k" "${M[$k]}" "$(gflops "${M[$k]}")" "$(ratio "${M[$k]}" "${M[base]}")x"
+printf '\n%-8s %-9s %10s %12s\n' platform config samples/s "vs tinygrad"
+for p in $PLATFORMS; do
+  [[ -n ${M[$p-first]:-} ]] || continue
+  for k in first tuned tinygrad; do
+    printf '%-8s %-9s %10s %12s\n' "$p" "$k" "${M[$p-$k]}" "$(ratio "${M[$p-$k]}" "${M[$p-tinygrad]}")x"
+  done
 done
 echo
-echo "tuned / base = $(ratio "${M[tuned]}" "${M[base]}")x   (aim >= 2)"
+echo "first run / tinygrad: aim >= 1.5x on PoCL"
 echo "table: $OUT"
