@@ -14,7 +14,8 @@
 #            `hetrain tune --devices cl:0.0 --batch 200 --budget SECONDS` [300];
 #   tinygrad bench/tinygrad_step_bench.py (DEV=CL, a TinyJit training step) under PYTHON
 #            [/work/venv-tinygrad/bin/python; `python3 -m venv V && V/bin/pip install tinygrad
-#            numpy`]; left out when PYTHON cannot import tinygrad.
+#            numpy`]; left out when PYTHON cannot import tinygrad, "-" where it fails (tinygrad
+#            0.14 on rusticl: OpenCL error -30, CL_INVALID_VALUE, allocating its first buffer).
 # Data: the first 2000 Fashion-MNIST training images (hetrain: as a Kaggle CSV; tinygrad: the
 # same images from the IDX files), 2 epochs, no validation split, no self-check; each figure is
 # the samples/s of the second epoch (the first compiles and warms caches). Rounds run the
@@ -65,8 +66,8 @@ tinygrad() {
   DEV=CL "$TG" bench/tinygrad_step_bench.py --samples 2000 --epochs 2 --batch 200 2>/dev/null |
     awk '$1 == "epoch" && $2 == 2 {print $4}'
 }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}'; }
+median() { sort -g | awk '{a[NR]=$1} END {if (!NR) print "-"; else print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-"}'; }
 
 echo "platform,configuration,samples_per_s_median,runs,vs_tinygrad,samples_per_s_each" > "$OUT.tmp"
 declare -A M
@@ -85,12 +86,12 @@ for p in $PLATFORMS; do
     f=$(hetrain "first-$p-$r" "$WORK/first-$p")
     t=$(hetrain "tuned-$p-$r" "$WORK/tuned-$p")
     g=-
-    ((HAVE_TG)) && g=$(tinygrad)
+    if ((HAVE_TG)); then g=$(tinygrad) || g=-; [[ -n $g ]] || g=-; fi
     V[first]+="$f " V[tuned]+="$t " V[tinygrad]+="$g "
     echo "$p round $r: first $f, tuned $t, tinygrad $g samples/s (load $(cut -d' ' -f1 /proc/loadavg))" >&2
   done
   for k in first tuned tinygrad; do
-    M[$p-$k]=$(printf '%s\n' ${V[$k]} | grep -v '^-$' | median)
+    M[$p-$k]=$(printf '%s\n' ${V[$k]} | { grep -v '^-$' || true; } | median)
   done
   for k in first tuned tinygrad; do
     echo "$p,$k,${M[$p-$k]},$ROUNDS,$(ratio "${M[$p-$k]}" "${M[$p-tinygrad]}"),\"${V[$k]% }\"" >> "$OUT.tmp"
