@@ -58,10 +58,11 @@ void ocl_wino_weights(float *u, const float *w, const conv_geom *g) {
                          r, 1);
 }
 
-// Whether every index the kernels compute in int fits.
+// Whether every value the kernels take as an int fits: the tiles of a micro-batch times the
+// transform points (the kernels index the buffers in size_t).
 static int check(ocl_ops *o, const char *op, const conv_geom *g, int B, ht_error *e) {
-    const double big = (double)B * (g->C + g->OC) * (g->H + 8) * (g->W + 8) * 4;
-    if (B < 0 || big > (double)INT_MAX)
+    const double t = (double)B * (wino_tiles(g->H, 2) + 1) * (wino_tiles(g->W, 2) + 1) * 64;
+    if (B < 0 || t > (double)INT_MAX)
         return ht_fail(e, "%s on %s: %d samples of %dx%dx%d are too many for one micro-batch",
                        op, o->label, B, g->C, g->H, g->W);
     return 0;

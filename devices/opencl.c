@@ -80,18 +80,29 @@ static void wino_sizes(const model *m, const conv_choice *algo, int B, size_t *s
     }
 }
 
+// The bytes of a layer's own buffer: a convolution whose every direction runs Winograd needs no
+// im2col matrix.
+static size_t layer_aux_bytes(const layer *L, const conv_choice *algo, int B) {
+    const ocl_layer_ops *ops = ocl_layer_ops_of[L->kind];
+    if (L->kind == LAYER_CONV2D && algo && algo->fwd != CONV_DIRECT && algo->din != CONV_DIRECT &&
+        algo->dw != CONV_DIRECT)
+        return 0;
+    return ops->aux_bytes ? ops->aux_bytes(L, B) : 0;
+}
+
 // Device bytes for a micro-batch of B samples (staging for max_batch excluded).
 static size_t micro_bytes(const model *m, const conv_choice *algo, int B, size_t *largest) {
     size_t total = 0, widest = 0, col = 0, tmp = 0, big = 0, ws, wx;
     wino_sizes(m, algo, B, &ws, &wx);
     total += ws * sizeof(float) + wx;
     if (ws * sizeof(float) > big) big = ws * sizeof(float);
+    col = ws * sizeof(float); // the Winograd GEMMs' operands, which CLBlast may copy too
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
         const ocl_layer_ops *ops = ocl_layer_ops_of[L->kind];
         size_t out = layer_out_size(L) * (size_t)B * sizeof(float);
         size_t in = layer_in_size(L) * (size_t)B * sizeof(float);
-        size_t aux = ops->aux_bytes ? ops->aux_bytes(L, B) : 0;
+        size_t aux = layer_aux_bytes(L, algo ? &algo[l] : NULL, B);
         size_t t = ops->tmp_floats ? ops->tmp_floats(L, B) * sizeof(float) : 0;
         if (!in_place(L) || l == 0) total += out;
         total += aux; // every layer's own buffer lives from forward to backward
@@ -230,7 +241,7 @@ static int alloc_micro(ocl_ctx *c, ht_error *e) {
         } else if (mk(c, &c->act[l], out * sizeof(float), e) < 0) {
             return -1;
         }
-        size_t aux = ops->aux_bytes ? ops->aux_bytes(L, (int)B) : 0;
+        size_t aux = layer_aux_bytes(L, c->algo ? &c->algo[l] : NULL, (int)B);
         if (aux && mk(c, &c->aux[l], aux, e) < 0) return -1;
         size_t t = ops->tmp_floats ? ops->tmp_floats(L, (int)B) : 0;
         if (t > tmp) tmp = t;
