@@ -1,7 +1,7 @@
 // Layer parity of the OpenCL ops (devices/ocl_ops.h) on every OpenCL device found, against the
 // reference over parity.c's table of cases. With HT_TEST_PLATFORM=NAME only the devices of the
 // platforms whose name holds NAME (ctest's test_parity_rusticl: Mesa's rusticl); none there
-// fails where /etc/OpenCL/vendors/NAME.icd is installed, and skips where it is not.
+// fails where the loader's folder (test_icd_dir) has NAME.icd, and skips where it has not.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -281,7 +281,7 @@ static void test_parity_opencl(void **state) {
             if (strstr(devs[i].platform_name, only)) devs[k++] = devs[i];
         n = k;
         char icd[300];
-        snprintf(icd, sizeof icd, "/etc/OpenCL/vendors/%s.icd", only);
+        snprintf(icd, sizeof icd, "%s/%s.icd", test_icd_dir(), only);
         if (n == 0 && access(icd, R_OK) == 0)
             fail_msg("%s is installed but lists no device (HT_TEST_PLATFORM=%s)", icd, only);
     }

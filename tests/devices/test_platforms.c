@@ -3,8 +3,8 @@
 // device): one training step of the 3-layer reference network on real Fashion-MNIST images (blank backgrounds: exact ties in max pooling
 // and ReLU inputs at 0, where a driver's rounding shows) on each OpenCL device against the CPU
 // device, tensor by tensor; and one step on a mix of three platforms (the native CPU, PoCL and
-// Mesa's rusticl) against the CPU alone. ctest runs it with RUSTICL_ENABLE=llvmpipe; where Mesa's
-// OpenCL ICD is installed (/etc/OpenCL/vendors/rusticl.icd) a missing rusticl platform fails.
+// Mesa's rusticl) against the CPU alone. It sets RUSTICL_ENABLE=llvmpipe; where Mesa's OpenCL
+// ICD is installed (rusticl.icd in the loader's folder) a missing rusticl platform fails.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,7 +23,6 @@
 #include "testutil.h"
 
 #define BATCH 96
-#define RUSTICL_ICD "/etc/OpenCL/vendors/rusticl.icd"
 
 static dataset fashion;
 
@@ -53,9 +52,11 @@ static int devices(ocl_dev_info **devs) {
     int rusticl = -1;
     for (int i = 0; i < n; i++)
         if (strstr((*devs)[i].platform_name, "rusticl")) rusticl = i;
-    if (access(RUSTICL_ICD, R_OK) == 0 && rusticl < 0)
-        fail_msg("%s is installed but no rusticl device is listed (RUSTICL_ENABLE=%s)",
-                 RUSTICL_ICD, getenv("RUSTICL_ENABLE") ? getenv("RUSTICL_ENABLE") : "unset");
+    char icd[1100];
+    snprintf(icd, sizeof icd, "%s/rusticl.icd", test_icd_dir());
+    if (access(icd, R_OK) == 0 && rusticl < 0)
+        fail_msg("%s is installed but no rusticl device is listed (RUSTICL_ENABLE=%s)", icd,
+                 getenv("RUSTICL_ENABLE") ? getenv("RUSTICL_ENABLE") : "unset");
     return n;
 }
 

@@ -399,6 +399,12 @@ int test_have_opencl(const char *without) {
     return n > 0;
 }
 
+const char *test_icd_dir(void) {
+    const char *v = getenv("OCL_ICD_VENDORS");
+    struct stat st;
+    return v && *v && stat(v, &st) == 0 && S_ISDIR(st.st_mode) ? v : "/etc/OpenCL/vendors";
+}
+
 int test_csv_data_init(test_csv_data *d, const char *tag, int n_train, int n_test) {
     char *dir = test_tmpdir(tag);
     char *train = test_fashion_csv(dir, FASHION_TRAIN, n_train, 1);

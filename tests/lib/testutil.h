@@ -158,6 +158,10 @@ void test_bn_model(struct model *m, int group);
 // averages, or in a gradient sum its statistics' sums): [n_trainable, n_params).
 double test_state_err(const struct model *m, const float *a, const float *b);
 
+// The folder the OpenCL loader reads ICDs from: OCL_ICD_VENDORS when it names a folder (the
+// sanitizer build's tests, bench/gpu.sh), else /etc/OpenCL/vendors.
+const char *test_icd_dir(void);
+
 // Whether any OpenCL device is there (PoCL in CI); when none is, prints "no OpenCL platform:
 // <without>" so the skipped part is visible.
 int test_have_opencl(const char *without);
