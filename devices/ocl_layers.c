@@ -4,14 +4,10 @@
 
 #include "layer_desc.h"
 
-static conv_geom conv_of(const layer *L) {
-    return (conv_geom){.C = L->c, .Cs = L->c, .H = L->h, .W = L->w, .OC = L->oc, .K = L->k,
-                       .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow};
-}
-// The same with the call's algorithms.
-static conv_geom conv_call(const ocl_call *c) {
-    conv_geom g = conv_of(c->L);
-    if (c->algo) g.fwd = c->algo->fwd, g.din = c->algo->din, g.dw = c->algo->dw;
+conv_geom ocl_conv_geom(const layer *L, const conv_choice *algo) {
+    conv_geom g = {.C = L->c, .Cs = L->c, .H = L->h, .W = L->w, .OC = L->oc, .K = L->k,
+                   .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow};
+    if (algo) g.fwd = algo->fwd, g.din = algo->din, g.dw = algo->dw;
     return g;
 }
 static pool_geom pool_of(const layer *L) {
@@ -23,7 +19,7 @@ static size_t out_floats(const ocl_call *c) { return layer_out_size(c->L) * (siz
 // ---- conv: im2col + CLBlast; the im2col matrix is the layer's own buffer ----
 
 static int conv_fwd(const ocl_call *c, ht_error *e) {
-    conv_geom g = conv_call(c);
+    conv_geom g = ocl_conv_geom(c->L, c->algo);
     if (g.fwd != CONV_DIRECT)
         return ocl_wino_forward(c->o, &g, c->B, c->out, c->in, c->params, c->L->b_off, c->wino_u,
                                 c->wino, c->wino_exact, e);
@@ -34,7 +30,7 @@ static int conv_fwd(const ocl_call *c, ht_error *e) {
 // A direct forward of this micro-batch left the layer's im2col matrix in its buffer. The bias
 // gradient, and each direction computed directly, first; then the Winograd ones.
 static int conv_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
-    conv_geom g = conv_call(c);
+    conv_geom g = ocl_conv_geom(c->L, c->algo);
     ocl_conv_scratch s = {c->aux, c->tmp, 0, g.fwd == CONV_DIRECT};
     *din = c->din;
     if (ocl_conv2d_backward(c->o, &g, c->B, c->din, c->grads, c->dout, c->in, c->params,
@@ -48,11 +44,11 @@ static int conv_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
     return 0;
 }
 static size_t conv_aux(const layer *L, int B) {
-    conv_geom g = conv_of(L);
+    conv_geom g = ocl_conv_geom(L, NULL);
     return ocl_conv2d_col_floats(&g, B) * sizeof(float);
 }
 static size_t conv_tmp(const layer *L, int B) {
-    conv_geom g = conv_of(L);
+    conv_geom g = ocl_conv_geom(L, NULL);
     return ocl_conv2d_tmp_floats(&g, B);
 }
 

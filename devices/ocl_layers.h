@@ -48,6 +48,10 @@ typedef struct ocl_layer_ops {
 
 extern const ocl_layer_ops *const ocl_layer_ops_of[LAYER_KIND_COUNT];
 
+// A convolution layer's geometry in NCHW (Cs = C), with the directions' algorithms of algo
+// (NULL: direct).
+conv_geom ocl_conv_geom(const layer *L, const conv_choice *algo);
+
 // Whether the program behind o has every kernel the layers of m launch; -1 with e naming the
 // first one missing and its layer.
 int ocl_layers_check(const ocl_ops *o, const model *m, ht_error *e);

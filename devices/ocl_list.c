@@ -125,7 +125,7 @@ static int print_text(FILE *f, const cpu_info *cpu, const ocl_dev_info *devs, in
         snprintf(r[COL_TUNED], 160, "%s",
                  dt[i].state > 0                       ? "yes"
                  : dt[i].state < 0                     ? "unusable"
-                 : !strcmp(devs[i].type, "cpu") ? "class"
+                 : ocl_tuning_has_class(&devs[i])      ? "class"
                                                        : "no");
     }
     int width[NCOL] = {0};

@@ -186,7 +186,6 @@ int ocl_conv2d_backward(ocl_ops *o, const conv_geom *g, int B, cl_mem din, cl_me
 // transformed weights, ocl_wino_u_floats of them as ocl_wino_weights makes them on the host
 // (the forward's, then the input gradient's); scratch: ocl_wino_scratch_floats; exact:
 // ocl_wino_exact_bytes, the forward's marks of outputs that see only zeros.
-int ocl_wino_used(const conv_geom *g);
 size_t ocl_wino_scratch_floats(const conv_geom *g, int B);
 size_t ocl_wino_exact_bytes(const conv_geom *g, int B);
 size_t ocl_wino_u_floats(const conv_geom *g);

@@ -268,10 +268,12 @@ static int class_cfg(ocl_gemm_cfg *c, const ocl_dev_info *dev, const ocl_kparams
     return ocl_gemm_cfg_valid(c, own, dev->local_mem, dev->max_wg, why, sizeof why);
 }
 
+int ocl_tuning_has_class(const ocl_dev_info *dev) { return !strcmp(dev->type, "cpu"); }
+
 int ocl_tuning_class_defaults(ocl_tuning *t, const ocl_dev_info *dev,
                               const ocl_kparams *own_indirect) {
     t->has_class = 0;
-    if (strcmp(dev->type, "cpu") != 0) return 0;
+    if (!ocl_tuning_has_class(dev)) return 0;
     static const size_t general[] = {64, 64, 16, 8, 8, 8, 8, 8, 4, 0, 0};
     static const size_t long_k[] = {64, 32, 32, 8, 8, 8, 8, 8, 4, 1, 1};
     if (!class_cfg(&t->class_cfg, dev, own_indirect, general) ||

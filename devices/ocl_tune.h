@@ -111,6 +111,8 @@ const ocl_gemm_cfg *ocl_tuning_find(const ocl_tuning *t, const ocl_gemm_shape *s
 // them) or it does not fit dev.
 int ocl_tuning_class_defaults(ocl_tuning *t, const ocl_dev_info *dev,
                               const ocl_kparams *own_indirect);
+// Whether dev's class has such a starting point (CPU devices).
+int ocl_tuning_has_class(const ocl_dev_info *dev);
 
 // A kernel's tuned work-group size, 0 when it has none.
 unsigned ocl_tuning_wg(const ocl_tuning *t, const char *kernel);

@@ -15,10 +15,6 @@ typedef ocl_karg karg;
 // The Winograd m of a direction (0: direct).
 static int m_of(conv_impl impl) { return impl == CONV_WINO2 ? 2 : impl == CONV_WINO4 ? 4 : 0; }
 
-int ocl_wino_used(const conv_geom *g) {
-    return m_of(g->fwd) || m_of(g->din) || m_of(g->dw);
-}
-
 // a*a, tiles per sample over (h, w) outputs.
 static size_t points(int m, int r) { return (size_t)wino_alpha(m, r) * wino_alpha(m, r); }
 static size_t tiles(int h, int w, int m) { return (size_t)wino_tiles(h, m) * wino_tiles(w, m); }
@@ -81,6 +77,16 @@ static int gemms(ocl_ops *o, const char *what, char ta, size_t pts, size_t rows,
     return 0;
 }
 
+// V (from float 0 of scratch) = the input transform of in (B, C, H, W) over th x tw tiles of m
+// outputs a sample, padding pad.
+static int input_tiles(ocl_ops *o, cl_mem scratch, cl_mem in, int B, int C, int H, int W,
+                       int pad, int m, int r, int th, int tw, ht_error *e) {
+    const int T = B * th * tw;
+    karg a[] = {KA(scratch), KA(in), KA(C),  KA(H),  KA(W), KA(pad),
+                KA(m),       KA(r),  KA(th), KA(tw), KA(T), KA(C)};
+    return ocl_launch_3d(o, "wino_input", a, NARGS(a), (size_t)C, (size_t)th * tw, (size_t)B, e);
+}
+
 // out (B, OC', OH', OW') of in (B, C', H', W') convolved by the transformed weights U (C', OC')
 // per point, padding pad; bias and exact as wino_output takes them. V and M in scratch.
 static int convolve(ocl_ops *o, const char *what, int m, int r, int B, cl_mem out, cl_mem in,
@@ -90,10 +96,7 @@ static int convolve(ocl_ops *o, const char *what, int m, int r, int B, cl_mem ou
     const size_t pts = points(m, r), v_n = pts * (size_t)T * C;
     cl_int has_bias = b_off != OCL_NO_BIAS, boff = has_bias ? (cl_int)b_off : 0;
     cl_int has_exact = exact != NULL;
-    karg a[] = {KA(scratch), KA(in), KA(C),  KA(H),  KA(W), KA(pad),
-                KA(m),       KA(r),  KA(th), KA(tw), KA(T), KA(C)};
-    if (ocl_launch_3d(o, "wino_input", a, NARGS(a), (size_t)C, (size_t)tt, (size_t)B, e))
-        return -1;
+    if (input_tiles(o, scratch, in, B, C, H, W, pad, m, r, th, tw, e)) return -1;
     // M_xi (T, OC) = V_xi (T, C) x U_xi (C, OC), after V in the scratch.
     if (gemms(o, what, 'N', pts, (size_t)T, (size_t)OC, (size_t)C, scratch, 0, (size_t)T * C,
               (size_t)C, U, u_off, (size_t)C * OC, (size_t)OC, scratch, v_n, (size_t)T * OC, e))
@@ -144,10 +147,7 @@ int ocl_wino_weight_grad(ocl_ops *o, const conv_geom *g, int B, cl_mem grads, si
     const int m = m_of(g->dw), r = g->K, C = g->C, OC = g->OC;
     const int th = wino_tiles(g->OH, m), tw = wino_tiles(g->OW, m), tt = th * tw, T = B * tt;
     const size_t pts = points(m, r), v_n = pts * (size_t)T * C, z_n = pts * (size_t)T * OC;
-    karg a[] = {KA(scratch), KA(in), KA(C),  KA(g->H), KA(g->W), KA(g->pad),
-                KA(m),       KA(r),  KA(th), KA(tw),   KA(T),    KA(C)};
-    if (ocl_launch_3d(o, "wino_input", a, NARGS(a), (size_t)C, (size_t)tt, (size_t)B, e))
-        return -1;
+    if (input_tiles(o, scratch, in, B, C, g->H, g->W, g->pad, m, r, th, tw, e)) return -1;
     cl_ulong zoff = v_n, uoff = v_n + z_n;
     karg b[] = {KA(scratch), KA(zoff), KA(dout), KA(OC), KA(g->OH), KA(g->OW),
                 KA(m),       KA(r),    KA(th),   KA(tw), KA(T),     KA(OC)};

@@ -59,21 +59,13 @@ typedef struct ocl_ctx {
 
 static int in_place(const layer *L) { return (layer_flags(L->kind) & LF_IN_PLACE) != 0; }
 
-// A convolution's geometry with its algorithms (algo NULL: direct).
-static conv_geom conv_algo_geom(const layer *L, const conv_choice *algo) {
-    conv_geom g = {.C = L->c, .Cs = L->c, .H = L->h, .W = L->w, .OC = L->oc, .K = L->k,
-                   .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow};
-    if (algo) g.fwd = algo->fwd, g.din = algo->din, g.dw = algo->dw;
-    return g;
-}
-
 // The Winograd scratch (floats) and marks (bytes) the convolutions of m share for B samples.
 static void wino_sizes(const model *m, const conv_choice *algo, int B, size_t *scratch,
                        size_t *exact) {
     *scratch = *exact = 0;
     for (int l = 0; algo && l < m->n_layers; l++) {
         if (m->layers[l].kind != LAYER_CONV2D) continue;
-        conv_geom g = conv_algo_geom(&m->layers[l], &algo[l]);
+        conv_geom g = ocl_conv_geom(&m->layers[l], &algo[l]);
         size_t s = ocl_wino_scratch_floats(&g, B), x = ocl_wino_exact_bytes(&g, B);
         if (s > *scratch) *scratch = s;
         if (x > *exact) *exact = x;
@@ -139,7 +131,7 @@ static size_t fixed_bytes(const model *m, const conv_choice *algo, int max_batch
     size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes, u = 0;
     for (int l = 0; algo && l < m->n_layers; l++)
         if (m->layers[l].kind == LAYER_CONV2D) {
-            conv_geom g = conv_algo_geom(&m->layers[l], &algo[l]);
+            conv_geom g = ocl_conv_geom(&m->layers[l], &algo[l]);
             u += ocl_wino_u_floats(&g);
         }
     return 2 * sizeof(float) * m->n_params + u * sizeof(float) +
@@ -199,7 +191,7 @@ static int alloc_fixed(ocl_ctx *c, ht_error *e) {
     size_t u_max = 0;
     for (int l = 0; c->algo && l < m->n_layers; l++) {
         if (m->layers[l].kind != LAYER_CONV2D) continue;
-        conv_geom g = conv_algo_geom(&m->layers[l], &c->algo[l]);
+        conv_geom g = ocl_conv_geom(&m->layers[l], &c->algo[l]);
         size_t u = ocl_wino_u_floats(&g);
         if (u && mk(c, &c->wino_u[l], u * sizeof(float), e) < 0) return -1;
         u_max += u;
@@ -330,7 +322,7 @@ static int ocl_set_params(void *vctx, const float *params, ht_error *e) {
     for (int l = 0; l < c->m->n_layers; l++) {
         if (!c->wino_u || !c->wino_u[l]) continue;
         const layer *L = &c->m->layers[l];
-        conv_geom g = conv_algo_geom(L, &c->algo[l]);
+        conv_geom g = ocl_conv_geom(L, &c->algo[l]);
         const size_t n = ocl_wino_u_floats(&g);
         ocl_wino_weights(u, params + L->w_off, &g);
         cl_int werr = clEnqueueWriteBuffer(c->q, c->wino_u[l], CL_FALSE, 0, n * sizeof(float), u,

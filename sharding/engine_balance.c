@@ -9,17 +9,21 @@ void engine_capacities(const engine *g, double *cap) {
     for (int d = 0; d < g->n_devs; d++) cap[d] = g->slots[d].failed ? 0 : g->slots[d].capacity;
 }
 
-// Dropped devices stay 0; a 0 for a device that is not dropped keeps it resting
-// (ENGINE_REST_GAIN), as a checkpoint of a run with a resting device has it.
+// A device's capacity from the fits' or a checkpoint's cap, top the largest: 0 (resting,
+// ENGINE_REST_GAIN) stays 0, anything else at least ENGINE_MIN_SHARE of top.
+static double capacity_of(double cap, double top) {
+    return cap == 0 && top > 0 ? 0 : cap > top * ENGINE_MIN_SHARE ? cap : top * ENGINE_MIN_SHARE;
+}
+
+// Dropped devices stay 0; a 0 for a device that is not dropped keeps it resting, as a
+// checkpoint of a run with a resting device has it.
 void engine_set_capacities(engine *g, const double *cap) {
     double top = 0;
     for (int d = 0; d < g->n_devs; d++)
         if (!g->slots[d].failed && cap[d] > top) top = cap[d];
     for (int d = 0; d < g->n_devs; d++) {
         if (g->slots[d].failed) continue;
-        g->slots[d].capacity = cap[d] == 0 && top > 0            ? 0
-                               : cap[d] > top * ENGINE_MIN_SHARE ? cap[d]
-                                                                 : top * ENGINE_MIN_SHARE;
+        g->slots[d].capacity = capacity_of(cap[d], top);
     }
     shard_plan_free(&g->plan);
 }
@@ -82,10 +86,7 @@ void engine_refit(engine *g, int B, int force) {
     }
     for (int i = 0; i < k; i++) top = cap[i] > top ? cap[i] : top;
     for (int i = 0; i < k; i++)
-        if (loc[i] >= 0)
-            g->slots[loc[i]].capacity = cap[i] == 0                  ? 0
-                                        : cap[i] > top * ENGINE_MIN_SHARE ? cap[i]
-                                                                          : top * ENGINE_MIN_SHARE;
+        if (loc[i] >= 0) g->slots[loc[i]].capacity = capacity_of(cap[i], top);
     shard_plan_free(&g->plan);
 }
 

@@ -268,19 +268,6 @@ void net_ws_free(net_ws *ws) {
     memset(ws, 0, sizeof *ws);
 }
 
-void net_conv_decide(const model *m, int nthreads) {
-    if (m->setup.conv_algo != CONV_ALGO_AUTO) return;
-    net_lplan *plan = calloc((size_t)m->n_layers, sizeof *plan);
-    if (!plan) return; // the devices decide as they open
-    ws_measure(m, 1, nthreads, plan);
-    for (int l = 0; l < m->n_layers; l++) {
-        if (m->layers[l].kind != LAYER_CONV2D) continue;
-        conv_geom g = geom_of(&m->layers[l], &plan[l]);
-        conv_choose(&g, CONV_ALGO_AUTO, l > 0, nthreads);
-    }
-    free(plan);
-}
-
 int net_conv_choices(const model *m, int nthreads, conv_choice *out) {
     net_lplan *plan = calloc((size_t)m->n_layers, sizeof *plan);
     if (!plan) return -1;
@@ -320,6 +307,13 @@ static void describe(const model *m, const char *algo, size_t stride, char *buf,
 
 void net_conv_describe(const net_ws *ws, const model *m, char *buf, size_t len) {
     describe(m, (const char *)&ws->plan[0].algo, sizeof ws->plan[0], buf, len);
+}
+
+void net_conv_decide(const model *m, int nthreads) {
+    if (m->setup.conv_algo != CONV_ALGO_AUTO) return;
+    conv_choice *c = calloc((size_t)m->n_layers, sizeof *c);
+    if (c) net_conv_choices(m, nthreads, c); // else the devices decide as they open
+    free(c);
 }
 
 void net_conv_describe_choices(const model *m, const conv_choice *algo, char *buf, size_t len) {

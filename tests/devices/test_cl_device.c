@@ -118,13 +118,8 @@ static void steps_match_blank(const model *m, const char *tag, int blank, double
         char what[128];
         snprintf(what, sizeof what, "%s step %d mean gradient, cl:0.0 vs cpu", tag, s + 1);
         assert_true(check_step_grad(m, engine_grad(cl.g), engine_grad(cpu.g), what));
-        double d = 0, n = 0;
-        const float *a = engine_grad(cl.g), *b = engine_grad(cpu.g);
-        for (size_t i = 0; i < m->n_trainable; i++) {
-            d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-            n += (double)b[i] * b[i];
-        }
-        if (worst && sqrt(d / n) > *worst) *worst = sqrt(d / n);
+        const double d = test_rel_l2(engine_grad(cl.g), engine_grad(cpu.g), m->n_trainable);
+        if (worst && d > *worst) *worst = d;
     }
     test_rig_close(&cpu);
     test_rig_close(&cl);

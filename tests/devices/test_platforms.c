@@ -5,7 +5,6 @@
 // device, tensor by tensor; and one step on a mix of three platforms (the native CPU, PoCL and
 // Mesa's rusticl) against the CPU alone. It sets RUSTICL_ENABLE=llvmpipe; where Mesa's OpenCL
 // ICD is installed (rusticl.icd in the loader's folder) a missing rusticl platform fails.
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,7 +43,8 @@ static int teardown(void **state) {
     return 0;
 }
 
-// The OpenCL devices; fails when Mesa's ICD is installed and no rusticl device shows.
+// The OpenCL devices; fails when Mesa's ICD is installed and no rusticl device shows, skips
+// (visibly) when there is none.
 static int devices(ocl_dev_info **devs) {
     int n = 0;
     ht_error e;
@@ -57,18 +57,14 @@ static int devices(ocl_dev_info **devs) {
     if (access(icd, R_OK) == 0 && rusticl < 0)
         fail_msg("%s is installed but no rusticl device is listed (RUSTICL_ENABLE=%s)", icd,
                  getenv("RUSTICL_ENABLE") ? getenv("RUSTICL_ENABLE") : "unset");
+    if (n == 0) {
+        free(*devs);
+        printf("no OpenCL device: skipped\n");
+        skip();
+    }
     return n;
 }
 
-// Relative L2 difference of a and b over tensor t.
-static double tensor_rel(const float *a, const float *b, const model_tensor *t) {
-    double d = 0, r = 0;
-    for (size_t i = t->off; i < t->off + t->n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
 
 // One step of m on batch `step` from init on device `spec`; its mean gradient into grad.
 static void one_step(const model *m, const char *spec, const float *init, int step,
@@ -88,11 +84,6 @@ static void test_each_device_against_cpu(void **state) {
     (void)state;
     ocl_dev_info *devs = NULL;
     int n = devices(&devs);
-    if (n == 0) {
-        free(devs);
-        printf("no OpenCL device: skipped\n");
-        skip();
-    }
     ht_error e;
     model m;
     if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
@@ -108,7 +99,7 @@ static void test_each_device_against_cpu(void **state) {
             one_step(&m, devs[d].spec, init, step, got);
             printf("step %d %s (%s):", step + 1, devs[d].spec, devs[d].platform_name);
             for (int t = 0; t < nt; t++)
-                printf(" %s %.1e", ts[t].name, tensor_rel(got, ref, &ts[t]));
+                printf(" %s %.1e", ts[t].name, test_rel_l2(got + ts[t].off, ref + ts[t].off, ts[t].n));
             printf("\n");
             char what[256];
             snprintf(what, sizeof what, "%s step %d mean gradient vs cpu", devs[d].spec, step + 1);
@@ -141,11 +132,6 @@ static void test_three_platforms(void **state) {
     (void)state;
     ocl_dev_info *devs = NULL;
     int n = devices(&devs);
-    if (n == 0) {
-        free(devs);
-        printf("no OpenCL device: skipped\n");
-        skip();
-    }
     char spec[512];
     int count;
     mixed_spec(spec, sizeof spec, devs, n, &count);
@@ -160,9 +146,8 @@ static void test_three_platforms(void **state) {
     one_step(&m, spec, init, 0, got);
     // The whole update's relative difference (the first step's update is -lr times the
     // gradient): the default options' mixed step against the CPU's.
-    const model_tensor all = {.off = 0, .n = m.n_trainable};
     printf("default options, %s against cpu: mean gradient (= first update) %.2g relative\n",
-           spec, tensor_rel(got, ref, &all));
+           spec, test_rel_l2(got, ref, m.n_trainable));
     char what[600];
     snprintf(what, sizeof what, "%s mean gradient vs cpu", spec);
     assert_true(check_step_grad(&m, got, ref, what));

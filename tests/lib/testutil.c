@@ -58,6 +58,13 @@ int check_tensor(const float *a, const float *b, size_t n, float tol, float floo
 }
 
 // ||a-b|| / ||b|| over n elements (||a-b|| when b is 0); *wi gets the largest |a-b|'s index.
+static double rel_l2(const float *a, const float *b, size_t n, size_t *wi);
+
+double test_rel_l2(const float *a, const float *b, size_t n) {
+    size_t wi;
+    return rel_l2(a, b, n, &wi);
+}
+
 static double rel_l2(const float *a, const float *b, size_t n, size_t *wi) {
     double num = 0, den = 0, worst = 0;
     *wi = 0;

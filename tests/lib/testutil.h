@@ -11,6 +11,9 @@
 
 // Max relative error |a-b| / max(|a|,|b|,floor) over n elements. On failure (> tol) prints the
 // worst element with `name` and returns 0; returns 1 when within tol.
+// ||a-b|| / ||b|| over n elements, in double (||a-b|| when b is 0).
+double test_rel_l2(const float *a, const float *b, size_t n);
+
 int check_tensor(const float *a, const float *b, size_t n, float tol, float floor,
                  const char *name);
 

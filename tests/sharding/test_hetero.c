@@ -163,15 +163,6 @@ static void rgb_setup(model *m, dataset *ds) {
     for (int i = 0; i < 240; i++) ds->y[i] = (uint8_t)(i % 10);
 }
 
-// Relative L2 distance of two gradients over the whole buffer.
-static double grad_dist(const model *m, const float *a, const float *b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < m->n_params; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / den);
-}
 
 // With crops and flips on, each device augments the samples the plan gives it, from (seed,
 // epoch, id): any mix computes the step that the CPU device alone computes, to the tolerances
@@ -187,7 +178,7 @@ static void test_sharding_invariance_augmented(void **state) {
     reference ref = {0}, plain = {0};
     run_mix(&m, &ds, "cpu", 0, &aug, &ref);
     run_mix(&m, &ds, "cpu", 0, NULL, &plain);
-    double moved = grad_dist(&m, ref.grad[0], plain.grad[0]);
+    double moved = test_rel_l2(ref.grad[0], plain.grad[0], m.n_params);
     printf("augmented vs plain step 1 gradient: %.3g (relative L2)\n", moved);
     assert_true(moved > 50 * TOL_GRAD_ROUNDING);
     char mixes[5][128];
