@@ -25,10 +25,11 @@ void balance_add(balance *b, int d, int n, double t) {
 static int fit_line(const balance *bal, int d, double *a, double *b) {
     const double *f = bal->fit[d];
     if (f[1] <= 0 || f[2] <= 0) return -1;
+    // den / f0^2 is the variance of n; against the squared mean, the relative spread.
     double den = f[0] * f[3] - f[1] * f[1];
     *b = f[2] / f[1];
     *a = 0;
-    if (den > 1e-9 * f[0] * f[3]) {
+    if (den > BALANCE_MIN_SPREAD * BALANCE_MIN_SPREAD * f[1] * f[1]) {
         double bb = (f[0] * f[4] - f[1] * f[2]) / den, aa = (f[2] - bb * f[1]) / f[0];
         if (bb > 0 && aa >= 0) {
             *a = aa;

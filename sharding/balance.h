@@ -9,6 +9,12 @@
 #include "common.h"
 
 #define BALANCE_FORGET 0.85 // weight kept by older shards at each new one
+// The line needs shard sizes this far apart (standard deviation over mean) in the remembered
+// shards; closer together, the slope is the times' noise over a few samples' difference (a
+// device whose share barely moves could be fitted a slope near 0 and a huge fixed cost, and
+// the rest of the batch sent to it), so the device is modelled by its rate there, a = 0 and
+// b = t/n: near the shard size it runs at, which is where the plan keeps it, that is its cost.
+#define BALANCE_MIN_SPREAD 0.1
 
 typedef struct balance {
     int n; // devices

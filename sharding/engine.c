@@ -36,8 +36,12 @@ int engine_micro(const engine *g, int d) { return g->slots[d].micro; }
 
 int engine_gave_up(const engine *g, int d) { return g->slots[d].hung; }
 
-// Sends the master parameters to every active device. Adds each device's time to st.
-static int broadcast(engine *g, step_stats *st, ht_error *e) {
+// Sends the master parameters to every active device. Adds each device's time to st. After a
+// training step (defer) a device that copies them is only marked: its worker copies them at
+// the start of its next task, inside that pass, where a device with a small share has time
+// to spare, instead of in a pass of its own that every device and the host wait for
+// (measured: 1.6 ms of an 80 ms step for a PoCL device beside a CPU worker).
+static int broadcast(engine *g, step_stats *st, int defer, ht_error *e) {
     engine_task t = {.kind = TASK_PARAMS, .step = g->step};
     int copies = 0;
     g->bound = 0;
@@ -54,6 +58,10 @@ static int broadcast(engine *g, step_stats *st, ht_error *e) {
             g->bound = 1;
             continue;
         }
+        if (defer && s->work) {
+            s->work->stale = 1;
+            continue;
+        }
         s->dispatched = 1;
         copies++;
     }
@@ -68,7 +76,7 @@ static int broadcast(engine *g, step_stats *st, ht_error *e) {
 
 int engine_set_params(engine *g, const float *params, ht_error *e) {
     memcpy(g->params, params, sizeof(float) * g->m->n_params);
-    return broadcast(g, NULL, e);
+    return broadcast(g, NULL, 0, e);
 }
 
 int engine_open(engine **out, const engine_config *c, ht_error *e) {
@@ -122,7 +130,7 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
             return -1;
         }
     }
-    if (broadcast(g, NULL, e) < 0) {
+    if (broadcast(g, NULL, 0, e) < 0) {
         engine_close(g);
         return -1;
     }
@@ -390,7 +398,7 @@ static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
         // The state's place in the sum holds batchnorm's statistics: the moving averages.
         if (g->m->n_state) model_bn_update(g->m, g->params, g->sum);
         tu = ht_now();
-        if (broadcast(g, st, e) < 0) return -1;
+        if (broadcast(g, st, 1, e) < 0) return -1;
     }
     double t2 = ht_now();
     st->update_s = tu - t1;

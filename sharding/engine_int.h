@@ -67,6 +67,8 @@ typedef struct engine_work {
     void *ctx;
     // The task of this pass.
     int go;           // takes part in this pass
+    int stale;        // the device's copy of the parameters is older than the hub's: the
+                      // worker copies them before its next task (engine.c's broadcast)
     task_kind kind;
     int n;            // samples, gathered by the engine into x, y, ids
     uint64_t seed;

@@ -92,22 +92,25 @@ static void work_free(engine_work *w) {
     free(w);
 }
 
-// Runs one pass of a worker's task on its device.
+// Runs one pass of a worker's task on its device: first the parameters, if the engine has
+// broadcast new ones since the device last copied them.
 static void work_run(engine_work *w) {
     double t0 = ht_now();
     w->rc = 0;
     w->micro = 0;
     w->note[0] = 0;
-    if (w->kind == TASK_PARAMS) {
+    if (w->kind == TASK_PARAMS || w->stale) {
         w->rc = w->ops->set_params(w->ctx, w->hub->params, &w->err);
-    } else if (w->kind == TASK_TRAIN) {
+        if (w->rc == 0) w->stale = 0;
+    }
+    if (w->rc == 0 && w->kind == TASK_TRAIN) {
         shard_job job = {.x = w->x, .y = w->y, .ids = w->ids, .n = w->n, .seed = w->seed,
                          .epoch = w->epoch, .step = w->step};
         shard_result res = {.grad_sum = w->grad_sum, .loss = w->loss, .pred = w->pred};
         w->rc = w->ops->train_shard(w->ctx, &job, &res, &w->err);
         if (w->rc == 0) w->micro = res.micro;
         snprintf(w->note, sizeof w->note, "%s", res.note);
-    } else {
+    } else if (w->rc == 0 && w->kind == TASK_INFER) {
         w->rc = w->ops->infer(w->ctx, w->x, w->n, w->probs, &w->err);
     }
     w->busy_s = ht_now() - t0;

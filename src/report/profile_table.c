@@ -54,20 +54,20 @@ int profile_rows(const model *m, const device_profile *p, const profile_steps *s
         split_of(r, t, p->events);
         layers += t->time_s;
     }
-    // The device's shards took its layers plus the rest; the pass lasted until the slowest
-    // device answered (waking the device's thread is in it too); the broadcast until every
-    // device took the parameters. Names stay free of commas: they are CSV fields.
+    // The device's passes took its layers, the rest, and its copy of the parameters (a device
+    // that copies them does so at the start of its next pass); each pass lasted until the
+    // slowest device answered (waking the device's thread is in it too); the broadcast binds
+    // or marks the devices. Names stay free of commas: they are CSV fields.
     other_row(&rows[n], "device", "device: ", "outside layers", p->rest.time_s);
     split_of(&rows[n++], &p->rest, p->events);
     other_row(&rows[n], "device", "device: ", "set_params", p->params.time_s);
     split_of(&rows[n++], &p->params, p->events);
     other_row(&rows[n++], "wait", "wait: ", "until the pass ends",
-              s->pass_s - layers - p->rest.time_s);
+              s->pass_s - layers - p->rest.time_s - p->params.time_s);
     other_row(&rows[n++], "host", "host: ", "plan + gather inputs", s->prep_s);
     other_row(&rows[n++], "host", "host: ", "reduce", s->reduce_s);
     other_row(&rows[n++], "host", "host: ", "update", s->update_s);
-    other_row(&rows[n++], "host", "host: ", "broadcast to others",
-              s->bcast_s - p->params.time_s);
+    other_row(&rows[n++], "host", "host: ", "broadcast to others", s->bcast_s);
     for (int i = 0; i < n; i++) rows[i].share = s->wall_s > 0 ? 100 * rows[i].time_s / s->wall_s : 0;
     return n;
 }

@@ -170,6 +170,42 @@ static void test_resting(void **state) {
     assert_true(cap[1] == 0 && fabs(cap[0] - 1000) < TOL_EXACT * 1000);
 }
 
+// The same pair in a run's steady state: the CPU worker's shard barely moves (185..200
+// samples) and its times vary by more than those few samples cost. Least squares would read
+// the noise as a slope near 0 and a fixed cost of most of the step: the PoCL device's 15
+// samples would then seem to save under 3% and it would rest, and come back, and rest (seen in
+// bench/mixed.sh). Too little spread in n makes each device a rate: the CPU's ~0.43 ms a sample
+// makes the PoCL device's share worth ~8%, and it keeps it.
+static void test_narrow_spread_is_a_rate(void **state) {
+    (void)state;
+    const int B = 200;
+    balance bal;
+    balance_reset(&bal, 2);
+    for (int i = 0; i < 2; i++) {
+        balance_add(&bal, 0, 186, 0.080);
+        balance_add(&bal, 0, 185, 0.081);
+        balance_add(&bal, 0, 200, 0.082);
+    }
+    for (int i = 0; i < 3; i++) {
+        balance_add(&bal, 1, 14, 0.071);
+        balance_add(&bal, 1, 15, 0.075);
+    }
+    int active[2] = {1, 1};
+    double cap[2];
+    assert_int_equal(balance_capacities(&bal, active, B, cap), 0);
+    assert_in_range((long)cap[1], 12, 18);
+    balance_resting(&bal, active, B, 0.03, cap);
+    assert_in_range((long)cap[1], 12, 18);
+    // Spread out (100 and 200 samples), the same device's line is trusted: a fixed cost of
+    // 0.04 s and 0.2 ms a sample give a different share than the rate would.
+    balance_reset(&bal, 2);
+    feed(&bal, 0, 0.040, 0.0002, 100, 200, 3);
+    feed(&bal, 1, 0.0, 0.005, 10, 20, 3);
+    assert_int_equal(balance_capacities(&bal, active, B, cap), 0);
+    // T = 0.04 + 0.0002 n0 = 0.005 (200 - n0): n0 = 0.96 / 0.0052 = 184.6
+    assert_true(fabs(cap[0] - 0.96 / 0.0052) < 1e-6);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equal_finish_times),
@@ -178,6 +214,7 @@ int main(void) {
         cmocka_unit_test(test_old_timings_fade),
         cmocka_unit_test(test_rate_model_fallback),
         cmocka_unit_test(test_resting),
+        cmocka_unit_test(test_narrow_spread_is_a_rate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
