@@ -94,8 +94,13 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
         const uint8_t *y = job->y + (size_t)off * m->label_width;
         const float *probs = net_forward(&c->ws, m, c->use, x, y, n, &drop);
         record_outputs(c, probs, off, n, res);
-        // The first micro-batch writes the gradient sum, the others add to it.
+        // The first micro-batch writes the gradient sum, the others add to it; during the last,
+        // the layers it finishes are final.
+        const int last = off + step >= job->n;
+        c->ws.ready = last ? job->grad_ready : NULL;
+        c->ws.ready_arg = job->grad_ready_arg;
         net_backward_to(&c->ws, m, c->use, res->grad_sum, x, y, n, &drop, off == 0);
+        c->ws.ready = NULL;
     }
     res->micro = c->micro;
     omp_set_num_threads(caller_threads);

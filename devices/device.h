@@ -20,6 +20,11 @@ typedef struct shard_job {
     uint32_t epoch;
     long step;            // training step this shard belongs to, from 1; 0 for passes outside
                           // training (self-check, calibration, evaluation). Faults key on it.
+    // NULL, or called by a device that can tell (the CPU device) as its backward pass
+    // finishes layers: the shard's gradient sum from element `from` to n_trainable is final
+    // (net_grad_ready_from), so the engine can start sending it during the pass.
+    void (*grad_ready)(void *arg, size_t from);
+    void *grad_ready_arg;
 } shard_job;
 
 // What a device hands back for a shard.

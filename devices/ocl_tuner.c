@@ -108,7 +108,7 @@ static void describe(const tuner *t, const ocl_gemm_cfg *c, char *out, size_t ca
 // ---- one shard on the device ----
 
 static int run_shard(tuner *t, int n, float *grad, ht_error *e) {
-    shard_job job = {t->x, t->y, t->ids, n, 1, 0, 0};
+    shard_job job = {.x = t->x, .y = t->y, .ids = t->ids, .n = n, .seed = 1};
     shard_result res = {grad, t->loss, t->pred, 0, ""};
     ocl_prof_reset(t->ops);
     return t->d.ops->train_shard(t->d.ctx, &job, &res, e);

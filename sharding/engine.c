@@ -16,6 +16,9 @@ const float *engine_params(const engine *g) { return g->params; }
 const float *engine_grad(engine *g) {
     if (g->grad_ready && !g->grad_mean) {
         size_t n = g->m->n_params;
+        ht_error e;
+        // Each rank holds its own slice of the trainable part's sum; the rest is everyone's.
+        if (g->sliced && ranks_allgather_slices(g->grad, g->m->n_trainable, &e) < 0) return NULL;
         const float *sum = g->sum ? g->sum : g->grad; // one device's buffer, or g->grad
         for (size_t i = 0; i < n; i++) g->grad[i] = sum[i] * g->grad_scale;
         g->grad_mean = 1;
@@ -99,16 +102,20 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
     g->nan_stop = c->nan_stop;
     g->aug = c->augment;
     g->span = !c->alone && ranks_size() > 1;
+    g->sliced = g->span;
+    const char *ov = getenv("HETRAIN_OVERLAP");
+    g->no_overlap = ov && !strcmp(ov, "0");
+    g->comm_dt = c->comm_bf16 ? RANKS_BF16 : RANKS_F32;
     g->stop_flag = c->stop_flag;
     balance_reset(&g->bal, n_devs);
-    g->grad = ht_calloc(m->n_params + 2 * (size_t)max_batch + 2, sizeof(float), e);
+    g->grad = ht_calloc(m->n_params + 2 * (size_t)max_batch + 3, sizeof(float), e);
     g->orphans = ht_malloc((size_t)max_batch, sizeof *g->orphans, e);
     g->unit = ht_malloc((size_t)max_batch + 1, sizeof *g->unit, e);
     g->sorted = ht_malloc((size_t)max_batch, sizeof *g->sorted, e);
     g->own = ht_calloc((size_t)max_batch, 1, e);
     g->slots = ht_calloc((size_t)n_devs, sizeof *g->slots, e);
     if (!g->grad || !g->orphans || !g->unit || !g->sorted || !g->own || !g->slots ||
-        engine_workers_open(g, e) < 0 ||
+        (g->sliced && engine_buckets_init(g, e) < 0) || engine_workers_open(g, e) < 0 ||
         optim_init(&g->opt, &m->setup, m->n_trainable, e) < 0 ||
         optim_use_model(&g->opt, m, e) < 0) {
         engine_close(g);
@@ -144,6 +151,7 @@ void engine_close(engine *g) {
     engine_workers_close(g);
     for (int d = 0; g->slots && d < g->n_devs; d++) free(g->slots[d].pos);
     free(g->slots);
+    engine_buckets_free(g);
     free(g->grad);
     free(g->orphans);
     free(g->unit);
@@ -171,6 +179,15 @@ float engine_lr(const engine *g) { return optim_lr(&g->opt); }
 void engine_moments(const engine *g, const float **m, const float **v) {
     *m = g->opt.m;
     *v = g->opt.v;
+}
+
+int engine_gather_moments(engine *g, ht_error *e) {
+    if (!g->sliced) return 0;
+    size_t n = g->m->n_trainable;
+    if ((g->opt.m && ranks_allgather_slices(g->opt.m, n, e) < 0) ||
+        (g->opt.v && ranks_allgather_slices(g->opt.v, n, e) < 0))
+        return ht_wrap(e, "gathering the optimiser's moments");
+    return 0;
 }
 
 int engine_restore(engine *g, const engine_state *st, const float *params, const float *m,
@@ -250,8 +267,6 @@ static void gather(engine *g, void *arg) {
     }
 }
 
-#define ENGINE_PAR_MIN 65536 // elements below which a parallel pass costs more than it saves
-#define ENGINE_CHUNK 4096    // elements a thread sums over every device before moving on
 
 // The step's gradient sum from the deferred device sums: one device's buffer as it is (when the
 // step spans one rank: nothing to add up, here or over ranks), else their sum in device order
@@ -268,19 +283,7 @@ static const float *sum_devices(engine *g, const step_out *o, int *finite) {
         return a;
     }
     float *acc = g->grad;
-    const int k = o->n_sums;
-    if (k == 0) memset(acc, 0, sizeof(float) * n);
-#pragma omp parallel for reduction(+ : nan_seen) schedule(static) if (n >= ENGINE_PAR_MIN && k > 0)
-    for (size_t c = 0; c < n; c += ENGINE_CHUNK) {
-        size_t end = c + ENGINE_CHUNK < n ? c + ENGINE_CHUNK : n;
-        for (int d = 0; d < k; d++) {
-            const float *gs = o->sums[d];
-            if (d == 0) memcpy(acc + c, gs + c, sizeof(float) * (end - c));
-            else
-                for (size_t i = c; i < end; i++) acc[i] += gs[i];
-        }
-        for (size_t i = c; i < end; i++) nan_seen += acc[i] * 0.0f;
-    }
+    nan_seen = engine_add_sums(o->sums, o->n_sums, acc, 0, n);
     *finite = !isnan(nan_seen);
     return acc;
 }
@@ -304,7 +307,7 @@ static void name_non_finite(engine *g, const step_out *o) {
 // and prediction (each computed on one rank, zero on the others), the same on every rank, in
 // one reduction: [gradient | losses | predictions | non-finite flag | stop requests]. Which
 // positions this rank computed: those of its devices' shards, re-runs included.
-static int reduce_group(engine *g, step_out *o, int B, ht_error *e) {
+static int reduce_group(engine *g, step_out *o, int B, int redo, ht_error *e) {
     size_t P = g->m->n_params;
     float *lp = g->grad + P;
     for (int j = 0; j < B; j++) {
@@ -313,7 +316,25 @@ static int reduce_group(engine *g, step_out *o, int B, ht_error *e) {
     }
     lp[2 * B] = o->bad ? 1.0f : 0.0f;
     lp[2 * B + 1] = g->stop_flag && *g->stop_flag ? 1.0f : 0.0f;
-    if (group_sum(g, g->grad, P + 2 * (size_t)B + 2, e) < 0) return -1;
+    lp[2 * B + 2] = redo ? 1.0f : 0.0f;
+    if (g->sliced) {
+        // The trainable part is reduce-scattered by buckets (each rank sums the slice it
+        // updates; engine_reduce.c), already on their way; the rest (batchnorm's statistics,
+        // losses, predictions, flags: small) summed whole. A rank whose device failed in the
+        // pass (redo) had sent sums its re-runs then changed: every rank drops the buckets'
+        // results and reduces the whole trainable part again.
+        const size_t T = g->m->n_trainable;
+        if (group_sum(g, g->grad + T, P - T + 2 * (size_t)B + 3, e) < 0) {
+            engine_overlap_finish(g, 0, NULL);
+            return -1;
+        }
+        redo = lp[2 * B + 2] > 0;
+        if (engine_overlap_finish(g, !redo, e) < 0 ||
+            (redo && ranks_reduce_scatter(g->grad, T, g->comm_dt, e) < 0))
+            return -1;
+    } else if (group_sum(g, g->grad, P + 2 * (size_t)B + 3, e) < 0) {
+        return -1;
+    }
     for (int j = 0; j < B; j++) {
         if (o->loss) o->loss[j] = lp[j];
         if (o->pred) o->pred[j] = (int32_t)lp[B + j];
@@ -357,7 +378,13 @@ static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     if (g->rebalance > 0 && g->step % ENGINE_PROBE_EVERY == 0) engine_probe_idle(g);
     g->n_orphans = 0;
     g->prep_s = ht_now() - t0; // the plan
+    engine_overlap_begin(g);
     engine_dispatch(g, &t);
+    g->overlap = 0; // re-runs start no buckets
+    // A failed device's samples run again elsewhere and change the sums that buckets may
+    // already carry: those finish (as every rank expects them) and the step reduces whole.
+    const int redo = g->sliced && g->n_orphans > 0;
+    if (redo) engine_overlap_flush(g);
     if (g->rebalance > 0) engine_observe_pass(g);
     double slowest = 0;
     for (int d = 0; d < g->n_devs; d++)
@@ -374,13 +401,14 @@ static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     g->sum = g->grad;
     if (o.defer) {
         int finite;
-        g->sum = sum_devices(g, &o, &finite);
+        if (g->sliced) engine_overlap_rest(g, &finite);
+        else g->sum = sum_devices(g, &o, &finite);
         if (!finite) {
             o.bad = 1;
             name_non_finite(g, &o);
         }
     }
-    if (reduce_group(g, &o, B, e) < 0) return -1;
+    if (reduce_group(g, &o, B, redo, e) < 0) return -1;
     g->grad_ready = 1;
     g->grad_scale = 1.0f / (float)B;
     g->grad_mean = 0;
@@ -394,9 +422,17 @@ static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
         st->skipped = 1;
     } else {
         // The mean is taken inside the update (sum * 1/B, as a separate pass would).
-        optim_step_scaled(&g->opt, g->params, g->sum, g->grad_scale);
+        if (g->sliced) {
+            // This rank's slice (ZeRO stage 1): the same bits a whole update gives it.
+            size_t lo, hi;
+            ranks_slice(g->m->n_trainable, ranks_rank(), &lo, &hi);
+            optim_step_range(&g->opt, g->params, g->sum, g->grad_scale, lo, hi);
+        } else {
+            optim_step_scaled(&g->opt, g->params, g->sum, g->grad_scale);
+        }
         // The state's place in the sum holds batchnorm's statistics: the moving averages.
         if (g->m->n_state) model_bn_update(g->m, g->params, g->sum);
+        if (g->sliced && ranks_allgather_slices(g->params, g->m->n_trainable, e) < 0) return -1;
         tu = ht_now();
         if (broadcast(g, st, 1, e) < 0) return -1;
     }

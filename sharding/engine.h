@@ -79,6 +79,13 @@ typedef struct engine_config {
     // alone, even under mpirun (a test's reference run). A job of one rank is the same code over
     // one rank.
     int alone;
+    // Over several ranks the gradient is reduce-scattered: each rank sums one slice of it over
+    // the ranks (in rank order), updates that slice of the parameters with that slice of the
+    // optimiser's moments (ZeRO stage 1), and the ranks then gather each other's updated
+    // slices. comm_bf16 = 1 carries the gradient between ranks as bfloat16 (half the bytes;
+    // it changes the numerics: every rank's sum is rounded to 8 bits of mantissa before the
+    // float sum). The parameters always travel as they are.
+    int comm_bf16;
     // The job's stop request (set on a signal); NULL: none. See engine_stopping.
     const volatile int *stop_flag;
 } engine_config;
@@ -104,7 +111,8 @@ const float *engine_params(const engine *g);
 // Replaces the master parameters and broadcasts them (the optimiser state stays).
 int engine_set_params(engine *g, const float *params, ht_error *e);
 // The reduced mean gradient of the last step (n_params), made when asked for (the update takes
-// the sum and 1/B); valid until the next training pass.
+// the sum and 1/B); valid until the next training pass. Over several ranks every rank must
+// ask (the ranks gather each other's slices); NULL if that gather failed.
 const float *engine_grad(engine *g);
 
 // What an engine has learned beyond its parameters, for a checkpoint: with the parameters
@@ -120,8 +128,10 @@ typedef struct engine_state {
 
 void engine_get_state(const engine *g, engine_state *st);
 // The optimiser's moment buffers (n_trainable floats each): SGD's velocity as m and v NULL, or
-// Adam's first and second moments.
+// Adam's first and second moments. Over several ranks each rank keeps only its slice current:
+// engine_gather_moments (every rank calls it) brings every slice to every rank first.
 void engine_moments(const engine *g, const float **m, const float **v);
+int engine_gather_moments(engine *g, ht_error *e);
 // The learning-rate schedule's factor for the following steps (optim_set_lr_factor), and the
 // rate the next step will use (optim_lr).
 void engine_set_lr_factor(engine *g, double f);

@@ -7,6 +7,8 @@
 //                     re-fits, calibration
 //   engine_check.c    the self-check against a reference device
 //   engine_infer.c    inference
+//   engine_reduce.c   over several ranks: the gradient's buckets reduce-scattered, started
+//                     during the pass as the devices finish layers
 //   engine.c          open and close, the training step, the broadcast, the state
 #ifndef HETRAIN_ENGINE_INT_H
 #define HETRAIN_ENGINE_INT_H
@@ -21,6 +23,13 @@
 #include "plan.h"
 #include "ranks.h"
 
+#define ENGINE_PAR_MIN 65536 // elements below which a parallel pass costs more than it saves
+#define ENGINE_CHUNK 4096    // elements a thread sums over every device before moving on
+// A bucket of the gradient (engine_reduce.c) holds whole layers, at least this many floats
+// (1 MB) unless the layers before it are fewer: smaller ones would pay a collective's latency
+// for little traffic.
+#define ENGINE_BUCKET_MIN 262144
+#define ENGINE_POLL_S 0.0005 // while buckets travel, the engine's thread moves them this often
 #define ENGINE_REPLAN_GAIN 0.03 // re-plan only for a predicted step this much faster
 #define ENGINE_MIN_SHARE 0.005  // a device keeps at least this fraction of the largest capacity
 #define ENGINE_PROBE_EVERY 20   // steps between probes of devices the plan gives no samples
@@ -69,6 +78,9 @@ typedef struct engine_work {
     int go;           // takes part in this pass
     int stale;        // the device's copy of the parameters is older than the hub's: the
                       // worker copies them before its next task (engine.c's broadcast)
+    int want_ready;   // pass grad_ready to the device (a sliced training pass)
+    size_t ready_from; // the gradient from here on is final (SIZE_MAX: nothing yet); written
+                       // by the worker under the hub's lock
     task_kind kind;
     int n;            // samples, gathered by the engine into x, y, ids
     uint64_t seed;
@@ -136,6 +148,21 @@ struct engine {
     int *unit;       // engine_assign's scratch: where each group of positions starts (max_batch + 1)
     int *sorted;     // engine_assign's scratch: a re-run's positions in order (max_batch)
     uint8_t *own;    // (max_batch) positions this rank computed in the current step
+    int sliced;      // over several ranks: the gradient is reduce-scattered, each rank updates
+                     // its slice (ranks_slice of n_trainable) and the slices are gathered
+    ranks_dtype comm_dt; // how the reduce-scatter carries the gradient
+    // engine_reduce.c: the buckets (bucket k is [bucket[k + 1], bucket[k]), bucket[0] =
+    // n_trainable, bucket[n_buckets] = 0), this step's started ones and their state.
+    size_t *bucket;
+    int n_buckets;
+    ranks_rs **inflight;  // (n_buckets) started, not yet finished
+    int next_bucket;      // buckets started this step
+    int travelling;       // of those, the last this many have not been seen to arrive
+    int overlap;          // the pass under way may start buckets
+    float overlap_nan;    // NaN when a started bucket's local sum held a non-finite element
+    int overlap_err;      // a start failed: overlap_e says why (engine_overlap_finish)
+    ht_error overlap_e;
+    int no_overlap;       // HETRAIN_OVERLAP=0: every bucket starts after the pass (measurements)
     int span;        // steps are planned and reduced over every rank (ranks.h), not this
                      // process alone (engine_config.alone, or one rank): group_*
     const volatile int *stop_flag; // the job's stop request (a signal), engine_config's
@@ -189,6 +216,30 @@ int engine_worker_start(engine *g, int d, ht_error *e);
 void engine_workers_close(engine *g);
 // Runs task t on every dispatched device and waits for them; returns how many failed.
 int engine_dispatch(engine *g, const engine_task *t);
+
+// engine_reduce.c
+// acc[a, b) = the k sums added in order (sums[0] + sums[1]) + ...; NaN if it holds a
+// non-finite element, else 0. k = 0 zeroes the range.
+float engine_add_sums(const float *const *sums, int k, float *acc, size_t a, size_t b);
+int engine_buckets_init(engine *g, ht_error *e);
+void engine_buckets_free(engine *g);
+// Before a training step's first pass: its buckets may start as the devices report.
+void engine_overlap_begin(engine *g);
+// With the hub's lock held: starts every bucket all dispatched devices have finished, and
+// moves the started ones along. Returns 0 when there was nothing to do (the lock stayed held),
+// else ENGINE_POLL_RELEASED (it let go of the lock meanwhile), with ENGINE_POLL_TRAVELLING
+// while some are still on their way (engine_dispatch then waits in slices of ENGINE_POLL_S
+// to call it again).
+enum { ENGINE_POLL_RELEASED = 1, ENGINE_POLL_TRAVELLING = 2 };
+int engine_overlap_poll(engine *g);
+// After the pass: starts the buckets left, and sums the batchnorm statistics; *finite is 0 if
+// any local sum held a non-finite element.
+int engine_overlap_rest(engine *g, int *finite);
+// A device failed in the pass, so its re-runs change this rank's sums: starts the rest (the
+// other ranks expect them) and waits for all, keeping nothing. The step is then reduced whole.
+int engine_overlap_flush(engine *g);
+// Waits for every started bucket and (keep) writes this rank's sums of each into g->grad.
+int engine_overlap_finish(engine *g, int keep, ht_error *e);
 
 // engine_balance.c
 // Sets the capacities of the active devices (at least the minimum share) and drops the plan.

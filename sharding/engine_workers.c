@@ -92,6 +92,15 @@ static void work_free(engine_work *w) {
     free(w);
 }
 
+// The device's backward pass reports the gradient final from `from` on (shard_job.grad_ready).
+static void work_ready(void *arg, size_t from) {
+    engine_work *w = arg;
+    pthread_mutex_lock(&w->hub->mu);
+    if (from < w->ready_from) w->ready_from = from;
+    pthread_cond_broadcast(&w->hub->done);
+    pthread_mutex_unlock(&w->hub->mu);
+}
+
 // Runs one pass of a worker's task on its device: first the parameters, if the engine has
 // broadcast new ones since the device last copied them.
 static void work_run(engine_work *w) {
@@ -105,7 +114,8 @@ static void work_run(engine_work *w) {
     }
     if (w->rc == 0 && w->kind == TASK_TRAIN) {
         shard_job job = {.x = w->x, .y = w->y, .ids = w->ids, .n = w->n, .seed = w->seed,
-                         .epoch = w->epoch, .step = w->step};
+                         .epoch = w->epoch, .step = w->step,
+                         .grad_ready = w->want_ready ? work_ready : NULL, .grad_ready_arg = w};
         shard_result res = {.grad_sum = w->grad_sum, .loss = w->loss, .pred = w->pred};
         w->rc = w->ops->train_shard(w->ctx, &job, &res, &w->err);
         if (w->rc == 0) w->micro = res.micro;
@@ -159,6 +169,8 @@ static void work_prepare(engine *g, engine_slot *s, const engine_task *t) {
                                t->epoch);
     }
     w->kind = t->kind;
+    w->want_ready = t->kind == TASK_TRAIN && g->overlap;
+    w->ready_from = SIZE_MAX;
     w->n = s->n;
     w->seed = g->seed;
     w->epoch = t->epoch;
@@ -215,10 +227,31 @@ int engine_dispatch(engine *g, const engine_task *t) {
     unsigned long gen = ++h->gen;
     pthread_cond_broadcast(&h->go);
     for (;;) {
+        // Buckets to start as the devices report, and, while some travel, to move along: then
+        // the thread wakes at least every ENGINE_POLL_S. The poll lets go of the lock while it
+        // works, so the devices are counted after it; and a poll that let go of it polls again
+        // before sleeping, as a report may have come meanwhile.
+        int ov = t->kind == TASK_TRAIN && g->overlap ? engine_overlap_poll(g) : 0;
         int waiting = 0;
         for (int d = 0; d < g->n_devs; d++)
             waiting += g->slots[d].dispatched && g->slots[d].work->done_gen != gen;
         if (!waiting) break;
+        if (ov == ENGINE_POLL_RELEASED) continue;
+        if (ov & ENGINE_POLL_TRAVELLING) {
+            struct timespec soon;
+            clock_gettime(CLOCK_REALTIME, &soon);
+            soon.tv_nsec += (long)(ENGINE_POLL_S * 1e9);
+            if (soon.tv_nsec >= 1000000000L) {
+                soon.tv_sec++;
+                soon.tv_nsec -= 1000000000L;
+            }
+            int later = soon.tv_sec > deadline.tv_sec ||
+                        (soon.tv_sec == deadline.tv_sec && soon.tv_nsec >= deadline.tv_nsec);
+            if (pthread_cond_timedwait(&h->done, &h->mu, later ? &deadline : &soon) == ETIMEDOUT &&
+                later)
+                break;
+            continue;
+        }
         if (pthread_cond_timedwait(&h->done, &h->mu, &deadline) == ETIMEDOUT) break;
     }
     if (t->kind == TASK_TRAIN) {

@@ -2,6 +2,7 @@
 #include "ranks.h"
 
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,166 @@ int ranks_sum_ordered(float *buf, size_t n, ht_error *e) {
     if (rc == MPI_SUCCESS) rc = MPI_Bcast(buf, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
     comm_s += MPI_Wtime() - t0;
     return rc == MPI_SUCCESS ? 0 : mpi_fail(e, "summing over the ranks", rc);
+}
+
+void ranks_slice(size_t n, int r, size_t *lo, size_t *hi) {
+    size_t per = (n + (size_t)size - 1) / (size_t)size;
+    per = (per + RANKS_SLICE_ALIGN - 1) / RANKS_SLICE_ALIGN * RANKS_SLICE_ALIGN;
+    *lo = (size_t)r * per < n ? (size_t)r * per : n;
+    *hi = *lo + per < n ? *lo + per : n;
+}
+
+// Each rank's slice as MPI counts and displacements (ints: n < 2^30 checked by the callers).
+static void slice_counts(size_t n, int *count, int *displ) {
+    for (int r = 0; r < size; r++) {
+        size_t lo, hi;
+        ranks_slice(n, r, &lo, &hi);
+        count[r] = (int)(hi - lo);
+        displ[r] = (int)lo;
+    }
+}
+
+// Round to nearest even; a NaN stays a NaN.
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+struct ranks_rs {
+    MPI_Request req;
+    ranks_dtype dt;
+    size_t lo, m;      // this rank's part of the range: [lo, lo + m)
+    void *in, *out;    // every rank's values of that part, in rank order; bf16: what is sent
+    int *counts;       // send counts, displacements; receive counts, displacements (4 R)
+    double started;
+};
+
+// rank r's part of [a, b): its slice of [0, n) cut to the range.
+static void part_of(size_t n, int r, size_t a, size_t b, size_t *lo, size_t *hi) {
+    ranks_slice(n, r, lo, hi);
+    if (*lo < a) *lo = a;
+    if (*hi > b) *hi = b;
+    if (*hi < *lo) *hi = *lo;
+}
+
+static void rs_free(ranks_rs *r) {
+    if (!r) return;
+    free(r->in);
+    free(r->out);
+    free(r->counts);
+    free(r);
+}
+
+int ranks_rs_start(ranks_rs **out, const float *buf, size_t n, size_t a, size_t b,
+                   ranks_dtype dt, ht_error *e) {
+    *out = NULL;
+    if (size == 1) return 0;
+    if (n > (size_t)1 << 30) return ht_fail(e, "rank %d: %zu floats in one reduction", rank, n);
+    double t0 = MPI_Wtime();
+    ranks_rs *r = ht_calloc(1, sizeof *r, e);
+    if (!r) return -1;
+    r->dt = dt;
+    r->started = t0;
+    size_t lo, hi, esz = dt == RANKS_BF16 ? sizeof(uint16_t) : sizeof(float);
+    part_of(n, rank, a, b, &lo, &hi);
+    r->lo = lo;
+    r->m = hi - lo;
+    r->counts = ht_malloc((size_t)size * 4, sizeof(int), e);
+    r->in = r->counts ? ht_malloc(r->m * (size_t)size + 1, esz, e) : NULL;
+    if (r->in && dt == RANKS_BF16) r->out = ht_malloc(b - a + 1, esz, e);
+    if (!r->in || (dt == RANKS_BF16 && !r->out)) {
+        rs_free(r);
+        return -1;
+    }
+    int *sc = r->counts, *sd = sc + size, *rc = sc + 2 * size, *rd = sc + 3 * size;
+    for (int q = 0; q < size; q++) {
+        size_t ql, qh;
+        part_of(n, q, a, b, &ql, &qh);
+        sc[q] = (int)(qh - ql);
+        sd[q] = (int)(dt == RANKS_BF16 ? ql - a : ql);
+        rc[q] = (int)r->m;
+        rd[q] = (int)(r->m * (size_t)q);
+    }
+    int err;
+    if (dt == RANKS_BF16) {
+        uint16_t *h = r->out;
+        for (size_t i = a; i < b; i++) h[i - a] = to_bf16(buf[i]);
+        err = MPI_Ialltoallv(r->out, sc, sd, MPI_UINT16_T, r->in, rc, rd, MPI_UINT16_T,
+                             MPI_COMM_WORLD, &r->req);
+    } else {
+        err = MPI_Ialltoallv(buf, sc, sd, MPI_FLOAT, r->in, rc, rd, MPI_FLOAT, MPI_COMM_WORLD,
+                             &r->req);
+    }
+    comm_s += MPI_Wtime() - t0;
+    if (err != MPI_SUCCESS) {
+        rs_free(r);
+        return mpi_fail(e, "starting a reduce-scatter over the ranks", err);
+    }
+    *out = r;
+    return 0;
+}
+
+int ranks_rs_test(ranks_rs *r) {
+    if (!r) return 1;
+    double t0 = MPI_Wtime();
+    int done = 0;
+    if (MPI_Test(&r->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 1; // finish reports it
+    comm_s += MPI_Wtime() - t0;
+    return done;
+}
+
+int ranks_rs_finish(ranks_rs *r, float *buf, ht_error *e) {
+    if (!r) return 0;
+    double t0 = MPI_Wtime();
+    int err = MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    comm_s += MPI_Wtime() - t0;
+    if (err == MPI_SUCCESS && buf) {
+        float *dst = buf + r->lo;
+        const size_t m = r->m;
+        if (r->dt == RANKS_F32) {
+            const float *x = r->in;
+            memcpy(dst, x, m * sizeof(float));
+            for (int q = 1; q < size; q++)
+                for (size_t i = 0; i < m; i++) dst[i] += x[(size_t)q * m + i];
+        } else {
+            const uint16_t *x = r->in;
+            for (size_t i = 0; i < m; i++) dst[i] = from_bf16(x[i]);
+            for (int q = 1; q < size; q++)
+                for (size_t i = 0; i < m; i++) dst[i] += from_bf16(x[(size_t)q * m + i]);
+        }
+    }
+    rs_free(r);
+    return err == MPI_SUCCESS ? 0 : mpi_fail(e, "reduce-scatter over the ranks", err);
+}
+
+int ranks_reduce_scatter(float *buf, size_t n, ranks_dtype dt, ht_error *e) {
+    ranks_rs *r;
+    if (ranks_rs_start(&r, buf, n, 0, n, dt, e) < 0) return -1;
+    return ranks_rs_finish(r, buf, e);
+}
+
+int ranks_allgather_slices(float *buf, size_t n, ht_error *e) {
+    if (size == 1) return 0;
+    if (n > (size_t)1 << 30) return ht_fail(e, "rank %d: %zu floats in one gather", rank, n);
+    double t0 = MPI_Wtime();
+    int *c = ht_malloc((size_t)size * 2, sizeof(int), e);
+    if (!c) return -1;
+    slice_counts(n, c, c + size);
+    int err = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, c + size, MPI_FLOAT,
+                             MPI_COMM_WORLD);
+    free(c);
+    comm_s += MPI_Wtime() - t0;
+    return err == MPI_SUCCESS ? 0 : mpi_fail(e, "gathering the ranks' slices", err);
 }
 
 int ranks_bcast(float *buf, size_t n, ht_error *e) {

@@ -20,6 +20,33 @@ double ranks_take_comm_s(void);
 // Sums n floats over the ranks in rank order, ((r0 + r1) + r2) + ..., the same bits on every
 // rank: rank 0 gathers, adds in order and broadcasts the sum into buf everywhere.
 int ranks_sum_ordered(float *buf, size_t n, ht_error *e);
+// The ranks' slices of n floats: rank r's is [lo, hi), equal up to RANKS_SLICE_ALIGN floats,
+// in rank order; a slice may be empty.
+#define RANKS_SLICE_ALIGN 16
+void ranks_slice(size_t n, int r, size_t *lo, size_t *hi);
+// How the reduce-scatter carries the ranks' values: as they are, or rounded to bfloat16 (half
+// the bytes; the sums are still taken in float, but of rounded values).
+typedef enum ranks_dtype { RANKS_F32, RANKS_BF16 } ranks_dtype;
+// Reduce-scatter in rank order: afterwards this rank's slice of buf (ranks_slice) holds
+// ((x_0 + x_1) + x_2) + ... over every rank's buf, the same bits as ranks_sum_ordered gives;
+// the rest of buf is left as it was. Each rank sends and receives (R-1)/R of n values (one
+// all-to-all exchange of slices, then the sums in rank order here). Under RANKS_BF16 every
+// rank's values are rounded first, its own included, so the sum does not depend on which rank
+// owns the slice.
+int ranks_reduce_scatter(float *buf, size_t n, ranks_dtype dt, ht_error *e);
+// The same for the range [a, b) of buf (n floats) alone, started now and finished later, so
+// that it travels while the caller computes: each rank's slice cut to the range is summed
+// there. Every rank starts the same ranges in the same order. buf's range must stay unchanged
+// until ranks_rs_finish, which waits, writes this rank's part of the range (buf NULL: drops
+// it) and frees r. ranks_rs_test lets MPI move it along (Open MPI's TCP transport moves only
+// inside MPI calls) and says whether it arrived. A lone process gets r NULL: nothing to do.
+typedef struct ranks_rs ranks_rs;
+int ranks_rs_start(ranks_rs **r, const float *buf, size_t n, size_t a, size_t b,
+                   ranks_dtype dt, ht_error *e);
+int ranks_rs_test(ranks_rs *r);
+int ranks_rs_finish(ranks_rs *r, float *buf, ht_error *e);
+// Every rank's slice of buf (ranks_slice) into every rank's buf: (R-1)/R of n floats in and out.
+int ranks_allgather_slices(float *buf, size_t n, ht_error *e);
 // Rank 0's n floats into buf on every rank.
 int ranks_bcast(float *buf, size_t n, ht_error *e);
 // Every rank's `n` doubles, in rank order, into all (ranks_size() * n).

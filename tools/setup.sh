@@ -8,7 +8,7 @@ PACKAGES=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-c-headers p
           libclblast-dev libcmocka-dev libopenblas-openmp-dev zlib1g-dev libinih-dev
           libjson-c-dev libzip-dev libhdf5-dev dataset-fashion-mnist gnuplot-nox
           clang libclang-rt-14-dev libomp-14-dev libopenmpi-dev openmpi-bin
-          groff-base man-db oclgrind mesa-opencl-icd)
+          groff-base man-db oclgrind mesa-opencl-icd iproute2)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

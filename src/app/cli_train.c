@@ -107,6 +107,10 @@ static const char *usage_train =
     "                         when that predicts a step at least 3% faster; static: keep the\n"
     "                         @W capacities [auto]\n"
     "  --rebalance N          under auto, re-fit every N steps [5]\n"
+    "  --comm-dtype f32|bf16  under mpirun, how the gradient travels between ranks: as float,\n"
+    "                         or as bfloat16 (half the bytes; changes the numerics: each\n"
+    "                         rank's sum is rounded to 8 significant bits before the ranks'\n"
+    "                         float sum). Parameters always travel as float [f32]\n"
     "  --mem-limit SIZE       memory each device may use (256M, 2G); a device spec can set\n"
     "                         its own with :mem=, e.g. cl:0.0@3:mem=512M [what it reports]\n"
     "  --conv-algo auto|direct|winograd|winograd2\n"
@@ -207,6 +211,7 @@ int cli_train(int argc, char **argv) {
         {"mem-limit", required_argument, 0, OPT_MEM_LIMIT},
         {"no-self-check", no_argument, 0, OPT_NO_SELF_CHECK},
         {"on-nan", required_argument, 0, OPT_ON_NAN},
+        {"comm-dtype", required_argument, 0, OPT_COMM_DTYPE},
         {"device-timeout", required_argument, 0, OPT_DEVICE_TIMEOUT},
         {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
         {"resume", required_argument, 0, OPT_RESUME},
@@ -289,6 +294,12 @@ int cli_train(int argc, char **argv) {
             if (cli_parse_float("--weight-decay", optarg, 0, 1, 0, &f) < 0) return EXIT_USAGE;
             o.weight_decay = (float)f;
             o.given |= RUN_OPT_GIVEN(RUN_OPT_WEIGHT_DECAY);
+            break;
+        case OPT_COMM_DTYPE:
+            if (!strcmp(optarg, "f32")) o.comm_bf16 = 0;
+            else if (!strcmp(optarg, "bf16")) o.comm_bf16 = 1;
+            else return cli_usage_error("train", "--comm-dtype: expected f32 or bf16, found \"%s\"", optarg);
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_COMM_DTYPE);
             break;
         case OPT_WD_MODE:
             if (!strcmp(optarg, "l2")) o.wd_mode = WD_L2;

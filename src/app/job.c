@@ -172,6 +172,7 @@ int job_prepare(job *j, const train_opts *o, ht_error *e) {
                      : o->rebalance > 0         ? o->rebalance
                                                 : TRAIN_DEFAULT_REBALANCE,
         .timeout_s = o->device_timeout, .nan_stop = o->nan_stop, .augment = aug,
+        .comm_bf16 = o->comm_bf16,
         .stop_flag = &train_interrupted};
     if (engine_open(&j->g, &c, e) < 0) return -1;
     j->idx = ht_malloc((size_t)j->train.n, sizeof *j->idx, e);

@@ -71,6 +71,7 @@ typedef struct job {
     char all_name[HT_MAX_DEVICES][80];
     int all_rank[HT_MAX_DEVICES], all_local[HT_MAX_DEVICES];
     char *ranks_text;       // each rank's host and devices, JOB_RANK_TEXT bytes a rank
+    char ranks_warning[400]; // ranks of one host that share cores (job_span), or ""
     // --profile (job_profile.c): the devices keep records from the first step this process
     // runs; the steps' phases are summed here (prof_start: when the first of them began).
     int profiling;

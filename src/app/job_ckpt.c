@@ -84,6 +84,8 @@ int job_save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, ht_e
     // writes them with the rest.
     engine_state gs;
     engine_get_state(j->g, &gs);
+    // Over several ranks each keeps its own slice of the moments current: all of them first.
+    if (engine_gather_moments(j->g, e) < 0) return -1;
     double loc[7 * HT_MAX_DEVICES] = {0}, *all = ht_malloc((size_t)j->n_all * 7, sizeof(double), e);
     if (!all) return -1;
     for (int d = 0; d < j->n_devs; d++) {

@@ -1,8 +1,11 @@
 // The job over every rank of an MPI job (one rank without mpirun, the same code): the devices
 // of all ranks in the plan's order, the check that every rank has the same data and weights,
 // gathers of per-device values into the job's order and back, and each rank's --devices.
+#define _GNU_SOURCE // sched_getaffinity and the CPU_SET macros
 #include "job.h"
 
+#include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +39,85 @@ static double job_fingerprint(const job *j) {
     return (double)(h >> 11); // exact in a double
 }
 
+// The cores this process may run on, as bits of JOB_CPU_WORDS 32-bit words (each in a double,
+// exactly), after a hash of the host's name; returns how many cores.
+#define JOB_CPU_WORDS 32 // 1024 cores
+static int job_cpus(double *out) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    uint64_t h = 0;
+    for (const char *c = host; *c; c++) h = ht_mix64(h ^ (uint8_t)*c);
+    out[0] = (double)(h >> 11);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    for (int w = 0; w < JOB_CPU_WORDS; w++) {
+        uint32_t bits = 0;
+        for (int b = 0; b < 32 && w * 32 + b < CPU_SETSIZE; b++)
+            if (CPU_ISSET(w * 32 + b, &set)) bits |= 1u << b, n++;
+        out[1 + w] = bits;
+    }
+    return n;
+}
+
+// Ranks of one host bound to the same cores run by turns (Open MPI binds each rank to a core by
+// default, and with one rank per simulated node or container it binds them all to core 0): a
+// warning naming them, in j->ranks_warning. Two ranks are said to share when each is bound
+// (may run on fewer cores than the host has online) and their cores meet, or when the ranks
+// of a host have fewer cores among them than there are ranks.
+static int job_check_cores(job *j, ht_error *e) {
+    enum { W = 1 + JOB_CPU_WORDS };
+    const int R = ranks_size();
+    double mine[W], *all = ht_malloc((size_t)R * W, sizeof(double), e);
+    if (!all) return -1;
+    int n_mine = job_cpus(mine);
+    mine[0] = n_mine > 0 ? mine[0] : -1; // unknown: no check
+    if (ranks_allgather(mine, all, W, e) < 0) {
+        free(all);
+        return -1;
+    }
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    j->ranks_warning[0] = 0;
+    for (int a = 0; a < R && !j->ranks_warning[0]; a++) {
+        const double *x = all + (size_t)a * W;
+        if (x[0] < 0) continue;
+        int ranks = 0, uni = 0, na = 0;
+        uint32_t u[JOB_CPU_WORDS] = {0};
+        for (int w = 0; w < JOB_CPU_WORDS; w++) na += __builtin_popcount((uint32_t)x[1 + w]);
+        for (int b = 0; b < R; b++) {
+            const double *y = all + (size_t)b * W;
+            if (y[0] != x[0]) continue;
+            ranks++;
+            int nb = 0, meet = 0;
+            for (int w = 0; w < JOB_CPU_WORDS; w++) {
+                uint32_t yb = (uint32_t)y[1 + w];
+                u[w] |= yb;
+                nb += __builtin_popcount(yb);
+                meet += __builtin_popcount(yb & (uint32_t)x[1 + w]);
+            }
+            if (b > a && meet > 0 && na < online && nb < online) {
+                snprintf(j->ranks_warning, sizeof j->ranks_warning,
+                         "ranks %d and %d on one host are bound to %d shared core%s and take turns "
+                         "on %s; start mpirun with --bind-to none, or give each rank cores of its "
+                         "own (--map-by, a rankfile)", a, b, meet, meet == 1 ? "" : "s",
+                         meet == 1 ? "it" : "them");
+                break;
+            }
+        }
+        for (int w = 0; w < JOB_CPU_WORDS; w++) uni += __builtin_popcount(u[w]);
+        if (!j->ranks_warning[0] && ranks > uni)
+            snprintf(j->ranks_warning, sizeof j->ranks_warning,
+                     "%d ranks on one host (rank %d's) may run on %d core%s among them: they take "
+                     "turns; start fewer ranks there, or mpirun with --bind-to none", ranks, a, uni,
+                     uni == 1 ? "" : "s");
+    }
+    free(all);
+    if (j->ranks_warning[0] && ranks_rank() == 0)
+        fprintf(stderr, "hetrain: warning: %s\n", j->ranks_warning);
+    return 0;
+}
+
 // The job over every rank: names the devices of all ranks in the plan's order ("r<rank>/<spec>";
 // a job of one rank, its specs), and checks that every rank has the same data and weights as
 // rank 0.
@@ -64,6 +146,7 @@ int job_span(job *j, ht_error *e) {
             rc = ht_fail(e, "rank %d's data, batch or initial weights differ from rank 0's (every "
                             "rank reads the same files itself, with the same options)", r);
     free(prints);
+    if (rc == 0 && R > 1 && job_check_cores(j, e) < 0) rc = -1;
     j->n_all = 0;
     for (int r = 0; rc == 0 && r < R; r++) {
         const char *p = j->ranks_text + (size_t)r * JOB_RANK_TEXT;

@@ -99,6 +99,7 @@ void job_log_header(job *j, const train_opts *o) {
             run_log(rf, 0, "device %s: %.*s\n", j->devs[d].spec, (int)strcspn(p, "\n"), p);
         if (j->devs[d].warning[0]) run_log(rf, 0, "warning: %s\n", j->devs[d].warning);
     }
+    if (j->ranks_warning[0]) run_log(rf, 0, "warning: %s\n", j->ranks_warning);
     for (int r = 0; ranks_size() > 1 && r < ranks_size(); r++) { // over several ranks: each rank's host and devices
         const char *p = j->ranks_text + (size_t)r * JOB_RANK_TEXT;
         int n = (int)strcspn(p, "\n");

@@ -31,6 +31,7 @@ const run_opt run_opts[RUN_OPT_COUNT] = {
     [RUN_OPT_VAL_SPLIT] = {"--val-split", "val_split", RUN_OPT_DEFINES},
     [RUN_OPT_SEED] = {"--seed", "seed", RUN_OPT_DEFINES},
     [RUN_OPT_BN_GROUP] = {"--bn-group", "bn_group", RUN_OPT_DEFINES},
+    [RUN_OPT_COMM_DTYPE] = {"--comm-dtype", "comm_dtype", RUN_OPT_DEFINES},
     [RUN_OPT_DEVICES] = {"--devices", "devices_given", RUN_OPT_KEPT},
     [RUN_OPT_MEM_LIMIT] = {"--mem-limit", "mem_limit", RUN_OPT_KEPT},
     [RUN_OPT_BALANCE] = {"--balance", "balance", RUN_OPT_KEPT},
@@ -64,6 +65,7 @@ static const char *const wd_modes[] = {"l2", "decoupled", NULL}; // WD_L2, WD_DE
 static const char *const balances[] = {"auto", "static", NULL};  // BALANCE_AUTO, BALANCE_STATIC
 static const char *const on_nan[] = {"skip", "stop", NULL};
 static const char *const no_yes[] = {"0", "1", NULL};
+static const char *const comm_dtypes[] = {"f32", "bf16", NULL};
 
 static const struct {
     value_type type;
@@ -92,6 +94,7 @@ static const struct {
     [RUN_OPT_VAL_SPLIT] = {V_FLOAT, AT(val_split), NULL, NULL},
     [RUN_OPT_SEED] = {V_U64, AT(seed), NULL, NULL},
     [RUN_OPT_BN_GROUP] = {V_INT, AT(bn_group), NULL, "0"},
+    [RUN_OPT_COMM_DTYPE] = {V_NAMES, AT(comm_bf16), comm_dtypes, "f32"},
     [RUN_OPT_DEVICES] = {V_DEVICES, AT(devices_by), NULL, NULL},
     [RUN_OPT_MEM_LIMIT] = {V_U64, AT(mem_limit), NULL, NULL},
     [RUN_OPT_BALANCE] = {V_NAMES, AT(balance), balances, NULL},

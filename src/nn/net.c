@@ -560,6 +560,20 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
     return in;
 }
 
+size_t net_grad_ready_from(const model *m, int l) {
+    size_t from = m->n_trainable, below = 0;
+    for (int k = 0; k < m->n_layers; k++) {
+        const layer *L = &m->layers[k];
+        size_t lo = m->n_trainable, hi = 0;
+        if (L->n_w) lo = L->w_off < lo ? L->w_off : lo, hi = L->w_off + L->n_w > hi ? L->w_off + L->n_w : hi;
+        if (L->n_b) lo = L->b_off < lo ? L->b_off : lo, hi = L->b_off + L->n_b > hi ? L->b_off + L->n_b : hi;
+        if (lo >= hi) continue;
+        if (k >= l && lo < from) from = lo;
+        if (k < l && hi > below) below = hi;
+    }
+    return below <= from ? from : m->n_trainable;
+}
+
 void net_backward(net_ws *ws, const model *m, const float *params, float *grads, const float *x,
                   const uint8_t *y, int B, const net_dropout *drop) {
     net_backward_to(ws, m, params, grads, x, y, B, drop, 0);
@@ -612,6 +626,10 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
             }
         }
         if (ws->prof) ws->prof[2 * l + 1] += ht_now() - t;
+        if (ws->ready) {
+            size_t from = net_grad_ready_from(m, l);
+            if (from < m->n_trainable) ws->ready(ws->ready_arg, from);
+        }
     }
     if (ws->trunk > reach) trunk_backward(ws, m, params, grads, x, B, drop, dout, reach);
 }

@@ -53,6 +53,10 @@ typedef struct net_ws {
     // to the thread time each took (tprof: each thread's, nthreads * n_layers).
     double *prof;
     double *tprof;
+    // NULL, or called by net_backward(_to) as layers finish: the gradient from element `from` to
+    // n_trainable is final (net_grad_ready_from) and may be read while earlier layers go on.
+    void (*ready)(void *arg, size_t from);
+    void *ready_arg;
 } net_ws;
 
 // Dropout context: masks are keyed by (seed, epoch, ids[i], layer, element).
@@ -85,6 +89,11 @@ void net_backward(net_ws *ws, const model *m, const float *params, float *grads,
 void net_backward_to(net_ws *ws, const model *m, const float *params, float *grads,
                      const float *x, const uint8_t *y, int B, const net_dropout *drop,
                      int overwrite);
+
+// Where the gradient is final once layers [l, n_layers) have been through the backward pass:
+// the lowest offset of their trainable parameters, when every earlier layer's lie below it;
+// n_trainable otherwise (no suffix of the buffer is theirs alone) or when they have none.
+size_t net_grad_ready_from(const model *m, int l);
 
 // Makes conv_algo.h's decisions for every convolution of m as net_ws_init would, with nthreads
 // threads timing (under CONV_ALGO_AUTO; nothing to do otherwise), without a workspace: so

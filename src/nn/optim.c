@@ -191,7 +191,15 @@ static void sgd_reg(float *restrict p, float *restrict v, const float *restrict 
     }
 }
 
-static void sgd_step(optim *o, float *restrict p, const float *restrict g, const float sc) {
+// A span's part of [from, to): [*lo, *hi), empty when they do not meet.
+static void clip(const optim_span *sp, size_t from, size_t to, size_t *lo, size_t *hi) {
+    *lo = sp->off > from ? sp->off : from;
+    *hi = sp->off + sp->n < to ? sp->off + sp->n : to;
+    if (*hi < *lo) *hi = *lo;
+}
+
+static void sgd_step(optim *o, float *restrict p, const float *restrict g, const float sc,
+                     size_t from, size_t to) {
     const float mu = o->s.momentum;
     const double lr_d = decayed_lr(o, o->t);
     const float lr = (float)lr_d, W = o->s.weight_decay;
@@ -200,9 +208,10 @@ static void sgd_step(optim *o, float *restrict p, const float *restrict g, const
     int ns;
     const optim_span *sp = update_spans(o, &whole, &ns);
     for (int k = 0; k < ns; k++) {
-        size_t lo = sp[k].off, hi = sp[k].off + sp[k].n;
+        size_t lo, hi;
+        clip(&sp[k], from, to, &lo, &hi);
         int decay = sp[k].decay && W > 0;
-        if (sp[k].frozen) continue;
+        if (sp[k].frozen || lo == hi) continue;
         if (sp[k].l1 > 0 || sp[k].l2 > 0)
             sgd_reg(p, o->m, g, lo, hi, sc, mu, lr, o->s.nesterov,
                     (decay ? l2 : 0) + 2 * sp[k].l2, sp[k].l1, decay ? dc : 0);
@@ -257,7 +266,8 @@ static void adam_range(float *restrict p, float *restrict m, float *restrict v,
     }
 }
 
-static void adam_step(optim *o, float *restrict p, const float *restrict g, const float sc) {
+static void adam_step(optim *o, float *restrict p, const float *restrict g, const float sc,
+                      size_t from, size_t to) {
     o->t++;
     // Bias correction in double: beta^t underflows gracefully and 1-beta^t keeps its digits.
     const double t = (double)o->t, b1 = o->s.beta1, b2 = o->s.beta2;
@@ -270,16 +280,25 @@ static void adam_step(optim *o, float *restrict p, const float *restrict g, cons
     const optim_span *sp = update_spans(o, &whole, &ns);
     for (int k = 0; k < ns; k++) {
         int decay = sp[k].decay && W > 0, reg = sp[k].l1 > 0 || sp[k].l2 > 0;
-        if (sp[k].frozen) continue;
-        adam_range(p, o->m, o->v, g, sp[k].off, sp[k].off + sp[k].n, sc, lr, o->s.beta1,
+        size_t lo, hi;
+        clip(&sp[k], from, to, &lo, &hi);
+        if (sp[k].frozen || lo == hi) continue;
+        adam_range(p, o->m, o->v, g, lo, hi, sc, lr, o->s.beta1,
                    o->s.beta2, o->s.eps, decay || reg,
                    reg ? (decay ? l2 : 0) + 2 * sp[k].l2 : l2, decay ? dc : 0, reg, sp[k].l1);
     }
 }
 
+void optim_step_range(optim *o, float *params, const float *g, float scale, size_t lo,
+                      size_t hi) {
+    if (hi > o->n) hi = o->n;
+    if (lo > hi) lo = hi;
+    if (o->s.optim == OPTIM_ADAM) adam_step(o, params, g, scale, lo, hi);
+    else sgd_step(o, params, g, scale, lo, hi);
+}
+
 void optim_step_scaled(optim *o, float *params, const float *g, float scale) {
-    if (o->s.optim == OPTIM_ADAM) adam_step(o, params, g, scale);
-    else sgd_step(o, params, g, scale);
+    optim_step_range(o, params, g, scale, 0, o->n);
 }
 
 void optim_step(optim *o, float *params, const float *g) { optim_step_scaled(o, params, g, 1.0f); }

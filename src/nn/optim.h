@@ -66,6 +66,11 @@ void optim_set_lr_factor(optim *o, double f);
 void optim_step(optim *o, float *params, const float *g);
 // The same for the gradient g * scale (scale applied element by element, as a separate pass
 // would): the engine hands in the gradient sum and 1/B, which saves a pass over the buffer.
+// The same update, of elements [lo, hi) only (their moments too; the step count advances as for
+// a whole update): each element's new value is the bits a whole update gives it. Several ranks
+// each update their own slice with it (ZeRO stage 1).
+void optim_step_range(optim *o, float *params, const float *g, float scale, size_t lo,
+                      size_t hi);
 void optim_step_scaled(optim *o, float *params, const float *g, float scale);
 
 // Learning-rate schedules (--lr-schedule, a config's lr_schedule), as a factor f on lr; epoch

@@ -429,6 +429,59 @@ static void test_weight_decay_spares_biases(void **state) {
     model_free(&m);
 }
 
+// Updates by slices (ZeRO stage 1 over ranks): three ranges that tile the buffer, updated
+// one after another with each its own optimiser (as three ranks would), give the whole update's
+// bits, for SGD and Adam with decoupled weight decay over the model's spans (slice edges inside
+// a span); each range leaves the rest of the buffer and of the moments alone.
+static void test_step_by_slices(void **state) {
+    (void)state;
+    model m;
+    ht_error e;
+    if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
+    const size_t n = m.n_trainable, cut[4] = {0, n / 3 + 5, 2 * n / 3 - 17, n};
+    float *p0 = malloc(n * sizeof *p0), *g = malloc(n * sizeof *g), *whole = malloc(n * sizeof *whole),
+          *part = malloc(n * sizeof *part);
+    assert_true(p0 && g && whole && part);
+    model_init_params(&m, p0, 4);
+    for (size_t i = 0; i < n; i++) g[i] = 0.001f * (float)((int)(i % 13) - 6);
+    for (int k = 0; k < 2; k++) {
+        train_setup s = k ? adam_setup(0.01f, 0.9f, 0.999f, 1e-7f, 0.0f) : sgd_setup(0.1f, 0.9f, 1, 0.0f);
+        s.weight_decay = 0.01f;
+        s.wd_mode = WD_DECOUPLED;
+        optim ref, r[3];
+        assert_int_equal(optim_init(&ref, &s, n, &e), 0);
+        assert_int_equal(optim_use_model(&ref, &m, &e), 0);
+        memcpy(whole, p0, n * sizeof *whole);
+        memcpy(part, p0, n * sizeof *part);
+        for (int q = 0; q < 3; q++) {
+            assert_int_equal(optim_init(&r[q], &s, n, &e), 0);
+            assert_int_equal(optim_use_model(&r[q], &m, &e), 0);
+        }
+        for (int t = 0; t < 2; t++) {
+            optim_step_scaled(&ref, whole, g, 0.5f);
+            for (int q = 0; q < 3; q++) {
+                optim_step_range(&r[q], part, g, 0.5f, cut[q], cut[q + 1]);
+                assert_int_equal(r[q].t, t + 1);
+                // Outside its range the moments stay zero.
+                for (size_t i = 0; i < n; i++)
+                    if ((i < cut[q] || i >= cut[q + 1]) && r[q].m[i] != 0.0f)
+                        fail_msg("case %d: range %d moved moment %zu", k, q, i);
+            }
+        }
+        assert_memory_equal(whole, part, n * sizeof *whole);
+        for (int q = 0; q < 3; q++) {
+            assert_memory_equal(ref.m + cut[q], r[q].m + cut[q], (cut[q + 1] - cut[q]) * sizeof(float));
+            optim_free(&r[q]);
+        }
+        optim_free(&ref);
+    }
+    free(p0);
+    free(g);
+    free(whole);
+    free(part);
+    model_free(&m);
+}
+
 // --optimizer: Keras's defaults for the named optimizer replace the model's, then the keys;
 // everything else in the setup stays; errors leave the setup as it was.
 static void test_optimizer_parse(void **state) {
@@ -480,6 +533,7 @@ int main(void) {
         cmocka_unit_test(test_init_free),      cmocka_unit_test(test_lr_schedules),
         cmocka_unit_test(test_lr_schedule_errors), cmocka_unit_test(test_weight_decay_steps),
         cmocka_unit_test(test_weight_decay_spares_biases), cmocka_unit_test(test_optimizer_parse),
+        cmocka_unit_test(test_step_by_slices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,6 +92,56 @@ static void check_tensors(const model *m, const float *a, const float *b, double
     }
 }
 
+// --comm-dtype bf16: the gradient crosses between ranks rounded to bfloat16 (8 significant
+// bits, relative rounding at most 2^-9 of each rank's sum), summed in float. Against the float
+// transport's step (the one-process sum's bits): no longer the same bits, and within TOL_BF16
+// per tensor (2^-8: twice the rounding, for the ranks' sums partly cancelling). The parameters
+// travel as float: every rank holds the same bits.
+#define TOL_BF16 (1.0 / 256)
+static void test_bf16_transport(void **state) {
+    (void)state;
+    ht_error e;
+    model m;
+    dataset ds;
+    if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
+    m.setup.conv_algo = CONV_ALGO_DIRECT;
+    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
+        fail_msg("%s", e.msg);
+    dataset_limit(&ds, 300);
+    float *init = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, init, 9);
+    uint32_t idx[B];
+    for (int i = 0; i < B; i++) idx[i] = (uint32_t)((i * 41 + 3) % ds.n);
+    test_rig half, one;
+    engine_config c = {.m = &m, .params = init, .max_batch = B, .seed = 3, .comm_bf16 = 1};
+    test_rig_open_with(&half, "cpu:1", NULL, 0, &c);
+    c.alone = 1;
+    c.comm_bf16 = 0;
+    test_rig_open_with(&one, "cpu:1,cpu:1,cpu:1", NULL, 0, &c);
+    if (engine_train_step(half.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0 ||
+        engine_train_step(one.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0)
+        fail_msg("%s", e.msg);
+    const float *gh = engine_grad(half.g), *go = engine_grad(one.g);
+    assert_non_null(gh);
+    assert_memory_not_equal(gh, go, sizeof(float) * m.n_trainable);
+    check_tensors(&m, gh, go, TOL_BF16, "mean gradient, bf16 transport");
+    if (ranks_rank() == 0)
+        printf("bf16 transport: mean gradient %.1e relative L2 from float's\n",
+               test_rel_l2(gh, go, m.n_trainable));
+    // Every rank's parameters: rank 0's bits.
+    float *p = malloc(sizeof(float) * m.n_params);
+    memcpy(p, engine_params(half.g), sizeof(float) * m.n_params);
+    if (ranks_bcast(p, m.n_params, &e) < 0) fail_msg("%s", e.msg);
+    assert_memory_equal(p, engine_params(half.g), sizeof(float) * m.n_params);
+    free(p);
+    test_rig_close(&half);
+    test_rig_close(&one);
+    free(init);
+    dataset_free(&ds);
+    model_free(&m);
+}
+
 // Mixed devices over the ranks: rank 1 runs PoCL (cl:0.0), ranks 0 and 2 a cpu:1 each, against
 // one process over cpu:1,cl:0.0,cpu:1. The same plan gives every device the same samples, and
 // the ranks' sums are the process's device-order sum, so the step agrees to TOL_MPI_STEP per
@@ -198,6 +248,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_three_ranks_equal_one_process),
         cmocka_unit_test(test_three_ranks_augmented),
+        cmocka_unit_test(test_bf16_transport),
         cmocka_unit_test(test_mixed_ranks_equal_one_process),
         cmocka_unit_test(test_bn_ranks),
     };

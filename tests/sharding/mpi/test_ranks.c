@@ -1,5 +1,6 @@
 // ranks.h under mpirun -np 3 (ctest runs it so): the ordered sum gives every rank the bits of
-// ((r0 + r1) + r2), broadcasts and gathers carry rank 0's and every rank's values.
+// ((r0 + r1) + r2), and so does the reduce-scatter on each rank's slice (as float or as
+// bfloat16), broadcasts and gathers carry rank 0's and every rank's values.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -40,6 +41,70 @@ static void test_sum_ordered(void **state) {
     free(want);
 }
 
+// The reduce-scatter: this rank's slice holds the ordered sum's bits, the rest of the buffer
+// is untouched; the slices tile [0, n) in rank order, aligned, none longer than its share (so
+// each rank receives (R-1)/R of n); gathering the slices gives every rank every owner's values.
+static void test_reduce_scatter_and_gather(void **state) {
+    (void)state;
+    int size = ranks_size(), rank = ranks_rank();
+    enum { N = 100003 };
+    float *buf = malloc(sizeof(float) * N), *want = malloc(sizeof(float) * N);
+    size_t end = 0, share = (N + (size_t)size - 1) / (size_t)size;
+    for (int r = 0; r < size; r++) {
+        size_t lo, hi;
+        ranks_slice(N, r, &lo, &hi);
+        assert_int_equal(lo, end);
+        assert_int_equal(lo % RANKS_SLICE_ALIGN, 0);
+        assert_true(hi - lo <= share + RANKS_SLICE_ALIGN);
+        end = hi;
+    }
+    assert_int_equal(end, N);
+    for (size_t i = 0; i < N; i++) {
+        buf[i] = value(rank, i);
+        float s = value(0, i);
+        for (int r = 1; r < size; r++) s += value(r, i);
+        want[i] = s;
+    }
+    ht_error e;
+    if (ranks_reduce_scatter(buf, N, RANKS_F32, &e) < 0) fail_msg("%s", e.msg);
+    size_t lo, hi;
+    ranks_slice(N, rank, &lo, &hi);
+    assert_true(hi > lo);
+    assert_memory_equal(buf + lo, want + lo, sizeof(float) * (hi - lo));
+    for (size_t i = 0; i < N; i++)
+        if (i < lo || i >= hi) assert_true(buf[i] == value(rank, i));
+    if (ranks_allgather_slices(buf, N, &e) < 0) fail_msg("%s", e.msg);
+    assert_memory_equal(buf, want, sizeof(float) * N);
+    free(buf);
+    free(want);
+}
+
+// bfloat16 transport: values bfloat16 holds exactly sum as in float; others round to nearest,
+// ties to even, on every rank (the owner's own values too) before the float sum.
+static void test_reduce_scatter_bf16(void **state) {
+    (void)state;
+    int size = ranks_size(), rank = ranks_rank();
+    enum { N = 64 };
+    float buf[N], want[N];
+    for (size_t i = 0; i < N; i++) {
+        buf[i] = (float)(rank + 1) * (float)i - 7.0f; // small integers: exact in bfloat16
+        want[i] = 0;
+        for (int r = 0; r < size; r++) want[i] += (float)(r + 1) * (float)i - 7.0f;
+    }
+    // Halfway cases on rank 0 (every other rank adds 0 there): 1 + 2^-8 lies between 1 and
+    // 1 + 2^-7 and goes to the even 1; 1 + 3 * 2^-8 goes to 1 + 2^-6; 1 + 2^-8 + 2^-12 is
+    // above the halfway point and goes up to 1 + 2^-7.
+    const float in[3] = {1.00390625f, 1.01171875f, 1.00415039f}, out[3] = {1.0f, 1.015625f, 1.0078125f};
+    for (int k = 0; k < 3; k++) {
+        buf[k] = rank == 0 ? in[k] : 0.0f;
+        want[k] = out[k];
+    }
+    ht_error e;
+    if (ranks_reduce_scatter(buf, N, RANKS_BF16, &e) < 0 || ranks_allgather_slices(buf, N, &e) < 0)
+        fail_msg("%s", e.msg);
+    assert_memory_equal(buf, want, sizeof want);
+}
+
 static void test_bcast_and_gather(void **state) {
     (void)state;
     int size = ranks_size(), rank = ranks_rank();
@@ -66,6 +131,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sum_ordered),
         cmocka_unit_test(test_bcast_and_gather),
+        cmocka_unit_test(test_reduce_scatter_and_gather),
+        cmocka_unit_test(test_reduce_scatter_bf16),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ranks_finalize();
