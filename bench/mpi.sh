@@ -68,9 +68,20 @@ run() {
   if [[ $key == one ]]; then
     OMP_NUM_THREADS=2 "$HT" "${args[@]}" --devices cpu:2 >/dev/null
   else
-    tools/netsim.sh "$@" --mpi-args "-x OMP_NUM_THREADS=1" -- \
-      "$HT" "${args[@]}" --devices cpu:1 --balance static --comm-dtype "$DT" >/dev/null 2>"$WORK/err" ||
-      { cat "$WORK/err" >&2; exit 1; }
+    # A launch that hangs (tools/netsim.sh --timeout) is run again once.
+    local try
+    for try in 1 2; do
+      tools/netsim.sh "$@" --timeout 600 --mpi-args "-x OMP_NUM_THREADS=1" -- \
+        "$HT" "${args[@]}" --devices cpu:1 --balance static --comm-dtype "$DT" >/dev/null \
+        2>"$WORK/err" && break
+      if ((try == 1)); then
+        echo "  ($key: the job failed or hung; running it again)" >&2
+        rm -f "$WORK/$name".*
+        continue
+      fi
+      cat "$WORK/err" >&2
+      exit 1
+    done
   fi
   local m=$WORK/$name.metrics.csv steps=$(((SAMPLES[$net] + BATCH[$net] - 1) / BATCH[$net]))
   local comm=$(col "$m" comm_s) t=$(col "$m" time_s)
@@ -110,6 +121,7 @@ for net in $NETS; do
       -v g="$([[ $d == bf16 ]] && echo 2 || echo 4)" -v r="$r" -v c="$cms" 'BEGIN {
         u = tolower(r); v = u + 0; sub(/^[0-9.]+/, "", u)
         bps = v * ((u ~ /^g/) ? 1e9 : (u ~ /^m/) ? 1e6 : 1) / 8
+        if (bps <= 0) { printf "%.3f - -\n", s / o; exit }   # --rates none: no bound
         b = 1e3 * (N - 1) / N * T * (g + 4) / bps
         printf "%.3f %.2f %.2f\n", s / o, b, c / b }')
     printf '%-5s %5s %7s %5s %11s %7s %11s %10s %10s %11s\n' "$net" "$n" "$r" "$d" "$sps" "$ratio" \

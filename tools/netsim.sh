@@ -13,6 +13,9 @@
 #   --delay D           one-way delay added to each node's egress (netem), e.g. 50us
 #   --mtu M             the links' MTU (default 1500; 9000 for jumbo frames)
 #   --mpi-args "ARGS"   more mpirun options (word-split)
+#   --timeout SEC       end the job after SEC seconds (exit status 124): Open MPI's launcher
+#                       has been seen to wait forever for a node's daemon (once in some tens of
+#                       launches across 4 nodes)
 #
 # The job: mpirun, started inside node 0's namespace, launches ranks on every node through
 # Open MPI's rsh launcher with `ip netns exec NODE` as its agent, over TCP only (--mca btl
@@ -23,7 +26,7 @@
 # The rank placement and the link are printed on stderr, prefixed "netsim:".
 set -euo pipefail
 
-NODES=2 RATE=1gbit PPN=1 DELAY="" MTU=1500 MPI_ARGS=""
+NODES=2 RATE=1gbit PPN=1 DELAY="" MTU=1500 MPI_ARGS="" TIMEOUT=0
 while (($#)); do
   case $1 in
     --nodes) NODES=$2; shift 2 ;;
@@ -32,8 +35,9 @@ while (($#)); do
     --delay) DELAY=$2; shift 2 ;;
     --mtu) MTU=$2; shift 2 ;;
     --mpi-args) MPI_ARGS=$2; shift 2 ;;
+    --timeout) TIMEOUT=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "netsim: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +45,7 @@ done
 [[ $NODES =~ ^[0-9]+$ ]] && ((NODES >= 2 && NODES <= 200)) ||
   { echo "netsim: --nodes $NODES: expected 2..200" >&2; exit 2; }
 [[ $PPN =~ ^[0-9]+$ ]] && ((PPN >= 1)) || { echo "netsim: --ranks-per-node $PPN: expected >= 1" >&2; exit 2; }
+[[ $TIMEOUT =~ ^[0-9]+$ ]] || { echo "netsim: --timeout $TIMEOUT: expected whole seconds" >&2; exit 2; }
 [[ $(id -u) == 0 ]] || { echo "netsim: needs root (network namespaces and tc)" >&2; exit 77; }
 command -v ip >/dev/null && command -v tc >/dev/null ||
   { echo "netsim: needs iproute2 (ip, tc)" >&2; exit 77; }
@@ -121,8 +126,10 @@ np=$((NODES * PPN))
 echo "netsim: $NODES nodes ($hosts), link $RATE${DELAY:+, delay $DELAY}, MTU $MTU, $np ranks" >&2
 root_flags=()
 [[ $(id -u) == 0 ]] && root_flags=(--allow-run-as-root)
+limit=()
+((TIMEOUT > 0)) && limit=(timeout --kill-after=10 "$TIMEOUT")
 # shellcheck disable=SC2086
-ip netns exec "$(node 0)" "$MPIRUN" "${root_flags[@]}" -np "$np" --host "$hosts" \
+"${limit[@]}" ip netns exec "$(node 0)" "$MPIRUN" "${root_flags[@]}" -np "$np" --host "$hosts" \
   --mca plm_rsh_agent "$WORK/agent" --mca plm_rsh_no_tree_spawn 1 \
   --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
   --bind-to none $MPI_ARGS "$@"

@@ -87,7 +87,8 @@ static void test_two_nodes_over_tcp(void **state) {
         printf("skipped: network namespaces need root and iproute2 (tools/netsim.sh)\n");
         skip();
     }
-    two_ranks_equal_one_process(HT_SOURCE_DIR "/tools/netsim.sh --nodes 2 --rate 1gbit --mpi-args \"" HT_MPI_CONTEXT "\" --", "mpi-tcp");
+    two_ranks_equal_one_process(HT_SOURCE_DIR "/tools/netsim.sh --nodes 2 --rate 1gbit --timeout 300 "
+                                "--mpi-args \"" HT_MPI_CONTEXT "\" --", "mpi-tcp");
 }
 
 // One rank dies mid-run (SIGKILL in step 6: Open MPI then ends the whole job), or one rank is

@@ -21,20 +21,27 @@
 
 enum { B = 60 };
 
+// The 3-layer network with direct convolutions (each rank's process would time auto's choice
+// itself; the comparisons want one algorithm), 300 test images, initial weights from seed.
+static float *cnn3_fixture(model *m, dataset *ds, uint64_t seed) {
+    ht_error e;
+    if (model_init_preset(m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
+    m->setup.conv_algo = CONV_ALGO_DIRECT;
+    if (dataset_load_idx(ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
+        fail_msg("%s", e.msg);
+    dataset_limit(ds, 300);
+    float *init = malloc(sizeof(float) * m->n_params);
+    model_init_params(m, init, seed);
+    return init;
+}
+
 static void three_ranks_equal_one_process(const data_augment *aug) {
     assert_int_equal(ranks_size(), 3);
     ht_error e;
     model m;
     dataset ds;
-    if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
-    // Each rank's process would time auto's choice itself; the comparison wants one algorithm.
-    m.setup.conv_algo = CONV_ALGO_DIRECT;
-    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&ds, 300);
-    float *init = malloc(sizeof(float) * m.n_params);
-    model_init_params(&m, init, 3);
+    float *init = cnn3_fixture(&m, &ds, 3);
     uint32_t idx[B];
     for (int i = 0; i < B; i++) idx[i] = (uint32_t)((i * 37 + 5) % ds.n);
     float loss_mpi[B], loss_one[B];
@@ -103,14 +110,7 @@ static void test_bf16_transport(void **state) {
     ht_error e;
     model m;
     dataset ds;
-    if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
-    m.setup.conv_algo = CONV_ALGO_DIRECT;
-    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&ds, 300);
-    float *init = malloc(sizeof(float) * m.n_params);
-    model_init_params(&m, init, 9);
+    float *init = cnn3_fixture(&m, &ds, 9);
     uint32_t idx[B];
     for (int i = 0; i < B; i++) idx[i] = (uint32_t)((i * 41 + 3) % ds.n);
     test_rig half, one;
@@ -154,15 +154,7 @@ static void test_mixed_ranks_equal_one_process(void **state) {
     model m;
     dataset ds;
     int cl = test_have_opencl("rank 1 runs cpu:1 instead of cl:0.0");
-    if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
-    // Each rank's process would time auto's choice itself; the comparison wants one algorithm.
-    m.setup.conv_algo = CONV_ALGO_DIRECT;
-    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&ds, 300);
-    float *init = malloc(sizeof(float) * m.n_params);
-    model_init_params(&m, init, 5);
+    float *init = cnn3_fixture(&m, &ds, 5);
     uint32_t idx[B];
     for (int i = 0; i < B; i++) idx[i] = (uint32_t)((i * 53 + 11) % ds.n);
     float loss_mpi[B], loss_one[B];

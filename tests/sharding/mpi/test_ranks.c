@@ -19,21 +19,27 @@ static float value(int r, size_t i) {
     return (float)((double)(x >> 40) / (1 << 24) - 0.5) * (float)(1 << (i % 20));
 }
 
+// buf: this rank's values; want: the rank-order sum ((v0 + v1) + v2) ... of every rank's.
+static void fill(float *buf, float *want, size_t n) {
+    const int size = ranks_size(), rank = ranks_rank();
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = value(rank, i);
+        float s = value(0, i);
+        for (int r = 1; r < size; r++) s += value(r, i);
+        want[i] = s;
+    }
+}
+
 static void test_sum_ordered(void **state) {
     (void)state;
-    int size = ranks_size(), rank = ranks_rank();
+    int size = ranks_size();
     const char *world = getenv("OMPI_COMM_WORLD_SIZE"); // set by Open MPI's mpirun
     assert_non_null(world);
     assert_int_equal(size, atoi(world));
     assert_true(size > 1);
     enum { N = 100003 };
     float *buf = malloc(sizeof(float) * N), *want = malloc(sizeof(float) * N);
-    for (size_t i = 0; i < N; i++) {
-        buf[i] = value(rank, i);
-        float s = value(0, i);
-        for (int r = 1; r < size; r++) s += value(r, i);
-        want[i] = s;
-    }
+    fill(buf, want, N);
     ht_error e;
     if (ranks_sum_ordered(buf, N, &e) < 0) fail_msg("%s", e.msg);
     assert_memory_equal(buf, want, sizeof(float) * N);
@@ -59,12 +65,7 @@ static void test_reduce_scatter_and_gather(void **state) {
         end = hi;
     }
     assert_int_equal(end, N);
-    for (size_t i = 0; i < N; i++) {
-        buf[i] = value(rank, i);
-        float s = value(0, i);
-        for (int r = 1; r < size; r++) s += value(r, i);
-        want[i] = s;
-    }
+    fill(buf, want, N);
     ht_error e;
     if (ranks_reduce_scatter(buf, N, RANKS_F32, &e) < 0) fail_msg("%s", e.msg);
     size_t lo, hi;
