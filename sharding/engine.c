@@ -305,7 +305,7 @@ static void name_non_finite(engine *g, const step_out *o) {
 
 // The gradient sums of every rank of the step added in rank order, and every position's loss
 // and prediction (each computed on one rank, zero on the others), the same on every rank, in
-// one reduction: [gradient | losses | predictions | non-finite flag | stop requests]. Which
+// one reduction: [gradient | losses | predictions | non-finite flag | stop requests | redo]. Which
 // positions this rank computed: those of its devices' shards, re-runs included.
 static int reduce_group(engine *g, step_out *o, int B, int redo, ht_error *e) {
     size_t P = g->m->n_params;

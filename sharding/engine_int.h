@@ -234,10 +234,11 @@ enum { ENGINE_POLL_RELEASED = 1, ENGINE_POLL_TRAVELLING = 2 };
 int engine_overlap_poll(engine *g);
 // After the pass: starts the buckets left, and sums the batchnorm statistics; *finite is 0 if
 // any local sum held a non-finite element.
-int engine_overlap_rest(engine *g, int *finite);
+void engine_overlap_rest(engine *g, int *finite);
 // A device failed in the pass, so its re-runs change this rank's sums: starts the rest (the
-// other ranks expect them) and waits for all, keeping nothing. The step is then reduced whole.
-int engine_overlap_flush(engine *g);
+// other ranks expect them) and waits for all, keeping nothing (an error waits for the step's
+// engine_overlap_finish). The step is then reduced whole.
+void engine_overlap_flush(engine *g);
 // Waits for every started bucket and (keep) writes this rank's sums of each into g->grad.
 int engine_overlap_finish(engine *g, int keep, ht_error *e);
 

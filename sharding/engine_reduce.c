@@ -112,7 +112,7 @@ int engine_overlap_poll(engine *g) {
     return ENGINE_POLL_RELEASED | (g->travelling > 0 ? ENGINE_POLL_TRAVELLING : 0);
 }
 
-int engine_overlap_rest(engine *g, int *finite) {
+void engine_overlap_rest(engine *g, int *finite) {
     const float *sums[HT_MAX_DEVICES];
     int k = device_sums(g, sums);
     while (g->next_bucket < g->n_buckets) start_next(g, sums, k);
@@ -120,14 +120,16 @@ int engine_overlap_rest(engine *g, int *finite) {
     const size_t T = g->m->n_trainable;
     float nan_seen = g->overlap_nan + engine_add_sums(sums, k, g->grad, T, g->m->n_params);
     *finite = !isnan(nan_seen);
-    return 0;
 }
 
-int engine_overlap_flush(engine *g) {
+void engine_overlap_flush(engine *g) {
     while (g->next_bucket < g->n_buckets) start_next(g, NULL, -1);
-    int rc = engine_overlap_finish(g, 0, NULL);
-    g->next_bucket = g->n_buckets; // started and finished: nothing left for this step
-    return rc;
+    // A failed wait is kept, as a failed start is, for the step's engine_overlap_finish.
+    ht_error e;
+    if (engine_overlap_finish(g, 0, &e) < 0 && !g->overlap_err) {
+        g->overlap_err = 1;
+        g->overlap_e = e;
+    }
 }
 
 int engine_overlap_finish(engine *g, int keep, ht_error *e) {

@@ -205,6 +205,20 @@ static const char *pass_name(const engine_task *t) {
 // errs or does not answer is dropped (with an event); its positions go to g->orphans. A device
 // that does not answer is given up: its worker keeps its own buffers and closes the device if
 // it ever comes back. Returns the number of devices that failed.
+// CLOCK_REALTIME (pthread_cond_timedwait's clock) `seconds` from now.
+static struct timespec clock_after(double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double whole = floor(seconds);
+    ts.tv_sec += (time_t)whole;
+    ts.tv_nsec += (long)((seconds - whole) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 int engine_dispatch(engine *g, const engine_task *t) {
     engine_hub *h = g->hub;
     double t0 = ht_now();
@@ -214,15 +228,7 @@ int engine_dispatch(engine *g, const engine_task *t) {
         if (s->dispatched) work_prepare(g, s, t);
     }
     double t1 = ht_now();
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    double whole = floor(g->timeout_s);
-    deadline.tv_sec += (time_t)whole;
-    deadline.tv_nsec += (long)((g->timeout_s - whole) * 1e9);
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    const struct timespec deadline = clock_after(g->timeout_s);
     pthread_mutex_lock(&h->mu);
     unsigned long gen = ++h->gen;
     pthread_cond_broadcast(&h->go);
@@ -238,13 +244,7 @@ int engine_dispatch(engine *g, const engine_task *t) {
         if (!waiting) break;
         if (ov == ENGINE_POLL_RELEASED) continue;
         if (ov & ENGINE_POLL_TRAVELLING) {
-            struct timespec soon;
-            clock_gettime(CLOCK_REALTIME, &soon);
-            soon.tv_nsec += (long)(ENGINE_POLL_S * 1e9);
-            if (soon.tv_nsec >= 1000000000L) {
-                soon.tv_sec++;
-                soon.tv_nsec -= 1000000000L;
-            }
+            const struct timespec soon = clock_after(ENGINE_POLL_S);
             int later = soon.tv_sec > deadline.tv_sec ||
                         (soon.tv_sec == deadline.tv_sec && soon.tv_nsec >= deadline.tv_nsec);
             if (pthread_cond_timedwait(&h->done, &h->mu, later ? &deadline : &soon) == ETIMEDOUT &&

@@ -106,7 +106,6 @@ struct ranks_rs {
     size_t lo, m;      // this rank's part of the range: [lo, lo + m)
     void *in, *out;    // every rank's values of that part, in rank order; bf16: what is sent
     int *counts;       // send counts, displacements; receive counts, displacements (4 R)
-    double started;
 };
 
 // rank r's part of [a, b): its slice of [0, n) cut to the range.
@@ -134,7 +133,6 @@ int ranks_rs_start(ranks_rs **out, const float *buf, size_t n, size_t a, size_t 
     ranks_rs *r = ht_calloc(1, sizeof *r, e);
     if (!r) return -1;
     r->dt = dt;
-    r->started = t0;
     size_t lo, hi, esz = dt == RANKS_BF16 ? sizeof(uint16_t) : sizeof(float);
     part_of(n, rank, a, b, &lo, &hi);
     r->lo = lo;
