@@ -105,6 +105,7 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
     g->sliced = g->span;
     const char *ov = getenv("HETRAIN_OVERLAP");
     g->no_overlap = ov && !strcmp(ov, "0");
+    const char *fc = getenv("HETRAIN_FACTORS");
     g->comm_dt = c->comm_bf16 ? RANKS_BF16 : RANKS_F32;
     g->stop_flag = c->stop_flag;
     balance_reset(&g->bal, n_devs);
@@ -115,6 +116,7 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
     g->own = ht_calloc((size_t)max_batch, 1, e);
     g->slots = ht_calloc((size_t)n_devs, sizeof *g->slots, e);
     if (!g->grad || !g->orphans || !g->unit || !g->sorted || !g->own || !g->slots ||
+        engine_factors_init(g, c->devs, n_devs, c->no_factors || (fc && !strcmp(fc, "0")), e) < 0 ||
         (g->sliced && engine_buckets_init(g, e) < 0) || engine_workers_open(g, e) < 0 ||
         optim_init(&g->opt, &m->setup, m->n_trainable, e) < 0 ||
         optim_use_model(&g->opt, m, e) < 0) {
@@ -328,7 +330,7 @@ static int reduce_group(engine *g, step_out *o, int B, int redo, ht_error *e) {
             engine_overlap_finish(g, 0, NULL);
             return -1;
         }
-        redo = lp[2 * B + 2] > 0;
+        redo = g->step_redo = lp[2 * B + 2] > 0;
         if (engine_overlap_finish(g, !redo, e) < 0 ||
             (redo && ranks_reduce_scatter(g->grad, T, g->comm_dt, e) < 0))
             return -1;
@@ -379,8 +381,9 @@ static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     g->n_orphans = 0;
     g->prep_s = ht_now() - t0; // the plan
     engine_overlap_begin(g);
+    g->want_fac = g->n_fac > 0;
     engine_dispatch(g, &t);
-    g->overlap = 0; // re-runs start no buckets
+    g->overlap = g->want_fac = 0; // re-runs start no buckets
     // A failed device's samples run again elsewhere and change the sums that buckets may
     // already carry: those finish (as every rank expects them) and the step reduces whole.
     const int redo = g->sliced && g->n_orphans > 0;
@@ -422,17 +425,12 @@ static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
         st->skipped = 1;
     } else {
         // The mean is taken inside the update (sum * 1/B, as a separate pass would).
-        if (g->sliced) {
-            // This rank's slice (ZeRO stage 1): the same bits a whole update gives it.
-            size_t lo, hi;
-            ranks_slice(g->m->n_trainable, ranks_rank(), &lo, &hi);
-            optim_step_range(&g->opt, g->params, g->sum, g->grad_scale, lo, hi);
-        } else {
-            optim_step_scaled(&g->opt, g->params, g->sum, g->grad_scale);
-        }
+        // This rank's slice (ZeRO stage 1) and the factored layers, then every rank's: the
+        // same bits a whole update gives each element.
+        if (g->sliced && engine_update_sliced(g, e) < 0) return -1;
+        if (!g->sliced) optim_step_scaled(&g->opt, g->params, g->sum, g->grad_scale);
         // The state's place in the sum holds batchnorm's statistics: the moving averages.
         if (g->m->n_state) model_bn_update(g->m, g->params, g->sum);
-        if (g->sliced && ranks_allgather_slices(g->params, g->m->n_trainable, e) < 0) return -1;
         tu = ht_now();
         if (broadcast(g, st, 1, e) < 0) return -1;
     }

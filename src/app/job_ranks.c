@@ -211,6 +211,8 @@ const char *job_devices_of_rank(const train_opts *o, ht_error *e, int *bad) {
     *bad = 0;
     for (int i = 0; i < o->n_devices_by; i++) {
         const char *v = o->devices_by[i], *eq = strchr(v, '=');
+        // A key is a rank or a host name: the '=' of a device's ":mem=SIZE" follows a ':'.
+        if (eq && strcspn(v, ":,@") < (size_t)(eq - v)) eq = NULL;
         if (!eq) {
             if (plain) {
                 *bad = 1;

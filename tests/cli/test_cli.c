@@ -253,6 +253,29 @@ static void test_conv_algo(void **state) {
     free(dir);
 }
 
+// A device's own memory limit, --devices cpu:1:mem=32M, reaches the device (its workspace
+// then holds 7 of cnn2's samples, logged), also when it is the only --devices given: its '='
+// is not a KEY=SPEC's (which once opened the default devices instead).
+static void test_device_mem_option(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("cli-device-mem");
+    char *train = test_fashion_csv(dir, FASHION_TRAIN, 40, 1);
+    char args[4096], path[1200];
+    snprintf(args, sizeof args,
+             "train --model cnn2 --train '%s' --epochs 1 --batch 20 --val-split 0 --devices "
+             "cpu:1:mem=32M --no-self-check --out '%s' --name m --no-progress",
+             train, dir);
+    expect_cli(args, 0, "epoch 1/1");
+    snprintf(path, sizeof path, "%s/m.log", dir);
+    char *log = test_read_file(path, NULL);
+    assert_non_null(log);
+    if (!strstr(log, "device cpu:1: native CPU, 1 OpenMP thread, capacity 1, micro-batch 7\n"))
+        fail_msg("log:\n%s", log);
+    free(log);
+    free(train);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_texts),
@@ -261,6 +284,7 @@ int main(void) {
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_train_save_predict_round_trip),
         cmocka_unit_test(test_conv_algo),
+        cmocka_unit_test(test_device_mem_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
