@@ -18,8 +18,10 @@
 #
 # The bound: per step each rank sends (N-1)/N of the gradient (4 bytes a value, 2 under bf16)
 # in the reduce-scatter and (N-1)/N of the parameters (4 bytes) in the gather, over its own
-# link: T_bound = (N-1)/N * T * (g + 4) / (rate / 8), T the parameters (both networks are all
-# trainable), g the gradient's bytes a value. comm/step is comm_s (the most time any rank spent
+# link, except the dense weights that cross as factors (the run log's exchange line: W values,
+# F floats of factors a batch), of which each rank receives (N-1)/N of F (4 bytes a float):
+# T_bound = (N-1)/N * ((T - W) * (g + 4) + 4 F) / (rate / 8), T the parameters (both networks
+# are all trainable), g the gradient's bytes a value. comm/step is comm_s (the most time any rank spent
 # inside MPI calls, waiting included) over the epoch's steps; comm/bound compares the two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,6 +85,12 @@ run() {
       exit 1
     done
   fi
+  # The dense weights that crossed as factors (the run log's exchange line): their values and
+  # the factors' floats a batch, for the bound.
+  if [[ $key != one && ! -e $WORK/$net-fac.txt ]]; then
+    { grep -o "weight ([0-9]* values) as factors ([0-9]* x [0-9]* floats" "$WORK/$name.log" || true; } |
+      tr -c '0-9\n' ' ' | awk '{w += $1; f += $2 * $3} END {print w + 0, f + 0}' > "$WORK/$net-fac.txt"
+  fi
   local m=$WORK/$name.metrics.csv steps=$(((SAMPLES[$net] + BATCH[$net] - 1) / BATCH[$net]))
   local comm=$(col "$m" comm_s) t=$(col "$m" time_s)
   awk -v s="$(col "$m" samples_per_s)" -v c="${comm:-0}" -v t="$t" -v n="$steps" \
@@ -117,12 +125,14 @@ for net in $NETS; do
   for c in "${CONFIGS[@]}"; do
     IFS=: read -r n r d <<<"$c"
     sps=$(med "$net" "$c" 1) share=$(med "$net" "$c" 2) cms=$(med "$net" "$c" 3)
+    read -r wf ff < "$WORK/$net-fac.txt"
     read -r ratio bound over < <(awk -v s="$sps" -v o="$one" -v N="$n" -v T="${TRAIN[$net]}" \
+      -v wf="$wf" -v ff="$ff" \
       -v g="$([[ $d == bf16 ]] && echo 2 || echo 4)" -v r="$r" -v c="$cms" 'BEGIN {
         u = tolower(r); v = u + 0; sub(/^[0-9.]+/, "", u)
         bps = v * ((u ~ /^g/) ? 1e9 : (u ~ /^m/) ? 1e6 : 1) / 8
         if (bps <= 0) { printf "%.3f - -\n", s / o; exit }   # --rates none: no bound
-        b = 1e3 * (N - 1) / N * T * (g + 4) / bps
+        b = 1e3 * (N - 1) / N * ((T - wf) * (g + 4) + 4 * ff) / bps
         printf "%.3f %.2f %.2f\n", s / o, b, c / b }')
     printf '%-5s %5s %7s %5s %11s %7s %11s %10s %10s %11s\n' "$net" "$n" "$r" "$d" "$sps" "$ratio" \
       "$share" "${cms} ms" "${bound} ms" "$over"
@@ -136,13 +146,18 @@ echo "table: $OUT"
 # one-process step at this machine's speed); with N nodes its compute is t_c / N and the
 # reduce-scatter and gather move 2 (N-1)/N 4T bytes a rank (f32), T_comm = 8 T (N-1)/N / bw,
 # which hardly grows with N; with nothing hidden the speed-up is t_c / (t_c / N + T_comm).
+# Weights that cross as factors count their factors instead (4 bytes a float received); the
+# extra compute of the factored layers is not in the model.
 echo
 echo "model, nothing hidden, each node this machine (bw 117 MB/s = 1 Gbit/s, 1170 MB/s = 10 Gbit/s):"
 for net in $NETS; do
+  read -r wf ff < "$WORK/$net-fac.txt"
   awk -v net="$net" -v T="${TRAIN[$net]}" -v B="${BATCH[$net]}" -v n="${SAMPLES[$net]}" \
-      -v sps="$(med "$net" one 1)" 'BEGIN {
+      -v sps="$(med "$net" one 1)" -v wf="$wf" -v ff="$ff" 'BEGIN {
     steps = int((n + B - 1) / B); tc = n / sps / steps
     printf "%s: %d trainable, one-process step %.1f ms\n", net, T, tc * 1e3
+    if (wf > 0) printf "  (%d of them as factors, %d floats a batch: each rank also computes the other ranks part of their gradient)\n", wf, ff
+    T = T - wf + ff / 2   # bytes: 8 a value sliced, 4 a factor float received
     printf "  %4s %14s %15s %12s %13s\n", "N", "T_comm 1G ms", "T_comm 10G ms", "speed-up 1G", "speed-up 10G"
     for (N = 2; N <= 16; N *= 2) {
       a = 8 * T * (N - 1) / N / 117e6; b = 8 * T * (N - 1) / N / 1.17e9

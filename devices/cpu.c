@@ -99,8 +99,11 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
         const int last = off + step >= job->n;
         c->ws.ready = last ? job->grad_ready : NULL;
         c->ws.ready_arg = job->grad_ready_arg;
+        c->ws.factor = job->factor;
+        c->ws.factor_arg = job->factor_arg;
         net_backward_to(&c->ws, m, c->use, res->grad_sum, x, y, n, &drop, off == 0);
         c->ws.ready = NULL;
+        c->ws.factor = NULL;
     }
     res->micro = c->micro;
     omp_set_num_threads(caller_threads);
@@ -223,6 +226,7 @@ int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint6
     d->ops = &cpu_ops;
     d->ctx = c;
     d->micro = c->micro;
+    d->factors = 1;
     d->capacity = 1.0;
     snprintf(d->spec, sizeof d->spec, "cpu");
     snprintf(d->name, sizeof d->name, "native CPU, %d OpenMP thread%s", threads,

@@ -25,6 +25,12 @@ typedef struct shard_job {
     // (net_grad_ready_from), so the engine can start sending it during the pass.
     void (*grad_ready)(void *arg, size_t from);
     void *grad_ready_arg;
+    // NULL, or called by a device whose dense weight gradients the host can compute again bit
+    // for bit (device.factors) after each dense layer's backward pass of each micro-batch, in
+    // order, before grad_ready reports the layer: the layer's input in (n, IN) and output
+    // gradient dout (n, OUT) of those n samples (net_ws.factor).
+    void (*factor)(void *arg, int layer, const float *in, const float *dout, int n);
+    void *factor_arg;
 } shard_job;
 
 // What a device hands back for a shard.
@@ -101,6 +107,9 @@ typedef struct device {
     double capacity;  // relative capacity as given (--devices SPEC@W, else 1): its share of a
                       // batch is capacity / sum
     int micro;        // samples per micro-batch at open
+    int factors;      // reports shard_job.factor, and its dense weight gradients are
+                      // dense_weight_grad's over its micro-batches, first beta 0, then 1 (the
+                      // CPU device): the host can compute them again from the factors
     char detail[1024]; // what it decided at open, one line per item, for the run log; or ""
     char warning[512]; // what opening it found wrong and went on without (an unusable tuning
                        // cache), one line for the caller to show; "" when nothing

@@ -428,6 +428,9 @@ static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
         // This rank's slice (ZeRO stage 1) and the factored layers, then every rank's: the
         // same bits a whole update gives each element.
         if (g->sliced && engine_update_sliced(g, e) < 0) return -1;
+        // A step reduced whole updated the factored layers by slices: their moments, every
+        // rank's before, are again.
+        if (g->sliced && g->step_redo && g->n_fac && engine_gather_moments(g, e) < 0) return -1;
         if (!g->sliced) optim_step_scaled(&g->opt, g->params, g->sum, g->grad_scale);
         // The state's place in the sum holds batchnorm's statistics: the moving averages.
         if (g->m->n_state) model_bn_update(g->m, g->params, g->sum);

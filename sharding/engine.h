@@ -86,6 +86,10 @@ typedef struct engine_config {
     // it changes the numerics: every rank's sum is rounded to 8 bits of mantissa before the
     // float sum). The parameters always travel as they are.
     int comm_bf16;
+    // Over several ranks, the dense layers whose factors are smaller than their weights send
+    // those (engine_reduce.c) unless no_factors (or HETRAIN_FACTORS=0): the same sums, bit for
+    // bit, other traffic and work.
+    int no_factors;
     // The job's stop request (set on a signal); NULL: none. See engine_stopping.
     const volatile int *stop_flag;
 } engine_config;
@@ -132,6 +136,10 @@ void engine_get_state(const engine *g, engine_state *st);
 // engine_gather_moments (every rank calls it) brings every slice to every rank first.
 void engine_moments(const engine *g, const float **m, const float **v);
 int engine_gather_moments(engine *g, ht_error *e);
+// Over several ranks: how many dense layers' weight gradients cross as their factors
+// (engine_config.no_factors), and one line for the run log saying how the gradient crosses.
+int engine_factored(const engine *g);
+void engine_describe_exchange(const engine *g, char *buf, size_t len);
 // The learning-rate schedule's factor for the following steps (optim_set_lr_factor), and the
 // rate the next step will use (optim_lr).
 void engine_set_lr_factor(engine *g, double f);

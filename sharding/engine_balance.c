@@ -196,6 +196,10 @@ int engine_assign(engine *g, const int *positions, int n, int batch, ht_error *e
         g->slots[d].n = 0;
         g->slots[d].dispatched = 0;
     }
+    // Every rank's devices' positions of a whole batch (the factored layers' gathers).
+    if (batch) memset(g->plan_n, 0, sizeof g->plan_n), g->plan_len = p->n_devs;
+    for (int k = 0; batch && k < units; k++)
+        g->plan_n[p->pattern[k]] += unit ? unit[k + 1] - unit[k] : 1;
     for (int k = 0; k < units; k++) {
         int d = g->plan_dev[p->pattern[k]];
         if (d < 0) continue; // another rank's

@@ -29,6 +29,13 @@
 // (1 MB) unless the layers before it are fewer: smaller ones would pay a collective's latency
 // for little traffic.
 #define ENGINE_BUCKET_MIN 262144
+// Factored dense layers (engine_factors_init): batches of at most this many samples. A rank
+// then computes the other ranks' part of the weight gradient too, (R-1)/R of 2 B in out flops,
+// and updates the whole layer, where the reduce-scatter and the gather would move (R-1)/R of
+// 8 in out bytes in and out: at the ~50 GFLOP/s of one core against 10 Gbit/s (1.25 GB/s) the
+// factors gain up to B ~ 150 (measured, cnn2's fc1 at B = 50 over two ranks: 0.62x one
+// process reduce-scattered, 0.84x as factors; bench/README.md).
+#define ENGINE_FAC_MAX_BATCH 128
 #define ENGINE_POLL_S 0.0005 // while buckets travel, the engine's thread moves them this often
 #define ENGINE_REPLAN_GAIN 0.03 // re-plan only for a predicted step this much faster
 #define ENGINE_MIN_SHARE 0.005  // a device keeps at least this fraction of the largest capacity
@@ -39,6 +46,15 @@
 // does not pay for a device's share of the step's fixed costs (its launch and wait, its gradient
 // in the sum), which the fits do not see.
 #define ENGINE_REST_GAIN ENGINE_REPLAN_GAIN
+
+// A dense layer whose weight gradient crosses between ranks as its factors: every rank's
+// samples' inputs and output gradients, from which each rank computes the whole sum
+// (engine_reduce.c).
+typedef struct engine_fac {
+    int layer;
+    int in, out;    // the weight is out x in
+    size_t w_off;   // at [w_off, w_off + in * out) of the parameters
+} engine_fac;
 
 typedef enum task_kind { TASK_TRAIN, TASK_INFER, TASK_PARAMS } task_kind;
 
@@ -81,6 +97,15 @@ typedef struct engine_work {
     int want_ready;   // pass grad_ready to the device (a sliced training pass)
     size_t ready_from; // the gradient from here on is final (SIZE_MAX: nothing yet); written
                        // by the worker under the hub's lock
+    int want_fac;     // keep the factored layers' factors (shard_job.factor) in fac_buf
+    const int *fac_of; // (n_layers) the engine's: a layer's index in fac, or -1
+    const engine_fac *fac;
+    int n_fac;
+    // Factored layer f's factors of this pass: the first micro-batch's size (the device's
+    // step), then each micro-batch's inputs (k x in) and output gradients (k x out).
+    float **fac_buf;  // (n_fac), each 1 + max_batch * (in + out) floats
+    size_t *fac_len;  // (n_fac) floats written
+    size_t fac_cap;   // floats each fac_buf holds
     task_kind kind;
     int n;            // samples, gathered by the engine into x, y, ids
     uint64_t seed;
@@ -151,6 +176,24 @@ struct engine {
     int sliced;      // over several ranks: the gradient is reduce-scattered, each rank updates
                      // its slice (ranks_slice of n_trainable) and the slices are gathered
     ranks_dtype comm_dt; // how the reduce-scatter carries the gradient
+    // The factored dense layers (engine_reduce.c's engine_factors_init): their weight
+    // gradients travel as every rank's factors, each rank computes the whole sums and updates
+    // those layers whole; fac_of maps a layer to its index here, or -1.
+    engine_fac *fac;
+    int n_fac;
+    int *fac_of;
+    int want_fac;         // the pass under way keeps the factors
+    int *bucket_fac;      // (n_buckets) the factored layer bucket k carries, or -1
+    ranks_ag **fac_inflight; // (n_fac) the factors' gathers under way
+    float **fac_send, **fac_recv; // (n_fac) this rank's factors; every rank's
+    int *fac_counts;      // (ranks) floats of each rank's factors, of the gather under way
+    float *fac_tmp[3];    // scratch for the sums, each as large as the largest factored weight
+    float *packed;        // the parameters' gather: every rank's slice less the factored weights
+    // The last batch's plan as the factored layers' gathers read it, kept when a device's
+    // failure drops the plan: its length and each index's positions (plan_rd: whose).
+    int plan_len;
+    int plan_n[HT_MAX_DEVICES];
+    int step_redo;        // the step's sums were reduced whole (a device failed in the pass)
     // engine_reduce.c: the buckets (bucket k is [bucket[k + 1], bucket[k]), bucket[0] =
     // n_trainable, bucket[n_buckets] = 0), this step's started ones and their state.
     size_t *bucket;
@@ -225,6 +268,16 @@ int engine_buckets_init(engine *g, ht_error *e);
 void engine_buckets_free(engine *g);
 // Before a training step's first pass: its buckets may start as the devices report.
 void engine_overlap_begin(engine *g);
+// Which dense layers' gradients travel as factors (before engine_buckets_init): over several
+// ranks whose devices all report factors (device.factors), a trainable dense layer whose
+// factors for a whole batch are at most a quarter of its weight (max_batch (in + out) <=
+// in out / 4) when batches are at most ENGINE_FAC_MAX_BATCH; none if `off`. Collective.
+int engine_factors_init(engine *g, const device *devs, int n_devs, int off, ht_error *e);
+// This rank's update of a sliced step: its slice (ZeRO stage 1) and the factored layers whole
+// (every rank holds their sums) unless the step was reduced whole (then the caller gathers the
+// moments); then the parameters gathered: every rank's slice, less the factored weights while
+// every rank updated those.
+int engine_update_sliced(engine *g, ht_error *e);
 // With the hub's lock held: starts every bucket all dispatched devices have finished, and
 // moves the started ones along. Returns 0 when there was nothing to do (the lock stayed held),
 // else ENGINE_POLL_RELEASED (it let go of the lock meanwhile), with ENGINE_POLL_TRAVELLING

@@ -89,6 +89,11 @@ static void work_free(engine_work *w) {
     free(w->loss);
     free(w->pred);
     free(w->probs);
+    for (int f = 0; w->fac_buf && f < w->n_fac; f++) free(w->fac_buf[f]);
+    free(w->fac_buf);
+    free(w->fac_len);
+    free((void *)w->fac);
+    free((void *)w->fac_of);
     free(w);
 }
 
@@ -99,6 +104,24 @@ static void work_ready(void *arg, size_t from) {
     if (from < w->ready_from) w->ready_from = from;
     pthread_cond_broadcast(&w->hub->done);
     pthread_mutex_unlock(&w->hub->mu);
+}
+
+// The device's backward pass has a dense layer's factors of one micro-batch
+// (shard_job.factor): a factored layer's are appended to the pass's (engine_work.fac_buf).
+static void work_factor(void *arg, int l, const float *in, const float *dout, int n) {
+    engine_work *w = arg;
+    const int f = w->fac_of[l];
+    if (f < 0) return;
+    const engine_fac *F = &w->fac[f];
+    float *buf = w->fac_buf[f];
+    size_t len = w->fac_len[f], nin = (size_t)n * F->in, nout = (size_t)n * F->out;
+    // Never past the buffer (a device sends at most max_batch samples a pass); the engine
+    // reads what is missing as zeros.
+    if (len == 0) buf[len++] = (float)n;
+    if (len + nin + nout > w->fac_cap) return;
+    memcpy(buf + len, in, sizeof(float) * nin);
+    memcpy(buf + len + nin, dout, sizeof(float) * nout);
+    w->fac_len[f] = len + nin + nout;
 }
 
 // Runs one pass of a worker's task on its device: first the parameters, if the engine has
@@ -115,7 +138,9 @@ static void work_run(engine_work *w) {
     if (w->rc == 0 && w->kind == TASK_TRAIN) {
         shard_job job = {.x = w->x, .y = w->y, .ids = w->ids, .n = w->n, .seed = w->seed,
                          .epoch = w->epoch, .step = w->step,
-                         .grad_ready = w->want_ready ? work_ready : NULL, .grad_ready_arg = w};
+                         .grad_ready = w->want_ready ? work_ready : NULL, .grad_ready_arg = w,
+                         .factor = w->want_fac ? work_factor : NULL, .factor_arg = w};
+        for (int f = 0; f < w->n_fac; f++) w->fac_len[f] = 0;
         shard_result res = {.grad_sum = w->grad_sum, .loss = w->loss, .pred = w->pred};
         w->rc = w->ops->train_shard(w->ctx, &job, &res, &w->err);
         if (w->rc == 0) w->micro = res.micro;
@@ -170,6 +195,7 @@ static void work_prepare(engine *g, engine_slot *s, const engine_task *t) {
     }
     w->kind = t->kind;
     w->want_ready = t->kind == TASK_TRAIN && g->overlap;
+    w->want_fac = t->kind == TASK_TRAIN && g->want_fac;
     w->ready_from = SIZE_MAX;
     w->n = s->n;
     w->seed = g->seed;
@@ -323,6 +349,30 @@ static engine_work *work_alloc(engine *g, const device *dev, ht_error *e) {
         work_free(w);
         return NULL;
     }
+    if (g->n_fac == 0) return w;
+    // The factored layers' buffers, and copies of what the callback reads: a worker the engine
+    // gives up on may outlive the engine.
+    const size_t nl = (size_t)g->m->n_layers;
+    engine_fac *fac = ht_malloc((size_t)g->n_fac, sizeof *fac, e);
+    int *fac_of = ht_malloc(nl, sizeof *fac_of, e);
+    w->fac = fac;
+    w->fac_of = fac_of;
+    w->n_fac = g->n_fac;
+    w->fac_buf = ht_calloc((size_t)g->n_fac, sizeof *w->fac_buf, e);
+    w->fac_len = ht_calloc((size_t)g->n_fac, sizeof *w->fac_len, e);
+    int ok = fac && fac_of && w->fac_buf && w->fac_len;
+    for (int f = 0; ok && f < g->n_fac; f++) {
+        size_t cap = 1 + B * (size_t)(g->fac[f].in + g->fac[f].out);
+        if (cap > w->fac_cap) w->fac_cap = cap;
+    }
+    for (int f = 0; ok && f < g->n_fac; f++)
+        ok = (w->fac_buf[f] = ht_malloc(w->fac_cap, sizeof(float), e)) != NULL;
+    if (!ok) {
+        work_free(w);
+        return NULL;
+    }
+    memcpy(fac, g->fac, sizeof *fac * (size_t)g->n_fac);
+    memcpy(fac_of, g->fac_of, sizeof *fac_of * nl);
     return w;
 }
 

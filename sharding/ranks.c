@@ -100,6 +100,22 @@ static float from_bf16(uint16_t h) {
     return f;
 }
 
+float ranks_bf16_round(float x) { return from_bf16(to_bf16(x)); }
+
+void ranks_bf16_round_n(float *x, size_t n) {
+    // to_bf16 and back without branches, so that it vectorises: a NaN keeps its sign and
+    // top bits with the quiet bit set, anything else rounds to nearest, ties to even.
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, x + i, sizeof b);
+        const uint32_t nan = (b & 0x7fffffffu) > 0x7f800000u;
+        const uint32_t r = nan ? (b | 0x400000u) & 0xffff0000u
+                               : (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+        memcpy(x + i, &r, sizeof r);
+    }
+}
+
 struct ranks_rs {
     MPI_Request req;
     ranks_dtype dt;
@@ -172,14 +188,17 @@ int ranks_rs_start(ranks_rs **out, const float *buf, size_t n, size_t a, size_t 
     return 0;
 }
 
-int ranks_rs_test(ranks_rs *r) {
-    if (!r) return 1;
+// Whether a started request has arrived (moving it along); an error counts as arrived, for
+// the finish to report.
+static int test_request(MPI_Request *req) {
     double t0 = MPI_Wtime();
     int done = 0;
-    if (MPI_Test(&r->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 1; // finish reports it
+    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 1;
     comm_s += MPI_Wtime() - t0;
     return done;
 }
+
+int ranks_rs_test(ranks_rs *r) { return r ? test_request(&r->req) : 1; }
 
 int ranks_rs_finish(ranks_rs *r, float *buf, ht_error *e) {
     if (!r) return 0;
@@ -223,6 +242,77 @@ int ranks_allgather_slices(float *buf, size_t n, ht_error *e) {
     free(c);
     comm_s += MPI_Wtime() - t0;
     return err == MPI_SUCCESS ? 0 : mpi_fail(e, "gathering the ranks' slices", err);
+}
+
+// counts as displacements, after a check that the sum is a valid count: -1 with e if not.
+static int displacements(const int *counts, int *displ, ht_error *e) {
+    long long sum = 0;
+    for (int r = 0; r < size; r++) {
+        if (counts[r] < 0) return ht_fail(e, "rank %d: %d floats from rank %d", rank, counts[r], r);
+        displ[r] = (int)sum;
+        sum += counts[r];
+        if (sum > (1LL << 30)) return ht_fail(e, "rank %d: %lld floats in one gather", rank, sum);
+    }
+    return 0;
+}
+
+int ranks_allgatherv(float *all, const int *counts, ht_error *e) {
+    if (size == 1) return 0;
+    double t0 = MPI_Wtime();
+    int *displ = ht_malloc((size_t)size, sizeof(int), e);
+    if (!displ || displacements(counts, displ, e) < 0) {
+        free(displ);
+        return -1;
+    }
+    int err = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, counts, displ, MPI_FLOAT,
+                             MPI_COMM_WORLD);
+    free(displ);
+    comm_s += MPI_Wtime() - t0;
+    return err == MPI_SUCCESS ? 0 : mpi_fail(e, "gathering the ranks' parts", err);
+}
+
+struct ranks_ag {
+    MPI_Request req;
+    int *counts; // counts, displacements (2 R)
+};
+
+int ranks_ag_start(ranks_ag **out, const float *mine, const int *counts, float *all, ht_error *e) {
+    *out = NULL;
+    if (size == 1) {
+        memcpy(all, mine, sizeof(float) * (size_t)counts[0]);
+        return 0;
+    }
+    double t0 = MPI_Wtime();
+    ranks_ag *r = ht_calloc(1, sizeof *r, e);
+    if (!r || !(r->counts = ht_malloc((size_t)size * 2, sizeof(int), e))) {
+        free(r);
+        return -1;
+    }
+    memcpy(r->counts, counts, sizeof(int) * (size_t)size);
+    int err = displacements(r->counts, r->counts + size, e) < 0 ? -1 : MPI_SUCCESS;
+    if (err == MPI_SUCCESS)
+        err = MPI_Iallgatherv(mine, counts[rank], MPI_FLOAT, all, r->counts, r->counts + size,
+                              MPI_FLOAT, MPI_COMM_WORLD, &r->req);
+    comm_s += MPI_Wtime() - t0;
+    if (err != MPI_SUCCESS) {
+        free(r->counts);
+        free(r);
+        return err == -1 ? -1 : mpi_fail(e, "starting a gather over the ranks", err);
+    }
+    *out = r;
+    return 0;
+}
+
+int ranks_ag_test(ranks_ag *r) { return r ? test_request(&r->req) : 1; }
+
+int ranks_ag_finish(ranks_ag *r, ht_error *e) {
+    if (!r) return 0;
+    double t0 = MPI_Wtime();
+    int err = MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    comm_s += MPI_Wtime() - t0;
+    free(r->counts);
+    free(r);
+    return err == MPI_SUCCESS ? 0 : mpi_fail(e, "gathering over the ranks", err);
 }
 
 int ranks_bcast(float *buf, size_t n, ht_error *e) {

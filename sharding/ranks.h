@@ -27,6 +27,10 @@ void ranks_slice(size_t n, int r, size_t *lo, size_t *hi);
 // How the reduce-scatter carries the ranks' values: as they are, or rounded to bfloat16 (half
 // the bytes; the sums are still taken in float, but of rounded values).
 typedef enum ranks_dtype { RANKS_F32, RANKS_BF16 } ranks_dtype;
+// x as RANKS_BF16 carries it: rounded to bfloat16 (to nearest, ties to even) and back; the n
+// floats of x so, in place (vector code).
+float ranks_bf16_round(float x);
+void ranks_bf16_round_n(float *x, size_t n);
 // Reduce-scatter in rank order: afterwards this rank's slice of buf (ranks_slice) holds
 // ((x_0 + x_1) + x_2) + ... over every rank's buf, the same bits as ranks_sum_ordered gives;
 // the rest of buf is left as it was. Each rank sends and receives (R-1)/R of n values (one
@@ -47,6 +51,16 @@ int ranks_rs_test(ranks_rs *r);
 int ranks_rs_finish(ranks_rs *r, float *buf, ht_error *e);
 // Every rank's slice of buf (ranks_slice) into every rank's buf: (R-1)/R of n floats in and out.
 int ranks_allgather_slices(float *buf, size_t n, ht_error *e);
+// Every rank's counts[r] floats, in rank order, into all (their sum): this rank's block, at
+// its place in all, is sent as it is there.
+int ranks_allgatherv(float *all, const int *counts, ht_error *e);
+// The same started now and finished later (as ranks_rs_*): this rank's counts[rank] floats
+// from mine, which stays unchanged until ranks_ag_finish; all is written by then. counts is
+// copied. A lone process copies mine into all and gets r NULL.
+typedef struct ranks_ag ranks_ag;
+int ranks_ag_start(ranks_ag **r, const float *mine, const int *counts, float *all, ht_error *e);
+int ranks_ag_test(ranks_ag *r);
+int ranks_ag_finish(ranks_ag *r, ht_error *e);
 // Rank 0's n floats into buf on every rank.
 int ranks_bcast(float *buf, size_t n, ht_error *e);
 // Every rank's `n` doubles, in rank order, into all (ranks_size() * n).

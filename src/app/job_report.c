@@ -111,6 +111,11 @@ void job_log_header(job *j, const train_opts *o) {
                     p + t + 1);
         }
     }
+    if (ranks_size() > 1) {
+        char ex[512];
+        engine_describe_exchange(j->g, ex, sizeof ex);
+        run_log(rf, 0, "exchange: %s\n", ex);
+    }
     run_log(rf, 0, "device timeout: %g s per shard\n",
             o->device_timeout > 0 ? o->device_timeout : ENGINE_DEFAULT_TIMEOUT);
     run_log(rf, 0, "files: %s.{metrics.csv,predictions.csv,log}\n", rf->prefix);

@@ -68,13 +68,18 @@ void dense_backward(float *din, float *dw, float *db, const float *dout, const f
     dense_backward_beta(din, dw, db, dout, in, w, B, IN, OUT, 1.0f, nthreads);
 }
 
-void dense_backward_beta(float *din, float *dw, float *db, const float *dout, const float *in,
-                         const float *w, int B, int IN, int OUT, float beta, int nthreads) {
+void dense_weight_grad(float *dw, const float *dout, const float *in, int B, int IN, int OUT,
+                       float beta, int nthreads) {
     // dw (OUT x IN) = beta * dw + dout^T (OUT x B) * in (B x IN): by rows (each thread's part
     // of dw one contiguous range) where every thread gets at least 64 of them.
     const split_dim dw_dim = OUT >= 64 * (nthreads > 1 ? nthreads : 1) ? SPLIT_M : SPLIT_LONGER;
     sgemm_split(CblasTrans, CblasNoTrans, OUT, IN, B, dout, OUT, in, IN, beta, dw, IN, nthreads,
                 dw_dim, DENSE_SPLIT_ALIGN);
+}
+
+void dense_backward_beta(float *din, float *dw, float *db, const float *dout, const float *in,
+                         const float *w, int B, int IN, int OUT, float beta, int nthreads) {
+    dense_weight_grad(dw, dout, in, B, IN, OUT, beta, nthreads);
     if (db && beta == 0.0f) memset(db, 0, sizeof(float) * (size_t)OUT);
     for (int i = 0; db && i < B; i++) {
         const float *g = dout + (size_t)i * OUT;

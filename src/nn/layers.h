@@ -39,6 +39,12 @@ void dense_forward(float *out, const float *in, const float *w, const float *b, 
 // overwritten unless NULL.
 void dense_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                     const float *w, int B, int IN, int OUT, int nthreads);
+// The weight gradient alone: dw = beta * dw + dout^T * in, as dense_backward_beta computes it,
+// element for element the same bits whatever nthreads (each element's sum runs over the B
+// samples in order; the threads split rows or columns, never the samples). Several ranks
+// recompute one another's dense weight gradients from these factors (sharding/engine_reduce.c).
+void dense_weight_grad(float *dw, const float *dout, const float *in, int B, int IN, int OUT,
+                       float beta, int nthreads);
 // The same with dw = beta * dw + ... (beta 0: dw and db are overwritten, not added to).
 void dense_backward_beta(float *din, float *dw, float *db, const float *dout, const float *in,
                          const float *w, int B, int IN, int OUT, float beta, int nthreads);

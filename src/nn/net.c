@@ -613,6 +613,9 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
                       .folded = l > 0 && ws->plan[l - 1].drop_fold,
                       .fold_rate = p->drop_fold ? m->layers[l + 1].rate : 0.0f};
         din = net_layer_ops_of[L->kind]->backward(&c);
+        // Before the layout change below, which writes over dout.
+        if (ws->factor && L->kind == LAYER_DENSE && L->n_w)
+            ws->factor(ws->factor_arg, l, c.in, c.dout, B);
         if (din && din != dout) {
             if (p->cvt) {
                 // Back to the previous layer's layout, into dout's buffer (no longer needed).

@@ -57,6 +57,11 @@ typedef struct net_ws {
     // n_trainable is final (net_grad_ready_from) and may be read while earlier layers go on.
     void (*ready)(void *arg, size_t from);
     void *ready_arg;
+    // NULL, or called by net_backward(_to) after each dense layer with a weight gradient: its
+    // input in (B, IN) and output gradient dout (B, OUT), of which the layer's weight gradient
+    // is dout^T * in (dense_weight_grad), before `ready` reports the layer.
+    void (*factor)(void *arg, int l, const float *in, const float *dout, int B);
+    void *factor_arg;
 } net_ws;
 
 // Dropout context: masks are keyed by (seed, epoch, ids[i], layer, element).

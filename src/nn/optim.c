@@ -199,7 +199,7 @@ static void clip(const optim_span *sp, size_t from, size_t to, size_t *lo, size_
 }
 
 static void sgd_step(optim *o, float *restrict p, const float *restrict g, const float sc,
-                     size_t from, size_t to) {
+                     const size_t (*ranges)[2], int nr) {
     const float mu = o->s.momentum;
     const double lr_d = decayed_lr(o, o->t);
     const float lr = (float)lr_d, W = o->s.weight_decay;
@@ -207,9 +207,10 @@ static void sgd_step(optim *o, float *restrict p, const float *restrict g, const
     optim_span whole;
     int ns;
     const optim_span *sp = update_spans(o, &whole, &ns);
-    for (int k = 0; k < ns; k++) {
+    for (int i = 0; i < ns * nr; i++) { // span k's part of range r
+        const int k = i / nr, r = i % nr;
         size_t lo, hi;
-        clip(&sp[k], from, to, &lo, &hi);
+        clip(&sp[k], ranges[r][0], ranges[r][1], &lo, &hi);
         int decay = sp[k].decay && W > 0;
         if (sp[k].frozen || lo == hi) continue;
         if (sp[k].l1 > 0 || sp[k].l2 > 0)
@@ -267,7 +268,7 @@ static void adam_range(float *restrict p, float *restrict m, float *restrict v,
 }
 
 static void adam_step(optim *o, float *restrict p, const float *restrict g, const float sc,
-                      size_t from, size_t to) {
+                      const size_t (*ranges)[2], int nr) {
     o->t++;
     // Bias correction in double: beta^t underflows gracefully and 1-beta^t keeps its digits.
     const double t = (double)o->t, b1 = o->s.beta1, b2 = o->s.beta2;
@@ -278,10 +279,11 @@ static void adam_step(optim *o, float *restrict p, const float *restrict g, cons
     optim_span whole;
     int ns;
     const optim_span *sp = update_spans(o, &whole, &ns);
-    for (int k = 0; k < ns; k++) {
+    for (int i = 0; i < ns * nr; i++) { // span k's part of range r
+        const int k = i / nr, r = i % nr;
         int decay = sp[k].decay && W > 0, reg = sp[k].l1 > 0 || sp[k].l2 > 0;
         size_t lo, hi;
-        clip(&sp[k], from, to, &lo, &hi);
+        clip(&sp[k], ranges[r][0], ranges[r][1], &lo, &hi);
         if (sp[k].frozen || lo == hi) continue;
         adam_range(p, o->m, o->v, g, lo, hi, sc, lr, o->s.beta1,
                    o->s.beta2, o->s.eps, decay || reg,
@@ -289,12 +291,18 @@ static void adam_step(optim *o, float *restrict p, const float *restrict g, cons
     }
 }
 
+void optim_step_ranges(optim *o, float *params, const float *g, float scale,
+                       const size_t (*ranges)[2], int n_ranges) {
+    if (o->s.optim == OPTIM_ADAM) adam_step(o, params, g, scale, ranges, n_ranges);
+    else sgd_step(o, params, g, scale, ranges, n_ranges);
+}
+
 void optim_step_range(optim *o, float *params, const float *g, float scale, size_t lo,
                       size_t hi) {
     if (hi > o->n) hi = o->n;
     if (lo > hi) lo = hi;
-    if (o->s.optim == OPTIM_ADAM) adam_step(o, params, g, scale, lo, hi);
-    else sgd_step(o, params, g, scale, lo, hi);
+    const size_t range[1][2] = {{lo, hi}};
+    optim_step_ranges(o, params, g, scale, range, 1);
 }
 
 void optim_step_scaled(optim *o, float *params, const float *g, float scale) {

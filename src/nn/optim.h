@@ -71,6 +71,10 @@ void optim_step(optim *o, float *params, const float *g);
 // each update their own slice with it (ZeRO stage 1).
 void optim_step_range(optim *o, float *params, const float *g, float scale, size_t lo,
                       size_t hi);
+// The same over several ranges at once (disjoint, each within [0, n)), one step: a rank that
+// updates its slice and the layers every rank holds whole (sharding/engine_reduce.c).
+void optim_step_ranges(optim *o, float *params, const float *g, float scale,
+                       const size_t (*ranges)[2], int n_ranges);
 void optim_step_scaled(optim *o, float *params, const float *g, float scale);
 
 // Learning-rate schedules (--lr-schedule, a config's lr_schedule), as a factor f on lr; epoch

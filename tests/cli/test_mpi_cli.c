@@ -17,16 +17,25 @@
 #include "testutil.h"
 
 // Runs the 2-rank job through `launch` (a command line ending where the program goes, which
-// starts 2 ranks) and the same devices in one process; the predictions are the same bytes and
-// the metrics' deterministic columns the same text.
+// starts 2 ranks) and the same devices in one process, for the default network and for cnn2
+// (whose fc1 gradient crosses as factors: the run log says so); the predictions are the same
+// bytes and the metrics' deterministic columns the same text.
+static void two_ranks_model(const char *launch, const char *tag, const char *model);
 static void two_ranks_equal_one_process(const char *launch, const char *tag) {
+    two_ranks_model(launch, tag, "cnn3");
+    two_ranks_model(launch, tag, "cnn2");
+}
+
+static void two_ranks_model(const char *launch, const char *tag, const char *model) {
     char *dir = test_tmpdir(tag);
     char *train = test_fashion_csv(dir, FASHION_TRAIN, 500, 1);
     char *test = test_fashion_csv(dir, FASHION_TEST, 200, 1);
     assert_non_null(train);
     assert_non_null(test);
     char cmd[8192], *out;
-    const char *common = "train --epochs 2 --batch 50 --val-split 0.2 --balance static --conv-algo direct --no-self-check --no-progress --quiet";
+    char common[512];
+    snprintf(common, sizeof common, "train --model %s --epochs 2 --batch 50 --val-split 0.2 --balance static "
+             "--conv-algo direct --no-self-check --no-progress --quiet", model);
     snprintf(cmd, sizeof cmd, "%s '%s' %s --train '%s' --test '%s' --devices 0=cpu:1 "
              "--devices 1=cpu:1@2 --out '%s' --name two 2>&1", launch, HT_BINARY, common,
              train, test, dir);
@@ -62,6 +71,13 @@ static void two_ranks_equal_one_process(const char *launch, const char *tag) {
     // One rank wrote: the files exist once, under rank 0's name.
     snprintf(a, sizeof a, "%s/two-2.log", dir);
     assert_null(test_read_file(a, NULL));
+    snprintf(a, sizeof a, "%s/two.log", dir);
+    char *log = test_read_file(a, NULL);
+    assert_non_null(log);
+    const char *line = "; fc1's weight (3211264 values) as factors (50 x 4160 floats a batch), summed";
+    const int factored = strstr(log, line) != NULL;
+    if (factored != !strcmp(model, "cnn2")) fail_msg("%s: the log's exchange line:\n%s", model, log);
+    free(log);
     free(train);
     free(test);
     free(dir);

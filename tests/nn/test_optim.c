@@ -448,11 +448,18 @@ static void test_step_by_slices(void **state) {
         train_setup s = k ? adam_setup(0.01f, 0.9f, 0.999f, 1e-7f, 0.0f) : sgd_setup(0.1f, 0.9f, 1, 0.0f);
         s.weight_decay = 0.01f;
         s.wd_mode = WD_DECOUPLED;
-        optim ref, r[3];
+        optim ref, r[3], ends;
         assert_int_equal(optim_init(&ref, &s, n, &e), 0);
         assert_int_equal(optim_use_model(&ref, &m, &e), 0);
+        assert_int_equal(optim_init(&ends, &s, n, &e), 0);
+        assert_int_equal(optim_use_model(&ends, &m, &e), 0);
         memcpy(whole, p0, n * sizeof *whole);
         memcpy(part, p0, n * sizeof *part);
+        // The first and the last range in one call (a rank's slice and a layer it updates whole).
+        float *both = malloc(n * sizeof *both);
+        assert_non_null(both);
+        memcpy(both, p0, n * sizeof *both);
+        const size_t ranges[2][2] = {{cut[2], cut[3]}, {cut[0], cut[1]}};
         for (int q = 0; q < 3; q++) {
             assert_int_equal(optim_init(&r[q], &s, n, &e), 0);
             assert_int_equal(optim_use_model(&r[q], &m, &e), 0);
@@ -462,6 +469,10 @@ static void test_step_by_slices(void **state) {
             for (int q = 0; q < 3; q++) {
                 optim_step_range(&r[q], part, g, 0.5f, cut[q], cut[q + 1]);
                 assert_int_equal(r[q].t, t + 1);
+                if (q == 0) {
+                    optim_step_ranges(&ends, both, g, 0.5f, ranges, 2);
+                    assert_int_equal(ends.t, t + 1);
+                }
                 // Outside its range the moments stay zero.
                 for (size_t i = 0; i < n; i++)
                     if ((i < cut[q] || i >= cut[q + 1]) && r[q].m[i] != 0.0f)
@@ -469,6 +480,13 @@ static void test_step_by_slices(void **state) {
             }
         }
         assert_memory_equal(whole, part, n * sizeof *whole);
+        for (int q = 0; q < 3; q += 2) {
+            assert_memory_equal(whole + cut[q], both + cut[q], (cut[q + 1] - cut[q]) * sizeof(float));
+            assert_memory_equal(ref.m + cut[q], ends.m + cut[q], (cut[q + 1] - cut[q]) * sizeof(float));
+        }
+        assert_memory_equal(both + cut[1], p0 + cut[1], (cut[2] - cut[1]) * sizeof(float));
+        optim_free(&ends);
+        free(both);
         for (int q = 0; q < 3; q++) {
             assert_memory_equal(ref.m + cut[q], r[q].m + cut[q], (cut[q + 1] - cut[q]) * sizeof(float));
             optim_free(&r[q]);

@@ -21,11 +21,11 @@
 
 enum { B = 60 };
 
-// The 3-layer network with direct convolutions (each rank's process would time auto's choice
+// A preset network with direct convolutions (each rank's process would time auto's choice
 // itself; the comparisons want one algorithm), 300 test images, initial weights from seed.
-static float *cnn3_fixture(model *m, dataset *ds, uint64_t seed) {
+static float *preset_fixture(const char *preset, model *m, dataset *ds, uint64_t seed) {
     ht_error e;
-    if (model_init_preset(m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
+    if (model_init_preset(m, preset, &e) < 0) fail_msg("%s", e.msg);
     m->setup.conv_algo = CONV_ALGO_DIRECT;
     if (dataset_load_idx(ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
                          FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
@@ -34,6 +34,10 @@ static float *cnn3_fixture(model *m, dataset *ds, uint64_t seed) {
     float *init = malloc(sizeof(float) * m->n_params);
     model_init_params(m, init, seed);
     return init;
+}
+
+static float *cnn3_fixture(model *m, dataset *ds, uint64_t seed) {
+    return preset_fixture("cnn3", m, ds, seed);
 }
 
 static void three_ranks_equal_one_process(const data_augment *aug) {
@@ -84,6 +88,16 @@ static void test_three_ranks_augmented(void **state) {
     three_ranks_equal_one_process(&aug);
 }
 
+// Every rank's parameters are rank 0's bits.
+static void same_on_every_rank(const model *m, const float *params) {
+    ht_error e;
+    float *p = malloc(sizeof(float) * m->n_params);
+    memcpy(p, params, sizeof(float) * m->n_params);
+    if (ranks_bcast(p, m->n_params, &e) < 0) fail_msg("%s", e.msg);
+    assert_memory_equal(p, params, sizeof(float) * m->n_params);
+    free(p);
+}
+
 // Per tensor, the relative L2 difference of a from b is at most tol.
 static void check_tensors(const model *m, const float *a, const float *b, double tol, const char *what) {
     const model_tensor *ts;
@@ -129,14 +143,105 @@ static void test_bf16_transport(void **state) {
     if (ranks_rank() == 0)
         printf("bf16 transport: mean gradient %.1e relative L2 from float's\n",
                test_rel_l2(gh, go, m.n_trainable));
-    // Every rank's parameters: rank 0's bits.
-    float *p = malloc(sizeof(float) * m.n_params);
-    memcpy(p, engine_params(half.g), sizeof(float) * m.n_params);
-    if (ranks_bcast(p, m.n_params, &e) < 0) fail_msg("%s", e.msg);
-    assert_memory_equal(p, engine_params(half.g), sizeof(float) * m.n_params);
-    free(p);
+    same_on_every_rank(&m, engine_params(half.g));
     test_rig_close(&half);
     test_rig_close(&one);
+    free(init);
+    dataset_free(&ds);
+    model_free(&m);
+}
+
+// The 2-layer network's fc1 (3136 -> 1024) at 60 samples: its weight gradient crosses as the
+// ranks' factors (60 x 4160 floats against 3.2 M), each rank computing the whole sum. Rank 1's
+// device has micro-batches of 7 (a 32 MiB workspace), so its sum is a sequence of micro-batch
+// GEMMs; in a second set-up rank 1 has two devices, so its sum is their device-order sum. Over
+// two steps (the second updates from moments the first left on every rank), with float and
+// with bfloat16 transport: the gradient and the parameters are the bits of the same ranks with
+// the weight reduce-scattered (engine_config.no_factors), every rank's parameters the same;
+// with one device a rank under float, the bits of one process over the same devices too (two
+// devices on one rank add up in another order than four in one process).
+static void test_factored_dense(void **state) {
+    (void)state;
+    ht_error e;
+    model m;
+    dataset ds;
+    float *init = preset_fixture("cnn2", &m, &ds, 7);
+    const char *mine[2] = {ranks_rank() == 1 ? "cpu:1:mem=32M" : "cpu:1",
+                           ranks_rank() == 1 ? "cpu:1,cpu:1:mem=32M" : "cpu:1"};
+    for (int k = 0; k < 4; k++) {
+        const int two = k / 2, bf = k % 2;
+        test_rig fac, whole, one;
+        engine_config c = {.m = &m, .params = init, .max_batch = B, .seed = 3, .comm_bf16 = bf};
+        test_rig_open_with(&fac, mine[two], NULL, 0, &c);
+        c.no_factors = 1;
+        test_rig_open_with(&whole, mine[two], NULL, 0, &c);
+        engine_config alone = {.m = &m, .params = init, .max_batch = B, .seed = 3, .alone = 1};
+        test_rig_open_with(&one, "cpu:1,cpu:1:mem=32M,cpu:1", NULL, 0, &alone);
+        assert_int_equal(engine_factored(fac.g), 1);
+        assert_int_equal(engine_factored(whole.g), 0);
+        assert_int_equal(engine_micro(fac.g, fac.n - 1), ranks_rank() == 1 ? 7 : B);
+        for (int s = 0; s < 2; s++) {
+            uint32_t idx[B];
+            for (int i = 0; i < B; i++) idx[i] = (uint32_t)((i * 29 + 7 + s * B) % ds.n);
+            if (engine_train_step(fac.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0 ||
+                engine_train_step(whole.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0 ||
+                engine_train_step(one.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0)
+                fail_msg("%s", e.msg);
+            assert_memory_equal(engine_grad(fac.g), engine_grad(whole.g), sizeof(float) * m.n_params);
+            const size_t bytes = sizeof(float) * m.n_params;
+            assert_memory_equal(engine_params(fac.g), engine_params(whole.g), bytes);
+            if (!bf && !two) assert_memory_equal(engine_params(fac.g), engine_params(one.g), bytes);
+            else assert_memory_not_equal(engine_params(fac.g), engine_params(one.g), bytes);
+            same_on_every_rank(&m, engine_params(fac.g));
+        }
+        test_rig_close(&fac);
+        test_rig_close(&whole);
+        test_rig_close(&one);
+    }
+    // An OpenCL device on one rank computes its own weight gradients, which no rank can redo
+    // bit for bit: every rank sends the gradient whole.
+    if (test_have_opencl("no mixed set-up for the factors' refusal")) {
+        test_rig mixed;
+        engine_config c = {.m = &m, .params = init, .max_batch = B, .seed = 3};
+        test_rig_open_with(&mixed, ranks_rank() == 1 ? "cl:0.0" : "cpu:1", NULL, 0, &c);
+        assert_int_equal(engine_factored(mixed.g), 0);
+        test_rig_close(&mixed);
+    }
+    free(init);
+    dataset_free(&ds);
+    model_free(&m);
+}
+
+// A device of rank 1 fails in the second step's pass: every rank reduces that step whole (its
+// re-run changed rank 1's sums after the factors left) and updates by slices, then gathers the
+// moments; the third step is factored again. Each step's parameters are the bits of the same
+// ranks without factors.
+static void test_factored_device_fails(void **state) {
+    (void)state;
+    ht_error e;
+    model m;
+    dataset ds;
+    float *init = preset_fixture("cnn2", &m, &ds, 11);
+    const char *mine = ranks_rank() == 1 ? "cpu:1,cpu:1" : "cpu:1";
+    const char *fault = ranks_rank() == 1 ? "fail:cpu:1#2@2" : NULL;
+    test_rig fac, whole;
+    engine_config c = {.m = &m, .params = init, .max_batch = B, .seed = 3};
+    test_rig_open_with(&fac, mine, fault, 0, &c);
+    c.no_factors = 1;
+    test_rig_open_with(&whole, mine, fault, 0, &c);
+    assert_int_equal(engine_factored(fac.g), 1);
+    for (int s = 0; s < 3; s++) {
+        uint32_t idx[B];
+        for (int i = 0; i < B; i++) idx[i] = (uint32_t)((i * 31 + 5 + s * B) % ds.n);
+        if (engine_train_step(fac.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0 ||
+            engine_train_step(whole.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0)
+            fail_msg("%s", e.msg);
+        assert_memory_equal(engine_params(fac.g), engine_params(whole.g), sizeof(float) * m.n_params);
+    }
+    // The failure happened (rank 1 lost a device) and the ranks went on.
+    if (ranks_rank() == 1) assert_int_equal(engine_active(fac.g), 1);
+    test_rig_close(&fac);
+    test_rig_close(&whole);
     free(init);
     dataset_free(&ds);
     model_free(&m);
@@ -241,6 +346,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_three_ranks_equal_one_process),
         cmocka_unit_test(test_three_ranks_augmented),
         cmocka_unit_test(test_bf16_transport),
+        cmocka_unit_test(test_factored_dense),
+        cmocka_unit_test(test_factored_device_fails),
         cmocka_unit_test(test_mixed_ranks_equal_one_process),
         cmocka_unit_test(test_bn_ranks),
     };

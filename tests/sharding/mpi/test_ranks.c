@@ -1,6 +1,7 @@
 // ranks.h under mpirun -np 3 (ctest runs it so): the ordered sum gives every rank the bits of
 // ((r0 + r1) + r2), and so does the reduce-scatter on each rank's slice (as float or as
 // bfloat16), broadcasts and gathers carry rank 0's and every rank's values.
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,6 +124,45 @@ static void test_bcast_and_gather(void **state) {
     assert_string_equal(text, "from rank 0");
 }
 
+// Rank r's r + 2 floats (r * 100 + i), rank 1's none: every rank gets them all in rank order,
+// blocking in place and started-then-finished; bf16 rounding is nearest-even.
+static void test_gather_uneven(void **state) {
+    (void)state;
+    int size = ranks_size(), rank = ranks_rank(), total = 0;
+    int *counts = malloc(sizeof(int) * (size_t)size);
+    for (int r = 0; r < size; r++) total += counts[r] = r == 1 ? 0 : r + 2;
+    float *a = calloc((size_t)total + 1, sizeof(float)), *b = calloc((size_t)total + 1, sizeof(float));
+    float mine[64];
+    int at = 0;
+    for (int r = 0; r < rank; r++) at += counts[r];
+    for (int i = 0; i < counts[rank]; i++) a[at + i] = mine[i] = (float)(rank * 100 + i);
+    ht_error e;
+    ranks_ag *req;
+    if (ranks_allgatherv(a, counts, &e) < 0 || ranks_ag_start(&req, mine, counts, b, &e) < 0)
+        fail_msg("%s", e.msg);
+    while (!ranks_ag_test(req)) {}
+    if (ranks_ag_finish(req, &e) < 0) fail_msg("%s", e.msg);
+    at = 0;
+    for (int r = 0; r < size; r++)
+        for (int i = 0; i < counts[r]; i++, at++) assert_true(a[at] == r * 100 + i && b[at] == a[at]);
+    // The vector form gives the scalar one's bits, NaN included.
+    float v[8] = {1.0f + 0x1p-8f, 1.0f + 0x1.8p-7f, -3.14159f, 1e-40f,
+                  INFINITY,        -INFINITY,          NAN,       3.4e38f};
+    float w[8];
+    memcpy(w, v, sizeof v);
+    ranks_bf16_round_n(w, 8);
+    for (int i = 0; i < 8; i++) {
+        const float r = ranks_bf16_round(v[i]);
+        assert_memory_equal(&w[i], &r, sizeof r);
+    }
+    assert_true(isnan(w[6]) && w[7] == INFINITY && w[2] == -3.140625f);
+    assert_true(ranks_bf16_round(1.0f + 0x1p-8f) == 1.0f);            // halfway: to even
+    assert_true(ranks_bf16_round(1.0f + 0x1.8p-7f) == 1.0f + 0x1p-6f); // halfway: to even
+    free(a);
+    free(b);
+    free(counts);
+}
+
 int main(int argc, char **argv) {
     ht_error e;
     if (ranks_init(&argc, &argv, &e) < 0) {
@@ -134,6 +174,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_bcast_and_gather),
         cmocka_unit_test(test_reduce_scatter_and_gather),
         cmocka_unit_test(test_reduce_scatter_bf16),
+        cmocka_unit_test(test_gather_uneven),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ranks_finalize();
