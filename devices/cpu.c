@@ -205,8 +205,9 @@ int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint6
     ws_arg arg = {m, threads};
     int micro = budget > fixed ? micro_fit(most, budget - fixed, ws_bytes, &arg) : 0;
     if (micro < 1)
-        return ht_fail(e, "not even one sample of %s fits in %llu MiB (the workspace needs %zu "
-                          "KiB a sample)", m->name, (unsigned long long)(budget >> 20),
+        return ht_fail(e, "not even one sample of %s fits in %llu MiB (its parameters and gradient "
+                          "take %llu MiB, a workspace for one sample %zu KiB more)", m->name,
+                       (unsigned long long)(budget >> 20), (unsigned long long)(fixed >> 20),
                        net_ws_bytes(m, 1, threads) >> 10);
     if (micro < least)
         return ht_fail(e, "a batchnorm group of %d samples (--bn-group) of %s does not fit in "

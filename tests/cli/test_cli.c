@@ -255,7 +255,7 @@ static void test_conv_algo(void **state) {
 
 // A device's own memory limit, --devices cpu:1:mem=32M, reaches the device (its workspace
 // then holds 7 of cnn2's samples, logged), also when it is the only --devices given: its '='
-// is not a KEY=SPEC's (which once opened the default devices instead).
+// is not a KEY=SPEC's (which once opened the default devices instead); 20 MiB holds none.
 static void test_device_mem_option(void **state) {
     (void)state;
     char *dir = test_tmpdir("cli-device-mem");
@@ -272,6 +272,15 @@ static void test_device_mem_option(void **state) {
     if (!strstr(log, "device cpu:1: native CPU, 1 OpenMP thread, capacity 1, micro-batch 7\n"))
         fail_msg("log:\n%s", log);
     free(log);
+    // Too little for one sample: the error says what takes the room, and nothing is written.
+    snprintf(args, sizeof args,
+             "train --model cnn2 --train '%s' --epochs 1 --batch 20 --val-split 0 --devices "
+             "cpu:1:mem=20M --no-self-check --out '%s' --name small --no-progress",
+             train, dir);
+    expect_cli(args, 1, "not even one sample of cnn2d_2layer_full_connected_2layer fits in 20 MiB "
+                        "(its parameters and gradient take 24 MiB, a workspace for one sample ");
+    snprintf(path, sizeof path, "%s/small.log", dir);
+    assert_null(test_read_file(path, NULL));
     free(train);
     free(dir);
 }
