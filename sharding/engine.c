@@ -235,6 +235,8 @@ typedef struct step_out {
     const float *sums[HT_MAX_DEVICES];
     int sum_dev[HT_MAX_DEVICES];
     int n_sums;
+    int redo;  // over several ranks: some rank's device failed in the pass, and the step's
+               // sums were reduced whole (reduce_group)
 } step_out;
 
 // Takes the results of the last pass: each position's loss and prediction, and each device's
@@ -268,7 +270,6 @@ static void gather(engine *g, void *arg) {
         o->st->share[d] += s->n;
     }
 }
-
 
 // The step's gradient sum from the deferred device sums: one device's buffer as it is (when the
 // step spans one rank: nothing to add up, here or over ranks), else their sum in device order
@@ -330,7 +331,7 @@ static int reduce_group(engine *g, step_out *o, int B, int redo, ht_error *e) {
             engine_overlap_finish(g, 0, NULL);
             return -1;
         }
-        redo = g->step_redo = lp[2 * B + 2] > 0;
+        redo = o->redo = lp[2 * B + 2] > 0;
         if (engine_overlap_finish(g, !redo, e) < 0 ||
             (redo && ranks_reduce_scatter(g->grad, T, g->comm_dt, e) < 0))
             return -1;
@@ -425,13 +426,16 @@ static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
         st->skipped = 1;
     } else {
         // The mean is taken inside the update (sum * 1/B, as a separate pass would).
-        // This rank's slice (ZeRO stage 1) and the factored layers, then every rank's: the
-        // same bits a whole update gives each element.
-        if (g->sliced && engine_update_sliced(g, e) < 0) return -1;
-        // A step reduced whole updated the factored layers by slices: their moments, every
-        // rank's before, are again.
-        if (g->sliced && g->step_redo && g->n_fac && engine_gather_moments(g, e) < 0) return -1;
-        if (!g->sliced) optim_step_scaled(&g->opt, g->params, g->sum, g->grad_scale);
+        if (g->sliced) {
+            // This rank's slice (ZeRO stage 1) and the factored layers, then every rank's: the
+            // same bits a whole update gives each element. A step reduced whole updated the
+            // factored layers by slices: their moments, every rank's before, are again.
+            if (engine_update_sliced(g, o.redo, e) < 0 ||
+                (o.redo && g->n_fac && engine_gather_moments(g, e) < 0))
+                return -1;
+        } else {
+            optim_step_scaled(&g->opt, g->params, g->sum, g->grad_scale);
+        }
         // The state's place in the sum holds batchnorm's statistics: the moving averages.
         if (g->m->n_state) model_bn_update(g->m, g->params, g->sum);
         tu = ht_now();

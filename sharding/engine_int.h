@@ -193,7 +193,6 @@ struct engine {
     // failure drops the plan: its length and each index's positions (plan_rd: whose).
     int plan_len;
     int plan_n[HT_MAX_DEVICES];
-    int step_redo;        // the step's sums were reduced whole (a device failed in the pass)
     // engine_reduce.c: the buckets (bucket k is [bucket[k + 1], bucket[k]), bucket[0] =
     // n_trainable, bucket[n_buckets] = 0), this step's started ones and their state.
     size_t *bucket;
@@ -274,10 +273,10 @@ void engine_overlap_begin(engine *g);
 // in out / 4) when batches are at most ENGINE_FAC_MAX_BATCH; none if `off`. Collective.
 int engine_factors_init(engine *g, const device *devs, int n_devs, int off, ht_error *e);
 // This rank's update of a sliced step: its slice (ZeRO stage 1) and the factored layers whole
-// (every rank holds their sums) unless the step was reduced whole (then the caller gathers the
-// moments); then the parameters gathered: every rank's slice, less the factored weights while
-// every rank updated those.
-int engine_update_sliced(engine *g, ht_error *e);
+// (every rank holds their sums) unless the step was reduced whole (`whole`: then the caller
+// gathers the moments); then the parameters gathered: every rank's slice, less the factored
+// weights while every rank updated those.
+int engine_update_sliced(engine *g, int whole, ht_error *e);
 // With the hub's lock held: starts every bucket all dispatched devices have finished, and
 // moves the started ones along. Returns 0 when there was nothing to do (the lock stayed held),
 // else ENGINE_POLL_RELEASED (it let go of the lock meanwhile), with ENGINE_POLL_TRAVELLING

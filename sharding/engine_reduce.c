@@ -419,12 +419,12 @@ static int slice_pieces(const engine *g, int r, size_t (*piece)[2]) {
     return n;
 }
 
-int engine_update_sliced(engine *g, ht_error *e) {
+int engine_update_sliced(engine *g, int whole, ht_error *e) {
     const size_t T = g->m->n_trainable;
     const int me = ranks_rank(), R = ranks_size();
     size_t lo, hi;
     ranks_slice(T, me, &lo, &hi);
-    if (g->n_fac == 0 || g->step_redo) {
+    if (g->n_fac == 0 || whole) {
         // The sums of this rank's slice alone: ZeRO stage 1 throughout.
         optim_step_range(&g->opt, g->params, g->sum, g->grad_scale, lo, hi);
         return ranks_allgather_slices(g->params, T, e);

@@ -227,10 +227,6 @@ static const char *pass_name(const engine_task *t) {
     return t->kind == TASK_TRAIN ? "step" : t->kind == TASK_INFER ? "inference, step" : "broadcast, step";
 }
 
-// Runs task t on every dispatched device and waits for them, at most timeout_s. A device that
-// errs or does not answer is dropped (with an event); its positions go to g->orphans. A device
-// that does not answer is given up: its worker keeps its own buffers and closes the device if
-// it ever comes back. Returns the number of devices that failed.
 // CLOCK_REALTIME (pthread_cond_timedwait's clock) `seconds` from now.
 static struct timespec clock_after(double seconds) {
     struct timespec ts;
@@ -245,6 +241,10 @@ static struct timespec clock_after(double seconds) {
     return ts;
 }
 
+// Runs task t on every dispatched device and waits for them, at most timeout_s. A device that
+// errs or does not answer is dropped (with an event); its positions go to g->orphans. A device
+// that does not answer is given up: its worker keeps its own buffers and closes the device if
+// it ever comes back. Returns the number of devices that failed.
 int engine_dispatch(engine *g, const engine_task *t) {
     engine_hub *h = g->hub;
     double t0 = ht_now();

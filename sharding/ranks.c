@@ -74,23 +74,18 @@ void ranks_slice(size_t n, int r, size_t *lo, size_t *hi) {
     *hi = *lo + per < n ? *lo + per : n;
 }
 
-// Each rank's slice as MPI counts and displacements (ints: n < 2^30 checked by the callers).
-static void slice_counts(size_t n, int *count, int *displ) {
-    for (int r = 0; r < size; r++) {
-        size_t lo, hi;
-        ranks_slice(n, r, &lo, &hi);
-        count[r] = (int)(hi - lo);
-        displ[r] = (int)lo;
-    }
+// A float's bits rounded to bfloat16's (the low 16 bits zero): to nearest, ties to even; a
+// NaN stays a NaN (sign and top bits kept, the quiet bit set). Branch-free, so that loops over
+// it vectorise.
+static inline uint32_t bf16_bits(uint32_t b) {
+    const uint32_t nan = (b & 0x7fffffffu) > 0x7f800000u;
+    return nan ? (b | 0x400000u) & 0xffff0000u : (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
 }
 
-// Round to nearest even; a NaN stays a NaN.
 static uint16_t to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    return (uint16_t)(bf16_bits(u) >> 16);
 }
 
 static float from_bf16(uint16_t h) {
@@ -103,16 +98,12 @@ static float from_bf16(uint16_t h) {
 float ranks_bf16_round(float x) { return from_bf16(to_bf16(x)); }
 
 void ranks_bf16_round_n(float *x, size_t n) {
-    // to_bf16 and back without branches, so that it vectorises: a NaN keeps its sign and
-    // top bits with the quiet bit set, anything else rounds to nearest, ties to even.
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         uint32_t b;
         memcpy(&b, x + i, sizeof b);
-        const uint32_t nan = (b & 0x7fffffffu) > 0x7f800000u;
-        const uint32_t r = nan ? (b | 0x400000u) & 0xffff0000u
-                               : (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
-        memcpy(x + i, &r, sizeof r);
+        b = bf16_bits(b);
+        memcpy(x + i, &b, sizeof b);
     }
 }
 
@@ -198,13 +189,19 @@ static int test_request(MPI_Request *req) {
     return done;
 }
 
+// Waits for a started request; MPI's status.
+static int wait_request(MPI_Request *req) {
+    double t0 = MPI_Wtime();
+    int err = MPI_Wait(req, MPI_STATUS_IGNORE);
+    comm_s += MPI_Wtime() - t0;
+    return err;
+}
+
 int ranks_rs_test(ranks_rs *r) { return r ? test_request(&r->req) : 1; }
 
 int ranks_rs_finish(ranks_rs *r, float *buf, ht_error *e) {
     if (!r) return 0;
-    double t0 = MPI_Wtime();
-    int err = MPI_Wait(&r->req, MPI_STATUS_IGNORE);
-    comm_s += MPI_Wtime() - t0;
+    int err = wait_request(&r->req);
     if (err == MPI_SUCCESS && buf) {
         float *dst = buf + r->lo;
         const size_t m = r->m;
@@ -230,19 +227,6 @@ int ranks_reduce_scatter(float *buf, size_t n, ranks_dtype dt, ht_error *e) {
     return ranks_rs_finish(r, buf, e);
 }
 
-int ranks_allgather_slices(float *buf, size_t n, ht_error *e) {
-    if (size == 1) return 0;
-    if (n > (size_t)1 << 30) return ht_fail(e, "rank %d: %zu floats in one gather", rank, n);
-    double t0 = MPI_Wtime();
-    int *c = ht_malloc((size_t)size * 2, sizeof(int), e);
-    if (!c) return -1;
-    slice_counts(n, c, c + size);
-    int err = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, c + size, MPI_FLOAT,
-                             MPI_COMM_WORLD);
-    free(c);
-    comm_s += MPI_Wtime() - t0;
-    return err == MPI_SUCCESS ? 0 : mpi_fail(e, "gathering the ranks' slices", err);
-}
 
 // counts as displacements, after a check that the sum is a valid count: -1 with e if not.
 static int displacements(const int *counts, int *displ, ht_error *e) {
@@ -269,6 +253,22 @@ int ranks_allgatherv(float *all, const int *counts, ht_error *e) {
     free(displ);
     comm_s += MPI_Wtime() - t0;
     return err == MPI_SUCCESS ? 0 : mpi_fail(e, "gathering the ranks' parts", err);
+}
+
+int ranks_allgather_slices(float *buf, size_t n, ht_error *e) {
+    if (size == 1) return 0;
+    if (n > (size_t)1 << 30) return ht_fail(e, "rank %d: %zu floats in one gather", rank, n);
+    // The slices lie in rank order, so their counts place them.
+    int *c = ht_malloc((size_t)size, sizeof(int), e);
+    if (!c) return -1;
+    for (int r = 0; r < size; r++) {
+        size_t lo, hi;
+        ranks_slice(n, r, &lo, &hi);
+        c[r] = (int)(hi - lo);
+    }
+    int rc = ranks_allgatherv(buf, c, e);
+    free(c);
+    return rc;
 }
 
 struct ranks_ag {
@@ -307,9 +307,7 @@ int ranks_ag_test(ranks_ag *r) { return r ? test_request(&r->req) : 1; }
 
 int ranks_ag_finish(ranks_ag *r, ht_error *e) {
     if (!r) return 0;
-    double t0 = MPI_Wtime();
-    int err = MPI_Wait(&r->req, MPI_STATUS_IGNORE);
-    comm_s += MPI_Wtime() - t0;
+    int err = wait_request(&r->req);
     free(r->counts);
     free(r);
     return err == MPI_SUCCESS ? 0 : mpi_fail(e, "gathering over the ranks", err);
