@@ -87,6 +87,9 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
     omp_set_num_threads(c->threads);
     res->note[0] = 0;
     size_t in = (size_t)m->in_c * m->in_h * m->in_w;
+    // The parameters stay as they are for the shard: packed once, by its first forward pass.
+    c->ws.pack_kept = 1;
+    c->ws.packed = 0;
     for (int off = 0; off < job->n; off += step) {
         int n = job->n - off < step ? job->n - off : step;
         net_dropout drop = {.seed = job->seed, .epoch = job->epoch, .ids = job->ids + off};
@@ -123,6 +126,8 @@ static int cpu_infer(void *vctx, const float *x, int n, float *probs, ht_error *
     int caller_threads = omp_get_max_threads();
     omp_set_num_threads(c->threads);
     size_t in = (size_t)m->in_c * m->in_h * m->in_w;
+    c->ws.pack_kept = 1;
+    c->ws.packed = 0;
     for (int off = 0; off < n; off += c->micro) {
         int k = n - off < c->micro ? n - off : c->micro;
         const float *p = net_forward(&c->ws, m, c->use, x + (size_t)off * in, NULL, k, NULL);

@@ -364,6 +364,8 @@ static const float *layer_input(net_ws *ws, const model *m, int l, const float *
 // Packs the weights of the trunk's conv layers; while profiling, each layer's time goes to
 // its entry for direction dir (0 forward, 1 backward).
 static void trunk_pack(net_ws *ws, const model *m, const float *params, int dir) {
+    if (ws->pack_kept && ws->packed) return;
+    ws->packed = 1;
     for (int l = 0; l < ws->trunk; l++) {
         const layer *L = &m->layers[l];
         const net_lplan *p = &ws->plan[l];

@@ -43,6 +43,11 @@ typedef struct net_ws {
     // sample's activations and gradients stay in that core's cache from layer to layer.
     int trunk;
     float *pack;      // packed weights of the trunk's conv layers
+    // pack_kept: the caller promises the parameters stay as they are until it clears `packed`
+    // (the CPU device: within a shard, over its micro-batches' passes), so that they are packed
+    // (Winograd-transformed) once, by the first pass that needs them; without it every pass
+    // packs them. packed: they are packed.
+    int pack_kept, packed;
     float *tscr;      // per-thread slices: conv scratch, then two per-sample gradient buffers
     size_t tslice, tgrad_off, tgrad_n;
     float *owned;     // one allocation backing all of the above floats

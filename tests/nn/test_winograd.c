@@ -23,6 +23,7 @@
 #include "ref.h"
 #include "rng.h"
 #include "testutil.h"
+#include "winograd.h"
 
 // ---- the error measure and its bound -------------------------------------------------------
 // Each element of a convolution's output, input gradient or weight gradient is a sum of n
@@ -726,6 +727,53 @@ static void test_wino_ok_padding(void **state) {
     assert_int_equal(same_out_dim(7, 1), 7);
 }
 
+// The weight transforms run several channels side by side (one to a vector lane, the tail
+// lanes idle): each filter's transform is the bits it has alone (one input and one output
+// channel), whatever its neighbours, for channel counts that are no multiple of the lanes, in
+// both directions and for every F(m, r) the CPU runs.
+static void test_transforms_channel_bits(void **state) {
+    (void)state;
+    const int C = 11, OC = 13, ms[4][2] = {{2, 3}, {4, 3}, {2, 5}, {4, 5}};
+    for (int k = 0; k < 4; k++) {
+        const int m = ms[k][0], r = ms[k][1], a = wino_alpha(m, r), rr = r * r, aa = a * a;
+        float *w = malloc(sizeof(float) * (size_t)OC * C * rr);
+        float *U = malloc(sizeof(float) * (size_t)aa * OC * 16), one[64];
+        double *dU = malloc(sizeof(double) * 2 * (size_t)aa * C * 16), dU1[2 * 64];
+        float *dw = calloc((size_t)OC * C * rr, sizeof(float)), dw1[25];
+        const uint64_t key = ht_rng_key(40, (uint32_t)k, 0);
+        for (int i = 0; i < OC * C * rr; i++) w[i] = ht_rng_uniform(key, 0, (uint32_t)i) * 2 - 1;
+        for (int i = 0; i < 2 * aa * C * 16; i++) dU[i] = ht_rng_uniform(key, 1, (uint32_t)i) * 2 - 1;
+        for (int flip = 0; flip < 2; flip++) {
+            const int n_in = flip ? OC : C;
+            wino_weights(U, 16, w, C, OC, m, r, flip);
+            for (int oc = 0; oc < OC; oc++)
+                for (int c = 0; c < C; c++) {
+                    wino_weights(one, 1, w + ((size_t)oc * C + c) * rr, 1, 1, m, r, flip);
+                    const int row = flip ? oc : c, col = flip ? c : oc;
+                    for (int xi = 0; xi < aa; xi++)
+                        assert_memory_equal(&U[((size_t)xi * n_in + row) * 16 + col], &one[xi],
+                                            sizeof(float));
+                }
+        }
+        // Two buffers of [xi][c][16] doubles, summed.
+        const size_t stride = (size_t)aa * C * 16;
+        wino_dw_finish(dw, dU, stride, 2, 16, C, OC, m, r);
+        for (int oc = 0; oc < OC; oc++)
+            for (int c = 0; c < C; c++) {
+                for (int b = 0; b < 2; b++)
+                    for (int xi = 0; xi < aa; xi++)
+                        dU1[b * aa + xi] = dU[b * stride + (size_t)xi * C * 16 + (size_t)c * 16 + oc];
+                memset(dw1, 0, sizeof dw1);
+                wino_dw_finish(dw1, dU1, (size_t)aa, 2, 1, 1, 1, m, r);
+                assert_memory_equal(&dw[((size_t)oc * C + c) * rr], dw1, sizeof(float) * (size_t)rr);
+            }
+        free(w);
+        free(U);
+        free(dU);
+        free(dw);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_direct),
@@ -737,6 +785,7 @@ int main(void) {
         cmocka_unit_test(test_zero_fields_exact),
         cmocka_unit_test(test_choose),
         cmocka_unit_test(test_wino_ok_padding),
+        cmocka_unit_test(test_transforms_channel_bits),
         cmocka_unit_test(test_step_winograd_vs_direct),
         cmocka_unit_test(test_step_winograd_5x5_vs_direct),
     };
