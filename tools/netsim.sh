@@ -13,9 +13,9 @@
 #   --delay D           one-way delay added to each node's egress (netem), e.g. 50us
 #   --mtu M             the links' MTU (default 1500; 9000 for jumbo frames)
 #   --mpi-args "ARGS"   more mpirun options (word-split)
-#   --timeout SEC       end the job after SEC seconds (exit status 124): Open MPI's launcher
-#                       has been seen to wait forever for a node's daemon (once in some tens of
-#                       launches across 4 nodes)
+#   --timeout SEC       end the job after SEC seconds (exit status 124): a guard for jobs
+#                       that must end (tests, benchmarks); mpirun waits forever for a node's
+#                       daemon that never checks in
 #
 # The job: mpirun, started inside node 0's namespace, launches ranks on every node through
 # Open MPI's rsh launcher with `ip netns exec NODE` as its agent, over TCP only (--mca btl
@@ -111,12 +111,18 @@ for ((i = 0; i < NODES; i++)); do
 done
 
 # Open MPI's rsh agent: called as `agent HOST COMMAND...`, like ssh; runs COMMAND in the
-# namespace whose address is HOST.
+# namespace whose address is HOST, with a session directory of that node's own. The nodes
+# share this machine's host name and /tmp, so the daemons, started together, would make one
+# session directory (/tmp/ompi.HOST.UID/jf.JOB) at once and write their hardware topology into
+# the same file there: one of them then failed ("mkdir ... File exists") or crashed in
+# hwloc_shmem_topology_write, and mpirun waited forever for it (measured: 1 launch in ~10
+# across 4 nodes, with /bin/true as the job).
 cat > "$WORK/agent" <<EOF
 #!/bin/sh
 host=\$1; shift
 i=\${host##*.}
-exec ip netns exec ${TAG}n\$((i - 1)) /bin/sh -c "\$*"
+mkdir -p "$WORK/node\$i"
+exec ip netns exec ${TAG}n\$((i - 1)) env OMPI_MCA_orte_tmpdir_base="$WORK/node\$i" /bin/sh -c "\$*"
 EOF
 chmod +x "$WORK/agent"
 

@@ -90,11 +90,8 @@ static void test_two_ranks_equal_one_process(void **state) {
     two_ranks_equal_one_process(launch, "mpi-cli");
 }
 
-// The same over TCP between two simulated nodes (tools/netsim.sh: network namespaces, a
-// bridge, links shaped to 1 Gbit/s): the reduce-scatter and the gathers cross a real link.
-// Needs root and iproute2, as CI has; skipped elsewhere, saying why.
-static void test_two_nodes_over_tcp(void **state) {
-    (void)state;
+// tools/netsim.sh needs root and iproute2, as CI has; skipped elsewhere, saying why.
+static void need_netns(void) {
     char *out;
     int rc = test_run_shell("id -u | grep -qx 0 && command -v ip >/dev/null && command -v tc >/dev/null "
                             "&& ip netns add ht-probe-$$ && ip netns delete ht-probe-$$ 2>&1", &out);
@@ -103,8 +100,40 @@ static void test_two_nodes_over_tcp(void **state) {
         printf("skipped: network namespaces need root and iproute2 (tools/netsim.sh)\n");
         skip();
     }
+}
+
+// The same over TCP between two simulated nodes (tools/netsim.sh: network namespaces, a
+// bridge, links shaped to 1 Gbit/s): the reduce-scatter and the gathers cross a real link.
+static void test_two_nodes_over_tcp(void **state) {
+    (void)state;
+    need_netns();
     two_ranks_equal_one_process(HT_SOURCE_DIR "/tools/netsim.sh --nodes 2 --rate 1gbit --timeout 300 "
                                 "--mpi-args \"" HT_MPI_CONTEXT "\" --", "mpi-tcp");
+}
+
+// The simulated nodes share this machine's host name and /tmp: each node's Open MPI daemon
+// gets a session directory of its own (the job's ranks inherit its setting), where daemons
+// started together once made the same one at once and one of them failed or crashed, leaving
+// mpirun waiting (about 1 launch in 10 across 4 nodes).
+static void test_nodes_own_session_dirs(void **state) {
+    (void)state;
+    need_netns();
+    char *out;
+    int rc = test_run_shell(HT_SOURCE_DIR "/tools/netsim.sh --nodes 3 --rate 1gbit --timeout 120 -- "
+                            "sh -c 'echo \"tmp=${OMPI_MCA_orte_tmpdir_base:-none}\"' 2>/dev/null", &out);
+    if (rc != 0) fail_msg("netsim: exit %d\n%s", rc, out);
+    char dirs[3][512];
+    int n = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "tmp=", 4) != 0) continue;
+        if (n == 3) fail_msg("more than 3 ranks answered");
+        snprintf(dirs[n], sizeof dirs[n], "%s", line + 4);
+        for (int k = 0; k < n; k++)
+            if (!strcmp(dirs[k], dirs[n])) fail_msg("two nodes share the session directory %s", dirs[n]);
+        n++;
+    }
+    free(out);
+    assert_int_equal(n, 3);
 }
 
 // One rank dies mid-run (SIGKILL in step 6: Open MPI then ends the whole job), or one rank is
@@ -282,6 +311,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ranks_equal_one_process),
         cmocka_unit_test(test_two_nodes_over_tcp),
+        cmocka_unit_test(test_nodes_own_session_dirs),
         cmocka_unit_test(test_stopped_rank_resumes),
         cmocka_unit_test(test_balanced_ranks_match_one_rank),
         cmocka_unit_test(test_one_rank_fails_the_job),
