@@ -175,9 +175,12 @@ static const double G45[8][5] = {{1, 0, 0, 0, 0},
                                  {32.0 / 45, -16.0 / 45, 8.0 / 45, -4.0 / 45, 2.0 / 45},
                                  {0, 0, 0, 0, 1}};
 
-// Row i of F(m,r)'s G: r coefficients.
-static const double *g_row(int m, int r, int i) {
-    return r == 5 ? (m == 2 ? G5[i] : G45[i]) : m == 2 ? G2[i] : G4[i];
+// F(m,r)'s G (a x r, a = m + r - 1) into G.
+static void g_table(int m, int r, double G[8][5]) {
+    for (int i = 0; i < wino_alpha(m, r); i++) {
+        const double *row = r == 5 ? (m == 2 ? G5[i] : G45[i]) : m == 2 ? G2[i] : G4[i];
+        for (int y = 0; y < r; y++) G[i][y] = row[y];
+    }
 }
 
 // Input channels a pass of wino_weights transforms side by side, one to a vector lane: each
@@ -192,8 +195,7 @@ void wino_weights(float *U, int ldu, const float *w, int C, int OC, int m, int r
             for (int j = n_out; j < ldu; j++) row[j] = 0.0f;
         }
     double G[8][5];
-    for (int i = 0; i < a; i++)
-        for (int y = 0; y < r; y++) G[i][y] = g_row(m, r, i)[y];
+    g_table(m, r, G);
     for (int oc = 0; oc < OC; oc++)
         for (int c0 = 0; c0 < C; c0 += WW_LANES) {
             const int nl = C - c0 < WW_LANES ? C - c0 : WW_LANES;
@@ -230,8 +232,7 @@ void wino_dw_finish(float *dw, const double *dU, size_t stride, int n, int ldd, 
     const int a = wino_alpha(m, r), rr = r * r;
     const size_t plane = (size_t)C * ldd;
     double G[8][5];
-    for (int i = 0; i < a; i++)
-        for (int y = 0; y < r; y++) G[i][y] = g_row(m, r, i)[y];
+    g_table(m, r, G);
     // Output channels side by side, one to a lane, each with the scalar arithmetic.
     for (int c = 0; c < C; c++)
         for (int oc0 = 0; oc0 < OC; oc0 += WW_LANES) {
