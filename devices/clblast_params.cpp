@@ -1,5 +1,5 @@
 // clblast_params_get (clblast_params.h): clblast::RetrieveParameters, which has no C API.
-#include "clblast_params.h"
+#include "devices/clblast_params.h"
 
 #include <clblast.h>
 

@@ -1,15 +1,15 @@
 // The native CPU device: an OpenMP worker running the network over net.c with its own
 // parameter copy and a workspace sized for its micro-batch.
-#include "ht_omp.h"
+#include "core/ht_omp.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "device.h"
-#include "micro.h"
-#include "batchnorm.h"
-#include "net.h"
+#include "devices/device.h"
+#include "devices/micro.h"
+#include "nn/batchnorm.h"
+#include "nn/net.h"
 
 // Largest micro-batch a CPU worker uses: bigger buys nothing once the per-sample GEMMs are
 // parallelised across threads, and it bounds the workspace (the 3-layer network keeps about

@@ -7,8 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h"
-#include "model.h"
+#include "core/common.h"
+#include "nn/model.h"
 
 // One shard of a training step: the samples a device must process, already contiguous.
 typedef struct shard_job {

@@ -1,5 +1,5 @@
 // HETRAIN_FAULT: parsing, matching, and the wrapper device that injects the faults (fault.h).
-#include "fault.h"
+#include "devices/fault.h"
 
 #include <errno.h>
 #include <math.h>

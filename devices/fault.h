@@ -23,9 +23,9 @@
 #ifndef HETRAIN_FAULT_H
 #define HETRAIN_FAULT_H
 
-#include "common.h"
-#include "device.h"
-#include "model.h"
+#include "core/common.h"
+#include "devices/device.h"
+#include "nn/model.h"
 
 typedef enum fault_kind {
     FAULT_FAIL, FAULT_OOM, FAULT_HANG, FAULT_NAN, FAULT_CORRUPT, FAULT_KILL, FAULT_TERM

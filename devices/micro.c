@@ -1,5 +1,5 @@
 // Micro-batch sizing shared by the devices (see micro.h).
-#include "micro.h"
+#include "devices/micro.h"
 
 #include <stdio.h>
 

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h"
+#include "core/common.h"
 
 // What a bytes callback returns for a micro-batch that cannot be allocated at any budget
 // (e.g. one of its buffers is larger than the device's largest allocation).

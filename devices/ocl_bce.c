@@ -1,5 +1,5 @@
 // The OpenCL binary and multi-label heads' ops (ocl_ops.h) over kernels/activations.cl's bce_fwd and bce_bwd.
-#include "ocl_ops.h"
+#include "devices/ocl_ops.h"
 
 #include <limits.h>
 

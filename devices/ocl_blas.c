@@ -1,13 +1,13 @@
 // CLBlast's process-wide state: the lock, status names, and the GEMM parameters in force per
 // device (ocl_blas.h).
-#include "ocl_blas.h"
+#include "devices/ocl_blas.h"
 
 #include <clblast_c.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ocl_util.h"
+#include "devices/ocl_util.h"
 
 // CLBlast picks XgemmDirect when m*n*k < XGEMM_MIN_INDIRECT_SIZE^3: a value whose cube passes
 // any shape forces it, 0 forces Xgemm. Only these two values are used, because each value of a

@@ -6,7 +6,7 @@
 #ifndef HETRAIN_OCL_BLAS_H
 #define HETRAIN_OCL_BLAS_H
 
-#include "clblast_params.h"
+#include "devices/clblast_params.h"
 
 // How CLBlast runs one GEMM: which of its two routines, and that routine's kernel parameters.
 typedef struct ocl_gemm_cfg {

@@ -1,7 +1,7 @@
 // The OpenCL batch normalisation ops (ocl_ops.h) over the kernels of kernels/batchnorm.cl:
 // per (group, channel) statistics and backward sums as one work-group's reduction each, the
 // rest elementwise.
-#include "ocl_ops.h"
+#include "devices/ocl_ops.h"
 
 #include <limits.h>
 

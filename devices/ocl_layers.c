@@ -1,8 +1,8 @@
 // The OpenCL device's op table (ocl_layers.h): each family's forward and backward over the ops
 // of ocl_ops.h, NCHW throughout.
-#include "ocl_layers.h"
+#include "devices/ocl_layers.h"
 
-#include "layer_desc.h"
+#include "nn/layer_desc.h"
 
 conv_geom ocl_conv_geom(const layer *L, const conv_choice *algo) {
     conv_geom g = {.C = L->c, .Cs = L->c, .H = L->h, .W = L->w, .OC = L->oc, .K = L->k,

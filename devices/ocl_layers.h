@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "conv_algo.h"
-#include "model.h"
-#include "ocl_ops.h"
+#include "nn/conv_algo.h"
+#include "nn/model.h"
+#include "devices/ocl_ops.h"
 
 typedef struct ocl_call {
     ocl_ops *o;

@@ -1,13 +1,13 @@
 // `hetrain devices`: the native CPU and every OpenCL device, as aligned text or JSON.
 #include <json.h>
-#include "ht_omp.h"
+#include "core/ht_omp.h"
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "ocl_tune.h"
-#include "ocl_util.h"
+#include "devices/ocl_tune.h"
+#include "devices/ocl_util.h"
 
 typedef struct cpu_info {
     char vendor[64];

@@ -4,7 +4,7 @@
 // must not be used by two threads at once (one per device thread). Kernels index with 32-bit
 // ints, so every tensor must hold fewer than 2^31 floats; the ops check that and fail with a
 // message rather than wrap around. B == 0 does nothing.
-#include "ocl_ops.h"
+#include "devices/ocl_ops.h"
 
 #include <clblast_c.h>
 #include <limits.h>

@@ -11,10 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ocl_blas.h"
-#include "ocl_tune.h"
-#include "ocl_util.h"
-#include "layers.h"
+#include "devices/ocl_blas.h"
+#include "devices/ocl_tune.h"
+#include "devices/ocl_util.h"
+#include "nn/layers.h"
 
 // Kernels are the program's (kernels/*.cl), found by name; this many at most.
 #define OCL_MAX_KERNELS 64

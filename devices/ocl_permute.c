@@ -1,5 +1,5 @@
 // The OpenCL permute op (ocl_ops.h) over kernels/util.cl's permute3.
-#include "ocl_ops.h"
+#include "devices/ocl_ops.h"
 
 #include <limits.h>
 

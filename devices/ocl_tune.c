@@ -1,6 +1,6 @@
 // The tuning cache of an OpenCL device (ocl_tune.h): its data, its JSON file, the lookup the
 // ops make before every GEMM, and the rules a CLBlast configuration must keep.
-#include "ocl_tune.h"
+#include "devices/ocl_tune.h"
 
 #include <errno.h>
 #include <json.h>

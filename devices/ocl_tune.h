@@ -9,9 +9,9 @@
 
 #include <stddef.h>
 
-#include "common.h"
-#include "ocl_blas.h"
-#include "ocl_util.h"
+#include "core/common.h"
+#include "devices/ocl_blas.h"
+#include "devices/ocl_util.h"
 
 #define OCL_TUNE_FORMAT "hetrain tuning 1"
 #define OCL_TUNE_MAX_RUNS 16 // models and batches one file was tuned for

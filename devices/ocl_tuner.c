@@ -7,7 +7,7 @@
 // PoCL). A configuration's first result on every shape is checked against OpenBLAS. Then our
 // kernels' work-group sizes are timed over whole micro-batches, and the tuned device's
 // gradient is compared with the untuned one's before anything is written.
-#include "ocl_tuner.h"
+#include "devices/ocl_tuner.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -16,11 +16,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "device.h"
-#include "ocl_ops.h"
-#include "opencl.h"
-#include "ocl_tune.h"
-#include "rng.h"
+#include "devices/device.h"
+#include "devices/ocl_ops.h"
+#include "devices/opencl.h"
+#include "devices/ocl_tune.h"
+#include "core/rng.h"
 
 #define TUNE_TOL 1e-4        // relative L2 error of a GEMM against OpenBLAS (rounding: ~1e-6)
 #define TUNE_GRAD_TOL 5e-2   // relative L2 of a shard's gradient, tuned against untuned: only a

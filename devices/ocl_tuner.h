@@ -10,9 +10,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common.h"
-#include "model.h"
-#include "ocl_util.h"
+#include "core/common.h"
+#include "nn/model.h"
+#include "devices/ocl_util.h"
 
 typedef struct ocl_tuner_opts {
     const model *m;

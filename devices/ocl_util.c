@@ -1,8 +1,8 @@
 // OpenCL plumbing: error names, platform/device discovery, kernel sources, and per-device
 // programs built once per process with an on-disk binary cache.
-#include "ocl_util.h"
+#include "devices/ocl_util.h"
 
-#include "layer_kinds.h"
+#include "nn/layer_kinds.h"
 
 #include <CL/cl_ext.h>
 #include <dirent.h>

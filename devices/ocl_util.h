@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common.h"
+#include "core/common.h"
 
 // "CL_OUT_OF_RESOURCES" for -5; "CL_UNKNOWN_ERROR(-1234)" style (static buffer) otherwise.
 const char *ocl_error_name(cl_int err);

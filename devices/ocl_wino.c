@@ -2,11 +2,11 @@
 // CLBlast GEMMs, one per transform point, in the stages of the CPU device's (src/nn/conv.c over
 // winograd.c): the same transforms in the same order, the weights transformed on the host by
 // winograd.c itself, outputs that see only zeros set to the bias exactly.
-#include "ocl_ops.h"
+#include "devices/ocl_ops.h"
 
 #include <limits.h>
 
-#include "winograd.h"
+#include "nn/winograd.h"
 
 #define NARGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define KA OCL_KA

@@ -5,17 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ocl_layers.h"
-#include "ocl_ops.h"
-#include "ocl_util.h"
-#include "batchnorm.h"
-#include "device.h"
-#include "layer_desc.h"
-#include "ht_omp.h"
-#include "micro.h"
-#include "opencl.h"
-#include "net.h"
-#include "rng.h"
+#include "devices/ocl_layers.h"
+#include "devices/ocl_ops.h"
+#include "devices/ocl_util.h"
+#include "nn/batchnorm.h"
+#include "devices/device.h"
+#include "nn/layer_desc.h"
+#include "core/ht_omp.h"
+#include "devices/micro.h"
+#include "devices/opencl.h"
+#include "nn/net.h"
+#include "core/rng.h"
 
 // Micro-batches larger than this buy nothing on any device we know, and keep the im2col
 // scratch of the reference networks under a few hundred MB.

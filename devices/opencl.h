@@ -5,9 +5,9 @@
 
 #include <stdint.h>
 
-#include "common.h"
-#include "device.h"
-#include "model.h"
+#include "core/common.h"
+#include "devices/device.h"
+#include "nn/model.h"
 
 struct ocl_dev_info;
 struct ocl_ops;

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
+#include "devices/device.h"
 
 int device_profile_init(device_profile *p, int n_layers, ht_error *e) {
     memset(p, 0, sizeof *p);

@@ -7,14 +7,14 @@
 // workers and one core to drive each OpenCL GPU, shared among the plain 'cpu' items.
 #include <ctype.h>
 #include <errno.h>
-#include "ht_omp.h"
+#include "core/ht_omp.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ocl_util.h"
-#include "device.h"
-#include "opencl.h"
+#include "devices/ocl_util.h"
+#include "devices/device.h"
+#include "devices/opencl.h"
 
 
 // Parses "@W" at *s (if present) into *capacity; returns -1 on a malformed one.

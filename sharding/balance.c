@@ -1,6 +1,6 @@
 // Least-squares time model per device with exponential forgetting, and the shares that make
 // all devices finish a step together.
-#include "balance.h"
+#include "sharding/balance.h"
 
 #include <string.h>
 

@@ -6,7 +6,7 @@
 #ifndef HETRAIN_BALANCE_H
 #define HETRAIN_BALANCE_H
 
-#include "common.h"
+#include "core/common.h"
 
 #define BALANCE_FORGET 0.85 // weight kept by older shards at each new one
 // The line needs shard sizes this far apart (standard deviation over mean) in the remembered

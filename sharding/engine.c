@@ -3,10 +3,10 @@
 // the others, reduce the gradient sums in fixed device and rank order, update on the host and
 // broadcast the new parameters. The other engine_*.c files hold the workers, the balance, the
 // self-check and inference (engine_int.h).
-#include "engine_int.h"
-#include "ht_omp.h"
+#include "sharding/engine_int.h"
+#include "core/ht_omp.h"
 
-#include "batchnorm.h"
+#include "nn/batchnorm.h"
 
 #include <math.h>
 #include <stdlib.h>

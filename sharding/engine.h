@@ -9,10 +9,10 @@
 
 #include <stdint.h>
 
-#include "common.h"
-#include "data.h"
-#include "device.h"
-#include "model.h"
+#include "core/common.h"
+#include "data/data.h"
+#include "devices/device.h"
+#include "nn/model.h"
 
 typedef struct engine engine; // opaque (engine_int.h)
 

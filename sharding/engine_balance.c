@@ -1,7 +1,7 @@
 // How the engine shares a batch among the devices: their capacities, the plan of each pass
 // over every rank's devices, re-runs of a failed device's share on the others, and, under auto
 // balance, the time fits that calibration and the steps feed and the re-fits they give.
-#include "engine_int.h"
+#include "sharding/engine_int.h"
 
 #include <stdlib.h>
 

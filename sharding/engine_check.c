@@ -1,7 +1,7 @@
 // The self-check: every device runs one forward/backward of the same probe as a reference
 // device the engine does not use, and a device whose gradient or losses differ beyond the
 // ENGINE_SELF_CHECK_TOL_* bounds (engine.h) is dropped.
-#include "engine_int.h"
+#include "sharding/engine_int.h"
 
 #include <math.h>
 #include <stdlib.h>

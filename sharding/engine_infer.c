@@ -1,6 +1,6 @@
 // Inference through the engine: chunks of samples shared among the devices (of every rank)
 // as a training batch is, each device's class probabilities copied to their rows.
-#include "engine_int.h"
+#include "sharding/engine_int.h"
 
 // What an inference pass hands back, for take_probs.
 typedef struct infer_out {

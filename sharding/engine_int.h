@@ -17,11 +17,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "balance.h"
-#include "engine.h"
-#include "optim.h"
-#include "plan.h"
-#include "ranks.h"
+#include "sharding/balance.h"
+#include "sharding/engine.h"
+#include "nn/optim.h"
+#include "sharding/plan.h"
+#include "sharding/ranks.h"
 
 #define ENGINE_PAR_MIN 65536 // elements below which a parallel pass costs more than it saves
 #define ENGINE_CHUNK 4096    // elements a thread sums over every device before moving on

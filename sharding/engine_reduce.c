@@ -4,16 +4,16 @@
 // dense layers' weights, last in the network) travels while the devices still compute the
 // first layers' gradients. The sums are the device-order, rank-order sums of the whole-buffer
 // reduction, element for element: the same bits however the buckets fall or the timing goes.
-#include "engine_int.h"
+#include "sharding/engine_int.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "ht_omp.h"
-#include "layers.h"
-#include "net.h"
+#include "core/ht_omp.h"
+#include "nn/layers.h"
+#include "nn/net.h"
 
 // A rank's factors of a layer: a header of FAC_HEAD floats, the number of its devices that
 // had samples and each one's samples and micro-batch (its first micro-batch's size), then each

@@ -6,7 +6,7 @@
 // broadcast. A device that errs or does not answer is dropped; one that does not answer is
 // left to its worker, which closes it if it ever comes back (a stray worker).
 #define _GNU_SOURCE
-#include "engine_int.h"
+#include "sharding/engine_int.h"
 
 #include <errno.h>
 #include <math.h>

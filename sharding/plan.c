@@ -1,5 +1,5 @@
 // Smooth weighted round robin over per-device counts apportioned by largest remainder.
-#include "plan.h"
+#include "sharding/plan.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #ifndef HETRAIN_PLAN_H
 #define HETRAIN_PLAN_H
 
-#include "common.h"
+#include "core/common.h"
 
 typedef struct shard_plan {
     int n_devs;

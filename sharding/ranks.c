@@ -1,5 +1,5 @@
 // MPI behind ranks.h.
-#include "ranks.h"
+#include "sharding/ranks.h"
 
 #include <mpi.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "common.h"
+#include "core/common.h"
 
 // Starts MPI when the process was started by mpirun (Open MPI's OMPI_COMM_WORLD_SIZE, or PMIx's
 // PMIX_RANK, in the environment); a lone process is rank 0 of 1.

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Checks that every dependency between hetrain's own files points down the layers of
-# docs/ARCHITECTURE.md, and that no two files call each other:
-#  * includes: a file includes headers of its own layer or of layers below it;
-#  * calls, read from the built objects (nm): a file calls functions of its own layer or below,
-#    and never a file that calls it back.
+# docs/ARCHITECTURE.md, at every level, and that the files' graphs have no circle:
+#  * includes: a file includes headers of its own layer or of layers below it, by the path from
+#    its root ("nn/model.h" under src/, "sharding/engine.h" under the repository), never bare;
+#  * calls, read from the built objects (nm): a file calls functions of its own layer or below;
+#  * no circle of any length among the files, in the includes or in the calls (tsort).
+# The layers, top to bottom, give each level's order: at the repository root app/ > sharding/ >
+# devices/ > src/, in app/ the CLI and jobs > report/, in src/ io/ > nn/ > data/ > core/.
 #   tools/check_layers.sh BUILD_DIR     (run by ctest as the test "layers")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,34 +14,52 @@ build=${1:?usage: tools/check_layers.sh BUILD_DIR}
 objdir=$build/CMakeFiles/hetrain_core.dir
 
 # Top to bottom, as in CMakeLists.txt's HT_LAYERS.
-layers=(src/app src/report sharding devices src/io src/nn src/data src/core)
+layers=(app app/report sharding devices src/io src/nn src/data src/core)
 declare -A rank
 for i in "${!layers[@]}"; do
-  for f in "${layers[$i]}"/*.[ch]; do rank[$f]=$i; done
+  for f in "${layers[$i]}"/*.[ch] "${layers[$i]}"/*.cpp; do [[ -f $f ]] && rank[$f]=$i; done
 done
-declare -A header_at
-for f in "${!rank[@]}"; do header_at[$(basename "$f")]=$f; done
 
 bad=0
+loops() { # $1: what the edges are; stdin: "from to" lines
+  local out
+  if ! out=$(tsort 2>&1 >/dev/null) || [[ -n $out ]]; then
+    echo "layers: the $1 go round in a circle:" >&2
+    sed -n 's/^tsort: //p' <<<"$out" | grep -v 'input contains a loop' | sed 's/^/  /' >&2
+    bad=1
+  fi
+}
+
+inc_edges=()
 for f in "${!rank[@]}"; do
   while read -r h; do
-    to=${header_at[$h]:-}
-    [[ -z $to ]] && continue # a system or generated header
+    to=
+    if [[ -f $h && -n ${rank[$h]:-} ]]; then to=$h
+    elif [[ -f src/$h && -n ${rank[src/$h]:-} ]]; then to=src/$h
+    elif [[ $h != */* ]]; then
+      for l in "${layers[@]}"; do
+        [[ -f $l/$h ]] && { echo "layers: $f includes \"$h\" bare; name its folder (\"${l#src/}/$h\")" >&2; bad=1; }
+      done
+      continue
+    else continue # a system, library or generated header
+    fi
     if ((rank[$to] < rank[$f])); then
       echo "layers: $f includes $to, a layer above it" >&2
       bad=1
     fi
+    [[ $to != "$f" ]] && inc_edges+=("$f $to")
   done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f")
 done
+printf '%s\n' "${inc_edges[@]}" | loops includes
 
 # Which file defines each function, then who calls whom.
 [[ -d $objdir ]] || { echo "layers: no objects under $objdir; build first" >&2; exit 1; }
 declare -A defined_in
 declare -A uses
 for f in "${!rank[@]}"; do
-  [[ $f == *.c ]] || continue
+  [[ $f == *.c || $f == *.cpp ]] || continue
   o=$objdir/$f.o
-  [[ -f $o ]] || { [[ $f == src/app/main.c ]] && continue; echo "layers: $o missing" >&2; exit 1; }
+  [[ -f $o ]] || { [[ $f == app/main.c ]] && continue; echo "layers: $o missing" >&2; exit 1; }
   while read -r sym; do defined_in[$sym]=$f; done < <(nm --defined-only "$o" | awk '$2 ~ /[TDBR]/ {print $3}')
   uses[$f]=$(nm --undefined-only "$o" | awk '{print $2}' | tr '\n' ' ')
 done
@@ -47,7 +68,7 @@ for f in "${!uses[@]}"; do
   for sym in ${uses[$f]}; do
     to=${defined_in[$sym]:-}
     [[ -z $to || $to == "$f" ]] && continue
-    edge["$f>$to"]=$sym
+    edge["$f $to"]=$sym
     if ((rank[$to] < rank[$f])); then
       echo "layers: $f calls $sym in $to, a layer above it" >&2
       bad=1
@@ -55,11 +76,12 @@ for f in "${!uses[@]}"; do
   done
 done
 for k in "${!edge[@]}"; do
-  a=${k%%>*} b=${k#*>}
-  if [[ -n ${edge["$b>$a"]:-} && $a < $b ]]; then
-    echo "layers: $a and $b call each other ($a: ${edge[$k]}; $b: ${edge["$b>$a"]})" >&2
+  a=${k%% *} b=${k#* }
+  if [[ -n ${edge["$b $a"]:-} && $a < $b ]]; then
+    echo "layers: $a and $b call each other ($a: ${edge[$k]}; $b: ${edge["$b $a"]})" >&2
     bad=1
   fi
 done
-((bad == 0)) && echo "layers: ${#rank[@]} files, every dependency points down, no two files call each other"
+printf '%s\n' "${!edge[@]}" | loops calls
+((bad == 0)) && echo "layers: ${#rank[@]} files in ${#layers[@]} layers, every include and call points down, no circle"
 exit $bad

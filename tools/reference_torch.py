@@ -79,7 +79,7 @@ def parse_args(argv):
     return a
 
 
-# ---- run files (as src/report/results.c) ---------------------------------------------------------
+# ---- run files (as app/report/results.c) ---------------------------------------------------------
 
 class RunFiles:
     def __init__(self, out_dir, name, header):
@@ -202,7 +202,7 @@ def setup_text(s, seed):
 # ---- data ----------------------------------------------------------------------------------
 
 def load_data(a):
-    """(train x, train y, test x, test y or None) as src/app/job_data.c's job_load_data picks."""
+    """(train x, train y, test x, test y or None) as app/job_data.c's job_load_data picks."""
     test = (None, None)
     if a.train:
         x, y = tc.load_csv(a.train)

@@ -374,5 +374,5 @@ def split_indices(n, frac, seed):
 
 
 def epoch_order(n, seed, epoch):
-    """src/app/train.c shuffle(): the order of the training set in epoch `epoch` (from 0)."""
+    """app/train.c shuffle(): the order of the training set in epoch `epoch` (from 0)."""
     return fisher_yates(n, mix64((seed & M64) ^ (0x5EED0000 + epoch)))

@@ -1,5 +1,5 @@
 // Error formatting, checked allocation and the clock.
-#include "common.h"
+#include "core/common.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,14 +1,14 @@
 // Data sets in memory: freeing, trimming, the seeded train/val split, gathering batches (with
 // the training-time augmentation). The file formats live in data_idx.c, data_csv.c,
 // data_cifar.c and data_npy.c; data_file.c picks one by a file's name.
-#include "data.h"
+#include "data/data.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
+#include "core/rng.h"
 
 void dataset_free(dataset *d) {
     if (!d) return;

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "common.h"
+#include "core/common.h"
 
 typedef struct dataset {
     int n;          // samples

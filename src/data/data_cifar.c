@@ -2,7 +2,7 @@
 // label byte(s) and 3072 pixel bytes, the R, G and B planes of 32x32 row-major, which is already
 // the CHW order a dataset keeps. Files are checked against their size before anything is
 // allocated, so a file that is not a whole number of records costs nothing.
-#include "data.h"
+#include "data/data.h"
 
 #include <errno.h>
 #include <stdio.h>

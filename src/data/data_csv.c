@@ -2,7 +2,7 @@
 // Reads through zlib (so a .csv.gz works too) into a growing buffer and scans fields in place:
 // the 100 MB Kaggle train file has 47 M fields, so integers take a fast path and only odd
 // fields ("12.0", "1e2", garbage) go through strtod.
-#include "data.h"
+#include "data/data.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 // Picks a data file's loader by its name (the loaders themselves never guess a format).
-#include "data.h"
+#include "data/data.h"
 
 #include <string.h>
 

@@ -1,7 +1,7 @@
 // IDX loader (the MNIST format), raw or gzip-compressed. zlib's gzread reads both, so there is
 // one read path; raw files are additionally checked against their size before anything is
 // allocated, and gzip payloads are read into a buffer that grows only as data really arrives.
-#include "data.h"
+#include "data/data.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,7 +3,7 @@
 // header, a Python dict literal {'descr': ..., 'fortran_order': ..., 'shape': (...)}, parsed
 // strictly: exactly those keys, a dtype we take, C order, a payload of exactly the shape's size.
 // Images become a dataset's NCHW floats, labels its bytes.
-#include "data.h"
+#include "data/data.h"
 
 #include <errno.h>
 #include <fcntl.h>

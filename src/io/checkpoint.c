@@ -1,6 +1,6 @@
 // Checkpoints as safetensors files (stfile.c): the model's parameters, the caller's blobs and
 // metadata (the layout is in checkpoint.h), replaced atomically, read back with every check.
-#include "checkpoint.h"
+#include "io/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -11,8 +11,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "safetensors.h"
-#include "stfile.h"
+#include "io/safetensors.h"
+#include "io/stfile.h"
 
 #define BLOB_NAME_MAX 63
 #define OWN_KEYS 4 // format, hetrain_checkpoint, hetrain_model, hetrain_blobs

@@ -15,8 +15,8 @@
 
 #include <stddef.h>
 
-#include "common.h"
-#include "model.h"
+#include "core/common.h"
+#include "nn/model.h"
 
 #define CHECKPOINT_VERSION "1"
 

@@ -1,12 +1,12 @@
 // Duplicate keys in JSON text: a walk over already-parsed text that collects each object's
 // decoded keys, sorts them and reports the first key that an object holds twice.
-#include "jsonkeys.h"
+#include "io/jsonkeys.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "core/common.h"
 
 // json-c stops at 32 levels; this bound only keeps the walk's stack small on any input.
 #define JSONKEYS_MAX_DEPTH 64

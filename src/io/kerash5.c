@@ -2,7 +2,7 @@
 // its Keras layer and variables, then one writer (Keras 3's layout) and one reader (Keras 3's
 // and Keras 2's layouts). Both reorder through the same index map, so a save and a load give
 // back the same bits.
-#include "kerash5.h"
+#include "io/kerash5.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,8 +14,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "safetensors.h"
-#include "stfile.h"
+#include "io/safetensors.h"
+#include "io/stfile.h"
 
 #define KH5_MAX_VARS 4
 

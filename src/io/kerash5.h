@@ -25,8 +25,8 @@
 #ifndef HETRAIN_KERASH5_H
 #define HETRAIN_KERASH5_H
 
-#include "common.h"
-#include "model.h"
+#include "core/common.h"
+#include "nn/model.h"
 
 // Whether --save/--load path means a Keras HDF5 file: its name ends in .h5, .hdf5 or .keras,
 // or (reading != 0) the file begins with HDF5's signature.

@@ -1,12 +1,12 @@
 // A model's weights as a safetensors file (stfile.c): its parameter tensors under PyTorch's
 // names and layouts, nothing else but {"format":"pt"} as metadata. Everything is F32 but
 // batchnorm's count of updates, which PyTorch keeps as an int64 scalar.
-#include "safetensors.h"
+#include "io/safetensors.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "stfile.h"
+#include "io/stfile.h"
 
 int safetensors_tensors(const char *path, const model *m, const model_tensor **ts, int *nt,
                       ht_error *e) {

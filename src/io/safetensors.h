@@ -5,8 +5,8 @@
 #ifndef HETRAIN_SAFETENSORS_H
 #define HETRAIN_SAFETENSORS_H
 
-#include "common.h"
-#include "model.h"
+#include "core/common.h"
+#include "nn/model.h"
 
 // Writes all parameter tensors of m from params; writes a temporary file beside path and
 // renames it, so a failure never leaves a partial file.

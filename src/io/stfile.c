@@ -1,7 +1,7 @@
 // The safetensors format: an 8-byte little-endian header length N, N bytes of JSON naming each
 // tensor's dtype, shape and byte range (and an optional "__metadata__" map of strings), then
 // the raw little-endian data. One writer and one strict reader for every file hetrain keeps.
-#include "stfile.h"
+#include "io/stfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "jsonkeys.h"
+#include "io/jsonkeys.h"
 
 // The reference implementation refuses headers above 100 MB; so do we, before allocating.
 #define ST_MAX_HEADER 100000000ull

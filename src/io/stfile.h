@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common.h"
+#include "core/common.h"
 
 #define STFILE_MAX_DIMS 8
 

@@ -1,10 +1,10 @@
 // The act family's elementwise activations (layer_kinds.h) on the CPU, forward and backward,
 // in float. The backward works from the forward's input x alone: an in-place layer after the
 // activation (dropout) may have written over its output by then.
-#include "layers.h"
+#include "nn/layers.h"
 
-#include "layer_desc.h"
-#include "net_layers.h"
+#include "nn/layer_desc.h"
+#include "nn/net_layers.h"
 
 #include <math.h>
 

@@ -1,13 +1,13 @@
 // Elementwise layers (relu, inverted dropout) and the softmax cross-entropy head.
-#include "layers.h"
+#include "nn/layers.h"
 
-#include "layer_desc.h"
-#include "net_layers.h"
+#include "nn/layer_desc.h"
+#include "nn/net_layers.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "rng.h"
+#include "core/rng.h"
 
 // Below this many elements a parallel region costs more than the loop it would split.
 #define ACT_PARALLEL_MIN 32768

@@ -9,13 +9,13 @@
 // of groups in num_batches_tracked's place), the engine adds those up over devices and ranks as
 // it does gradients, and model_bn_update turns them into one Keras update per step:
 // moving = momentum * moving + (1 - momentum) * (mean over the batch's groups).
-#include "batchnorm.h"
+#include "nn/batchnorm.h"
 
-#include "layer_desc.h"
-#include "layers.h"
-#include "net_layers.h"
+#include "nn/layer_desc.h"
+#include "nn/layers.h"
+#include "nn/net_layers.h"
 
-#include "ht_omp.h"
+#include "core/ht_omp.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

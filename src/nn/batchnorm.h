@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "model.h"
+#include "nn/model.h"
 
 #define BN_DEFAULT_MOMENTUM 0.99 // Keras's (PyTorch's momentum 0.1 is 1 - this)
 #define BN_DEFAULT_EPS 1e-3      // Keras's (PyTorch's default is 1e-5)

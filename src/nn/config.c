@@ -86,10 +86,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keras.h"
-#include "layer_desc.h"
-#include "model.h"
-#include "optim.h"
+#include "nn/keras.h"
+#include "nn/layer_desc.h"
+#include "nn/model.h"
+#include "nn/optim.h"
 
 #define SECTION_KEY "__section_line"
 

@@ -3,16 +3,16 @@
 // layers Winograd F(2x2,3x3)/F(4x4,3x3)/F(2x2,5x5)/F(4x4,5x5) (winograd.c's stages, strung
 // together here) in whichever directions conv_geom asks. The NCHW reference it is checked against
 // (im2col + SGEMM) is tests/lib/ref.c.
-#include "layers.h"
+#include "nn/layers.h"
 
-#include "layer_desc.h"
-#include "net_layers.h"
+#include "nn/layer_desc.h"
+#include "nn/net_layers.h"
 
-#include "ht_omp.h"
+#include "core/ht_omp.h"
 #include <string.h>
 
-#include "vec.h"
-#include "winograd.h"
+#include "nn/vec.h"
+#include "nn/winograd.h"
 
 // ---- channels-last direct convolution: the network's fast path -----------------------------
 // A tile keeps NB output positions of one row x MV vectors of 16 output channels in registers

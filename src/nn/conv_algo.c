@@ -2,7 +2,7 @@
 // timed. A timing runs the layer's own per-sample functions (conv.c) on random data, on every
 // thread at once as the network runs them, and counts each thread's CPU time, so a shared
 // machine's waits for a core do not decide; the decisions are kept per process and shape.
-#include "conv_algo.h"
+#include "nn/conv_algo.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "ht_omp.h"
-#include "rng.h"
+#include "core/common.h"
+#include "core/ht_omp.h"
+#include "core/rng.h"
 
 #define TUNE_SAMPLES 4 // samples each thread runs per repetition
 #define TUNE_REPS 7    // repetitions after a warm-up one; the median counts

@@ -9,8 +9,8 @@
 
 #include <stddef.h>
 
-#include "layers.h"
-#include "model.h"
+#include "nn/layers.h"
+#include "nn/model.h"
 
 // What was chosen for one layer, and under CONV_ALGO_AUTO what it was chosen from: each
 // direction's time per sample in seconds, direct then Winograd (0: not timed).

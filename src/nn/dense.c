@@ -1,13 +1,13 @@
 // Fully connected layer, out = in * W^T + b with W in PyTorch's (OUT,IN) layout. The GEMMs are
 // split across at most nthreads OpenMP threads, each running a single-threaded SGEMM on its
 // block, so the thread count is exactly what the caller asked for.
-#include "layers.h"
+#include "nn/layers.h"
 
-#include "layer_desc.h"
-#include "net_layers.h"
+#include "nn/layer_desc.h"
+#include "nn/net_layers.h"
 
 #include <cblas.h>
-#include "ht_omp.h"
+#include "core/ht_omp.h"
 #include <string.h>
 
 // Rows or columns of C are handed out in blocks of a multiple of this many, matching SGEMM's

@@ -1,9 +1,9 @@
 // Keras model JSON (model.to_json() of a Sequential model, or of a Functional one whose graph
 // is a single path; Keras 2.x or 3.x) into hetrain's layers: the model's frame (class, input
 // shape, layout, name) here, its layers in keras_layers.c, its graph in keras_graph.c.
-#include "keras.h"
+#include "nn/keras.h"
 
-#include "keras_int.h"
+#include "nn/keras_int.h"
 
 #include <errno.h>
 #include <stdio.h>

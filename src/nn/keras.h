@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "model.h"
+#include "nn/model.h"
 
 // Builds m from the Keras model JSON in path: its layers, its initialisers, and the training
 // setup of a config file's [net] section (the JSON has none). channels_last shapes become

@@ -2,7 +2,7 @@
 // "Model"): hetrain reads one whose graph is a single path as it reads a Sequential model, and
 // refuses any other naming the first layer where the graph stops being one path (a merge, a
 // shared layer, a second input or output, a branch).
-#include "keras_int.h"
+#include "nn/keras_int.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -9,7 +9,7 @@
 
 #include <json.h>
 
-#include "model.h"
+#include "nn/model.h"
 
 #define KERAS_CLASSES                                                                          \
     "InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, "  \

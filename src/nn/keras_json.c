@@ -1,7 +1,7 @@
 // The Keras model JSON reader's plumbing (keras_int.h): one-line errors under the heading of the
 // layer being read, and typed getters for the values of a layer's config, its initializers and
 // its regularizers.
-#include "keras_int.h"
+#include "nn/keras_int.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -2,9 +2,9 @@
 // more hetrain layers (Conv2D with activation="relu": conv + relu; Flatten, InputLayer: none),
 // and every shape and parameter count is checked against what Keras computes, so a layer
 // hetrain would compute differently is refused, never changed.
-#include "keras_int.h"
+#include "nn/keras_int.h"
 
-#include "layer_desc.h"
+#include "nn/layer_desc.h"
 
 #include <math.h>
 #include <stdio.h>

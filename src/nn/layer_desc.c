@@ -1,6 +1,6 @@
 // The layer kinds' descriptions (layer_desc.h): the table of every kind, its family's
 // description (from the family's own file), and lookups by name.
-#include "layer_desc.h"
+#include "nn/layer_desc.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "model.h"
+#include "nn/model.h"
 
 enum {
     LF_PARAMS = 1 << 0,     // a weight tensor and (unless no_bias) a bias

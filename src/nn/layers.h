@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "layer_kinds.h"
+#include "nn/layer_kinds.h"
 
 // Output size of a convolution or pooling window along one axis.
 static inline int conv_out_dim(int in, int k, int stride, int pad) {

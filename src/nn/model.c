@@ -1,15 +1,15 @@
 // Sequential models: building layer by layer with shape checks, the two reference presets,
 // parameter initialisers and the summary table. The config-file front end is in config.c.
-#include "model.h"
+#include "nn/model.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "layer_desc.h"
-#include "layers.h"
-#include "rng.h"
+#include "nn/layer_desc.h"
+#include "nn/layers.h"
+#include "core/rng.h"
 
 // ---- presets -------------------------------------------------------------------------------
 

@@ -8,8 +8,8 @@
 
 #include <stdio.h>
 
-#include "common.h"
-#include "layer_kinds.h"
+#include "core/common.h"
+#include "nn/layer_kinds.h"
 
 // Limits on what a model may be.
 #define MODEL_MAX_LAYERS 1024

@@ -8,18 +8,18 @@
 // run of spatial layers (the trunk) goes one sample at a time through all its layers on one
 // thread, so a sample's tensors stay in that core's cache between layers; the layers after it
 // (dense and the rest) go batch-wise.
-#include "net.h"
+#include "nn/net.h"
 
-#include "ht_omp.h"
+#include "core/ht_omp.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "batchnorm.h"
-#include "layer_desc.h"
-#include "layers.h"
-#include "net_layers.h"
-#include "rng.h"
+#include "nn/batchnorm.h"
+#include "nn/layer_desc.h"
+#include "nn/layers.h"
+#include "nn/net_layers.h"
+#include "core/rng.h"
 
 // relu and dropout work in place on their input's buffer.
 static int layer_in_place(const layer *L) { return (layer_flags(L->kind) & LF_IN_PLACE) != 0; }

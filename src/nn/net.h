@@ -7,9 +7,9 @@
 
 #include <stdint.h>
 
-#include "common.h"
-#include "conv_algo.h"
-#include "model.h"
+#include "core/common.h"
+#include "nn/conv_algo.h"
+#include "nn/model.h"
 
 // How layer l's input and output are laid out (see net.c): spatial tensors are kept
 // channels-last, dense ones flat.

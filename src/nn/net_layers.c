@@ -1,5 +1,5 @@
 // The CPU path's op table (net_layers.h): a row per kind, its family's ops.
-#include "net_layers.h"
+#include "nn/net_layers.h"
 
 const net_layer_ops *const net_layer_ops_of[LAYER_KIND_COUNT] = {
 #define CPU_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = &cpu_##fam,

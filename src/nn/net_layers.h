@@ -8,9 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "layers.h"
-#include "model.h"
-#include "net.h"
+#include "nn/layers.h"
+#include "nn/model.h"
+#include "nn/net.h"
 
 // One call of a layer's op: batch-wise over B samples with nt threads, or in the trunk one
 // sample (B = 1) on the calling thread (nt = 1).

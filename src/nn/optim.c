@@ -1,9 +1,9 @@
 // Host optimizers over the flat parameter buffer: Keras 2 SGD (momentum, Nesterov, decay) and
 // TensorFlow 1's Adam with Keras-style decay, learning-rate schedules and weight decay. One
 // pass over the buffer per step.
-#include "optim.h"
+#include "nn/optim.h"
 
-#include "layer_desc.h"
+#include "nn/layer_desc.h"
 
 #include <errno.h>
 #include <float.h>

@@ -5,8 +5,8 @@
 
 #include <stddef.h>
 
-#include "common.h"
-#include "model.h"
+#include "core/common.h"
+#include "nn/model.h"
 
 // A stretch of the flat buffer [off, off + n): whether weight decay applies to it (a kernel),
 // whether it is frozen (Keras trainable = false: no update, its moments untouched), and its

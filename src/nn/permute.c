@@ -3,10 +3,10 @@
 // Keras hands that layer the model's tensor and the layer reads its axes in its own order, so
 // the Keras reader puts the layer between two permutes (keras_layers.c). It reads and writes
 // NCHW tensors (LF_FLAT: the CPU path converts a channels-last input first).
-#include "layers.h"
+#include "nn/layers.h"
 
-#include "layer_desc.h"
-#include "net_layers.h"
+#include "nn/layer_desc.h"
+#include "nn/net_layers.h"
 
 // Input strides of out's axes: the input element behind out (a, b, c) is at
 // a * st[0] + b * st[1] + c * st[2].

@@ -2,10 +2,10 @@
 // pooled for all channels at once; windows are clipped to the input ("same" padding), and max
 // pooling's backward finds the winner again from the forward input (no argmax). The NCHW
 // reference with argmax is tests/lib/ref.c.
-#include "layers.h"
+#include "nn/layers.h"
 
-#include "layer_desc.h"
-#include "net_layers.h"
+#include "nn/layer_desc.h"
+#include "nn/net_layers.h"
 
 #include <string.h>
 

@@ -2,9 +2,9 @@
 // winograd.h): the
 // transforms, vectorised over 16 channels, and the register-tiled GEMMs of the transformed
 // domain, one sample at a time on the calling thread.
-#include "winograd.h"
+#include "nn/winograd.h"
 
-#include "vec.h"
+#include "nn/vec.h"
 
 // ---- the 1-D transforms, applied along both axes ------------------------------------------
 // Lavin & Gray's matrices. F(2,3): B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],

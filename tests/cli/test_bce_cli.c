@@ -12,7 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "tests/lib/testutil.h"
 
 #define KDIR HT_SOURCE_DIR "/tests/fixtures/keras/"
 

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "data.h"
-#include "testutil.h"
+#include "data/data.h"
+#include "tests/lib/testutil.h"
 
 #define EXIT_USAGE 2
 

@@ -15,11 +15,11 @@
 
 #include <math.h>
 
-#include "device.h"
-#include "model.h"
-#include "results.h"
-#include "safetensors.h"
-#include "testutil.h"
+#include "devices/device.h"
+#include "nn/model.h"
+#include "app/report/results.h"
+#include "io/safetensors.h"
+#include "tests/lib/testutil.h"
 
 #define EXIT_USAGE 2
 

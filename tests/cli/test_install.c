@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "tests/lib/testutil.h"
 
 static char prefix[PATH_MAX], elsewhere[PATH_MAX];
 #define CMD_MAX (4 * PATH_MAX + 2600) // a command naming the prefix and the data (test_csv_data)

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "model.h"
-#include "testutil.h"
+#include "nn/model.h"
+#include "tests/lib/testutil.h"
 
 // Runs the 2-rank job through `launch` (a command line ending where the program goes, which
 // starts 2 ranks) and the same devices in one process, for the default network and for cnn2

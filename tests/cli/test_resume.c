@@ -16,8 +16,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "model.h"
-#include "testutil.h"
+#include "nn/model.h"
+#include "tests/lib/testutil.h"
 
 static test_csv_data data;
 

@@ -16,8 +16,8 @@
 #include <cmocka.h>
 #include <zip.h>
 
-#include "rng.h"
-#include "testutil.h"
+#include "core/rng.h"
+#include "tests/lib/testutil.h"
 
 static const char rgb_cfg[] =
     "[net]\nname = rgb_tiny\ninput = 3x32x32\nclasses = 10\noptimizer = sgd\nlr = 0.02\n"

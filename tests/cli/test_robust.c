@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "tests/lib/testutil.h"
 
 // Fashion-MNIST cut to Kaggle CSVs of 4000 training and 1000 test images (the sanitizer
 // builds run ~12x slower: the whole test set would cost them minutes per run).

@@ -1,4 +1,4 @@
-// The run-options table (src/app/runopts.c): every option has its row and its own key; every
+// The run-options table (app/runopts.c): every option has its row and its own key; every
 // kept value reads back from the checkpoint's text as it was; a resume refuses another value of
 // a defining option, takes a kept one given anew and says so, and reads checkpoints written
 // before an option was kept.
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "runopts.h"
+#include "app/runopts.h"
 
 // Options unlike every default, as a long command line would give them.
 static train_opts busy_opts(void) {

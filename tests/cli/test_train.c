@@ -12,8 +12,8 @@
 
 #include <math.h>
 
-#include "model.h"
-#include "testutil.h"
+#include "nn/model.h"
+#include "tests/lib/testutil.h"
 
 // 3000 samples, 20% held out: 2400 / 32 = 75 steps an epoch, 150 in all. Where those steps
 // end depends on every rounding on the way (the BLAS kernel, the CPU), like a change of seed

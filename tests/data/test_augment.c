@@ -13,9 +13,9 @@
 
 #include <cmocka.h>
 
-#include "data.h"
-#include "rng.h"
-#include "testutil.h"
+#include "data/data.h"
+#include "core/rng.h"
+#include "tests/lib/testutil.h"
 
 static void test_parse_and_text(void **state) {
     (void)state;

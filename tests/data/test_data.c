@@ -12,9 +12,9 @@
 #include <cmocka.h>
 #include <zlib.h>
 
-#include "data.h"
-#include "rng.h"
-#include "testutil.h"
+#include "data/data.h"
+#include "core/rng.h"
+#include "tests/lib/testutil.h"
 
 #define FASHION_CLASSES 10
 

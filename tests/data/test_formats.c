@@ -14,8 +14,8 @@
 #include <cmocka.h>
 #include <zip.h>
 
-#include "data.h"
-#include "testutil.h"
+#include "data/data.h"
+#include "tests/lib/testutil.h"
 
 // Asserts that msg is one line containing every fragment (NULL-terminated list).
 #define expect_msg(msg, ...) test_expect_frags(msg, 1, __VA_ARGS__)

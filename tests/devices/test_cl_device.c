@@ -12,16 +12,16 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "batchnorm.h"
-#include "ocl_blas.h"
-#include "ocl_util.h"
-#include "data.h"
-#include "device.h"
-#include "engine.h"
-#include "keras.h"
-#include "model.h"
-#include "rng.h"
-#include "testutil.h"
+#include "nn/batchnorm.h"
+#include "devices/ocl_blas.h"
+#include "devices/ocl_util.h"
+#include "data/data.h"
+#include "devices/device.h"
+#include "sharding/engine.h"
+#include "nn/keras.h"
+#include "nn/model.h"
+#include "core/rng.h"
+#include "tests/lib/testutil.h"
 
 // A probability's relative error is about the absolute error of the logits it comes from, and
 // logits of magnitude ~10 summed in another order differ by ~1e-5 each.

@@ -9,12 +9,12 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "ht_omp.h"
-#include "ocl_blas.h"
-#include "ocl_util.h"
-#include "device.h"
-#include "model.h"
-#include "testutil.h"
+#include "core/ht_omp.h"
+#include "devices/ocl_blas.h"
+#include "devices/ocl_util.h"
+#include "devices/device.h"
+#include "nn/model.h"
+#include "tests/lib/testutil.h"
 
 static void expect_item_error(const char *item, const char *fragment) {
     device_item it;

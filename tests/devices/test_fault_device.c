@@ -13,12 +13,12 @@
 #include <time.h>
 #include <cmocka.h>
 
-#include "ocl_blas.h"
-#include "ocl_util.h"
-#include "device.h"
-#include "fault.h"
-#include "model.h"
-#include "testutil.h"
+#include "devices/ocl_blas.h"
+#include "devices/ocl_util.h"
+#include "devices/device.h"
+#include "devices/fault.h"
+#include "nn/model.h"
+#include "tests/lib/testutil.h"
 
 #define N 32 // samples per shard, and the devices' largest batch: their micro-batch at start
 

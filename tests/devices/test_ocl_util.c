@@ -17,9 +17,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ocl_blas.h"
-#include "ocl_util.h"
-#include "testutil.h"
+#include "devices/ocl_blas.h"
+#include "devices/ocl_util.h"
+#include "tests/lib/testutil.h"
 
 extern const char ht_cl_embedded_source[];
 

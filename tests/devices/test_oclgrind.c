@@ -23,7 +23,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "tests/lib/testutil.h"
 
 static test_csv_data data;
 static char cfg[1200];

@@ -13,12 +13,12 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "layers.h"
-#include "ocl_blas.h"
-#include "ocl_ops.h"
-#include "parity.h"
-#include "ref.h"
-#include "testutil.h"
+#include "nn/layers.h"
+#include "devices/ocl_blas.h"
+#include "devices/ocl_ops.h"
+#include "tests/lib/parity.h"
+#include "tests/lib/ref.h"
+#include "tests/lib/testutil.h"
 
 static const tolset cl_tols = {.conv = TOL_CONV, .conv_floor_k = FLOOR_SUM, .dense = TOL_DENSE,
                                .dense_floor_k = FLOOR_SUM, .pool = TOL_POOL, .avg = TOL_AVG,

@@ -15,11 +15,11 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "data.h"
-#include "engine.h"
-#include "model.h"
-#include "ocl_util.h"
-#include "testutil.h"
+#include "data/data.h"
+#include "sharding/engine.h"
+#include "nn/model.h"
+#include "devices/ocl_util.h"
+#include "tests/lib/testutil.h"
 
 #define BATCH 96
 

@@ -17,17 +17,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clblast_params.h"
-#include "data.h"
-#include "device.h"
-#include "engine.h"
-#include "model.h"
-#include "ocl_blas.h"
-#include "ocl_ops.h"
-#include "ocl_tune.h"
-#include "ocl_util.h"
-#include "opencl.h"
-#include "testutil.h"
+#include "devices/clblast_params.h"
+#include "data/data.h"
+#include "devices/device.h"
+#include "sharding/engine.h"
+#include "nn/model.h"
+#include "devices/ocl_blas.h"
+#include "devices/ocl_ops.h"
+#include "devices/ocl_tune.h"
+#include "devices/ocl_util.h"
+#include "devices/opencl.h"
+#include "tests/lib/testutil.h"
 
 static int count_of(const char *hay, const char *needle) {
     int n = 0;

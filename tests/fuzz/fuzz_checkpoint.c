@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
-#include "conv_algo.h"
-#include "fuzz_model.h"
-#include "fuzz_util.h"
+#include "io/checkpoint.h"
+#include "nn/conv_algo.h"
+#include "tests/fuzz/fuzz_model.h"
+#include "tests/fuzz/fuzz_util.h"
 
 static model net;
 static float *params, *before, *again;

@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "fuzz_util.h"
-#include "model.h"
-#include "net.h"
+#include "tests/fuzz/fuzz_util.h"
+#include "nn/model.h"
+#include "nn/net.h"
 
 // Larger networks are parsed and summarised only: a pass would slow the search down.
 #define FUZZ_MAX_PARAMS 20000

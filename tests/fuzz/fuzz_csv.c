@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "data.h"
-#include "fuzz_util.h"
+#include "data/data.h"
+#include "tests/fuzz/fuzz_util.h"
 
 #define FUZZ_CLASSES 10 // labels the loader must refuse above
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
-#include "fuzz_util.h"
+#include "devices/device.h"
+#include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *s = fuzz_cstr(data, size);

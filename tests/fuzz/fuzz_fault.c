@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fault.h"
-#include "fuzz_util.h"
+#include "devices/fault.h"
+#include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *s = fuzz_cstr(data, size);

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "keras.h"
-#include "model.h"
+#include "nn/keras.h"
+#include "nn/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static FILE *devnull;

@@ -6,7 +6,7 @@
 
 #include <stdlib.h>
 
-#include "model.h"
+#include "nn/model.h"
 
 static inline void fuzz_small_model(model *m) {
     ht_error e;

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data.h"
-#include "fuzz_util.h"
-#include "optim.h"
-#include "results.h"
+#include "data/data.h"
+#include "tests/fuzz/fuzz_util.h"
+#include "nn/optim.h"
+#include "app/report/results.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;

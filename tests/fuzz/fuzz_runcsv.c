@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compare.h"
-#include "fuzz_util.h"
-#include "runcsv.h"
+#include "app/report/compare.h"
+#include "tests/fuzz/fuzz_util.h"
+#include "app/report/runcsv.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static FILE *devnull;

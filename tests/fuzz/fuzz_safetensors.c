@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz_model.h"
-#include "fuzz_util.h"
-#include "safetensors.h"
+#include "tests/fuzz/fuzz_model.h"
+#include "tests/fuzz/fuzz_util.h"
+#include "io/safetensors.h"
 
 static model net;
 static float *params, *before;

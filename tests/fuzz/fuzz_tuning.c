@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ocl_tune.h"
+#include "devices/ocl_tune.h"
 
 static void identity(ocl_tuning *t) {
     ocl_tuning_init(t, NULL);

@@ -22,11 +22,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "common.h"
-#include "safetensors.h"
-#include "stfile.h"
-#include "testutil.h"
+#include "io/checkpoint.h"
+#include "core/common.h"
+#include "io/safetensors.h"
+#include "io/stfile.h"
+#include "tests/lib/testutil.h"
 
 // ---- set-up ----
 

@@ -18,10 +18,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kerash5.h"
-#include "keras.h"
-#include "net.h"
-#include "testutil.h"
+#include "io/kerash5.h"
+#include "nn/keras.h"
+#include "nn/net.h"
+#include "tests/lib/testutil.h"
 
 #define KDIR HT_SOURCE_DIR "/tests/fixtures/keras/"
 #define K3_JSON KDIR "weights_k3.json"

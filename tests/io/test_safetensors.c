@@ -14,11 +14,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoint.h"
-#include "jsonkeys.h"
-#include "safetensors.h"
-#include "testutil.h"
-#include "st_build.h"
+#include "io/checkpoint.h"
+#include "io/jsonkeys.h"
+#include "io/safetensors.h"
+#include "tests/lib/testutil.h"
+#include "tests/lib/st_build.h"
 
 // ---- tests ----
 

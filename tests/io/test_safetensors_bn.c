@@ -16,12 +16,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoint.h"
-#include "jsonkeys.h"
-#include "safetensors.h"
-#include "stfile.h"
-#include "testutil.h"
-#include "st_build.h"
+#include "io/checkpoint.h"
+#include "io/jsonkeys.h"
+#include "io/safetensors.h"
+#include "io/stfile.h"
+#include "tests/lib/testutil.h"
+#include "tests/lib/st_build.h"
 
 // 1x6x6 -> conv 3x3 without bias -> batchnorm -> relu -> dense 5 -> batchnorm without beta
 // (center = false) -> dense 4 -> softmax: two batchnorms, 3 + 5 channels.

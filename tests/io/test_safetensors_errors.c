@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "checkpoint.h"
-#include "jsonkeys.h"
-#include "safetensors.h"
-#include "testutil.h"
-#include "st_build.h"
+#include "io/checkpoint.h"
+#include "io/jsonkeys.h"
+#include "io/safetensors.h"
+#include "tests/lib/testutil.h"
+#include "tests/lib/st_build.h"
 
 // Loads hdr + dlen bytes of data into the "fc" model and expects failure mentioning frag and
 // the file's path, with params untouched.

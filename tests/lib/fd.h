@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "rng.h"
-#include "testutil.h"
+#include "core/rng.h"
+#include "tests/lib/testutil.h"
 
 // Central-difference step. A power of two, and the true step (x+h)-(x-h) is measured after
 // rounding, so the quotient's only error is float rounding in the forward pass.

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "keras.h"
-#include "model.h"
+#include "nn/keras.h"
+#include "nn/model.h"
 
 // json (read as "bad.json") is refused with the message want, or, when want ends in "*", a
 // message beginning with the rest; on one line, the model left empty.

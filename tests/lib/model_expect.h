@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "model.h"
+#include "nn/model.h"
 
 typedef struct expect_layer {
     layer_kind kind;

@@ -9,13 +9,13 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "parity.h"
+#include "tests/lib/parity.h"
 
-#include "layer_desc.h"
-#include "layers.h"
-#include "ref.h"
-#include "rng.h"
-#include "testutil.h"
+#include "nn/layer_desc.h"
+#include "nn/layers.h"
+#include "tests/lib/ref.h"
+#include "core/rng.h"
+#include "tests/lib/testutil.h"
 
 static const layer_case cases[] = {
     //   B   C  Cs   H   W  OC  K  s  p

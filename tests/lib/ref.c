@@ -2,11 +2,11 @@
 // over samples; each thread owns one slice of the scratch buffer (its im2col matrix and, for
 // backward, its own dw/db accumulators). Max pooling: parallel over (sample, channel) planes,
 // each output remembering which input won so backward can route the gradient there.
-#include "ref.h"
+#include "tests/lib/ref.h"
 
-#include "batchnorm.h"
+#include "nn/batchnorm.h"
 
-#include "layer_desc.h"
+#include "nn/layer_desc.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ht_omp.h"
-#include "layers.h"
-#include "rng.h"
+#include "core/ht_omp.h"
+#include "nn/layers.h"
+#include "core/rng.h"
 
 // ---- convolution ----------------------------------------------------------------------------
 

@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
-#include "net.h"
+#include "nn/model.h"
+#include "nn/net.h"
 
 // Floats of scratch memory ref_conv2d_forward/backward need for `nthreads` threads.
 size_t ref_conv2d_ws_floats(int C, int K, int OC, int OH, int OW, int nthreads);

@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "checkpoint.h"
-#include "jsonkeys.h"
-#include "safetensors.h"
-#include "testutil.h"
+#include "io/checkpoint.h"
+#include "io/jsonkeys.h"
+#include "io/safetensors.h"
+#include "tests/lib/testutil.h"
 
 // ---- models built by hand (model.c only builds their tensor table) ----
 

@@ -5,15 +5,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "tests/lib/testutil.h"
 
-#include "data.h"
-#include "device.h"
-#include "engine.h"
-#include "fault.h"
-#include "ocl_util.h"
-#include "model.h"
-#include "safetensors.h"
+#include "data/data.h"
+#include "devices/device.h"
+#include "sharding/engine.h"
+#include "devices/fault.h"
+#include "devices/ocl_util.h"
+#include "nn/model.h"
+#include "io/safetensors.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -12,12 +12,12 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "batchnorm.h"
-#include "fd.h"
-#include "model.h"
-#include "net.h"
-#include "ref.h"
-#include "testutil.h"
+#include "nn/batchnorm.h"
+#include "tests/lib/fd.h"
+#include "nn/model.h"
+#include "nn/net.h"
+#include "tests/lib/ref.h"
+#include "tests/lib/testutil.h"
 
 // The reference computes in double and rounds each output to float; the loss sums ~60 outputs,
 // so the quotient's float noise is ~60 * 6e-8 / (2 FD_EPS) ~ 1e-4 absolute, and batchnorm is

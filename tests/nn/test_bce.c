@@ -15,13 +15,13 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "data.h"
-#include "engine.h"
-#include "layers.h"
-#include "model.h"
-#include "net.h"
-#include "ref.h"
-#include "testutil.h"
+#include "data/data.h"
+#include "sharding/engine.h"
+#include "nn/layers.h"
+#include "nn/model.h"
+#include "nn/net.h"
+#include "tests/lib/ref.h"
+#include "tests/lib/testutil.h"
 
 // bce_forward computes in double and rounds to float: against the double formula within a few
 // float ulps of the value.

@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model.h"
-#include "testutil.h"
-#include "model_expect.h"
+#include "nn/model.h"
+#include "tests/lib/testutil.h"
+#include "tests/lib/model_expect.h"
 
 static void check_same_model(const model *a, const model *b) {
     assert_string_equal(a->name, b->name);

@@ -16,14 +16,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "keras.h"
-#include "layer_desc.h"
-#include "layers.h"
-#include "model.h"
-#include "net.h"
-#include "rng.h"
-#include "keras_expect.h"
-#include "testutil.h"
+#include "nn/keras.h"
+#include "nn/layer_desc.h"
+#include "nn/layers.h"
+#include "nn/model.h"
+#include "nn/net.h"
+#include "core/rng.h"
+#include "tests/lib/keras_expect.h"
+#include "tests/lib/testutil.h"
 
 #define KDIR HT_SOURCE_DIR "/tests/fixtures/keras/"
 

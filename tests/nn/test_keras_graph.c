@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keras.h"
-#include "model.h"
-#include "keras_expect.h"
-#include "testutil.h"
+#include "nn/keras.h"
+#include "nn/model.h"
+#include "tests/lib/keras_expect.h"
+#include "tests/lib/testutil.h"
 
 #define KDIR HT_SOURCE_DIR "/tests/fixtures/keras/"
 

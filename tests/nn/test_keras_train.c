@@ -16,13 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keras.h"
-#include "model.h"
-#include "net.h"
-#include "optim.h"
-#include "rng.h"
-#include "keras_expect.h"
-#include "testutil.h"
+#include "nn/keras.h"
+#include "nn/model.h"
+#include "nn/net.h"
+#include "nn/optim.h"
+#include "core/rng.h"
+#include "tests/lib/keras_expect.h"
+#include "tests/lib/testutil.h"
 
 #define KDIR HT_SOURCE_DIR "/tests/fixtures/keras/"
 

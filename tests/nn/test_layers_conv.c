@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fd.h"
-#include "layers.h"
-#include "ref.h"
-#include "rng.h"
-#include "testutil.h"
+#include "tests/lib/fd.h"
+#include "nn/layers.h"
+#include "tests/lib/ref.h"
+#include "core/rng.h"
+#include "tests/lib/testutil.h"
 
 // ---- conv2d ----
 

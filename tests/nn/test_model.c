@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
-#include "testutil.h"
-#include "model_expect.h"
+#include "nn/model.h"
+#include "tests/lib/testutil.h"
+#include "tests/lib/model_expect.h"
 
 // Relative tolerance on the empirical std of a uniform or truncated-normal tensor with n of a
 // few thousand samples or more (the std of a sample std is about std/sqrt(2n), ~1% at n=5000).

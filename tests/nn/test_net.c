@@ -11,15 +11,15 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "data.h"
-#include "device.h"
-#include "engine.h"
-#include "model.h"
-#include "layer_desc.h"
-#include "net.h"
-#include "ref.h"
-#include "rng.h"
-#include "testutil.h"
+#include "data/data.h"
+#include "devices/device.h"
+#include "sharding/engine.h"
+#include "nn/model.h"
+#include "nn/layer_desc.h"
+#include "nn/net.h"
+#include "tests/lib/ref.h"
+#include "core/rng.h"
+#include "tests/lib/testutil.h"
 
 // Central differences on a float network. The loss of 3 samples (~5) carries ~3e-7 of float
 // rounding, which the quotient divides by 2 FD_EPS: ~5e-5 absolute at FD_EPS 3e-3, 1e-3 of the

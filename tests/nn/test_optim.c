@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "optim.h"
-#include "testutil.h"
+#include "nn/optim.h"
+#include "tests/lib/testutil.h"
 
 // Relative error against the double-precision reference. Below the floor it is absolute
 // (2e-7): values like 0.0105 come from cancelling terms near 1, whose float rounding

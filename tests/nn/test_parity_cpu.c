@@ -10,9 +10,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "layers.h"
-#include "parity.h"
-#include "ref.h"
+#include "nn/layers.h"
+#include "tests/lib/parity.h"
+#include "tests/lib/ref.h"
 
 // The CPU's average pooling sums and divides as the reference does (IEEE division): bit for bit.
 static const tolset cpu_tols = {.conv = TOL_NHWC, .conv_floor_k = FLOOR_NHWC, .pool = TOL_BITS,

@@ -15,15 +15,15 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "conv_algo.h"
-#include "data.h"
-#include "layers.h"
-#include "model.h"
-#include "net.h"
-#include "ref.h"
-#include "rng.h"
-#include "testutil.h"
-#include "winograd.h"
+#include "nn/conv_algo.h"
+#include "data/data.h"
+#include "nn/layers.h"
+#include "nn/model.h"
+#include "nn/net.h"
+#include "tests/lib/ref.h"
+#include "core/rng.h"
+#include "tests/lib/testutil.h"
+#include "nn/winograd.h"
 
 // ---- the error measure and its bound -------------------------------------------------------
 // Each element of a convolution's output, input gradient or weight gradient is a sum of n

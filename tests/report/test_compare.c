@@ -12,9 +12,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "compare.h"
-#include "runcsv.h"
-#include "testutil.h"
+#include "app/report/compare.h"
+#include "app/report/runcsv.h"
+#include "tests/lib/testutil.h"
 
 #define EXIT_USAGE 2
 #define FIX HT_SOURCE_DIR "/tests/fixtures/"

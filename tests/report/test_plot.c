@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
-#include "plot.h"
-#include "testutil.h"
+#include "app/report/plot.h"
+#include "tests/lib/testutil.h"
 
 #define EXIT_USAGE 2
 #define FIX HT_SOURCE_DIR "/tests/fixtures/"

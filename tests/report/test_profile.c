@@ -12,12 +12,12 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "data.h"
-#include "device.h"
-#include "engine.h"
-#include "model.h"
-#include "profile_table.h"
-#include "testutil.h"
+#include "data/data.h"
+#include "devices/device.h"
+#include "sharding/engine.h"
+#include "nn/model.h"
+#include "app/report/profile_table.h"
+#include "tests/lib/testutil.h"
 
 #define BATCH 16
 #define STEPS 2

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "balance.h"
+#include "sharding/balance.h"
 
 // Exact timings give the exact solution up to float rounding of the sums.
 #define TOL_EXACT 1e-9

@@ -13,14 +13,14 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "batchnorm.h"
-#include "data.h"
-#include "device.h"
-#include "engine.h"
-#include "model.h"
-#include "net.h"
-#include "ocl_util.h"
-#include "testutil.h"
+#include "nn/batchnorm.h"
+#include "data/data.h"
+#include "devices/device.h"
+#include "sharding/engine.h"
+#include "nn/model.h"
+#include "nn/net.h"
+#include "devices/ocl_util.h"
+#include "tests/lib/testutil.h"
 
 #define STEPS 2
 #define GROUP 8

@@ -11,14 +11,14 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "ocl_blas.h"
-#include "ocl_util.h"
-#include "data.h"
-#include "device.h"
-#include "engine.h"
-#include "fault.h"
-#include "model.h"
-#include "testutil.h"
+#include "devices/ocl_blas.h"
+#include "devices/ocl_util.h"
+#include "data/data.h"
+#include "devices/device.h"
+#include "sharding/engine.h"
+#include "devices/fault.h"
+#include "nn/model.h"
+#include "tests/lib/testutil.h"
 
 #define BATCH 96
 

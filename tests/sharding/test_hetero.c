@@ -14,14 +14,14 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "ocl_blas.h"
-#include "ocl_util.h"
-#include "data.h"
-#include "device.h"
-#include "engine.h"
-#include "model.h"
-#include "rng.h"
-#include "testutil.h"
+#include "devices/ocl_blas.h"
+#include "devices/ocl_util.h"
+#include "data/data.h"
+#include "devices/device.h"
+#include "sharding/engine.h"
+#include "nn/model.h"
+#include "core/rng.h"
+#include "tests/lib/testutil.h"
 
 #define BATCH 60
 // Steps compared per mix, each on its own batch: the second runs on weights that the update

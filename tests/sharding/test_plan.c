@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "plan.h"
-#include "rng.h"
+#include "sharding/plan.h"
+#include "core/rng.h"
 
 static void test_equal_capacities_is_index_modulo(void **state) {
     (void)state;

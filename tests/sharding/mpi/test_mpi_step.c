@@ -13,11 +13,11 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "data.h"
-#include "engine.h"
-#include "model.h"
-#include "ranks.h"
-#include "testutil.h"
+#include "data/data.h"
+#include "sharding/engine.h"
+#include "nn/model.h"
+#include "sharding/ranks.h"
+#include "tests/lib/testutil.h"
 
 enum { B = 60 };
 

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "ranks.h"
-#include "rng.h"
+#include "sharding/ranks.h"
+#include "core/rng.h"
 
 // Rank r's i-th value: varied magnitudes, so the order of the sum shows in the bits.
 static float value(int r, size_t i) {

@@ -1,7 +1,7 @@
 // Results CSVs of hetrain and other frameworks: a small RFC 4180 reader (quoted fields, "" for a
 // quote, \n or \r\n, blank lines skipped, a UTF-8 BOM skipped), then the header tells metrics
 // from predictions and maps each dialect's column names onto one set.
-#include "runcsv.h"
+#include "app/report/runcsv.h"
 
 #include <errno.h>
 #include <limits.h>

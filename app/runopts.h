@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "checkpoint.h"
-#include "common.h"
-#include "train.h"
+#include "io/checkpoint.h"
+#include "core/common.h"
+#include "app/train.h"
 
 // One entry per option; train_opts.given has bit RUN_OPT_GIVEN(id) set when it was given.
 typedef enum run_opt_id {

@@ -1,21 +1,21 @@
 // A job's preparation and end: the model and its setup from the options, the data, the
 // initial weights, the devices and the engine over them; freeing all of it. And the evaluation
 // of a data set through the engine, for validation, test and predict.
-#include "job.h"
+#include "app/job.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "conv_algo.h"
-#include "fault.h"
-#include "ht_omp.h"
-#include "kerash5.h"
-#include "net.h"
-#include "optim.h"
-#include "ranks.h"
-#include "safetensors.h"
+#include "nn/conv_algo.h"
+#include "devices/fault.h"
+#include "core/ht_omp.h"
+#include "io/kerash5.h"
+#include "nn/net.h"
+#include "nn/optim.h"
+#include "sharding/ranks.h"
+#include "io/safetensors.h"
 
 volatile int train_interrupted; // train.h; the engine watches it (engine_config.stop_flag)
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common.h"
+#include "core/common.h"
 
 typedef struct run_files {
     char prefix[1024];      // "<out>/<run>"; files are prefix + ".metrics.csv" etc.

@@ -1,6 +1,6 @@
 // hetrain's command line: train, predict, summary, devices, tune, compare, plot, version. Parses
 // flags, prints errors, sets the exit status; train's options are cli_train.c's, the work itself
-// is in the library (train.c and predict.c, src/report/ for compare and plot). The metrics
+// is in the library (train.c and predict.c, app/report/ for compare and plot). The metrics
 // CSV's columns are job_report.c's job_metrics_header; docs/USAGE.md lists them.
 #include <getopt.h>
 #include <limits.h>
@@ -10,18 +10,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ocl_tuner.h"
-#include "ocl_blas.h"
-#include "ocl_util.h"
-#include "cli.h"
-#include "common.h"
-#include "compare.h"
-#include "device.h"
-#include "engine.h"
-#include "model.h"
-#include "plot.h"
-#include "ranks.h"
-#include "train.h"
+#include "devices/ocl_tuner.h"
+#include "devices/ocl_blas.h"
+#include "devices/ocl_util.h"
+#include "app/cli.h"
+#include "core/common.h"
+#include "app/report/compare.h"
+#include "devices/device.h"
+#include "sharding/engine.h"
+#include "nn/model.h"
+#include "app/report/plot.h"
+#include "sharding/ranks.h"
+#include "app/train.h"
 
 static const char *usage_main =
     "usage: hetrain COMMAND [OPTIONS]\n"

@@ -2,7 +2,7 @@
 // of all ranks in the plan's order, the check that every rank has the same data and weights,
 // gathers of per-device values into the job's order and back, and each rank's --devices.
 #define _GNU_SOURCE // sched_getaffinity and the CPU_SET macros
-#include "job.h"
+#include "app/job.h"
 
 #include <sched.h>
 #include <stdint.h>
@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ranks.h"
-#include "rng.h"
+#include "sharding/ranks.h"
+#include "core/rng.h"
 
 // What every rank must agree on, as one number: the data (sizes, labels, a sample of the
 // pixels), the batch and the initial weights. Each rank reads the data itself, so a rank given

@@ -4,7 +4,7 @@
 
 #include <stdio.h>
 
-#include "common.h"
+#include "core/common.h"
 
 // Reads n >= 2 results CSVs of one kind (see runcsv.h) and prints the comparison to out.
 // Metrics: per metric a table by epoch (common epochs only) with each run's delta from the

@@ -1,4 +1,4 @@
-// The train and predict jobs' own interface, shared by the files of src/app that make them up.
+// The train and predict jobs' own interface, shared by the files of app that make them up.
 // From the bottom up (each calls only those above it in this list, and runopts.c):
 //   job_data.c     the data sets a job loads, and whether they fit the model
 //   job.c          preparing a job (model, data, weights, devices, engine) and freeing it;
@@ -17,14 +17,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h"
-#include "data.h"
-#include "device.h"
-#include "engine.h"
-#include "model.h"
-#include "profile_table.h"
-#include "results.h"
-#include "train.h"
+#include "core/common.h"
+#include "data/data.h"
+#include "devices/device.h"
+#include "sharding/engine.h"
+#include "nn/model.h"
+#include "app/report/profile_table.h"
+#include "app/report/results.h"
+#include "app/train.h"
 
 // Where the data comes from: a folder (IDX or CIFAR) or files, each with its labels file when
 // it is a .npy.

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "common.h"
+#include "core/common.h"
 
 typedef enum run_csv_kind { RUN_CSV_METRICS = 1, RUN_CSV_PREDICTIONS } run_csv_kind;
 

@@ -1,6 +1,6 @@
 // The data sets of a job: the training and test sets named by the options (a folder, or files
 // by their names), and whether they fit the model.
-#include "job.h"
+#include "app/job.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 // The parsing of option values that hetrain's commands share, with the usage errors they print.
-#include "cli.h"
+#include "app/cli.h"
 
 #include <errno.h>
 #include <math.h>
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data.h"
-#include "model.h"
+#include "data/data.h"
+#include "nn/model.h"
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;

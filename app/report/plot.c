@@ -1,7 +1,7 @@
 // 'hetrain plot': writes a gnuplot script with the runs as inline data blocks into a temporary
 // folder, runs gnuplot on it (stderr kept for the error message) and renames the finished PNGs
 // into place.
-#include "plot.h"
+#include "app/report/plot.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runcsv.h"
+#include "app/report/runcsv.h"
 
 extern char **environ;
 

@@ -1,6 +1,6 @@
 // `hetrain train`: its --help text and options, parsed into train_opts for train_run, and the
 // signals that stop a run after the current step.
-#include "cli.h"
+#include "app/cli.h"
 
 #include <getopt.h>
 #include <limits.h>
@@ -10,15 +10,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data.h"
-#include "device.h"
-#include "model.h"
-#include "ocl_util.h"
-#include "optim.h"
-#include "ranks.h"
-#include "results.h"
-#include "runopts.h"
-#include "train.h"
+#include "data/data.h"
+#include "devices/device.h"
+#include "nn/model.h"
+#include "devices/ocl_util.h"
+#include "nn/optim.h"
+#include "sharding/ranks.h"
+#include "app/report/results.h"
+#include "app/runopts.h"
+#include "app/train.h"
 
 static const char *usage_train =
     "usage: hetrain train [OPTIONS]\n"

@@ -1,6 +1,6 @@
 // The --profile table (profile_table.h): a device's layers, its wait for the others and the
 // host's phases of the step, as text for the run's output and log, and as CSV.
-#include "profile_table.h"
+#include "app/report/profile_table.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
 // Epoch progress on stderr.
-#include "progress.h"
+#include "app/report/progress.h"
 
 #include <stdio.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "core/common.h"
 
 void progress_begin(progress *p, int mode, int epoch, int epochs, long total) {
     p->tty = isatty(STDERR_FILENO);

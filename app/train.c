@@ -1,7 +1,7 @@
 // The training job: prepares the job, runs the epochs through the step engine (self-check,
 // calibration, steps, validation, checkpoints), evaluates the test set and writes the run's
 // files. train_run is `hetrain train`.
-#include "job.h"
+#include "app/job.h"
 
 #include <math.h>
 #include <signal.h>
@@ -11,16 +11,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "conv_algo.h"
-#include "kerash5.h"
-#include "net.h"
-#include "optim.h"
-#include "progress.h"
-#include "ranks.h"
-#include "rng.h"
-#include "runopts.h"
-#include "safetensors.h"
+#include "io/checkpoint.h"
+#include "nn/conv_algo.h"
+#include "io/kerash5.h"
+#include "nn/net.h"
+#include "nn/optim.h"
+#include "app/report/progress.h"
+#include "sharding/ranks.h"
+#include "core/rng.h"
+#include "app/runopts.h"
+#include "io/safetensors.h"
 
 static void shuffle(uint32_t *idx, int n, uint64_t seed, int epoch) {
     ht_rng r;

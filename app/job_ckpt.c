@@ -1,19 +1,19 @@
 // Checkpoints: writing the job's (parameters, optimiser moments, and as metadata every run
 // option of runopts.c's table, where training stands, the engine's state and the metrics so
 // far) and putting a job back where one left it.
-#include "job.h"
+#include "app/job.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "batchnorm.h"
-#include "checkpoint.h"
-#include "conv_algo.h"
-#include "optim.h"
-#include "ranks.h"
-#include "runopts.h"
+#include "nn/batchnorm.h"
+#include "io/checkpoint.h"
+#include "nn/conv_algo.h"
+#include "nn/optim.h"
+#include "sharding/ranks.h"
+#include "app/runopts.h"
 
 // A checkpoint's metadata: string keys and values, the values owned here.
 #define META_MAX (RUN_OPT_COUNT + 32)

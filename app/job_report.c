@@ -1,6 +1,6 @@
 // What a run writes as it goes: the run log's header, the engine's events, and each epoch's
 // metrics row (the CSV's header too) and log lines, with the measurements of every rank.
-#include "job.h"
+#include "app/job.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -8,9 +8,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "batchnorm.h"
-#include "optim.h"
-#include "ranks.h"
+#include "nn/batchnorm.h"
+#include "nn/optim.h"
+#include "sharding/ranks.h"
 
 // A Keras model's regularizers and frozen layers, a line each where it has any.
 static void describe_keras_extras(run_files *rf, const model *m) {

@@ -1,12 +1,12 @@
 // `hetrain predict`: a network's predictions for a test set from saved weights, through the
 // same devices and engine as training.
-#include "job.h"
+#include "app/job.h"
 
 #include <stdio.h>
 #include <unistd.h>
 
-#include "kerash5.h"
-#include "safetensors.h"
+#include "io/kerash5.h"
+#include "io/safetensors.h"
 
 int predict_run(const predict_opts *o, ht_error *e) {
     job *j = ht_calloc(1, sizeof *j, e);

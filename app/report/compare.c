@@ -1,13 +1,13 @@
 // 'hetrain compare': metrics tables by epoch with deltas against the first run, per-run final/
 // best accuracy and time, or agreement and a confusion matrix for two predictions files; and a
 // tolerance verdict for scripts.
-#include "compare.h"
+#include "app/report/compare.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runcsv.h"
+#include "app/report/runcsv.h"
 
 // Two printed values that differ from tol only by binary rounding (0.8723 - 0.8600 vs 0.0123)
 // are within it.

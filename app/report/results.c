@@ -1,5 +1,5 @@
 // Run files: unique names, incremental metrics rows, predictions written atomically.
-#include "results.h"
+#include "app/report/results.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "common.h"
+#include "core/common.h"
 
 #define TRAIN_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 #define TRAIN_DEFAULT_MODEL "cnn2d_3layer_fullconnected_3layer"

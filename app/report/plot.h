@@ -4,7 +4,7 @@
 
 #include <stdio.h>
 
-#include "common.h"
+#include "core/common.h"
 
 typedef struct plot_opts {
     int n;                // metrics CSVs, any dialect compare reads (see runcsv.h)

@@ -6,10 +6,10 @@
 
 #include <stdio.h>
 
-#include "common.h"
-#include "device.h"
-#include "engine.h"
-#include "model.h"
+#include "core/common.h"
+#include "devices/device.h"
+#include "sharding/engine.h"
+#include "nn/model.h"
 
 // The phases of the profiled steps, summed (profile_steps_add).
 typedef struct profile_steps {

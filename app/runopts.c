@@ -1,14 +1,14 @@
 // The options a checkpoint keeps, and what a resume does with each (runopts.h).
-#include "runopts.h"
+#include "app/runopts.h"
 
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "data.h"
-#include "model.h"
-#include "optim.h"
+#include "data/data.h"
+#include "nn/model.h"
+#include "nn/optim.h"
 
 const run_opt run_opts[RUN_OPT_COUNT] = {
     [RUN_OPT_MODEL] = {"--model", "model", RUN_OPT_DEFINES},

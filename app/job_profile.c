@@ -1,12 +1,12 @@
 // --profile: the devices' own records of the training steps, and the steps' phases, as a
 // table per device (printed and logged) and <out>/<name>.profile.csv.
-#include "job.h"
+#include "app/job.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ranks.h"
+#include "sharding/ranks.h"
 
 // --profile: every device that can empties its record and starts filling it, after the
 // self-check and calibration, so the records hold the training steps alone.
