@@ -74,7 +74,7 @@ typedef struct engine_config {
     // augmentation on any device or rank. Self-check, calibration and inference see the samples
     // as they are.
     data_augment augment;
-    // Training steps span every rank of the job (ranks.h) by default: one plan over every rank's
+    // Training steps span every rank of the job (span.h) by default: one plan over every rank's
     // devices, gradient sums added in rank order, the same update everywhere. 1: this process
     // alone, even under mpirun (a test's reference run). A job of one rank is the same code over
     // one rank.

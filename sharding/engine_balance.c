@@ -37,7 +37,7 @@ void engine_set_capacities(engine *g, const double *cap) {
 // drivers pay for new shapes (new GEMM kernels).
 void engine_refit(engine *g, int B, int force) {
     enum { PER = 6 * HT_MAX_DEVICES }; // 5 fit sums and an active flag per device
-    int R = group_size(g), me = group_rank(g);
+    int R = g->sp.size, me = g->sp.rank;
     double mine[PER] = {0}, *all = malloc(sizeof(double) * (size_t)R * PER);
     ht_error e;
     if (!all) return; // the capacities stay as they are
@@ -46,7 +46,7 @@ void engine_refit(engine *g, int B, int force) {
         mine[5 * HT_MAX_DEVICES + d] = !g->slots[d].failed;
     }
     // A failed gather leaves the capacities alone; the step's own reduction reports the error.
-    if (group_allgather(g, mine, all, PER, &e) < 0) {
+    if (span_allgather(g->sp, mine, all, PER, &e) < 0) {
         free(all);
         return;
     }
@@ -116,13 +116,13 @@ static int plan_local(engine *g, shard_plan *p, int n, ht_error *e) {
 // device) order: each rank gathers every rank's capacities and makes the same plan;
 // g->plan_dev maps a plan index to a device of this rank, or -1 for another rank's.
 static int plan_batch(engine *g, shard_plan *p, int n, ht_error *e) {
-    int R = group_size(g), me = group_rank(g);
+    int R = g->sp.size, me = g->sp.rank;
     double mine[HT_MAX_DEVICES] = {0}, *all = ht_malloc((size_t)R * HT_MAX_DEVICES, sizeof(double), e);
     if (!all) return -1;
     // -1: resting (no samples, but a peer: it counts for the re-fits); 0: dropped.
     for (int d = 0; d < g->n_devs; d++)
         if (!g->slots[d].failed) mine[d] = g->slots[d].capacity > 0 ? g->slots[d].capacity : -1;
-    if (group_allgather(g, mine, all, HT_MAX_DEVICES, e) < 0) {
+    if (span_allgather(g->sp, mine, all, HT_MAX_DEVICES, e) < 0) {
         free(all);
         return -1;
     }
@@ -258,13 +258,13 @@ void engine_probe_idle(engine *g) {
 
 int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e) {
     // Only with several devices over the ranks of the step.
-    double mine = engine_active(g), *all = ht_malloc((size_t)group_size(g), sizeof(double), e);
-    if (!all || group_allgather(g, &mine, all, 1, e) < 0) {
+    double mine = engine_active(g), *all = ht_malloc((size_t)g->sp.size, sizeof(double), e);
+    if (!all || span_allgather(g->sp, &mine, all, 1, e) < 0) {
         free(all);
         return ht_wrap(e, "calibration");
     }
     double devices = 0;
-    for (int r = 0; r < group_size(g); r++) devices += all[r];
+    for (int r = 0; r < g->sp.size; r++) devices += all[r];
     free(all);
     if (devices < 2) return 0;
     if (B > g->max_batch) B = g->max_batch;
