@@ -109,7 +109,7 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
     const char *fc = getenv("HETRAIN_FACTORS");
     g->comm_dt = c->comm_bf16 ? SPAN_BF16 : SPAN_F32;
     g->stop_flag = c->stop_flag;
-    balance_reset(&g->bal, n_devs);
+    capacity_reset(&g->fits, n_devs);
     g->grad = ht_calloc(m->n_params + 2 * (size_t)max_batch + 3, sizeof(float), e);
     g->orphans = ht_malloc((size_t)max_batch, sizeof *g->orphans, e);
     g->unit = ht_malloc((size_t)max_batch + 1, sizeof *g->unit, e);
@@ -172,7 +172,7 @@ void engine_get_state(const engine *g, engine_state *st) {
     st->since = g->since;
     st->n_devs = g->n_devs;
     engine_capacities(g, st->capacity);
-    memcpy(st->fit, g->bal.fit, sizeof st->fit);
+    memcpy(st->fit, g->fits.fit, sizeof st->fit);
 }
 
 void engine_set_lr_factor(engine *g, double f) { optim_set_lr_factor(&g->opt, f); }
@@ -209,7 +209,7 @@ int engine_restore(engine *g, const engine_state *st, const float *params, const
         for (int d = 0; d < g->n_devs; d++) any |= !g->slots[d].failed && st->capacity[d] > 0;
         if (any) {
             engine_set_capacities(g, st->capacity);
-            memcpy(g->bal.fit, st->fit, sizeof g->bal.fit);
+            memcpy(g->fits.fit, st->fit, sizeof g->fits.fit);
         }
     }
     return engine_set_params(g, params, e);

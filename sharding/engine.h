@@ -127,7 +127,7 @@ typedef struct engine_state {
     int since;      // steps since the last re-fit of the capacities
     int n_devs;     // the devices the capacities and fits below are for, in engine order
     double capacity[HT_MAX_DEVICES]; // 0 for a dropped device
-    double fit[HT_MAX_DEVICES][5];   // balance.h's sums
+    double fit[HT_MAX_DEVICES][5];   // capacity.h's sums
 } engine_state;
 
 void engine_get_state(const engine *g, engine_state *st);

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "sharding/balance.h"
+#include "sharding/capacity.h"
 #include "sharding/engine.h"
 #include "nn/optim.h"
 #include "sharding/plan.h"
@@ -219,7 +219,7 @@ struct engine {
     char last_failure[600]; // the last device failure, for the error when none is left
     int rebalance;   // auto balance: re-fit every this many steps; 0: static
     int since;       // steps since the last re-fit
-    balance bal;     // the devices' measured times
+    capacity_model fits; // the devices' measured times (capacity.h)
     pthread_t *threads;
     engine_hub *hub;
     double prep_s, pass_s; // training passes' times since engine_train_step began
