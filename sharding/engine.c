@@ -44,7 +44,7 @@ int engine_gave_up(const engine *g, int d) { return g->slots[d].hung; }
 // training step (defer) a device that copies them is only marked: its worker copies them at
 // the start of its next task, inside that pass, where a device with a small share has time
 // to spare, instead of in a pass of its own that every device and the host wait for
-// (measured: 1.6 ms of an 80 ms step for a PoCL device beside a CPU worker).
+// (bench/README.md, mixed devices: what that pass cost).
 static int broadcast(engine *g, step_stats *st, int defer, ht_error *e) {
     engine_task t = {.kind = TASK_PARAMS, .step = g->step};
     int copies = 0;
@@ -468,8 +468,8 @@ int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
                       float *loss, int32_t *pred, step_stats *st, ht_error *e) {
     // With several devices at work the host's own parallel loops (the sum, the update) run on
     // this thread alone: an OpenMP team's threads spin a while after each loop, on the cores
-    // where the devices compute the next pass (measured: a CPU worker and a PoCL device kept
-    // 0.93x of their own throughputs with the host's team, 0.99x without). One device alone
+    // where the devices compute the next pass (bench/README.md, mixed devices: a CPU worker
+    // and a PoCL device with and without the host's team). One device alone
     // keeps the team, whose spinning then costs nothing and saves the next loop's start.
     int working = 0;
     for (int d = 0; d < g->n_devs; d++) working += !g->slots[d].failed && g->slots[d].capacity > 0;

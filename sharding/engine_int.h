@@ -32,9 +32,8 @@
 // Factored dense layers (engine_factors_init): batches of at most this many samples. A rank
 // then computes the other ranks' part of the weight gradient too, (R-1)/R of 2 B in out flops,
 // and updates the whole layer, where the reduce-scatter and the gather would move (R-1)/R of
-// 8 in out bytes in and out: at the ~50 GFLOP/s of one core against 10 Gbit/s (1.25 GB/s) the
-// factors gain up to B ~ 150 (measured, cnn2's fc1 at B = 50 over two ranks: 0.62x one
-// process reduce-scattered, 0.84x as factors; bench/README.md).
+// 8 in out bytes in and out: one core's GEMM rate against a 10 Gbit/s link puts the break-even
+// a little above this batch (bench/README.md has the rates and the runs it was set from).
 #define ENGINE_FAC_MAX_BATCH 128
 #define ENGINE_POLL_S 0.0005 // while buckets travel, the engine's thread moves them this often
 #define ENGINE_REPLAN_GAIN 0.03 // re-plan only for a predicted step this much faster

@@ -38,7 +38,7 @@ float engine_add_sums(const float *const *sums, int k, float *acc, size_t a, siz
                 for (size_t i = c; i < end; i++) acc[i] += gs[i];
         }
         // In any order (NaN or not is all it tells): vector code, where a float sum in order
-        // would wait on each add (measured: 9% of a two-rank run's time).
+        // would wait on each add (bench/README.md, MPI: what that cost).
         float seen = 0;
 #pragma omp simd reduction(+ : seen)
         for (size_t i = c; i < end; i++) seen += acc[i] * 0.0f;
