@@ -15,7 +15,7 @@
 #include "nn/model.h"
 #include "devices/ocl_util.h"
 #include "nn/optim.h"
-#include "sharding/ranks.h"
+#include "sharding/span.h"
 #include "app/report/results.h"
 #include "app/runopts.h"
 #include "app/train.h"
@@ -422,8 +422,8 @@ int cli_train(int argc, char **argv) {
     free(cmdline);
     if (rc < 0) {
         char host[64] = "";
-        if (ranks_size() > 1) gethostname(host, sizeof host - 1);
-        if (ranks_size() > 1) fprintf(stderr, "hetrain: rank %d (%s): %s\n", ranks_rank(), host, e.msg);
+        if (span_job().size > 1) gethostname(host, sizeof host - 1);
+        if (span_job().size > 1) fprintf(stderr, "hetrain: rank %d (%s): %s\n", span_job().rank, host, e.msg);
         else fprintf(stderr, "hetrain: %s\n", e.msg);
         return train_interrupted ? 128 + train_interrupted : 1;
     }

@@ -14,7 +14,7 @@
 #include "io/kerash5.h"
 #include "nn/net.h"
 #include "nn/optim.h"
-#include "sharding/ranks.h"
+#include "sharding/span.h"
 #include "io/safetensors.h"
 
 volatile int train_interrupted; // train.h; the engine watches it (engine_config.stop_flag)
@@ -109,14 +109,14 @@ static int conv_decide(job *j, ht_error *e) {
                            j->conv_choices);
         return 0;
     }
-    if (ranks_size() == 1) return 0;
+    if (span_job().size == 1) return 0;
     char text[CONV_CHOICES_TEXT] = "";
-    if (ranks_rank() == 0) {
+    if (span_job().rank == 0) {
         net_conv_decide(&j->m, omp_get_max_threads());
         conv_choices_text(text, sizeof text);
     }
-    if (ranks_bcast_text(text, sizeof text, e) < 0) return -1;
-    if (ranks_rank() > 0 && conv_choices_restore(text) < 0)
+    if (span_bcast_text(span_job(), text, sizeof text, e) < 0) return -1;
+    if (span_job().rank > 0 && conv_choices_restore(text) < 0)
         return ht_fail(e, "rank 0's convolution algorithms are malformed: \"%.60s\"", text);
     return 0;
 }

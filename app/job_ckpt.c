@@ -12,7 +12,7 @@
 #include "io/checkpoint.h"
 #include "nn/conv_algo.h"
 #include "nn/optim.h"
-#include "sharding/ranks.h"
+#include "sharding/span.h"
 #include "app/runopts.h"
 
 // A checkpoint's metadata: string keys and values, the values owned here.
@@ -95,7 +95,7 @@ int job_save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, ht_e
         loc[7 * d + 6] = es ? (double)es->share[d] : 0;
     }
     int gathered = job_gather(j, loc, 7, all, e);
-    if (gathered < 0 || ranks_rank() > 0) { // rank 0 writes the job's checkpoint
+    if (gathered < 0 || span_job().rank > 0) { // rank 0 writes the job's checkpoint
         free(all);
         return gathered;
     }
@@ -237,7 +237,7 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
     memset(es, 0, sizeof *es);
     double sums[2 + 2 * HT_MAX_DEVICES], per[2 * HT_MAX_DEVICES] = {0};
     if (same && meta_list(c, "epoch_stats", sums, 2 + 2 * na) == 2 + 2 * na) {
-        if (ranks_rank() == 0) { // the job's sums are rank 0's in the view (epoch_view_make)
+        if (span_job().rank == 0) { // the job's sums are rank 0's in the view (epoch_view_make)
             es->wait = sums[0];
             es->host = sums[1];
         }
@@ -275,7 +275,7 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
         if (job_metrics_keep(j, line, e) < 0) return -1;
         p += n + (p[n] == '\n');
     }
-    if (ranks_rank() == 0 && run_files_resume(&j->rf, prefix, j->metrics, j->metrics_rows, e) < 0)
+    if (span_job().rank == 0 && run_files_resume(&j->rf, prefix, j->metrics, j->metrics_rows, e) < 0)
         return -1;
     int steps = (j->train.n + j->m.setup.batch - 1) / j->m.setup.batch;
     if (j->epochs_done >= j->m.setup.epochs)
@@ -286,7 +286,7 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
                 "%s%s\n", path, j->epochs_done + 1, j->m.setup.epochs, j->steps_into, steps,
                 devs, same ? "" : " (other devices than before: capacities measured afresh)");
     if (o->command_line) run_log(&j->rf, 0, "command: %s\n", o->command_line);
-    for (int d = 0; ranks_size() == 1 && d < j->n_devs; d++) // as the header logs them
+    for (int d = 0; span_job().size == 1 && d < j->n_devs; d++) // as the header logs them
         for (const char *p = j->devs[d].detail; *p; p += strcspn(p, "\n"), p += *p == '\n')
             run_log(&j->rf, 0, "device %s: %.*s\n", j->devs[d].spec, (int)strcspn(p, "\n"), p);
     return 0;

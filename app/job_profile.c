@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sharding/ranks.h"
+#include "sharding/span.h"
 
 // --profile: every device that can empties its record and starts filling it, after the
 // self-check and calibration, so the records hold the training steps alone.
@@ -25,7 +25,7 @@ int job_profile_start(job *j, ht_error *e) {
 // logged, and all of them as <out>/<name>.profile.csv. Over several ranks rank 0 writes its own
 // devices' tables.
 int job_profile_report(job *j, const train_opts *o, ht_error *e) {
-    if (!j->profiling || j->prof_steps.steps == 0 || ranks_rank() > 0) return 0;
+    if (!j->profiling || j->prof_steps.steps == 0 || span_job().rank > 0) return 0;
     int L = j->m.n_layers, n = 0, rc = 0;
     device_profile *profs = ht_calloc((size_t)j->n_devs, sizeof *profs, e);
     const char **specs = ht_calloc((size_t)j->n_devs, sizeof *specs, e);
@@ -37,7 +37,7 @@ int job_profile_report(job *j, const train_opts *o, ht_error *e) {
         free(specs);
         return profs && specs ? ht_fail(e, "--profile: out of memory") : -1;
     }
-    if (ranks_size() > 1) fprintf(f, "profile: rank 0's devices only\n");
+    if (span_job().size > 1) fprintf(f, "profile: rank 0's devices only\n");
     for (int d = 0; d < j->n_devs && rc == 0; d++) {
         device_profile *p = &profs[n];
         if (device_profile_init(p, L, e) < 0) {

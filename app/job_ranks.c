@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sharding/ranks.h"
+#include "sharding/span.h"
 #include "core/rng.h"
 
 // What every rank must agree on, as one number: the data (sizes, labels, a sample of the
@@ -68,12 +68,12 @@ static int job_cpus(double *out) {
 // of a host have fewer cores among them than there are ranks.
 static int job_check_cores(job *j, ht_error *e) {
     enum { W = 1 + JOB_CPU_WORDS };
-    const int R = ranks_size();
+    const int R = span_job().size;
     double mine[W], *all = ht_malloc((size_t)R * W, sizeof(double), e);
     if (!all) return -1;
     int n_mine = job_cpus(mine);
     mine[0] = n_mine > 0 ? mine[0] : -1; // unknown: no check
-    if (ranks_allgather(mine, all, W, e) < 0) {
+    if (span_allgather(span_job(), mine, all, W, e) < 0) {
         free(all);
         return -1;
     }
@@ -113,7 +113,7 @@ static int job_check_cores(job *j, ht_error *e) {
                      uni == 1 ? "" : "s");
     }
     free(all);
-    if (j->ranks_warning[0] && ranks_rank() == 0)
+    if (j->ranks_warning[0] && span_job().rank == 0)
         fprintf(stderr, "hetrain: warning: %s\n", j->ranks_warning);
     return 0;
 }
@@ -122,7 +122,7 @@ static int job_check_cores(job *j, ht_error *e) {
 // a job of one rank, its specs), and checks that every rank has the same data and weights as
 // rank 0.
 int job_span(job *j, ht_error *e) {
-    int R = ranks_size();
+    int R = span_job().size;
     double mine = job_fingerprint(j), *prints = ht_malloc((size_t)R, sizeof(double), e);
     char *text = ht_calloc(1, JOB_RANK_TEXT, e);
     j->ranks_text = ht_malloc((size_t)R, JOB_RANK_TEXT, e);
@@ -138,8 +138,8 @@ int job_span(job *j, ht_error *e) {
     for (int d = 0; d < j->n_devs && k < JOB_RANK_TEXT; d++)
         k += (size_t)snprintf(text + k, JOB_RANK_TEXT - k, "%s\t%s, capacity %g, micro-batch %d\n",
                               j->devs[d].spec, j->devs[d].name, j->devs[d].capacity, j->devs[d].micro);
-    int rc = ranks_allgather(&mine, prints, 1, e) < 0 ||
-             ranks_allgather_text(text, j->ranks_text, JOB_RANK_TEXT, e) < 0 ? -1 : 0;
+    int rc = span_allgather(span_job(), &mine, prints, 1, e) < 0 ||
+             span_allgather_text(span_job(), text, j->ranks_text, JOB_RANK_TEXT, e) < 0 ? -1 : 0;
     free(text);
     for (int r = 1; rc == 0 && r < R; r++)
         if (prints[r] != prints[0])
@@ -171,9 +171,9 @@ int job_span(job *j, ht_error *e) {
 // Every rank's per-device values (w per device, local[d * w + i] for this rank's device d) in
 // the job's device order, into out (n_all * w). Every rank calls it at the same point.
 int job_gather(const job *j, const double *local, int w, double *out, ht_error *e) {
-    int R = ranks_size();
+    int R = span_job().size;
     double *all = ht_malloc((size_t)R * HT_MAX_DEVICES * w, sizeof(double), e);
-    if (!all || ranks_allgather(local, all, HT_MAX_DEVICES * w, e) < 0) {
+    if (!all || span_allgather(span_job(), local, all, HT_MAX_DEVICES * w, e) < 0) {
         free(all);
         return -1;
     }
@@ -188,7 +188,7 @@ int job_gather(const job *j, const double *local, int w, double *out, ht_error *
 // This rank's values out of a list in the job's device order (job_gather's inverse).
 void job_pick(const job *j, const double *list, int w, double *local) {
     for (int k = 0; k < j->n_all; k++)
-        if (j->all_rank[k] == ranks_rank())
+        if (j->all_rank[k] == span_job().rank)
             memcpy(local + (size_t)j->all_local[k] * w, list + (size_t)k * w, sizeof(double) * (size_t)w);
 }
 
@@ -206,7 +206,7 @@ void job_device_list(const job *j, char *buf, size_t len) {
 const char *job_devices_of_rank(const train_opts *o, ht_error *e, int *bad) {
     char host[256] = "", rank[16];
     gethostname(host, sizeof host - 1);
-    snprintf(rank, sizeof rank, "%d", ranks_rank());
+    snprintf(rank, sizeof rank, "%d", span_job().rank);
     const char *by_rank = NULL, *by_host = NULL, *plain = NULL;
     *bad = 0;
     for (int i = 0; i < o->n_devices_by; i++) {

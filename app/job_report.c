@@ -10,7 +10,7 @@
 
 #include "nn/batchnorm.h"
 #include "nn/optim.h"
-#include "sharding/ranks.h"
+#include "sharding/span.h"
 
 // A Keras model's regularizers and frozen layers, a line each where it has any.
 static void describe_keras_extras(run_files *rf, const model *m) {
@@ -92,7 +92,7 @@ void job_log_header(job *j, const train_opts *o) {
     char aug[DATA_AUGMENT_TEXT];
     augment_text(o, aug, sizeof aug);
     run_log(rf, 0, "augment: %s%s\n", aug, strcmp(aug, "none") ? " (training batches only)" : "");
-    for (int d = 0; ranks_size() == 1 && d < j->n_devs; d++) {
+    for (int d = 0; span_job().size == 1 && d < j->n_devs; d++) {
         run_log(rf, 0, "device %s: %s, capacity %g, micro-batch %d\n", j->devs[d].spec,
                 j->devs[d].name, j->devs[d].capacity, j->devs[d].micro);
         for (const char *p = j->devs[d].detail; *p; p += strcspn(p, "\n"), p += *p == '\n')
@@ -100,7 +100,7 @@ void job_log_header(job *j, const train_opts *o) {
         if (j->devs[d].warning[0]) run_log(rf, 0, "warning: %s\n", j->devs[d].warning);
     }
     if (j->ranks_warning[0]) run_log(rf, 0, "warning: %s\n", j->ranks_warning);
-    for (int r = 0; ranks_size() > 1 && r < ranks_size(); r++) { // over several ranks: each rank's host and devices
+    for (int r = 0; span_job().size > 1 && r < span_job().size; r++) { // over several ranks: each rank's host and devices
         const char *p = j->ranks_text + (size_t)r * JOB_RANK_TEXT;
         int n = (int)strcspn(p, "\n");
         run_log(rf, 0, "rank %d on %.*s\n", r, n, p);
@@ -111,7 +111,7 @@ void job_log_header(job *j, const train_opts *o) {
                     p + t + 1);
         }
     }
-    if (ranks_size() > 1) {
+    if (span_job().size > 1) {
         char ex[512];
         engine_describe_exchange(j->g, ex, sizeof ex);
         run_log(rf, 0, "exchange: %s\n", ex);
@@ -133,7 +133,7 @@ void job_drain_events(job *j, epoch_stats *es) {
     for (const char *p = raw; *p && k + 1 < sizeof ev;) {
         size_t n = strcspn(p, "\n");
         char tag[24] = "";
-        if (ranks_size() > 1) snprintf(tag, sizeof tag, "rank %d: ", ranks_rank());
+        if (span_job().size > 1) snprintf(tag, sizeof tag, "rank %d: ", span_job().rank);
         k += (size_t)snprintf(ev + k, sizeof ev - k, "%s%.*s\n", tag, (int)n, p);
         p += n + (p[n] == '\n');
     }
@@ -199,9 +199,9 @@ void job_metrics_header(char *buf, size_t len, const job *j) {
                                           "samples_per_s,sync_s,idle_frac,lr");
     for (int d = 0; d < j->n_all && k < len; d++)
         k += (size_t)snprintf(buf + k, len - k, ",share_%s,busy_s_%s", j->all_name[d], j->all_name[d]);
-    for (int r = 0; ranks_size() > 1 && r < ranks_size() && k < len; r++)
+    for (int r = 0; span_job().size > 1 && r < span_job().size && k < len; r++)
         k += (size_t)snprintf(buf + k, len - k, ",share_r%d,busy_s_r%d,comm_s_r%d", r, r, r);
-    if (ranks_size() > 1 && k < len) k += (size_t)snprintf(buf + k, len - k, ",comm_s");
+    if (span_job().size > 1 && k < len) k += (size_t)snprintf(buf + k, len - k, ",comm_s");
     if (k < len) snprintf(buf + k, len - k, ",events");
 }
 
@@ -220,7 +220,7 @@ typedef struct epoch_view {
 // Every rank calls it at the same point: over several ranks it gathers every rank's sums.
 static int epoch_view_make(job *j, const epoch_stats *es, double comm_s, epoch_view *v, ht_error *e) {
     memset(v, 0, sizeof *v);
-    int R = ranks_size();
+    int R = span_job().size;
     enum { PER = 2 * HT_MAX_DEVICES + 4 };
     double mine[PER] = {0}, *all = ht_malloc((size_t)R * PER, sizeof(double), e);
     char *ev = ht_malloc((size_t)R, sizeof es->events, e);
@@ -237,8 +237,8 @@ static int epoch_view_make(job *j, const epoch_stats *es, double comm_s, epoch_v
     mine[2 * HT_MAX_DEVICES + 1] = es->host;
     mine[2 * HT_MAX_DEVICES + 2] = es->compute;
     mine[2 * HT_MAX_DEVICES + 3] = comm_s;
-    int rc = ranks_allgather(mine, all, PER, e) < 0 ||
-             ranks_allgather_text(es->events, ev, sizeof es->events, e) < 0 ? -1 : 0;
+    int rc = span_allgather(span_job(), mine, all, PER, e) < 0 ||
+             span_allgather_text(span_job(), es->events, ev, sizeof es->events, e) < 0 ? -1 : 0;
     for (int k = 0; rc == 0 && k < j->n_all; k++) {
         const double *a = all + (size_t)j->all_rank[k] * PER;
         v->busy[k] = a[j->all_local[k]];
@@ -295,11 +295,11 @@ int job_epoch_report(job *j, const train_opts *o, int ep, double loss, double ac
             if (!strcmp(name, b)) vd = d, busy = 1;
         }
         char tail[8];
-        if (ranks_size() > 1 &&
+        if (span_job().size > 1 &&
             (sscanf(name, "share_r%d%7s", &r, tail) == 1 ? (rk = 1) :
              sscanf(name, "busy_s_r%d%7s", &r, tail) == 1 ? (rk = 2) :
              sscanf(name, "comm_s_r%d%7s", &r, tail) == 1 ? (rk = 3) : 0) &&
-            (r < 0 || r >= ranks_size()))
+            (r < 0 || r >= span_job().size))
             rk = 0;
         if (!strcmp(name, "epoch")) snprintf(val, sizeof val, "%d", ep);
         else if (!strcmp(name, "accuracy")) snprintf(val, sizeof val, "%.6f", acc);
@@ -311,7 +311,7 @@ int job_epoch_report(job *j, const train_opts *o, int ep, double loss, double ac
         else if (!strcmp(name, "sync_s")) snprintf(val, sizeof val, "%.3f", v->host);
         else if (!strcmp(name, "idle_frac")) snprintf(val, sizeof val, "%.4f", idle);
         else if (!strcmp(name, "lr")) snprintf(val, sizeof val, "%.9g", (double)j->step_lr);
-        else if (!strcmp(name, "comm_s") && ranks_size() > 1) snprintf(val, sizeof val, "%.3f", v->comm);
+        else if (!strcmp(name, "comm_s") && span_job().size > 1) snprintf(val, sizeof val, "%.3f", v->comm);
         else if (!strcmp(name, "events")) snprintf(val, sizeof val, "%s", v->events[0] ? quoted : "");
         else if (vd >= 0 && busy) snprintf(val, sizeof val, "%.3f", v->busy[vd]);
         else if (vd >= 0) snprintf(val, sizeof val, "%.4f", (double)v->share[vd] / n);
@@ -336,7 +336,7 @@ int job_epoch_report(job *j, const train_opts *o, int ep, double loss, double ac
             m += (size_t)snprintf(line + m, sizeof line - m, "%s %s %.0f%% %.1fs", d ? " |" : "",
                                   j->all_name[d], 100.0 * v->share[d] / n, v->busy[d]);
         char comm[64] = "";
-        if (ranks_size() > 1) snprintf(comm, sizeof comm, "  mpi %.2fs", v->comm);
+        if (span_job().size > 1) snprintf(comm, sizeof comm, "  mpi %.2fs", v->comm);
         run_log(&j->rf, !o->quiet, "%s | sync %.2fs  idle %.1f%%%s\n", line, v->host, 100 * idle, comm);
     }
     return run_files_check(&j->rf, e);

@@ -20,7 +20,7 @@
 #include "sharding/engine.h"
 #include "nn/model.h"
 #include "app/report/plot.h"
-#include "sharding/ranks.h"
+#include "sharding/span.h"
 #include "app/train.h"
 
 static const char *usage_main =
@@ -450,9 +450,9 @@ int main(int argc, char **argv) {
     // Each command parses its own options from argv[1..].
     int rc;
     if (!strcmp(cmd, "train") || !strcmp(cmd, "predict")) {
-        // Under mpirun every rank trains with its own devices (ranks.h); alone, MPI stays off.
+        // Under mpirun every rank trains with its own devices (span.h); alone, MPI stays off.
         ht_error re;
-        if (!strcmp(cmd, "train") && ranks_init(&argc, &argv, &re) < 0) {
+        if (!strcmp(cmd, "train") && span_init(&argc, &argv, &re) < 0) {
             fprintf(stderr, "hetrain: %s\n", re.msg);
             return 1;
         }
@@ -461,9 +461,9 @@ int main(int argc, char **argv) {
         // for it in a step); a stop request is agreed by every rank, which all end cleanly.
         if (rc != 0 && rc != 128 + SIGINT && rc != 128 + SIGTERM) {
             fflush(NULL);
-            ranks_abort(rc);
+            span_abort(rc);
         }
-        ranks_finalize();
+        span_finalize();
         if (engine_stray_workers() > 0) {
             // A device stopped answering and its thread is still inside it: releasing the
             // OpenCL runtimes or running the libraries' exit handlers under that thread could

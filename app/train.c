@@ -17,7 +17,7 @@
 #include "nn/net.h"
 #include "nn/optim.h"
 #include "app/report/progress.h"
-#include "sharding/ranks.h"
+#include "sharding/span.h"
 #include "core/rng.h"
 #include "app/runopts.h"
 #include "io/safetensors.h"
@@ -81,7 +81,7 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
             t0 = ht_now();
         }
         if (ep == start && o->profile && job_profile_start(j, e) < 0) return -1;
-        ranks_take_comm_s(); // the epoch's time in MPI starts now
+        span_take_comm_s(); // the epoch's time in MPI starts now
         epoch_stats es;
         memset(&es, 0, sizeof es);
         // The job's sums are this epoch's: zero, or a resumed epoch's so far (reset at the end
@@ -155,7 +155,7 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
         if (job_epoch_report(j, o, ep, j->counted ? j->lsum / j->counted : NAN,
                              j->counted ? (double)j->correct / ((double)j->counted * yw) : NAN,
                              vloss, vacc,
-                             ht_now() - t0, train_s, &es, ranks_take_comm_s(), e) < 0)
+                             ht_now() - t0, train_s, &es, span_take_comm_s(), e) < 0)
             return -1;
         j->epochs_done = ep + 1;
         j->steps_into = 0;
@@ -171,7 +171,7 @@ static int finish(job *j, const train_opts *o, ht_error *e) {
         double tloss, tacc;
         if (job_evaluate(j->g, &j->m, j->m.setup.batch, &j->test, &tloss, &tacc, j->pred, NULL, e) < 0)
             return ht_wrap(e, "test evaluation");
-        if (ranks_rank() == 0 && predictions_write(j->rf.predictions_path, j->pred, j->test.n, j->m.label_width, e) < 0)
+        if (span_job().rank == 0 && predictions_write(j->rf.predictions_path, j->pred, j->test.n, j->m.label_width, e) < 0)
             return -1;
         if (j->test.y)
             run_log(&j->rf, !o->quiet, "test: loss %.4f  accuracy %.4f  (%d samples)\n", tloss,
@@ -222,7 +222,7 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
         given = o = &mine;
     }
     j->events_out = !given->quiet;
-    if (ranks_rank() > 0) { // rank 0 speaks and writes for the job; the others train and warn
+    if (span_job().rank > 0) { // rank 0 speaks and writes for the job; the others train and warn
         follower = *given;
         follower.quiet = 1;
         follower.progress = 0;
@@ -260,7 +260,7 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
         }
         char header[4096];
         job_metrics_header(header, sizeof header, j);
-        if ((ranks_rank() == 0 &&
+        if ((span_job().rank == 0 &&
              run_files_open(&j->rf, o->out_dir ? o->out_dir : "results", name, header, e) < 0) ||
             job_metrics_keep(j, header, e) < 0) {
             job_free(j);

@@ -104,7 +104,8 @@ static int cpu_train_shard(void *vctx, const shard_job *job, shard_result *res, 
         c->ws.ready_arg = job->grad_ready_arg;
         c->ws.factor = job->factor;
         c->ws.factor_arg = job->factor_arg;
-        net_backward_to(&c->ws, m, c->use, res->grad_sum, x, y, n, &drop, off == 0);
+        net_backward_to(&c->ws, m, c->use, res->grad_sum, x, y, n, &drop,
+                        off == 0 ? NET_GRAD_WRITE : NET_GRAD_ADD);
         c->ws.ready = NULL;
         c->ws.factor = NULL;
     }

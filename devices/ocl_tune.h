@@ -106,7 +106,7 @@ const ocl_gemm_cfg *ocl_tuning_find(const ocl_tuning *t, const ocl_gemm_shape *s
 // Mesa's llvmpipe, a vendor's CPU runtime), Xgemm with 8x8 work-groups, 64x64 tiles of
 // vectors of 8 by 4, no local memory (what `hetrain tune` found on most large shapes of the
 // reference networks on PoCL); for a weight gradient's long k, 64x32 tiles, k unrolled by 32,
-// operands staged in local memory (what it found there: 2.6x CLBlast's own, 2.6x the other). own_indirect: CLBlast's Xgemm parameters on dev. Returns 1 when
+// operands staged in local memory (what it found there; bench/README.md). own_indirect: CLBlast's Xgemm parameters on dev. Returns 1 when
 // t has a class configuration now, 0 when dev's class has none (GPUs: CLBlast's database knows
 // them) or it does not fit dev.
 int ocl_tuning_class_defaults(ocl_tuning *t, const ocl_dev_info *dev,

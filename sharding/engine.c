@@ -1,8 +1,9 @@
-// The step engine: opens over the devices, and runs a training step: plan the batch over every
-// rank's devices, run each shard on its device's worker, re-run a failed device's share on
-// the others, reduce the gradient sums in fixed device and rank order, update on the host and
-// broadcast the new parameters. The other engine_*.c files hold the workers, the balance, the
-// self-check and inference (engine_int.h).
+// The step engine: opens over the devices, and runs a training step in phases, the step_*
+// functions in this order: plan the batch over every rank's devices, dispatch each shard to its
+// device's worker, gather the results (a failed device's share re-run on the others), reduce
+// the gradient sums in fixed device and rank order (span.h), update on the host and broadcast
+// the new parameters. The other engine_*.c files hold the workers, the balance, the self-check,
+// inference and the reduction over ranks (engine_int.h).
 #include "sharding/engine_int.h"
 #include "core/ht_omp.h"
 
@@ -18,7 +19,7 @@ const float *engine_grad(engine *g) {
         size_t n = g->m->n_params;
         ht_error e;
         // Each rank holds its own slice of the trainable part's sum; the rest is everyone's.
-        if (g->sliced && ranks_allgather_slices(g->grad, g->m->n_trainable, &e) < 0) return NULL;
+        if (g->sliced && span_allgather_slices(g->sp, g->grad, g->m->n_trainable, &e) < 0) return NULL;
         const float *sum = g->sum ? g->sum : g->grad; // one device's buffer, or g->grad
         for (size_t i = 0; i < n; i++) g->grad[i] = sum[i] * g->grad_scale;
         g->grad_mean = 1;
@@ -31,7 +32,7 @@ void engine_set_timeout(engine *g, double seconds) {
     g->timeout_s = seconds > 0 ? seconds : ENGINE_DEFAULT_TIMEOUT;
 }
 int engine_stopping(const engine *g) {
-    if (g->span) return g->stop_agreed;
+    if (g->sp.size > 1) return g->stop_agreed;
     return g->stop_flag && *g->stop_flag;
 }
 
@@ -43,7 +44,7 @@ int engine_gave_up(const engine *g, int d) { return g->slots[d].hung; }
 // training step (defer) a device that copies them is only marked: its worker copies them at
 // the start of its next task, inside that pass, where a device with a small share has time
 // to spare, instead of in a pass of its own that every device and the host wait for
-// (measured: 1.6 ms of an 80 ms step for a PoCL device beside a CPU worker).
+// (bench/README.md, mixed devices: what that pass cost).
 static int broadcast(engine *g, step_stats *st, int defer, ht_error *e) {
     engine_task t = {.kind = TASK_PARAMS, .step = g->step};
     int copies = 0;
@@ -101,14 +102,14 @@ int engine_open(engine **out, const engine_config *c, ht_error *e) {
     engine_set_timeout(g, 0); // c->timeout_s from the first pass after the broadcast below
     g->nan_stop = c->nan_stop;
     g->aug = c->augment;
-    g->span = !c->alone && ranks_size() > 1;
-    g->sliced = g->span;
+    g->sp = c->alone ? span_alone() : span_job();
+    g->sliced = g->sp.size > 1;
     const char *ov = getenv("HETRAIN_OVERLAP");
     g->no_overlap = ov && !strcmp(ov, "0");
     const char *fc = getenv("HETRAIN_FACTORS");
-    g->comm_dt = c->comm_bf16 ? RANKS_BF16 : RANKS_F32;
+    g->comm_dt = c->comm_bf16 ? SPAN_BF16 : SPAN_F32;
     g->stop_flag = c->stop_flag;
-    balance_reset(&g->bal, n_devs);
+    capacity_reset(&g->fits, n_devs);
     g->grad = ht_calloc(m->n_params + 2 * (size_t)max_batch + 3, sizeof(float), e);
     g->orphans = ht_malloc((size_t)max_batch, sizeof *g->orphans, e);
     g->unit = ht_malloc((size_t)max_batch + 1, sizeof *g->unit, e);
@@ -171,7 +172,7 @@ void engine_get_state(const engine *g, engine_state *st) {
     st->since = g->since;
     st->n_devs = g->n_devs;
     engine_capacities(g, st->capacity);
-    memcpy(st->fit, g->bal.fit, sizeof st->fit);
+    memcpy(st->fit, g->fits.fit, sizeof st->fit);
 }
 
 void engine_set_lr_factor(engine *g, double f) { optim_set_lr_factor(&g->opt, f); }
@@ -186,8 +187,8 @@ void engine_moments(const engine *g, const float **m, const float **v) {
 int engine_gather_moments(engine *g, ht_error *e) {
     if (!g->sliced) return 0;
     size_t n = g->m->n_trainable;
-    if ((g->opt.m && ranks_allgather_slices(g->opt.m, n, e) < 0) ||
-        (g->opt.v && ranks_allgather_slices(g->opt.v, n, e) < 0))
+    if ((g->opt.m && span_allgather_slices(g->sp, g->opt.m, n, e) < 0) ||
+        (g->opt.v && span_allgather_slices(g->sp, g->opt.v, n, e) < 0))
         return ht_wrap(e, "gathering the optimiser's moments");
     return 0;
 }
@@ -208,7 +209,7 @@ int engine_restore(engine *g, const engine_state *st, const float *params, const
         for (int d = 0; d < g->n_devs; d++) any |= !g->slots[d].failed && st->capacity[d] > 0;
         if (any) {
             engine_set_capacities(g, st->capacity);
-            memcpy(g->bal.fit, st->fit, sizeof g->bal.fit);
+            memcpy(g->fits.fit, st->fit, sizeof g->fits.fit);
         }
     }
     return engine_set_params(g, params, e);
@@ -223,7 +224,7 @@ static int non_finite(const engine_work *w, int with_grad) {
     return 0;
 }
 
-// What a training pass hands back, for gather.
+// What a training pass hands back, for collect.
 typedef struct step_out {
     float *loss;
     int32_t *pred;
@@ -236,13 +237,13 @@ typedef struct step_out {
     int sum_dev[HT_MAX_DEVICES];
     int n_sums;
     int redo;  // over several ranks: some rank's device failed in the pass, and the step's
-               // sums were reduced whole (reduce_group)
+               // sums were reduced whole (step_reduce)
 } step_out;
 
 // Takes the results of the last pass: each position's loss and prediction, and each device's
 // gradient sum, added to the step's sum in device order (so the sum does not depend on timing)
 // or, when deferred, noted for sum_devices.
-static void gather(engine *g, void *arg) {
+static void collect(engine *g, void *arg) {
     step_out *o = arg;
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
@@ -278,7 +279,7 @@ static void gather(engine *g, void *arg) {
 static const float *sum_devices(engine *g, const step_out *o, int *finite) {
     const size_t n = g->m->n_params;
     float nan_seen = 0;
-    if (o->n_sums == 1 && group_size(g) == 1) {
+    if (o->n_sums == 1 && g->sp.size == 1) {
         const float *a = o->sums[0];
 #pragma omp parallel for simd reduction(+ : nan_seen) schedule(static) if (n >= ENGINE_PAR_MIN)
         for (size_t i = 0; i < n; i++) nan_seen += a[i] * 0.0f;
@@ -306,11 +307,65 @@ static void name_non_finite(engine *g, const step_out *o) {
     if (!named) engine_event(g, "step %ld: the devices' gradient sums overflowed when added", g->step);
 }
 
-// The gradient sums of every rank of the step added in rank order, and every position's loss
-// and prediction (each computed on one rank, zero on the others), the same on every rank, in
-// one reduction: [gradient | losses | predictions | non-finite flag | stop requests | redo]. Which
-// positions this rank computed: those of its devices' shards, re-runs included.
-static int reduce_group(engine *g, step_out *o, int B, int redo, ht_error *e) {
+// The step's plan: every position of the batch to a device of some rank, and now and then a
+// position for a device the plan left idle, so that its fit stays measured.
+static int step_plan(engine *g, int B, double t0, ht_error *e) {
+    if (engine_assign(g, NULL, B, 1, e) < 0) return -1;
+    if (g->rebalance > 0 && g->step % ENGINE_PROBE_EVERY == 0) engine_probe_idle(g);
+    g->n_orphans = 0;
+    g->prep_s = ht_now() - t0; // the plan
+    return 0;
+}
+
+// The step's dispatch: every device's pass over its shard, while (over several ranks) the
+// gradient's buckets start on their way as the devices finish layers. Returns whether the step
+// must be reduced whole: a failed device's samples run again elsewhere and change the sums that
+// buckets may already carry, so those finish (as every rank expects them) and are dropped.
+static int step_dispatch(engine *g, const engine_task *t, step_stats *st) {
+    engine_overlap_begin(g);
+    g->want_fac = g->n_fac > 0;
+    engine_dispatch(g, t);
+    g->overlap = g->want_fac = 0; // re-runs start no buckets
+    const int redo = g->sliced && g->n_orphans > 0;
+    if (redo) engine_overlap_flush(g);
+    if (g->rebalance > 0) engine_observe_pass(g);
+    double slowest = 0;
+    for (int d = 0; d < g->n_devs; d++)
+        if (g->slots[d].dispatched && !g->slots[d].failed && g->slots[d].busy_s > slowest)
+            slowest = g->slots[d].busy_s;
+    for (int d = 0; d < g->n_devs; d++)
+        if (g->slots[d].dispatched && !g->slots[d].failed) st->wait_s += slowest - g->slots[d].busy_s;
+    st->compute_s = slowest;
+    return redo;
+}
+
+// The step's gather: the pass's results, the failed devices' positions run again on the others,
+// and this rank's sum of its devices' gradient sums in device order (over several ranks, the
+// buckets not yet on their way start).
+static int step_gather(engine *g, const engine_task *t, step_out *o, int B, ht_error *e) {
+    memset(g->own, 0, (size_t)B);
+    if (!o->defer) memset(g->grad, 0, sizeof(float) * g->m->n_params);
+    collect(g, o);
+    if (engine_rerun_orphans(g, t, collect, o, e) < 0) return -1;
+    g->sum = g->grad;
+    if (o->defer) {
+        int finite;
+        if (g->sliced) engine_overlap_rest(g, &finite);
+        else g->sum = sum_devices(g, o, &finite);
+        if (!finite) {
+            o->bad = 1;
+            name_non_finite(g, o);
+        }
+    }
+    return 0;
+}
+
+// The step's reduce: the gradient sums of every rank of the step added in rank order, and every
+// position's loss and prediction (each computed on one rank, zero on the others), the same on
+// every rank, in one reduction: [gradient | losses | predictions | non-finite flag | stop
+// requests | redo]. Which positions this rank computed: those of its devices' shards, re-runs
+// included.
+static int step_reduce(engine *g, step_out *o, int B, int redo, ht_error *e) {
     size_t P = g->m->n_params;
     float *lp = g->grad + P;
     for (int j = 0; j < B; j++) {
@@ -327,15 +382,15 @@ static int reduce_group(engine *g, step_out *o, int B, int redo, ht_error *e) {
         // pass (redo) had sent sums its re-runs then changed: every rank drops the buckets'
         // results and reduces the whole trainable part again.
         const size_t T = g->m->n_trainable;
-        if (group_sum(g, g->grad + T, P - T + 2 * (size_t)B + 3, e) < 0) {
+        if (span_sum(g->sp, g->grad + T, P - T + 2 * (size_t)B + 3, e) < 0) {
             engine_overlap_finish(g, 0, NULL);
             return -1;
         }
         redo = o->redo = lp[2 * B + 2] > 0;
         if (engine_overlap_finish(g, !redo, e) < 0 ||
-            (redo && ranks_reduce_scatter(g->grad, T, g->comm_dt, e) < 0))
+            (redo && span_reduce_scatter(g->sp, g->grad, T, g->comm_dt, e) < 0))
             return -1;
-    } else if (group_sum(g, g->grad, P + 2 * (size_t)B + 3, e) < 0) {
+    } else if (span_sum(g->sp, g->grad, P + 2 * (size_t)B + 3, e) < 0) {
         return -1;
     }
     for (int j = 0; j < B; j++) {
@@ -347,25 +402,24 @@ static int reduce_group(engine *g, step_out *o, int B, int redo, ht_error *e) {
     return 0;
 }
 
-static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, uint32_t epoch,
-                      float *loss, int32_t *pred, step_stats *st, ht_error *e);
-
-int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, uint32_t epoch,
-                      float *loss, int32_t *pred, step_stats *st, ht_error *e) {
-    // With several devices at work the host's own parallel loops (the sum, the update) run on
-    // this thread alone: an OpenMP team's threads spin a while after each loop, on the cores
-    // where the devices compute the next pass (measured: a CPU worker and a PoCL device kept
-    // 0.93x of their own throughputs with the host's team, 0.99x without). One device alone
-    // keeps the team, whose spinning then costs nothing and saves the next loop's start.
-    int working = 0;
-    for (int d = 0; d < g->n_devs; d++) working += !g->slots[d].failed && g->slots[d].capacity > 0;
-    const int host_threads = omp_get_max_threads();
-    if (working >= 2) omp_set_num_threads(1);
-    int rc = train_step(g, ds, idx, B, epoch, loss, pred, st, e);
-    omp_set_num_threads(host_threads);
-    return rc;
+// The step's update: the optimiser over the reduced sum, the mean taken inside it (sum * 1/B,
+// as a separate pass would), and batchnorm's moving averages from the state's place in the sum.
+static int step_update(engine *g, const step_out *o, ht_error *e) {
+    if (g->sliced) {
+        // This rank's slice (ZeRO stage 1) and the factored layers, then every rank's: the
+        // same bits a whole update gives each element. A step reduced whole updated the
+        // factored layers by slices: their moments, every rank's before, are again.
+        if (engine_update_sliced(g, o->redo, e) < 0 ||
+            (o->redo && g->n_fac && engine_gather_moments(g, e) < 0))
+            return -1;
+    } else {
+        optim_step_scaled(&g->opt, g->params, g->sum, g->grad_scale);
+    }
+    if (g->m->n_state) model_bn_update(g->m, g->params, g->sum);
+    return 0;
 }
 
+// plan -> dispatch -> gather -> reduce -> update -> broadcast.
 static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, uint32_t epoch,
                       float *loss, int32_t *pred, step_stats *st, ht_error *e) {
     if (B < 1 || B > g->max_batch) return ht_fail(e, "engine: batch %d outside 1..%d", B, g->max_batch);
@@ -377,42 +431,10 @@ static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
     g->grad_ready = 0; // g->grad is this step's from here on
     g->prep_s = g->pass_s = 0;
     engine_task t = {.kind = TASK_TRAIN, .ds = ds, .idx = idx, .epoch = epoch, .step = g->step};
-    if (engine_assign(g, NULL, B, 1, e) < 0) return -1;
-    if (g->rebalance > 0 && g->step % ENGINE_PROBE_EVERY == 0) engine_probe_idle(g);
-    g->n_orphans = 0;
-    g->prep_s = ht_now() - t0; // the plan
-    engine_overlap_begin(g);
-    g->want_fac = g->n_fac > 0;
-    engine_dispatch(g, &t);
-    g->overlap = g->want_fac = 0; // re-runs start no buckets
-    // A failed device's samples run again elsewhere and change the sums that buckets may
-    // already carry: those finish (as every rank expects them) and the step reduces whole.
-    const int redo = g->sliced && g->n_orphans > 0;
-    if (redo) engine_overlap_flush(g);
-    if (g->rebalance > 0) engine_observe_pass(g);
-    double slowest = 0;
-    for (int d = 0; d < g->n_devs; d++)
-        if (g->slots[d].dispatched && !g->slots[d].failed && g->slots[d].busy_s > slowest)
-            slowest = g->slots[d].busy_s;
-    for (int d = 0; d < g->n_devs; d++)
-        if (g->slots[d].dispatched && !g->slots[d].failed) st->wait_s += slowest - g->slots[d].busy_s;
-    st->compute_s = slowest;
+    if (step_plan(g, B, t0, e) < 0) return -1;
+    const int redo = step_dispatch(g, &t, st);
     step_out o = {.loss = loss, .pred = pred, .st = st, .defer = g->n_orphans == 0};
-    memset(g->own, 0, (size_t)B);
-    if (!o.defer) memset(g->grad, 0, sizeof(float) * g->m->n_params);
-    gather(g, &o);
-    if (engine_rerun_orphans(g, &t, gather, &o, e) < 0) return -1;
-    g->sum = g->grad;
-    if (o.defer) {
-        int finite;
-        if (g->sliced) engine_overlap_rest(g, &finite);
-        else g->sum = sum_devices(g, &o, &finite);
-        if (!finite) {
-            o.bad = 1;
-            name_non_finite(g, &o);
-        }
-    }
-    if (reduce_group(g, &o, B, redo, e) < 0) return -1;
+    if (step_gather(g, &t, &o, B, e) < 0 || step_reduce(g, &o, B, redo, e) < 0) return -1;
     g->grad_ready = 1;
     g->grad_scale = 1.0f / (float)B;
     g->grad_mean = 0;
@@ -425,19 +447,7 @@ static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
         engine_event(g, "step %ld: update skipped (--on-nan skip)", g->step);
         st->skipped = 1;
     } else {
-        // The mean is taken inside the update (sum * 1/B, as a separate pass would).
-        if (g->sliced) {
-            // This rank's slice (ZeRO stage 1) and the factored layers, then every rank's: the
-            // same bits a whole update gives each element. A step reduced whole updated the
-            // factored layers by slices: their moments, every rank's before, are again.
-            if (engine_update_sliced(g, o.redo, e) < 0 ||
-                (o.redo && g->n_fac && engine_gather_moments(g, e) < 0))
-                return -1;
-        } else {
-            optim_step_scaled(&g->opt, g->params, g->sum, g->grad_scale);
-        }
-        // The state's place in the sum holds batchnorm's statistics: the moving averages.
-        if (g->m->n_state) model_bn_update(g->m, g->params, g->sum);
+        if (step_update(g, &o, e) < 0) return -1;
         tu = ht_now();
         if (broadcast(g, st, 1, e) < 0) return -1;
     }
@@ -452,4 +462,20 @@ static int train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, 
         engine_refit(g, B, 0);
     }
     return 0;
+}
+
+int engine_train_step(engine *g, const dataset *ds, const uint32_t *idx, int B, uint32_t epoch,
+                      float *loss, int32_t *pred, step_stats *st, ht_error *e) {
+    // With several devices at work the host's own parallel loops (the sum, the update) run on
+    // this thread alone: an OpenMP team's threads spin a while after each loop, on the cores
+    // where the devices compute the next pass (bench/README.md, mixed devices: a CPU worker
+    // and a PoCL device with and without the host's team). One device alone
+    // keeps the team, whose spinning then costs nothing and saves the next loop's start.
+    int working = 0;
+    for (int d = 0; d < g->n_devs; d++) working += !g->slots[d].failed && g->slots[d].capacity > 0;
+    const int host_threads = omp_get_max_threads();
+    if (working >= 2) omp_set_num_threads(1);
+    int rc = train_step(g, ds, idx, B, epoch, loss, pred, st, e);
+    omp_set_num_threads(host_threads);
+    return rc;
 }

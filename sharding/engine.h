@@ -74,7 +74,7 @@ typedef struct engine_config {
     // augmentation on any device or rank. Self-check, calibration and inference see the samples
     // as they are.
     data_augment augment;
-    // Training steps span every rank of the job (ranks.h) by default: one plan over every rank's
+    // Training steps span every rank of the job (span.h) by default: one plan over every rank's
     // devices, gradient sums added in rank order, the same update everywhere. 1: this process
     // alone, even under mpirun (a test's reference run). A job of one rank is the same code over
     // one rank.
@@ -127,7 +127,7 @@ typedef struct engine_state {
     int since;      // steps since the last re-fit of the capacities
     int n_devs;     // the devices the capacities and fits below are for, in engine order
     double capacity[HT_MAX_DEVICES]; // 0 for a dropped device
-    double fit[HT_MAX_DEVICES][5];   // balance.h's sums
+    double fit[HT_MAX_DEVICES][5];   // capacity.h's sums
 } engine_state;
 
 void engine_get_state(const engine *g, engine_state *st);

@@ -1,6 +1,7 @@
 // How the engine shares a batch among the devices: their capacities, the plan of each pass
 // over every rank's devices, re-runs of a failed device's share on the others, and, under auto
-// balance, the time fits that calibration and the steps feed and the re-fits they give.
+// balance, the time fits that calibration and the steps feed (capacity.h: the model itself) and
+// the re-fits they give.
 #include "sharding/engine_int.h"
 
 #include <stdlib.h>
@@ -37,22 +38,22 @@ void engine_set_capacities(engine *g, const double *cap) {
 // drivers pay for new shapes (new GEMM kernels).
 void engine_refit(engine *g, int B, int force) {
     enum { PER = 6 * HT_MAX_DEVICES }; // 5 fit sums and an active flag per device
-    int R = group_size(g), me = group_rank(g);
+    int R = g->sp.size, me = g->sp.rank;
     double mine[PER] = {0}, *all = malloc(sizeof(double) * (size_t)R * PER);
     ht_error e;
     if (!all) return; // the capacities stay as they are
     for (int d = 0; d < g->n_devs; d++) {
-        memcpy(&mine[5 * d], g->bal.fit[d], sizeof g->bal.fit[d]);
+        memcpy(&mine[5 * d], g->fits.fit[d], sizeof g->fits.fit[d]);
         mine[5 * HT_MAX_DEVICES + d] = !g->slots[d].failed;
     }
     // A failed gather leaves the capacities alone; the step's own reduction reports the error.
-    if (group_allgather(g, mine, all, PER, &e) < 0) {
+    if (span_allgather(g->sp, mine, all, PER, &e) < 0) {
         free(all);
         return;
     }
-    balance glob;
+    capacity_model glob;
     int loc[HT_MAX_DEVICES], active[HT_MAX_DEVICES], rd[HT_MAX_DEVICES], k = 0;
-    balance_reset(&glob, HT_MAX_DEVICES);
+    capacity_reset(&glob, HT_MAX_DEVICES);
     for (int r = 0; r < R; r++)
         for (int d = 0; d < HT_MAX_DEVICES; d++) {
             const double *a = all + (size_t)r * PER;
@@ -69,8 +70,8 @@ void engine_refit(engine *g, int B, int force) {
     free(all);
     glob.n = k;
     double cap[HT_MAX_DEVICES], now[HT_MAX_DEVICES] = {0}, top = 0;
-    if (k == 0 || balance_capacities(&glob, active, B, cap) < 0) return; // not all measured yet
-    balance_resting(&glob, active, B, ENGINE_REST_GAIN, cap);
+    if (k == 0 || capacity_solve(&glob, active, B, cap) < 0) return; // not all measured yet
+    capacity_resting(&glob, active, B, ENGINE_REST_GAIN, cap);
     if (!force && g->plan.pattern && g->plan.len == B) {
         // The current plan's counts in glob's order (a resting device has none); a change of
         // which devices rest always re-plans, the fits alone cannot tell it pays.
@@ -80,8 +81,8 @@ void engine_refit(engine *g, int B, int force) {
                 if (g->plan_rd[p] == rd[i]) now[i] = g->plan.count[p];
             same &= (now[i] > 0) == (cap[i] > 0);
         }
-        if (same && balance_predict(&glob, active, now) <=
-                        balance_predict(&glob, active, cap) * (1 + ENGINE_REPLAN_GAIN))
+        if (same && capacity_predict(&glob, active, now) <=
+                        capacity_predict(&glob, active, cap) * (1 + ENGINE_REPLAN_GAIN))
             return;
     }
     for (int i = 0; i < k; i++) top = cap[i] > top ? cap[i] : top;
@@ -95,7 +96,7 @@ void engine_observe_pass(engine *g) {
     for (int d = 0; d < g->n_devs; d++) {
         engine_slot *s = &g->slots[d];
         if (s->dispatched && !s->failed && s->rc == 0 && s->n > 0 && s->busy_s > 0)
-            balance_add(&g->bal, d, s->n, s->busy_s);
+            capacity_add(&g->fits, d, s->n, s->busy_s);
     }
 }
 
@@ -116,13 +117,13 @@ static int plan_local(engine *g, shard_plan *p, int n, ht_error *e) {
 // device) order: each rank gathers every rank's capacities and makes the same plan;
 // g->plan_dev maps a plan index to a device of this rank, or -1 for another rank's.
 static int plan_batch(engine *g, shard_plan *p, int n, ht_error *e) {
-    int R = group_size(g), me = group_rank(g);
+    int R = g->sp.size, me = g->sp.rank;
     double mine[HT_MAX_DEVICES] = {0}, *all = ht_malloc((size_t)R * HT_MAX_DEVICES, sizeof(double), e);
     if (!all) return -1;
     // -1: resting (no samples, but a peer: it counts for the re-fits); 0: dropped.
     for (int d = 0; d < g->n_devs; d++)
         if (!g->slots[d].failed) mine[d] = g->slots[d].capacity > 0 ? g->slots[d].capacity : -1;
-    if (group_allgather(g, mine, all, HT_MAX_DEVICES, e) < 0) {
+    if (span_allgather(g->sp, mine, all, HT_MAX_DEVICES, e) < 0) {
         free(all);
         return -1;
     }
@@ -258,17 +259,17 @@ void engine_probe_idle(engine *g) {
 
 int engine_calibrate(engine *g, const dataset *ds, const uint32_t *idx, int B, ht_error *e) {
     // Only with several devices over the ranks of the step.
-    double mine = engine_active(g), *all = ht_malloc((size_t)group_size(g), sizeof(double), e);
-    if (!all || group_allgather(g, &mine, all, 1, e) < 0) {
+    double mine = engine_active(g), *all = ht_malloc((size_t)g->sp.size, sizeof(double), e);
+    if (!all || span_allgather(g->sp, &mine, all, 1, e) < 0) {
         free(all);
         return ht_wrap(e, "calibration");
     }
     double devices = 0;
-    for (int r = 0; r < group_size(g); r++) devices += all[r];
+    for (int r = 0; r < g->sp.size; r++) devices += all[r];
     free(all);
     if (devices < 2) return 0;
     if (B > g->max_batch) B = g->max_batch;
-    balance_reset(&g->bal, g->n_devs);
+    capacity_reset(&g->fits, g->n_devs);
     // Some drivers compile or tune on the first launch of each new shape, so every measured
     // round follows a warm-up round at the same shares: round 0 warms up at the given capacities,
     // round 1 measures them; round 2 warms up at the capacities fitted from round 1, round 3

@@ -35,7 +35,7 @@ int engine_infer(engine *g, const dataset *ds, int start, int n, float *probs, h
         engine_dispatch(g, &t);
         take_probs(g, &o);
         if (engine_rerun_orphans(g, &t, take_probs, &o, e) < 0) return ht_wrap(e, "inference");
-        if (group_sum(g, rows, n_rows, e) < 0) return ht_wrap(e, "inference");
+        if (span_sum(g->sp, rows, n_rows, e) < 0) return ht_wrap(e, "inference");
     }
     return 0;
 }

@@ -17,11 +17,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "sharding/balance.h"
+#include "sharding/capacity.h"
 #include "sharding/engine.h"
 #include "nn/optim.h"
 #include "sharding/plan.h"
-#include "sharding/ranks.h"
+#include "sharding/span.h"
 
 #define ENGINE_PAR_MIN 65536 // elements below which a parallel pass costs more than it saves
 #define ENGINE_CHUNK 4096    // elements a thread sums over every device before moving on
@@ -32,9 +32,8 @@
 // Factored dense layers (engine_factors_init): batches of at most this many samples. A rank
 // then computes the other ranks' part of the weight gradient too, (R-1)/R of 2 B in out flops,
 // and updates the whole layer, where the reduce-scatter and the gather would move (R-1)/R of
-// 8 in out bytes in and out: at the ~50 GFLOP/s of one core against 10 Gbit/s (1.25 GB/s) the
-// factors gain up to B ~ 150 (measured, cnn2's fc1 at B = 50 over two ranks: 0.62x one
-// process reduce-scattered, 0.84x as factors; bench/README.md).
+// 8 in out bytes in and out: one core's GEMM rate against a 10 Gbit/s link puts the break-even
+// a little above this batch (bench/README.md has the rates and the runs it was set from).
 #define ENGINE_FAC_MAX_BATCH 128
 #define ENGINE_POLL_S 0.0005 // while buckets travel, the engine's thread moves them this often
 #define ENGINE_REPLAN_GAIN 0.03 // re-plan only for a predicted step this much faster
@@ -174,8 +173,8 @@ struct engine {
     int *sorted;     // engine_assign's scratch: a re-run's positions in order (max_batch)
     uint8_t *own;    // (max_batch) positions this rank computed in the current step
     int sliced;      // over several ranks: the gradient is reduce-scattered, each rank updates
-                     // its slice (ranks_slice of n_trainable) and the slices are gathered
-    ranks_dtype comm_dt; // how the reduce-scatter carries the gradient
+                     // its slice (span_slice of n_trainable) and the slices are gathered
+    span_dtype comm_dt; // how the reduce-scatter carries the gradient
     // The factored dense layers (engine_reduce.c's engine_factors_init): their weight
     // gradients travel as every rank's factors, each rank computes the whole sums and updates
     // those layers whole; fac_of maps a layer to its index here, or -1.
@@ -184,7 +183,6 @@ struct engine {
     int *fac_of;
     int want_fac;         // the pass under way keeps the factors
     int *bucket_fac;      // (n_buckets) the factored layer bucket k carries, or -1
-    ranks_ag **fac_inflight; // (n_fac) the factors' gathers under way
     float **fac_send, **fac_recv; // (n_fac) this rank's factors; every rank's
     int *fac_counts;      // (ranks) floats of each rank's factors, of the gather under way
     float *fac_tmp[3];    // scratch for the sums, each as large as the largest factored weight
@@ -197,7 +195,8 @@ struct engine {
     // n_trainable, bucket[n_buckets] = 0), this step's started ones and their state.
     size_t *bucket;
     int n_buckets;
-    ranks_rs **inflight;  // (n_buckets) started, not yet finished
+    span_op *inflight;    // (n_buckets) started, not yet finished: a reduce-scatter, or a
+                          // factored layer's gather of factors
     int next_bucket;      // buckets started this step
     int travelling;       // of those, the last this many have not been seen to arrive
     int overlap;          // the pass under way may start buckets
@@ -205,8 +204,9 @@ struct engine {
     int overlap_err;      // a start failed: overlap_e says why (engine_overlap_finish)
     ht_error overlap_e;
     int no_overlap;       // HETRAIN_OVERLAP=0: every bucket starts after the pass (measurements)
-    int span;        // steps are planned and reduced over every rank (ranks.h), not this
-                     // process alone (engine_config.alone, or one rank): group_*
+    span sp;         // the ranks steps are planned and reduced over: every rank of the job,
+                     // or this process alone (engine_config.alone); over one rank the
+                     // collectives (span.h) are copies, so both run the same code
     const volatile int *stop_flag; // the job's stop request (a signal), engine_config's
     int stop_agreed; // over several ranks: some rank's stop_flag was set at the last step
     int peers_active; // the other ranks' active devices, as of the last plan
@@ -218,30 +218,12 @@ struct engine {
     char last_failure[600]; // the last device failure, for the error when none is left
     int rebalance;   // auto balance: re-fit every this many steps; 0: static
     int since;       // steps since the last re-fit
-    balance bal;     // the devices' measured times
+    capacity_model fits; // the devices' measured times (capacity.h)
     pthread_t *threads;
     engine_hub *hub;
     double prep_s, pass_s; // training passes' times since engine_train_step began
                            // (engine_dispatch)
 };
-
-// The ranks a step spans: every rank of the job, or this process alone. Everything below runs
-// the same code for both; over one rank these collectives are copies.
-static inline int group_size(const engine *g) { return g->span ? ranks_size() : 1; }
-static inline int group_rank(const engine *g) { return g->span ? ranks_rank() : 0; }
-
-// Every rank's n doubles, in rank order, into all (group_size * n).
-static inline int group_allgather(const engine *g, const double *mine, double *all, int n,
-                                  ht_error *e) {
-    if (g->span) return ranks_allgather(mine, all, n, e);
-    memcpy(all, mine, sizeof(double) * (size_t)n);
-    return 0;
-}
-
-// buf summed over the ranks in rank order, the same bits on every rank.
-static inline int group_sum(const engine *g, float *buf, size_t n, ht_error *e) {
-    return g->span ? ranks_sum_ordered(buf, n, e) : 0;
-}
 
 // engine_workers.c
 // Appends a line to the events engine_take_events hands out.

@@ -1,5 +1,5 @@
 // The gradient's way over the ranks when the engine is sliced (several ranks): buckets of
-// whole layers, last layers first, each reduce-scattered (ranks.h) as soon as every device of
+// whole layers, last layers first, each reduce-scattered (span.h) as soon as every device of
 // this rank has finished those layers' backward pass, so that the bulk of the traffic (the
 // dense layers' weights, last in the network) travels while the devices still compute the
 // first layers' gradients. The sums are the device-order, rank-order sums of the whole-buffer
@@ -38,7 +38,7 @@ float engine_add_sums(const float *const *sums, int k, float *acc, size_t a, siz
                 for (size_t i = c; i < end; i++) acc[i] += gs[i];
         }
         // In any order (NaN or not is all it tells): vector code, where a float sum in order
-        // would wait on each add (measured: 9% of a two-rank run's time).
+        // would wait on each add (bench/README.md, MPI: what that cost).
         float seen = 0;
 #pragma omp simd reduction(+ : seen)
         for (size_t i = c; i < end; i++) seen += acc[i] * 0.0f;
@@ -56,9 +56,9 @@ int engine_factors_init(engine *g, const device *devs, int n_devs, int off, ht_e
     // Every device of every rank must report factors: the least over the ranks.
     double mine = !off && g->max_batch <= ENGINE_FAC_MAX_BATCH, *all;
     for (int d = 0; d < n_devs; d++) mine = devs[d].factors ? mine : 0;
-    if (!(all = ht_malloc((size_t)ranks_size(), sizeof *all, e))) return -1;
-    int rc = ranks_allgather(&mine, all, 1, e);
-    for (int r = 0; rc == 0 && r < ranks_size(); r++) mine = all[r] < mine ? all[r] : mine;
+    if (!(all = ht_malloc((size_t)g->sp.size, sizeof *all, e))) return -1;
+    int rc = span_allgather(g->sp, &mine, all, 1, e);
+    for (int r = 0; rc == 0 && r < g->sp.size; r++) mine = all[r] < mine ? all[r] : mine;
     free(all);
     if (rc < 0 || mine == 0) return rc;
     for (int l = 0; l < m->n_layers; l++) {
@@ -76,12 +76,11 @@ int engine_factors_init(engine *g, const device *devs, int n_devs, int off, ht_e
     if (g->n_fac == 0) return 0;
     // Scratch: the sums' three buffers, each factored layer's factors going out and coming in
     // (at most a batch's samples and a header a device), the parameters' gather.
-    size_t most = 0, R = (size_t)ranks_size(), fac_n = 0;
-    g->fac_inflight = ht_calloc((size_t)g->n_fac, sizeof *g->fac_inflight, e);
+    size_t most = 0, R = (size_t)g->sp.size, fac_n = 0;
     g->fac_send = ht_calloc((size_t)g->n_fac, sizeof *g->fac_send, e);
     g->fac_recv = ht_calloc((size_t)g->n_fac, sizeof *g->fac_recv, e);
     g->fac_counts = ht_malloc(R, sizeof *g->fac_counts, e);
-    if (!g->fac_inflight || !g->fac_send || !g->fac_recv || !g->fac_counts) return -1;
+    if (!g->fac_send || !g->fac_recv || !g->fac_counts) return -1;
     for (int f = 0; f < g->n_fac; f++) {
         const engine_fac *F = &g->fac[f];
         const size_t W = (size_t)F->in * F->out, per = (size_t)F->in + F->out;
@@ -129,9 +128,8 @@ int engine_buckets_init(engine *g, ht_error *e) {
 }
 
 void engine_buckets_free(engine *g) {
-    for (int k = 0; g->inflight && k < g->n_buckets; k++) ranks_rs_finish(g->inflight[k], NULL, NULL);
+    for (int k = 0; g->inflight && k < g->n_buckets; k++) span_finish(&g->inflight[k], NULL, NULL);
     for (int f = 0; f < g->n_fac; f++) {
-        if (g->fac_inflight) ranks_ag_finish(g->fac_inflight[f], NULL);
         if (g->fac_send) free(g->fac_send[f]);
         if (g->fac_recv) free(g->fac_recv[f]);
     }
@@ -141,7 +139,6 @@ void engine_buckets_free(engine *g) {
     free(g->inflight);
     free(g->fac);
     free(g->fac_of);
-    free(g->fac_inflight);
     free(g->fac_send);
     free(g->fac_recv);
     free(g->fac_counts);
@@ -161,15 +158,15 @@ static int device_sums(const engine *g, const float **sums) {
 // Every rank's floats of factored layer f's factors (g->fac_counts), from the plan.
 static void fac_counts(engine *g, int f) {
     const size_t per = (size_t)g->fac[f].in + g->fac[f].out;
-    const int R = ranks_size();
+    const int R = g->sp.size;
     for (int r = 0; r < R; r++) g->fac_counts[r] = FAC_HEAD;
     for (int k = 0; k < g->plan_len; k++)
         g->fac_counts[g->plan_rd[k] / HT_MAX_DEVICES] += (int)((size_t)g->plan_n[k] * per);
 }
 
-// Starts the gather of factored layer f's factors: this rank's devices' in device order (what
-// a failed device left is padded: the step is then reduced whole).
-static int start_factors(engine *g, int f, ht_error *e) {
+// Starts the gather of factored layer f's factors (bucket b): this rank's devices' in device
+// order (what a failed device left is padded: the step is then reduced whole).
+static int start_factors(engine *g, int f, int b, ht_error *e) {
     const size_t per = (size_t)g->fac[f].in + g->fac[f].out;
     float *head = g->fac_send[f], *o = head + FAC_HEAD;
     memset(head, 0, sizeof(float) * FAC_HEAD);
@@ -191,12 +188,13 @@ static int start_factors(engine *g, int f, ht_error *e) {
     fac_counts(g, f);
     // The devices' samples are the plan's: should they ever not be, the gather still starts
     // (every rank waits for it) and the step fails here.
-    const size_t sent = (size_t)(o - head), want = (size_t)g->fac_counts[ranks_rank()];
+    const size_t sent = (size_t)(o - head), want = (size_t)g->fac_counts[g->sp.rank];
     if (sent < want) memset(o, 0, sizeof(float) * (want - sent));
-    int rc = ranks_ag_start(&g->fac_inflight[f], g->fac_send[f], g->fac_counts, g->fac_recv[f], e);
+    int rc = span_gather_begin(g->sp, &g->inflight[b], g->fac_send[f], g->fac_counts,
+                               g->fac_recv[f], e);
     if (rc == 0 && sent != want)
         return ht_fail(e, "rank %d: %zu floats of layer %d's factors where the plan says %zu",
-                       ranks_rank(), sent, g->fac[f].layer, want);
+                       g->sp.rank, sent, g->fac[f].layer, want);
     return rc;
 }
 
@@ -226,19 +224,13 @@ static void start_next(engine *g, const float **sums, int k) {
     const size_t lo = g->bucket[b + 1], hi = g->bucket[b];
     if (!g->overlap_err && k >= 0) g->overlap_nan += engine_add_sums(sums, k, g->grad, lo, hi);
     ht_error e;
-    int rc = f >= 0 ? start_factors(g, f, &e)
-                    : ranks_rs_start(&g->inflight[b], g->grad, g->m->n_trainable, lo, hi,
-                                     g->comm_dt, &e);
+    int rc = f >= 0 ? start_factors(g, f, b, &e)
+                    : span_reduce_begin(g->sp, &g->inflight[b], g->grad, g->m->n_trainable, lo,
+                                        hi, g->comm_dt, &e);
     if (!g->overlap_err && rc < 0) {
         g->overlap_err = 1;
         g->overlap_e = e;
     }
-}
-
-// Whether bucket b has arrived (moving it along).
-static int bucket_test(engine *g, int b) {
-    const int f = g->bucket_fac[b];
-    return f >= 0 ? ranks_ag_test(g->fac_inflight[f]) : ranks_rs_test(g->inflight[b]);
 }
 
 int engine_overlap_poll(engine *g) {
@@ -269,7 +261,7 @@ int engine_overlap_poll(engine *g) {
     // Each test lets MPI move the data along (Open MPI's TCP transport moves only inside its
     // calls); the first that has not arrived ends the round.
     for (; g->travelling > 0; g->travelling--)
-        if (!bucket_test(g, g->next_bucket - g->travelling)) break;
+        if (!span_poll(&g->inflight[g->next_bucket - g->travelling])) break;
     pthread_mutex_lock(&h->mu);
     return ENGINE_POLL_RELEASED | (g->travelling > 0 ? ENGINE_POLL_TRAVELLING : 0);
 }
@@ -319,7 +311,7 @@ static int rank_sum(engine *g, int f, int r, const float *seg, float *dst, float
         }
     }
     if (devs == 0) memset(dst, 0, sizeof(float) * W);
-    if (g->comm_dt == RANKS_BF16) ranks_bf16_round_n(dst, W);
+    if (g->comm_dt == SPAN_BF16) span_bf16_round_n(dst, W);
     return 0;
 }
 
@@ -346,12 +338,12 @@ static int add_single(engine *g, int f, int r, const float *seg, float *out) {
 static int combine_factors(engine *g, int f, ht_error *e) {
     const engine_fac *F = &g->fac[f];
     const size_t W = (size_t)F->in * F->out;
-    const int R = ranks_size(), me = ranks_rank();
+    const int R = g->sp.size, me = g->sp.rank;
     float *out = g->grad + F->w_off, *acc = g->fac_tmp[0], *one = g->fac_tmp[1], *tmp = g->fac_tmp[2];
     fac_counts(g, f);
     const float *other = me ? g->fac_recv[f] : g->fac_recv[f] + g->fac_counts[0];
-    if (R == 2 && g->comm_dt == RANKS_F32 && add_single(g, f, 1 - me, other, out)) return 0;
-    if (g->comm_dt == RANKS_BF16) ranks_bf16_round_n(out, W);
+    if (R == 2 && g->comm_dt == SPAN_F32 && add_single(g, f, 1 - me, other, out)) return 0;
+    if (g->comm_dt == SPAN_BF16) span_bf16_round_n(out, W);
     const float *seg = g->fac_recv[f];
     for (int r = 0; r < R; r++) {
         if (r != me) {
@@ -375,18 +367,14 @@ int engine_overlap_finish(engine *g, int keep, ht_error *e) {
     int rc = 0;
     for (int b = 0; b < g->n_buckets; b++) {
         const int f = g->bucket_fac[b];
+        span_op *op = &g->inflight[b];
+        if (!op->rs && !op->ag) continue;
         if (f >= 0) {
-            if (!g->fac_inflight[f]) continue;
-            int got = ranks_ag_finish(g->fac_inflight[f], err);
-            g->fac_inflight[f] = NULL;
-            if (got < 0) rc = -1;
+            if (span_finish(op, NULL, err) < 0) rc = -1;
             else if (keep && !g->overlap_err && rc == 0 && combine_factors(g, f, err) < 0) rc = -1;
             continue;
         }
-        if (!g->inflight[b]) continue;
-        if (ranks_rs_finish(g->inflight[b], keep && !g->overlap_err ? g->grad : NULL, err) < 0)
-            rc = -1;
-        g->inflight[b] = NULL;
+        if (span_finish(op, keep && !g->overlap_err ? g->grad : NULL, err) < 0) rc = -1;
     }
     if (g->overlap_err) {
         *err = g->overlap_e;
@@ -406,7 +394,7 @@ void engine_overlap_begin(engine *g) {
 // Rank r's slice less the factored weights (ascending, disjoint): up to n_fac + 1 pieces.
 static int slice_pieces(const engine *g, int r, size_t (*piece)[2]) {
     size_t lo, hi, at;
-    ranks_slice(g->m->n_trainable, r, &lo, &hi);
+    span_slice(g->sp, g->m->n_trainable, r, &lo, &hi);
     at = lo;
     int n = 0;
     for (int f = 0; f < g->n_fac && at < hi; f++) {
@@ -421,13 +409,13 @@ static int slice_pieces(const engine *g, int r, size_t (*piece)[2]) {
 
 int engine_update_sliced(engine *g, int whole, ht_error *e) {
     const size_t T = g->m->n_trainable;
-    const int me = ranks_rank(), R = ranks_size();
+    const int me = g->sp.rank, R = g->sp.size;
     size_t lo, hi;
-    ranks_slice(T, me, &lo, &hi);
+    span_slice(g->sp, T, me, &lo, &hi);
     if (g->n_fac == 0 || whole) {
         // The sums of this rank's slice alone: ZeRO stage 1 throughout.
         optim_step_range(&g->opt, g->params, g->sum, g->grad_scale, lo, hi);
-        return ranks_allgather_slices(g->params, T, e);
+        return span_allgather_slices(g->sp, g->params, T, e);
     }
     // The slice less the factored weights, and the factored weights whole, in order.
     size_t (*range)[2] = malloc(sizeof *range * (size_t)(2 * g->n_fac + 1));
@@ -457,7 +445,7 @@ int engine_update_sliced(engine *g, int whole, ht_error *e) {
         counts[r] = (int)c;
         at += c;
     }
-    int rc = ranks_allgatherv(g->packed, counts, e);
+    int rc = span_allgatherv(g->sp, g->packed, counts, e);
     at = 0;
     for (int r = 0; rc == 0 && r < R; r++) {
         int np = slice_pieces(g, r, range);
@@ -482,7 +470,7 @@ void engine_describe_exchange(const engine *g, char *buf, size_t len) {
     size_t k = (size_t)snprintf(buf, len,
                                 "over %d ranks, the gradient reduce-scattered as %s in buckets of whole "
                                 "layers, each rank updating its slice of the parameters",
-                                ranks_size(), g->comm_dt == RANKS_BF16 ? "bfloat16" : "float");
+                                g->sp.size, g->comm_dt == SPAN_BF16 ? "bfloat16" : "float");
     for (int f = 0; f < g->n_fac && k < len; f++) {
         const engine_fac *F = &g->fac[f];
         k += (size_t)snprintf(buf + k, len - k,

@@ -45,7 +45,7 @@ int engine_active(const engine *g) {
 void engine_drop(engine *g, int d) {
     g->slots[d].failed = 1;
     g->slots[d].capacity = 0;
-    balance_forget(&g->bal, d);
+    capacity_forget(&g->fits, d);
     shard_plan_free(&g->plan);
 }
 

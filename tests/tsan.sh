@@ -2,7 +2,7 @@
 # ThreadSanitizer over the engine's tests: builds build-tsan (HT_TSAN=ON: OpenMP off, so the
 # CPU math is single-threaded and every report is about hetrain's own threads: the engine's
 # workers and the devices') and runs the tests that drive the step engine with several devices.
-# Fails on any TSan report. The CLI tests are left out: a TSan build trains at ~20 samples/s.
+# Fails on any TSan report. The CLI tests are left out: a TSan build trains too slowly for them.
 # OpenCL is hidden (OCL_ICD_VENDORS), so the tests take their CPU-only device mixes: PoCL and
 # its LLVM are not instrumented, and TSan reports their own threads' synchronisation (a PoCL
 # worker thread against LLVM's DataLayout strings) as races. The engine's threading is the same

@@ -15,10 +15,10 @@
 #define DENSE_SPLIT_ALIGN 16
 
 // How sgemm_split divides C among the threads: along the longer of M and N, or along M, in
-// blocks of `align` rows or columns. Measured on fc1 of cnn2 at batch 50
-// on 2 threads (bench/dense_gemm.c, medians): the weight gradient (1024 x 3136, K = 50) takes
-// 1.24 ms split by rows against 1.38-1.43 by columns; the input gradient (50 x 3136, K = 1024)
-// 1.39 ms in column blocks of 64 against 1.51 in blocks of 16; the forward pass gains nothing.
+// blocks of `align` rows or columns. Timed on fc1 of cnn2 at batch 50 on 2 threads
+// (bench/dense_gemm.c; bench/README.md has the figures): the weight gradient (1024 x 3136,
+// K = 50) is quicker split by rows than by columns, the input gradient (50 x 3136, K = 1024) in
+// column blocks of 64 than of 16; the forward pass gains nothing.
 typedef enum { SPLIT_LONGER, SPLIT_M } split_dim;
 
 // Row-major C (M x N) = op(A) * op(B) + beta*C, split as `dim` says (never along K, so each

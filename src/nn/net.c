@@ -583,7 +583,7 @@ void net_backward(net_ws *ws, const model *m, const float *params, float *grads,
 
 void net_backward_to(net_ws *ws, const model *m, const float *params, float *grads,
                      const float *x, const uint8_t *y, int B, const net_dropout *drop,
-                     int overwrite) {
+                     net_grad_mode overwrite) {
     int nt = ws->nthreads;
     const int reach = backward_floor(m);
     // Overwriting: the dense layers' GEMMs write their weight gradients (beta 0), and the

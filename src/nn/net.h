@@ -94,11 +94,13 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
 // the per-sample gradients to grads (n_params).
 void net_backward(net_ws *ws, const model *m, const float *params, float *grads, const float *x,
                   const uint8_t *y, int B, const net_dropout *drop);
-// The same, writing the gradient sums into grads instead of adding to them (grads need not be
-// zeroed first): the first micro-batch of a shard.
+// What the backward pass does with the gradient buffer: adds the sums to it (net_backward), or
+// writes them into it, which then need not be zeroed first (a shard's first micro-batch).
+typedef enum net_grad_mode { NET_GRAD_ADD, NET_GRAD_WRITE } net_grad_mode;
+// net_backward, adding to grads or writing them as mode says.
 void net_backward_to(net_ws *ws, const model *m, const float *params, float *grads,
                      const float *x, const uint8_t *y, int B, const net_dropout *drop,
-                     int overwrite);
+                     net_grad_mode mode);
 
 // Where the gradient is final once layers [l, n_layers) have been through the backward pass:
 // the lowest offset of their trainable parameters, when every earlier layer's lie below it;

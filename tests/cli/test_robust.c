@@ -16,7 +16,7 @@
 #include "tests/lib/testutil.h"
 
 // Fashion-MNIST cut to Kaggle CSVs of 4000 training and 1000 test images (the sanitizer
-// builds run ~12x slower: the whole test set would cost them minutes per run).
+// builds run many times slower: the whole test set would cost them minutes per run).
 static test_csv_data data;
 
 static int setup(void **state) {

@@ -103,7 +103,7 @@ static void test_lists(void **state) {
 
 // The CPU device sets its thread count for its own shard and gives the calling thread its
 // setting back: the engine's host thread runs the optimiser with it after the self-check ran
-// the single-threaded reference device there (a cnn2 run lost 15% when it stayed at 1).
+// the single-threaded reference device there (left at 1, the update runs on one core).
 static void test_cpu_device_keeps_caller_threads(void **state) {
     (void)state;
 #ifndef _OPENMP

@@ -181,7 +181,7 @@ static void test_bn_net_against_reference(void **state) {
     assert_int_equal(net_ws_init(&ws, &m, B, 2, &e), 0);
     net_forward(&ws, &m, p, x, y, B, &d);
     assert_true(check_tensor(ws.loss, r.loss, B, TOL_BN_NET, 1.0f, "batchnorm network loss"));
-    net_backward_to(&ws, &m, p, g, x, y, B, &d, 1);
+    net_backward_to(&ws, &m, p, g, x, y, B, &d, NET_GRAD_WRITE);
     assert_true(check_params(&m, g, gr, TOL_BN_NET, "batchnorm network vs reference"));
     // The state's sums: three groups' means and variances, and the count.
     assert_float_equal(g[m.layers[1].s_off + 10], 3.0f, 0);
@@ -191,7 +191,8 @@ static void test_bn_net_against_reference(void **state) {
         int n = B - off < 8 ? B - off : 8;
         net_dropout dp = {.seed = 1, .ids = ids + off};
         net_forward(&ws, &m, p, x + off * in, y + off, n, &dp);
-        net_backward_to(&ws, &m, p, gp, x + off * in, y + off, n, &dp, off == 0);
+        net_backward_to(&ws, &m, p, gp, x + off * in, y + off, n, &dp,
+                        off == 0 ? NET_GRAD_WRITE : NET_GRAD_ADD);
     }
     assert_true(check_params(&m, gp, g, TOL_BN_PARTS, "batchnorm network, parts vs whole"));
     // Another grouping is another computation: all 10 as one group moves the gradient far.
@@ -200,7 +201,7 @@ static void test_bn_net_against_reference(void **state) {
     net_ws ws2;
     assert_int_equal(net_ws_init(&ws2, &m, B, 2, &e), 0);
     net_forward(&ws2, &m, p, x, y, B, &d);
-    net_backward_to(&ws2, &m, p, gw, x, y, B, &d, 1);
+    net_backward_to(&ws2, &m, p, gw, x, y, B, &d, NET_GRAD_WRITE);
     const layer *fc1 = &m.layers[4];
     double diff = 0, norm = 0;
     for (size_t i = 0; i < fc1->n_w; i++) {

@@ -116,7 +116,7 @@ static void head_vs_reference(const model *m, const uint8_t *y, int B, const cha
     assert_true(check_tensor(pn, pr, np, TOL_BCE_NET, 0.01f, tag));
     snprintf(tag, sizeof tag, "%s loss", what);
     assert_true(check_tensor(ws.loss, r.loss, B, TOL_BCE_NET, 1.0f, tag));
-    net_backward_to(&ws, m, p, g, x, y, B, &d, 1);
+    net_backward_to(&ws, m, p, g, x, y, B, &d, NET_GRAD_WRITE);
     snprintf(tag, sizeof tag, "%s network vs reference", what);
     assert_true(check_params(m, g, gr, TOL_BCE_NET, tag));
     net_ws_free(&ws);

@@ -174,7 +174,7 @@ static void check_fixture(const char *json, const char *txt) {
 
     // One step of Keras's fit (SGD, the whole batch): the data gradient plus the term's.
     memcpy(p, k.params, k.n * sizeof *p);
-    net_backward_to(&ws, &m, k.params, g, k.x, k.y, k.B, &drop, 1);
+    net_backward_to(&ws, &m, k.params, g, k.x, k.y, k.B, &drop, NET_GRAD_WRITE);
     sgd_step(&m, p, g, k.B, k.lr);
     snprintf(what, sizeof what, "%s: weights after one SGD step", json);
     assert_true(check_tensor(p, k.after, k.n, TOL_STEP, 1e-2f, what));

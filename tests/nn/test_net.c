@@ -113,8 +113,8 @@ static void test_network_finite_differences(void **state) {
     model_free(&m);
 }
 
-// net_backward_to with overwrite writes every gradient element (a buffer full of NaN comes out
-// clean) and gives the values that adding to a zeroed buffer gives, with and without the
+// net_backward_to with NET_GRAD_WRITE writes every gradient element (a buffer full of NaN comes
+// out clean) and gives the values that adding to a zeroed buffer gives, with and without the
 // convolution trunk (2 threads, the 3-layer preset) and for the small model.
 static void test_backward_overwrites(void **state) {
     (void)state;
@@ -138,7 +138,7 @@ static void test_backward_overwrites(void **state) {
         net_forward(&ws, &m, p, x, y, B, &d);
         net_backward(&ws, &m, p, add, x, y, B, &d);
         net_forward(&ws, &m, p, x, y, B, &d);
-        net_backward_to(&ws, &m, p, put, x, y, B, &d, 1);
+        net_backward_to(&ws, &m, p, put, x, y, B, &d, NET_GRAD_WRITE);
         // Equal as numbers (a sum that starts from +0 turns a -0 into +0; nothing else moves).
         for (size_t i = 0; i < m.n_params; i++)
             if (!(put[i] == add[i])) fail_msg("element %zu: %g written, %g added", i, put[i], add[i]);
@@ -636,11 +636,11 @@ static void test_frozen_prefix_backward(void **state) {
         ht_error e;
         assert_int_equal(net_ws_init(&ws, &m, B, 1, &e), 0);
         net_forward(&ws, &m, p, x, y, B, &d);
-        net_backward_to(&ws, &m, p, g_all, x, y, B, &d, 1);
+        net_backward_to(&ws, &m, p, g_all, x, y, B, &d, NET_GRAD_WRITE);
         for (int l = 0; l <= upto; l++) m.layers[l].frozen = 1;
         for (size_t i = 0; i < m.n_params; i++) g_fr[i] = 1.0f; // the pass must overwrite
         net_forward(&ws, &m, p, x, y, B, &d);
-        net_backward_to(&ws, &m, p, g_fr, x, y, B, &d, 1);
+        net_backward_to(&ws, &m, p, g_fr, x, y, B, &d, NET_GRAD_WRITE);
         for (int l = 0; l < m.n_layers; l++) {
             const layer *L = &m.layers[l];
             for (size_t i = 0; i < L->n_w + L->n_b; i++) {

@@ -282,9 +282,10 @@ static void test_three_devices_balance_and_match(void **state) {
     // Each device's share of the epoch is the weight its calibration measured, to whole
     // samples (the re-plan after step 5 comes too late to change this epoch). Which device is
     // fastest depends on the build, the machine and its load, so no order is asserted: the
-    // native CPU worker took 83-91% in Release builds, 46-53% under ASan+UBSan, where its code
-    // is instrumented and PoCL's kernels are not; the single-threaded PoCL device got more
-    // than the pthread one there (0.32 vs 0.15) and about as much on a loaded 2-core machine.
+    // native CPU worker takes most of the epoch in Release builds and far less under
+    // ASan+UBSan, where its code is instrumented and PoCL's kernels are not; the
+    // single-threaded PoCL device got more than the pthread one there and about as much on a
+    // loaded 2-core machine (bench/README.md).
     // But they differ: the measured weights were 0.13 (ASan+UBSan) to 0.55 (Release) away
     // from the equal thirds of a static split, which calibration that did nothing would keep.
     double off_third = 0;

@@ -1,6 +1,7 @@
 // ranks.h under mpirun -np 3 (ctest runs it so): the ordered sum gives every rank the bits of
 // ((r0 + r1) + r2), and so does the reduce-scatter on each rank's slice (as float or as
-// bfloat16), broadcasts and gathers carry rank 0's and every rank's values.
+// bfloat16), broadcasts and gathers carry rank 0's and every rank's values. span.h over the
+// job's ranks gives the same, and over this process alone (span_alone) only its own.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <cmocka.h>
 
 #include "sharding/ranks.h"
+#include "sharding/span.h"
 #include "core/rng.h"
 
 // Rank r's i-th value: varied magnitudes, so the order of the sum shows in the bits.
@@ -163,6 +165,65 @@ static void test_gather_uneven(void **state) {
     free(counts);
 }
 
+// The span of the job: a range begun, polled and finished holds the ordered sum in this rank's
+// slice of it and nothing else changed; a gather begun and finished every rank's values. The
+// span of this process alone under the same mpirun: every collective leaves this rank's own
+// values (a sum over the job's ranks would not).
+static void test_span_job_and_alone(void **state) {
+    (void)state;
+    const span job = span_job(), me = span_alone();
+    assert_int_equal(job.size, ranks_size());
+    assert_int_equal(job.rank, ranks_rank());
+    assert_true(job.size > 1 && me.size == 1 && me.rank == 0);
+    enum { N = 4099, A = 1000, B = 3001 };
+    float *buf = malloc(sizeof(float) * N), *want = malloc(sizeof(float) * N);
+    fill(buf, want, N);
+    ht_error e;
+    span_op op;
+    if (span_reduce_begin(job, &op, buf, N, A, B, SPAN_F32, &e) < 0) fail_msg("%s", e.msg);
+    assert_non_null(op.rs);
+    while (!span_poll(&op)) {}
+    if (span_finish(&op, buf, &e) < 0) fail_msg("%s", e.msg);
+    assert_null(op.rs);
+    size_t lo, hi;
+    span_slice(job, N, job.rank, &lo, &hi);
+    for (size_t i = 0; i < N; i++) {
+        const int summed = i >= A && i < B && i >= lo && i < hi;
+        assert_true(buf[i] == (summed ? want[i] : value(job.rank, i)));
+    }
+    int counts[8];
+    float mine[2] = {(float)job.rank, -1.0f}, all[16];
+    for (int r = 0; r < job.size; r++) counts[r] = 2;
+    if (span_gather_begin(job, &op, mine, counts, all, &e) < 0 || span_finish(&op, NULL, &e) < 0)
+        fail_msg("%s", e.msg);
+    for (int r = 0; r < job.size; r++) assert_true(all[2 * r] == r && all[2 * r + 1] == -1.0f);
+
+    fill(buf, want, N);
+    if (span_sum(me, buf, N, &e) < 0 || span_reduce_scatter(me, buf, N, SPAN_F32, &e) < 0 ||
+        span_allgather_slices(me, buf, N, &e) < 0 ||
+        span_reduce_begin(me, &op, buf, N, 0, N, SPAN_F32, &e) < 0)
+        fail_msg("%s", e.msg);
+    assert_true(span_poll(&op));
+    if (span_finish(&op, buf, &e) < 0) fail_msg("%s", e.msg);
+    for (size_t i = 0; i < N; i++) assert_true(buf[i] == value(job.rank, i));
+    span_slice(me, N, 0, &lo, &hi);
+    assert_true(lo == 0 && hi == N);
+    double d = job.rank + 0.5, dall[8] = {0};
+    char text[16] = "", tall[32];
+    snprintf(text, sizeof text, "rank %d", job.rank);
+    counts[0] = 2;
+    all[1] = 7.0f;
+    if (span_allgather(me, &d, dall, 1, &e) < 0 || span_allgather_text(me, text, tall, 16, &e) < 0 ||
+        span_bcast_text(me, text, sizeof text, &e) < 0 ||
+        span_gather_begin(me, &op, mine, counts, all, &e) < 0 || span_finish(&op, NULL, &e) < 0)
+        fail_msg("%s", e.msg);
+    assert_true(dall[0] == job.rank + 0.5 && dall[1] == 0);
+    assert_string_equal(tall, text);
+    assert_true(all[0] == job.rank && all[1] == -1.0f);
+    free(buf);
+    free(want);
+}
+
 int main(int argc, char **argv) {
     ht_error e;
     if (ranks_init(&argc, &argv, &e) < 0) {
@@ -175,6 +236,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_reduce_scatter_and_gather),
         cmocka_unit_test(test_reduce_scatter_bf16),
         cmocka_unit_test(test_gather_uneven),
+        cmocka_unit_test(test_span_job_and_alone),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ranks_finalize();

@@ -1,4 +1,4 @@
-// The capacity model (sharding/balance.c) on synthetic timings, no threads or devices: a
+// The capacity model (sharding/capacity.c) on synthetic timings, no threads or devices: a
 // device whose shards take exactly a + b*n seconds must get the share that makes every device
 // finish together, a device that cannot cover its fixed cost none, and old timings must fade; a
 // device whose share saves less than the margin rests.
@@ -10,29 +10,29 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sharding/balance.h"
+#include "sharding/capacity.h"
 
 // Exact timings give the exact solution up to float rounding of the sums.
 #define TOL_EXACT 1e-9
 
 // Feeds device d shards of n1 and n2 samples, `times` each, timed by a + b*n.
-static void feed(balance *bal, int d, double a, double b, int n1, int n2, int times) {
+static void feed(capacity_model *bal, int d, double a, double b, int n1, int n2, int times) {
     for (int i = 0; i < times; i++) {
-        balance_add(bal, d, n1, a + b * n1);
-        balance_add(bal, d, n2, a + b * n2);
+        capacity_add(bal, d, n1, a + b * n1);
+        capacity_add(bal, d, n2, a + b * n2);
     }
 }
 
 static void test_equal_finish_times(void **state) {
     (void)state;
     const double a[3] = {0.010, 0.000, 0.002}, b[3] = {0.001, 0.004, 0.0005};
-    balance bal;
-    balance_reset(&bal, 3);
+    capacity_model bal;
+    capacity_reset(&bal, 3);
     for (int d = 0; d < 3; d++) feed(&bal, d, a[d], b[d], 50, 200, 3);
     int active[3] = {1, 1, 1};
     double cap[3];
     const int B = 1000;
-    assert_int_equal(balance_capacities(&bal, active, B, cap), 0);
+    assert_int_equal(capacity_solve(&bal, active, B, cap), 0);
     double sum = 0, t0 = a[0] + b[0] * cap[0];
     for (int d = 0; d < 3; d++) {
         sum += cap[d];
@@ -42,22 +42,22 @@ static void test_equal_finish_times(void **state) {
     // The slowest device (b = 0.004, no fixed cost) gets the smallest share, not zero.
     assert_true(cap[1] > 0 && cap[1] < cap[0] && cap[1] < cap[2]);
     // The predicted step is that common finish time; an equal split is slower.
-    assert_true(fabs(balance_predict(&bal, active, cap) - t0) < TOL_EXACT * B);
+    assert_true(fabs(capacity_predict(&bal, active, cap) - t0) < TOL_EXACT * B);
     double equal[3] = {B / 3.0, B / 3.0, B / 3.0};
-    assert_true(balance_predict(&bal, active, equal) > t0 * 1.5);
+    assert_true(capacity_predict(&bal, active, equal) > t0 * 1.5);
 }
 
 // A device whose fixed cost alone exceeds what the others need for the whole batch gets 0, and
 // the others share the batch between them.
 static void test_fixed_cost_too_high(void **state) {
     (void)state;
-    balance bal;
-    balance_reset(&bal, 2);
+    capacity_model bal;
+    capacity_reset(&bal, 2);
     feed(&bal, 0, 0.0, 0.001, 100, 300, 2);  // 1000 samples: 1 s
     feed(&bal, 1, 5.0, 0.0001, 100, 300, 2); // 5 s before its first sample
     int active[2] = {1, 1};
     double cap[2];
-    assert_int_equal(balance_capacities(&bal, active, 1000, cap), 0);
+    assert_int_equal(capacity_solve(&bal, active, 1000, cap), 0);
     assert_true(cap[1] == 0);
     assert_true(fabs(cap[0] - 1000) < TOL_EXACT * 1000);
 }
@@ -65,38 +65,38 @@ static void test_fixed_cost_too_high(void **state) {
 // No capacities until every active device was measured; a dropped device does not count.
 static void test_needs_every_active_device(void **state) {
     (void)state;
-    balance bal;
-    balance_reset(&bal, 2);
+    capacity_model bal;
+    capacity_reset(&bal, 2);
     feed(&bal, 0, 0.0, 0.001, 10, 20, 1);
     int active[2] = {1, 1};
     double cap[2] = {-1, -1};
-    assert_int_equal(balance_capacities(&bal, active, 100, cap), -1);
+    assert_int_equal(capacity_solve(&bal, active, 100, cap), -1);
     assert_true(cap[0] == -1); // untouched
     active[1] = 0;
-    assert_int_equal(balance_capacities(&bal, active, 100, cap), 0);
+    assert_int_equal(capacity_solve(&bal, active, 100, cap), 0);
     assert_true(fabs(cap[0] - 100) < TOL_EXACT * 100 && cap[1] == 0);
     // Forgetting a device's measurements makes it unmeasured again.
     feed(&bal, 1, 0.0, 0.001, 10, 20, 1);
     active[1] = 1;
-    assert_int_equal(balance_capacities(&bal, active, 100, cap), 0);
-    balance_forget(&bal, 1);
-    assert_int_equal(balance_capacities(&bal, active, 100, cap), -1);
+    assert_int_equal(capacity_solve(&bal, active, 100, cap), 0);
+    capacity_forget(&bal, 1);
+    assert_int_equal(capacity_solve(&bal, active, 100, cap), -1);
 }
 
 // A device that became 4x slower: after 40 shards at the new speed (weight of the old ones
-// BALANCE_FORGET^40 ~ 1.5e-3) its share is within 1% of the new exact one.
+// CAPACITY_FORGET^40 ~ 1.5e-3) its share is within 1% of the new exact one.
 static void test_old_timings_fade(void **state) {
     (void)state;
-    balance bal;
-    balance_reset(&bal, 2);
+    capacity_model bal;
+    capacity_reset(&bal, 2);
     feed(&bal, 0, 0.0, 0.001, 100, 200, 20);
     feed(&bal, 1, 0.0, 0.001, 100, 200, 20);
     int active[2] = {1, 1};
     double cap[2];
-    assert_int_equal(balance_capacities(&bal, active, 1000, cap), 0);
+    assert_int_equal(capacity_solve(&bal, active, 1000, cap), 0);
     assert_true(fabs(cap[0] - 500) < 1e-6 && fabs(cap[1] - 500) < 1e-6);
     feed(&bal, 1, 0.0, 0.004, 100, 200, 20);
-    assert_int_equal(balance_capacities(&bal, active, 1000, cap), 0);
+    assert_int_equal(capacity_solve(&bal, active, 1000, cap), 0);
     assert_true(fabs(cap[1] - 200) < 2); // exact: 1000 * (1/4) / (1 + 1/4)
 }
 
@@ -104,26 +104,26 @@ static void test_old_timings_fade(void **state) {
 // back to a rate (a = 0). So does a fit whose intercept comes out negative (noise).
 static void test_rate_model_fallback(void **state) {
     (void)state;
-    balance bal;
-    balance_reset(&bal, 2);
+    capacity_model bal;
+    capacity_reset(&bal, 2);
     for (int i = 0; i < 4; i++) {
-        balance_add(&bal, 0, 100, 0.2); // 2 ms a sample
-        balance_add(&bal, 1, 100, 0.1); // 1 ms a sample
+        capacity_add(&bal, 0, 100, 0.2); // 2 ms a sample
+        capacity_add(&bal, 1, 100, 0.1); // 1 ms a sample
     }
     int active[2] = {1, 1};
     double cap[2];
-    assert_int_equal(balance_capacities(&bal, active, 300, cap), 0);
+    assert_int_equal(capacity_solve(&bal, active, 300, cap), 0);
     assert_true(fabs(cap[0] - 100) < 1e-6 && fabs(cap[1] - 200) < 1e-6);
     // Device 0: 100 samples in 0.01 s, 200 in 0.5 s: the line has a = -0.48, which is noise.
     // As a line it would get 132 of 300 samples next to a device at 1 ms a sample; as a rate
     // (~1.7 ms a sample, the two sizes weighted by how recent they are) 107..115.
-    balance_reset(&bal, 2);
+    capacity_reset(&bal, 2);
     for (int i = 0; i < 4; i++) {
-        balance_add(&bal, 0, 100, 0.01);
-        balance_add(&bal, 0, 200, 0.5);
-        balance_add(&bal, 1, 150, 0.15);
+        capacity_add(&bal, 0, 100, 0.01);
+        capacity_add(&bal, 0, 200, 0.5);
+        capacity_add(&bal, 1, 150, 0.15);
     }
-    assert_int_equal(balance_capacities(&bal, active, 300, cap), 0);
+    assert_int_equal(capacity_solve(&bal, active, 300, cap), 0);
     assert_in_range(cap[0], 107, 115);
 }
 
@@ -135,38 +135,38 @@ static void test_rate_model_fallback(void **state) {
 static void test_resting(void **state) {
     (void)state;
     const int B = 200;
-    balance bal;
-    balance_reset(&bal, 3);
+    capacity_model bal;
+    capacity_reset(&bal, 3);
     feed(&bal, 0, 0.001, 0.00036, 100, 200, 3);
     feed(&bal, 1, 0.005, 0.019, 1, 4, 3);
     int active[3] = {1, 1, 0};
     double cap[3], all[3];
-    assert_int_equal(balance_capacities(&bal, active, B, all), 0);
+    assert_int_equal(capacity_solve(&bal, active, B, all), 0);
     assert_true(all[1] > 1 && all[1] < 6);
-    double t_all = balance_predict(&bal, active, all), alone = 0.001 + 0.00036 * B;
+    double t_all = capacity_predict(&bal, active, all), alone = 0.001 + 0.00036 * B;
     assert_true(alone > t_all * 1.01 && alone < t_all * 1.03);
     memcpy(cap, all, sizeof cap);
-    balance_resting(&bal, active, B, 0.03, cap);
+    capacity_resting(&bal, active, B, 0.03, cap);
     assert_true(cap[1] == 0);
     assert_true(fabs(cap[0] - B) < TOL_EXACT * B);
     memcpy(cap, all, sizeof cap);
-    balance_resting(&bal, active, B, 0.01, cap);
+    capacity_resting(&bal, active, B, 0.01, cap);
     assert_memory_equal(cap, all, sizeof cap);
 
-    balance_reset(&bal, 3);
+    capacity_reset(&bal, 3);
     for (int d = 0; d < 3; d++) feed(&bal, d, 0.002, 0.001, 50, 100, 3);
     int three[3] = {1, 1, 1};
-    assert_int_equal(balance_capacities(&bal, three, B, all), 0);
+    assert_int_equal(capacity_solve(&bal, three, B, all), 0);
     memcpy(cap, all, sizeof cap);
-    balance_resting(&bal, three, B, 0.03, cap);
+    capacity_resting(&bal, three, B, 0.03, cap);
     assert_memory_equal(cap, all, sizeof cap);
 
-    balance_reset(&bal, 2);
+    capacity_reset(&bal, 2);
     feed(&bal, 0, 0.0, 0.001, 100, 300, 2);
     feed(&bal, 1, 5.0, 0.0001, 100, 300, 2);
     int two[2] = {1, 1};
-    assert_int_equal(balance_capacities(&bal, two, 1000, cap), 0);
-    balance_resting(&bal, two, 1000, 0.0, cap);
+    assert_int_equal(capacity_solve(&bal, two, 1000, cap), 0);
+    capacity_resting(&bal, two, 1000, 0.0, cap);
     assert_true(cap[1] == 0 && fabs(cap[0] - 1000) < TOL_EXACT * 1000);
 }
 
@@ -179,29 +179,29 @@ static void test_resting(void **state) {
 static void test_narrow_spread_is_a_rate(void **state) {
     (void)state;
     const int B = 200;
-    balance bal;
-    balance_reset(&bal, 2);
+    capacity_model bal;
+    capacity_reset(&bal, 2);
     for (int i = 0; i < 2; i++) {
-        balance_add(&bal, 0, 186, 0.080);
-        balance_add(&bal, 0, 185, 0.081);
-        balance_add(&bal, 0, 200, 0.082);
+        capacity_add(&bal, 0, 186, 0.080);
+        capacity_add(&bal, 0, 185, 0.081);
+        capacity_add(&bal, 0, 200, 0.082);
     }
     for (int i = 0; i < 3; i++) {
-        balance_add(&bal, 1, 14, 0.071);
-        balance_add(&bal, 1, 15, 0.075);
+        capacity_add(&bal, 1, 14, 0.071);
+        capacity_add(&bal, 1, 15, 0.075);
     }
     int active[2] = {1, 1};
     double cap[2];
-    assert_int_equal(balance_capacities(&bal, active, B, cap), 0);
+    assert_int_equal(capacity_solve(&bal, active, B, cap), 0);
     assert_in_range((long)cap[1], 12, 18);
-    balance_resting(&bal, active, B, 0.03, cap);
+    capacity_resting(&bal, active, B, 0.03, cap);
     assert_in_range((long)cap[1], 12, 18);
     // Spread out (100 and 200 samples), the same device's line is trusted: a fixed cost of
     // 0.04 s and 0.2 ms a sample give a different share than the rate would.
-    balance_reset(&bal, 2);
+    capacity_reset(&bal, 2);
     feed(&bal, 0, 0.040, 0.0002, 100, 200, 3);
     feed(&bal, 1, 0.0, 0.005, 10, 20, 3);
-    assert_int_equal(balance_capacities(&bal, active, B, cap), 0);
+    assert_int_equal(capacity_solve(&bal, active, B, cap), 0);
     // T = 0.04 + 0.0002 n0 = 0.005 (200 - n0): n0 = 0.96 / 0.0052 = 184.6
     assert_true(fabs(cap[0] - 0.96 / 0.0052) < 1e-6);
 }

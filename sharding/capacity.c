@@ -1,19 +1,19 @@
 // Least-squares time model per device with exponential forgetting, and the shares that make
 // all devices finish a step together.
-#include "sharding/balance.h"
+#include "sharding/capacity.h"
 
 #include <string.h>
 
-void balance_reset(balance *b, int n_devs) {
+void capacity_reset(capacity_model *b, int n_devs) {
     memset(b, 0, sizeof *b);
     b->n = n_devs;
 }
 
-void balance_forget(balance *b, int d) { memset(b->fit[d], 0, sizeof b->fit[d]); }
+void capacity_forget(capacity_model *b, int d) { memset(b->fit[d], 0, sizeof b->fit[d]); }
 
-void balance_add(balance *b, int d, int n, double t) {
+void capacity_add(capacity_model *b, int d, int n, double t) {
     double *f = b->fit[d];
-    for (int k = 0; k < 5; k++) f[k] *= BALANCE_FORGET;
+    for (int k = 0; k < 5; k++) f[k] *= CAPACITY_FORGET;
     f[0] += 1;
     f[1] += n;
     f[2] += t;
@@ -22,14 +22,14 @@ void balance_add(balance *b, int d, int n, double t) {
 }
 
 // Least-squares t = a + b*n for device d; with too little spread in n, a = 0 and b = t/n.
-static int fit_line(const balance *bal, int d, double *a, double *b) {
+static int fit_line(const capacity_model *bal, int d, double *a, double *b) {
     const double *f = bal->fit[d];
     if (f[1] <= 0 || f[2] <= 0) return -1;
     // den / f0^2 is the variance of n; against the squared mean, the relative spread.
     double den = f[0] * f[3] - f[1] * f[1];
     *b = f[2] / f[1];
     *a = 0;
-    if (den > BALANCE_MIN_SPREAD * BALANCE_MIN_SPREAD * f[1] * f[1]) {
+    if (den > CAPACITY_MIN_SPREAD * CAPACITY_MIN_SPREAD * f[1] * f[1]) {
         double bb = (f[0] * f[4] - f[1] * f[2]) / den, aa = (f[2] - bb * f[1]) / f[0];
         if (bb > 0 && aa >= 0) {
             *a = aa;
@@ -40,7 +40,7 @@ static int fit_line(const balance *bal, int d, double *a, double *b) {
     return 0;
 }
 
-int balance_capacities(const balance *bal, const int *active, int B, double *cap) {
+int capacity_solve(const capacity_model *bal, const int *active, int B, double *cap) {
     double a[HT_MAX_DEVICES], b[HT_MAX_DEVICES], w[HT_MAX_DEVICES];
     int on[HT_MAX_DEVICES], n = bal->n;
     for (int d = 0; d < n; d++) {
@@ -72,7 +72,7 @@ int balance_capacities(const balance *bal, const int *active, int B, double *cap
     return 0;
 }
 
-double balance_predict(const balance *bal, const int *active, const double *counts) {
+double capacity_predict(const capacity_model *bal, const int *active, const double *counts) {
     double worst = 0;
     for (int d = 0; d < bal->n; d++) {
         double a, b;
@@ -83,11 +83,11 @@ double balance_predict(const balance *bal, const int *active, const double *coun
     return worst;
 }
 
-void balance_resting(const balance *glob, const int *active_in, int B, double gain,
+void capacity_resting(const capacity_model *glob, const int *active_in, int B, double gain,
                      double *cap) {
     const int k = glob->n;
     int active[HT_MAX_DEVICES];
-    const double t_all = balance_predict(glob, active_in, cap);
+    const double t_all = capacity_predict(glob, active_in, cap);
     for (int i = 0; i < k; i++) active[i] = active_in[i] && cap[i] > 0;
     for (;;) {
         int on = 0, best = -1;
@@ -97,8 +97,8 @@ void balance_resting(const balance *glob, const int *active_in, int B, double ga
         for (int i = 0; i < k; i++) {
             if (!active[i]) continue;
             active[i] = 0;
-            if (balance_capacities(glob, active, B, c) == 0) {
-                double t = balance_predict(glob, active, c);
+            if (capacity_solve(glob, active, B, c) == 0) {
+                double t = capacity_predict(glob, active, c);
                 if (t <= t_all * (1 + gain) && (best < 0 || t < best_t)) {
                     best = i;
                     best_t = t;
