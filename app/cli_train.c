@@ -13,7 +13,6 @@
 #include "data/data.h"
 #include "devices/device.h"
 #include "nn/model.h"
-#include "devices/ocl_util.h"
 #include "nn/optim.h"
 #include "sharding/span.h"
 #include "app/report/results.h"
@@ -393,7 +392,7 @@ int cli_train(int argc, char **argv) {
         case OPT_PROGRESS: o.progress = 1; break;
         case OPT_NO_PROGRESS: o.progress = 0; break;
         case OPT_QUIET: o.quiet = 1; break;
-        case OPT_CACHE_DIR: ocl_set_cache_dir(optarg); break;
+        case OPT_CACHE_DIR: device_set_cache_dir(optarg); break;
         case OPT_CHECKPOINT_EVERY:
             if (cli_parse_int("--checkpoint-every", optarg, 1, INT_MAX, &v) < 0) return EXIT_USAGE;
             o.checkpoint_every = (int)v;

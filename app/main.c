@@ -10,9 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "devices/ocl_tuner.h"
-#include "devices/ocl_blas.h"
-#include "devices/ocl_util.h"
 #include "app/cli.h"
 #include "core/common.h"
 #include "app/report/compare.h"
@@ -181,7 +178,7 @@ static int cmd_predict(int argc, char **argv) {
             o.limit = (int)v;
             break;
         case OPT_DEVICES: o.devices = optarg; break;
-        case OPT_CACHE_DIR: ocl_set_cache_dir(optarg); break;
+        case OPT_CACHE_DIR: device_set_cache_dir(optarg); break;
         case OPT_CONV_ALGO:
             if ((o.conv_algo = cli_parse_conv_algo("predict", optarg)) < 0) return EXIT_USAGE;
             break;
@@ -238,7 +235,7 @@ static int cmd_devices(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case OPT_JSON: json = 1; break;
-        case OPT_CACHE_DIR: ocl_set_cache_dir(optarg); break;
+        case OPT_CACHE_DIR: device_set_cache_dir(optarg); break;
         case OPT_HELP: fputs(usage_devices, stdout); return 0;
         case ':': return cli_usage_error("devices", "%s needs a value", argv[optind - 1]);
         default: return cli_usage_error("devices", "unknown option \"%s\"", argv[optind - 1]);
@@ -246,48 +243,11 @@ static int cmd_devices(int argc, char **argv) {
     }
     if (optind < argc) return cli_usage_error("devices", "unexpected argument \"%s\"", argv[optind]);
     ht_error e;
-    if (ocl_print_devices(stdout, json, &e) < 0) {
+    if (device_print_list(stdout, json, &e) < 0) {
         fprintf(stderr, "hetrain: %s\n", e.msg);
         return 1;
     }
     return 0;
-}
-
-// The OpenCL devices a --devices spec names, in the listing's order; cpu items are skipped
-// with a note. Returns how many were chosen into pick[], -1 on a malformed spec (said).
-static int tune_pick(const char *spec, const ocl_dev_info *devs, int n, int *pick) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", spec);
-    int np = 0;
-    char *save = NULL;
-    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        device_item it;
-        ht_error e;
-        if (device_parse_item(item, &it, &e) < 0) {
-            cli_usage_error("tune", "--devices: %s", e.msg);
-            return -1;
-        }
-        if (it.kind == DEVICE_ITEM_CPU) {
-            printf("%s: a native CPU worker: nothing to tune\n", it.name);
-            continue;
-        }
-        int found = 0;
-        for (int i = 0; i < n; i++) {
-            int match = it.kind == DEVICE_ITEM_CL_ALL ||
-                        (it.kind == DEVICE_ITEM_GPU && !strcmp(devs[i].type, "gpu")) ||
-                        (it.kind == DEVICE_ITEM_CL && devs[i].p == it.platform && devs[i].d == it.dev);
-            int taken = 0;
-            for (int k = 0; k < np; k++) taken |= pick[k] == i;
-            if (match) found = 1;
-            if (match && !taken && np < HT_MAX_DEVICES) pick[np++] = i;
-        }
-        if (!found && it.kind == DEVICE_ITEM_CL) {
-            fprintf(stderr, "hetrain tune: --devices: no OpenCL device %s (see 'hetrain devices')\n",
-                    it.name);
-            return -1;
-        }
-    }
-    return np;
 }
 
 static int cmd_tune(int argc, char **argv) {
@@ -318,7 +278,7 @@ static int cmd_tune(int argc, char **argv) {
                 return cli_usage_error("tune", "--mem-limit: expected a size such as 256M or 2G, "
                                            "found \"%s\"", optarg);
             break;
-        case OPT_CACHE_DIR: ocl_set_cache_dir(optarg); break;
+        case OPT_CACHE_DIR: device_set_cache_dir(optarg); break;
         case OPT_QUIET: quiet = 1; break;
         case OPT_HELP: fputs(usage_tune, stdout); return 0;
         case ':': return cli_usage_error("tune", "%s needs a value", argv[optind - 1]);
@@ -332,40 +292,10 @@ static int cmd_tune(int argc, char **argv) {
         fprintf(stderr, "hetrain: %s\n", e.msg);
         return 1;
     }
-    ocl_dev_info *devs = NULL;
-    int n = 0, rc = 0, pick[HT_MAX_DEVICES];
-    if (ocl_enumerate(&devs, &n, &e) < 0) {
-        fprintf(stderr, "hetrain: %s\n", e.msg);
-        model_free(&m);
-        return 1;
-    }
-    int np = tune_pick(spec, devs, n, pick);
-    if (np < 0) rc = EXIT_USAGE;
-    else if (np == 0) printf("no OpenCL device to tune (see 'hetrain devices')\n");
-    ocl_tuner_opts o = {&m, batch ? (int)batch : m.setup.batch, (uint64_t)mem, budget,
-                        quiet ? NULL : stdout};
-    for (int k = 0; rc != EXIT_USAGE && k < np; k++) {
-        const ocl_dev_info *d = &devs[pick[k]];
-        printf("tuning %s (%s, %s) for %s at batch %d, budget %g s\n", d->spec, d->name,
-               d->platform_name, m.name, o.batch, budget);
-        fflush(stdout);
-        ocl_tuner_result r;
-        if (ocl_tuner_run(d, &o, &r, &e) < 0) {
-            fprintf(stderr, "hetrain: %s: %s\n", d->spec, e.msg);
-            rc = 1;
-            continue;
-        }
-        printf("%s: micro-batch %d; %d GEMM shapes, %d timed, %d faster than CLBlast's own; "
-               "GEMMs of one shard %.3f s -> %.3f s (%.2fx); %d kernel work-group sizes; "
-               "%d configurations tried, %d rejected; %.0f s\n  tuning written to %s\n",
-               d->spec, r.micro, r.n_shapes, r.n_timed, r.n_faster, r.gemm_own_s, r.gemm_tuned_s,
-               r.gemm_tuned_s > 0 ? r.gemm_own_s / r.gemm_tuned_s : 1.0, r.n_wg, r.n_configs,
-               r.n_rejected, r.elapsed_s, r.path);
-        fflush(stdout);
-    }
-    free(devs);
+    int rc = device_tune(spec, &m, batch ? (int)batch : m.setup.batch, (uint64_t)mem, budget,
+                         quiet);
     model_free(&m);
-    ocl_blas_release_all();
+    device_release_all();
     return rc;
 }
 
@@ -439,12 +369,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        // Where the OpenCL kernels come from (an install finds its own share/hetrain/kernels).
-        char origin[PATH_MAX];
-        ht_error e;
-        char *src = ocl_kernel_source(origin, sizeof origin, &e);
-        printf("hetrain %s\nkernels: %s\n", HT_VERSION, src ? origin : e.msg);
-        free(src);
+        // And what the device kinds add: where the OpenCL kernels come from.
+        printf("hetrain %s\n", HT_VERSION);
+        device_print_about(stdout);
         return 0;
     }
     // Each command parses its own options from argv[1..].
@@ -471,7 +398,7 @@ int main(int argc, char **argv) {
             fflush(NULL);
             _exit(rc);
         }
-        ocl_blas_release_all();
+        device_release_all();
         return rc;
     }
     if (!strcmp(cmd, "summary")) return cmd_summary(argc - 1, argv + 1);

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/common.h"
 #include "nn/model.h"
@@ -138,15 +139,10 @@ void device_close_list(device *devs, int n);
 void device_disown(device *d);
 
 // One item of a --devices list, parsed without opening anything.
-typedef enum device_item_kind {
-    DEVICE_ITEM_CPU,    // cpu, cpu:THREADS
-    DEVICE_ITEM_CL,     // cl:P.D
-    DEVICE_ITEM_CL_ALL, // cl:all
-    DEVICE_ITEM_GPU,    // gpu
-} device_item_kind;
-
+struct device_kind;
 typedef struct device_item {
-    device_item_kind kind;
+    const struct device_kind *kind; // whose item it is (device_kind.h)
+    int sel;            // the kind's own variant: OpenCL's one device, cl:all or gpu (ocl_kind.c)
     char name[64];      // the item without its capacity and memory: "cpu:2", "cl:0.1"
     int threads;        // cpu:THREADS; 0 for a plain cpu (it takes the unclaimed cores)
     int platform, dev;  // cl:P.D
@@ -156,6 +152,20 @@ typedef struct device_item {
 
 // Parses one item (see registry.c for the grammar); -1 with e when it is malformed.
 int device_parse_item(const char *item, device_item *it, ht_error *e);
+
+// `hetrain devices`: every device of every kind (device_kind.h), as aligned text or JSON.
+int device_print_list(FILE *f, int json, ht_error *e);
+// `hetrain tune --devices SPEC`: each kind that tunes, for the items of spec that are its own
+// (a kind with nothing to tune says so). 0 done, 1 a device failed (said on stderr), 2 a wrong
+// spec (said on stderr as a usage error of `hetrain tune`).
+int device_tune(const char *spec, const model *m, int batch, uint64_t mem_limit, double budget_s,
+                int quiet);
+// --cache-dir: the folder every kind keeps its caches in (NULL: the default).
+void device_set_cache_dir(const char *dir);
+// Releases what the kinds hold for the whole process (compiled programs, library caches).
+void device_release_all(void);
+// The kinds' lines of `hetrain version` (where the OpenCL kernels are read from).
+void device_print_about(FILE *f);
 
 // The native CPU device (cpu.c); the OpenCL device's open is in opencl.h.
 int cpu_device_open(device *d, const model *m, int threads, int max_batch, uint64_t mem_limit,

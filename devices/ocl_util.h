@@ -94,8 +94,4 @@ void ocl_runtime_release_all(void);
 int ocl_builds_from_source(void);
 int ocl_builds_from_cache(void);
 
-// Writes the listing of `hetrain devices` (the native CPU first, then every OpenCL device) as
-// text lines or JSON to f. Returns -1 only on a real OpenCL error (not on zero platforms).
-int ocl_print_devices(FILE *f, int json, ht_error *e);
-
 #endif

@@ -15,6 +15,9 @@ struct ocl_tuning;
 
 int opencl_device_open(device *d, const struct ocl_dev_info *info, const model *m, int max_batch,
                        uint64_t mem_limit, ht_error *e);
+// Whether item `it` (of any kind) names OpenCL device `info`: the one answer to "which OpenCL
+// devices does this spec select", for opening, auto's core count and `hetrain tune`.
+int opencl_item_names(const device_item *it, const struct ocl_dev_info *info);
 // The ops of an OpenCL device (its kernels, queue, tuning and profile), for the tuner; NULL
 // when d is not one.
 struct ocl_ops *opencl_device_ops(device *d);

@@ -1,20 +1,22 @@
-// Device registry: parses --devices specs and opens each device through its implementation.
+// Device registry: parses --devices specs and opens each device through its kind (the table of
+// device_kind.h, kinds.c), and runs `hetrain devices` and `hetrain tune` over the kinds.
 //   spec  := item (',' item)*
 //   item  := ('cpu' [':' THREADS] | 'cl:' P '.' D | 'cl:all' | 'gpu') ['@' WEIGHT] [':mem=' SIZE]
 //   'auto' (the default) := every OpenCL GPU, plus 'cpu'
 // cl:all opens every OpenCL device, gpu every OpenCL GPU; each gets the item's capacity. A plain
 // 'cpu' worker takes the cores nobody else claims: all cores, less the threads of cpu:N
-// workers and one core to drive each OpenCL GPU, shared among the plain 'cpu' items.
+// workers and one core to drive each OpenCL GPU, shared among the plain 'cpu' items. The
+// registry knows no kind by name: each kind parses its own items (cpu_kind.c, ocl_kind.c).
 #include <ctype.h>
 #include <errno.h>
-#include "core/ht_omp.h"
+#include <json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "devices/ocl_util.h"
+#include "core/ht_omp.h"
 #include "devices/device.h"
-#include "devices/opencl.h"
+#include "devices/device_kind.h"
 
 
 // Parses "@W" at *s (if present) into *capacity; returns -1 on a malformed one.
@@ -26,18 +28,6 @@ static int parse_capacity(const char *s, double *capacity) {
     double w = strtod(s + 1, &end);
     if (errno || end == s + 1 || *end || !(w > 0) || w > 1e6) return -1;
     *capacity = w;
-    return 0;
-}
-
-// OpenCL devices, enumerated once per process.
-static ocl_dev_info *ocl_devs;
-static int ocl_n = -1;
-
-static int cl_list(ht_error *e) {
-    if (ocl_n >= 0) return 0;
-    int n;
-    if (ocl_enumerate(&ocl_devs, &n, e) < 0) return -1;
-    ocl_n = n;
     return 0;
 }
 
@@ -58,37 +48,8 @@ int64_t device_parse_bytes(const char *s) {
     return (int64_t)(v * unit);
 }
 
-// Opens the OpenCL devices an item names into list[*count...]; returns -1 with e on failure.
-static int open_cl(device *list, int *count, const device_item *it, const char *item,
-                   uint64_t mem, const model *m, int max_batch, ht_error *e) {
-    if (cl_list(e) < 0) return -1;
-    int want_all = it->kind == DEVICE_ITEM_CL_ALL, want_gpu = it->kind == DEVICE_ITEM_GPU;
-    int p = want_all || want_gpu ? -1 : it->platform, d = want_all || want_gpu ? -1 : it->dev;
-    int opened = 0;
-    for (int i = 0; i < ocl_n; i++) {
-        const ocl_dev_info *info = &ocl_devs[i];
-        int match = want_all || (want_gpu && !strcmp(info->type, "gpu")) || (info->p == p && info->d == d);
-        if (!match) continue;
-        if (*count == HT_MAX_DEVICES) return ht_fail(e, "--devices: more than %d devices", HT_MAX_DEVICES);
-        for (int k = 0; k < *count; k++)
-            if (!strcmp(list[k].spec, info->spec))
-                return ht_fail(e, "--devices: %s is selected twice", info->spec);
-        if (opencl_device_open(&list[*count], info, m, max_batch, mem, e) < 0) return -1;
-        list[*count].capacity = it->capacity;
-        (*count)++;
-        opened++;
-    }
-    if (opened == 0) {
-        if (ocl_n == 0)
-            return ht_fail(e, "--devices: \"%s\": no OpenCL platform found (the ICD loader lists none); use cpu", item);
-        if (want_gpu)
-            return ht_fail(e, "--devices: \"%s\": no OpenCL GPU found (see 'hetrain devices')", item);
-        return ht_fail(e, "--devices: \"%s\": no such OpenCL device (see 'hetrain devices')", item);
-    }
-    return 0;
-}
-
-// Threads for each plain 'cpu' item of specs (see the grammar above).
+// Threads for each plain 'cpu' item of specs (see the grammar above): each item claims the
+// cores its kind says (device_kind.cores), the plain 'cpu' items share the rest.
 static int plain_cpu_threads(const char *specs) {
     int cores = omp_get_num_procs(), claimed = 0, plain = 0;
     char *copy = strdup(specs), *save = NULL;
@@ -96,17 +57,10 @@ static int plain_cpu_threads(const char *specs) {
         while (isspace((unsigned char)*item)) item++;
         // A malformed item fails the whole list when it is opened; it claims nothing here.
         device_item it;
-        if (device_parse_item(item, &it, NULL) < 0) continue;
-        if (it.kind == DEVICE_ITEM_CPU && !it.threads) {
-            plain++;
-        } else if (it.kind == DEVICE_ITEM_CPU) {
-            if (claimed < cores) claimed += it.threads; // no int overflow on long lists
-        } else if (ocl_n > 0) {
-            int all = it.kind == DEVICE_ITEM_CL_ALL, gpu = it.kind == DEVICE_ITEM_GPU;
-            for (int i = 0; i < ocl_n; i++)
-                if (!strcmp(ocl_devs[i].type, "gpu") && (all || gpu || !strcmp(ocl_devs[i].spec, it.name)))
-                    claimed++;
-        }
+        if (device_parse_item(item, &it, NULL) < 0 || !it.kind->cores) continue;
+        int c = it.kind->cores(&it);
+        if (c < 0) plain++;
+        else if (claimed < cores) claimed += c; // no int overflow on long lists
     }
     free(copy);
     int free_cores = cores - claimed;
@@ -114,13 +68,29 @@ static int plain_cpu_threads(const char *specs) {
     return t < 1 ? 1 : t;
 }
 
-// "auto": every OpenCL GPU plus one CPU worker (malloc'd spec string).
-static char *expand_auto(void) {
-    size_t cap = 16 + (size_t)(ocl_n > 0 ? ocl_n : 0) * 24, k = 0;
+// "auto": what each kind opens by itself, the kinds that take what is left (a plain cpu
+// worker) last; NULL with e (malloc'd spec string).
+static char *expand_auto(ht_error *e) {
+    device_entry *ent = ht_calloc(HT_MAX_DEVICES, sizeof *ent, e);
+    if (!ent) return NULL;
+    int n = 0;
+    for (int last = 0; last < 2; last++)
+        for (const device_kind *const *k = device_kinds; *k; k++)
+            if ((*k)->enumerate && (*k)->auto_last == last &&
+                (*k)->enumerate(ent, &n, HT_MAX_DEVICES, e) < 0) {
+                free(ent);
+                return NULL;
+            }
+    size_t cap = 1 + (size_t)n * sizeof ent->spec, len = 0;
     char *s = malloc(cap);
-    for (int i = 0; i < ocl_n; i++)
-        if (!strcmp(ocl_devs[i].type, "gpu")) k += (size_t)snprintf(s + k, cap - k, "%s,", ocl_devs[i].spec);
-    snprintf(s + k, cap - k, "cpu");
+    if (s) {
+        s[0] = 0;
+        for (int i = 0; i < n; i++)
+            len += (size_t)snprintf(s + len, cap - len, "%s%s", i ? "," : "", ent[i].spec);
+    } else {
+        ht_fail(e, "out of memory");
+    }
+    free(ent);
     return s;
 }
 
@@ -149,74 +119,37 @@ int device_parse_item(const char *item, device_item *it, ht_error *e) {
             return ht_fail(e, "--devices: \"%s\": expected mem=SIZE like 256M or 2G, found \"%s\"",
                            item, memopt + 5);
     }
-    const char *name = it->name;
-    if (!strcmp(name, "cl:all")) {
-        it->kind = DEVICE_ITEM_CL_ALL;
-    } else if (!strcmp(name, "gpu")) {
-        it->kind = DEVICE_ITEM_GPU;
-    } else if (!strncmp(name, "cl:", 3)) {
-        char *end;
-        errno = 0;
-        long lp = strtol(name + 3, &end, 10), ld = -1;
-        if (!errno && end != name + 3 && *end == '.') {
-            char *end2;
-            ld = strtol(end + 1, &end2, 10);
-            if (end2 == end + 1 || *end2) ld = -1;
+    for (const device_kind *const *k = device_kinds; *k; k++) {
+        int r = (*k)->parse(item, it, e);
+        if (r < 0) return -1;
+        if (r > 0) {
+            it->kind = *k;
+            return 0;
         }
-        if (lp < 0 || ld < 0 || lp > 1000 || ld > 1000)
-            return ht_fail(e, "--devices: \"%s\": expected cl:PLATFORM.DEVICE (e.g. cl:0.0), cl:all or gpu", item);
-        it->kind = DEVICE_ITEM_CL;
-        it->platform = (int)lp;
-        it->dev = (int)ld;
-    } else if (!strcmp(name, "cpu") || !strncmp(name, "cpu:", 4)) {
-        it->kind = DEVICE_ITEM_CPU;
-        if (name[3] == ':') {
-            char *end;
-            errno = 0;
-            long t = strtol(name + 4, &end, 10);
-            if (errno || end == name + 4 || *end || t < 1 || t > 1024)
-                return ht_fail(e, "--devices: \"%s\": expected cpu:THREADS with THREADS 1..1024",
-                               item);
-            // Past a few threads per core a compute-bound worker only adds switching, and when
-            // the system refuses libgomp a thread it aborts the process mid-run, after the run's
-            // files exist. 8 per core (up to the 1024 above) still lets one oversubscribe on
-            // purpose or mimic a larger machine.
-            int cores = omp_get_num_procs() > 0 ? omp_get_num_procs() : 1;
-            int most = cores > 128 ? 1024 : 8 * cores;
-            if (t > most)
-                return ht_fail(e, "--devices: \"%s\": %ld threads is too many for this machine's "
-                                  "%d cores (at most %d)", item, t, cores, most);
-            it->threads = (int)t;
-        }
-    } else {
-        return ht_fail(e, "--devices: unknown device \"%s\" (known: cpu, cpu:THREADS, cl:P.D, cl:all, "
-                          "gpu; add @W for a capacity)", name);
     }
-    return 0;
+    char known[256] = "";
+    size_t kl = 0;
+    for (const device_kind *const *k = device_kinds; *k && kl < sizeof known; k++)
+        kl += (size_t)snprintf(known + kl, sizeof known - kl, "%s%s", kl ? ", " : "",
+                                (*k)->grammar);
+    return ht_fail(e, "--devices: unknown device \"%s\" (known: %s; add @W for a capacity)",
+                   it->name, known);
 }
 
 static int open_one(device *list, int *count, const char *item, int plain_threads,
                     const model *m, int max_batch, uint64_t mem_default, ht_error *e) {
-    device *d = &list[*count];
     device_item it;
     if (device_parse_item(item, &it, e) < 0) return -1;
-    uint64_t mem = it.mem >= 0 ? (uint64_t)it.mem : mem_default;
-    if (it.kind != DEVICE_ITEM_CPU) return open_cl(list, count, &it, item, mem, m, max_batch, e);
-    if (*count == HT_MAX_DEVICES) return ht_fail(e, "--devices: more than %d devices", HT_MAX_DEVICES);
-    const char *name = it.name;
-    int threads = it.threads ? it.threads : plain_threads;
-    if (cpu_device_open(d, m, threads, max_batch, mem, e) < 0) return ht_wrap(e, "device %s", name);
-    // Specs name metrics columns and log entries, so repeated workers are numbered.
-    int same = 1;
-    for (int k = 0; k < *count; k++)
-        if (!strncmp(list[k].spec, name, strlen(name)) &&
-            (list[k].spec[strlen(name)] == 0 || list[k].spec[strlen(name)] == '#'))
-            same++;
-    if (same > 1) snprintf(d->spec, sizeof d->spec, "%.48s#%d", name, same);
-    else snprintf(d->spec, sizeof d->spec, "%s", name);
-    d->capacity = it.capacity;
-    (*count)++;
-    return 0;
+    const device_kind *k = it.kind;
+    for (int l = 0; k->supports && l < m->n_layers; l++)
+        if (!k->supports(&m->layers[l]))
+            return ht_fail(e, "--devices: %s: a %s device cannot run layer %d (%s, %s) of %s",
+                           it.name, k->name, l + 1, m->layers[l].name,
+                           model_kind_name(m->layers[l].kind), m->name);
+    device_open_req r = {.item = item, .m = m, .max_batch = max_batch,
+                         .mem = it.mem >= 0 ? (uint64_t)it.mem : mem_default,
+                         .plain_threads = plain_threads};
+    return k->open(list, count, &it, &r, e);
 }
 
 int device_open_list(device **devs, int *n, const char *specs, const model *m, int max_batch,
@@ -224,8 +157,8 @@ int device_open_list(device **devs, int *n, const char *specs, const model *m, i
     *devs = NULL;
     *n = 0;
     if (specs && !*specs) return ht_fail(e, "--devices: empty device list");
-    if (cl_list(e) < 0) return -1;
-    char *copy = !specs || !strcmp(specs, "auto") ? expand_auto() : strdup(specs);
+    char *copy = !specs || !strcmp(specs, "auto") ? expand_auto(e) : strdup(specs);
+    if (!copy) return -1;
     int plain_threads = plain_cpu_threads(copy);
     device *list = ht_calloc(HT_MAX_DEVICES, sizeof *list, e);
     if (!list) {
@@ -259,4 +192,130 @@ void device_close_list(device *devs, int n) {
 void device_disown(device *d) {
     d->ops = NULL;
     d->ctx = NULL;
+}
+
+// The listing as an aligned table, then the kinds' notes.
+static void print_table(FILE *f, const device_listing *l, const char *notes) {
+    static const char *head[DEVICE_NCOL] = {"SPEC",   "TYPE",   "VENDOR",    "NAME",     "UNITS",
+                                            "CLOCK",  "MEMORY", "MAX ALLOC", "OPENCL C", "TUNED"};
+    int width[DEVICE_NCOL];
+    for (int c = 0; c < DEVICE_NCOL; c++) width[c] = (int)strlen(head[c]);
+    for (int r = 0; r < l->n; r++)
+        for (int c = 0; c < DEVICE_NCOL; c++) {
+            int w = (int)strlen(l->rows[r].cell[c]);
+            if (w > width[c]) width[c] = w;
+        }
+    for (int r = -1; r < l->n; r++) {
+        for (int c = 0; c < DEVICE_NCOL; c++) {
+            const char *cell = r < 0 ? head[c] : l->rows[r].cell[c];
+            int right = c == DEVICE_COL_UNITS || c == DEVICE_COL_CLOCK || c == DEVICE_COL_MEM ||
+                        c == DEVICE_COL_ALLOC;
+            if (c == DEVICE_NCOL - 1) fprintf(f, "%s\n", cell);
+            else fprintf(f, right ? "%*s  " : "%-*s  ", width[c], cell);
+        }
+    }
+    fputs(notes, f);
+}
+
+// {"devices": [the rows], then the kinds' members ("opencl_platforms")}.
+static int print_json(FILE *f, device_listing *l) {
+    json_object *root = json_object_new_object(), *list = json_object_new_array();
+    if (!root || !list) {
+        json_object_put(root);
+        json_object_put(list);
+        return -1;
+    }
+    for (int r = 0; r < l->n; r++) {
+        json_object_array_add(list, l->rows[r].json);
+        l->rows[r].json = NULL;
+    }
+    json_object_object_add(root, "devices", list);
+    json_object_object_foreach(l->extra, key, val) json_object_object_add(root, key, json_object_get(val));
+    fprintf(f, "%s\n",
+            json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+                                                     JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(root);
+    return 0;
+}
+
+int device_print_list(FILE *f, int json, ht_error *e) {
+    char *notes = NULL;
+    size_t notes_len = 0;
+    device_listing l = {.notes = open_memstream(&notes, &notes_len),
+                        .extra = json_object_new_object()};
+    int rc = l.notes && l.extra ? 0 : ht_fail(e, "out of memory listing devices");
+    for (const device_kind *const *k = device_kinds; rc == 0 && *k; k++)
+        if ((*k)->describe) rc = (*k)->describe(&l, e);
+    if (l.notes) fclose(l.notes);
+    if (rc == 0 && !notes) rc = ht_fail(e, "out of memory listing devices");
+    if (rc == 0 && json && print_json(f, &l) < 0) rc = ht_fail(e, "out of memory listing devices");
+    if (rc == 0 && !json) print_table(f, &l, notes);
+    for (int r = 0; r < l.n; r++) json_object_put(l.rows[r].json);
+    free(l.rows);
+    json_object_put(l.extra);
+    free(notes);
+    return rc;
+}
+
+int device_tune(const char *spec, const model *m, int batch, uint64_t mem_limit, double budget_s,
+                int quiet) {
+    char *copy = strdup(spec);
+    device_item *items = calloc(strlen(spec) / 2 + 1, sizeof *items); // an item and its comma
+    int n = 0, rc = 0;
+    if (!copy || !items) {
+        fprintf(stderr, "hetrain: out of memory\n");
+        rc = 1;
+    }
+    char *save = NULL;
+    for (char *item = rc ? NULL : strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        ht_error e;
+        if (device_parse_item(item, &items[n], &e) < 0) {
+            fprintf(stderr, "hetrain tune: --devices: %s (see 'hetrain tune --help')\n", e.msg);
+            rc = 2;
+            break;
+        }
+        const device_kind *k = items[n].kind;
+        if (!k->tune) printf("%s: %s: nothing to tune\n", items[n].name, k->tune_none);
+        else n++;
+    }
+    // Each kind that tunes gets its items, in the list's order.
+    device_item *mine = rc ? NULL : malloc((size_t)(n ? n : 1) * sizeof *mine);
+    if (!rc && !mine) {
+        fprintf(stderr, "hetrain: out of memory\n");
+        rc = 1;
+    }
+    device_tune_opts o = {m, batch, mem_limit, budget_s, quiet ? NULL : stdout};
+    for (const device_kind *const *k = device_kinds; mine && rc != 2 && *k; k++) {
+        if (!(*k)->tune) continue;
+        int nk = 0;
+        for (int i = 0; i < n; i++)
+            if (items[i].kind == *k) mine[nk++] = items[i];
+        ht_error e;
+        int r = (*k)->tune(mine, nk, &o, &e);
+        if (r < 0) {
+            fprintf(stderr, "hetrain tune: %s\n", e.msg);
+            rc = 2;
+        } else if (r > 0) {
+            rc = 1;
+        }
+    }
+    free(mine);
+    free(items);
+    free(copy);
+    return rc;
+}
+
+void device_set_cache_dir(const char *dir) {
+    for (const device_kind *const *k = device_kinds; *k; k++)
+        if ((*k)->set_cache_dir) (*k)->set_cache_dir(dir);
+}
+
+void device_release_all(void) {
+    for (const device_kind *const *k = device_kinds; *k; k++)
+        if ((*k)->release) (*k)->release();
+}
+
+void device_print_about(FILE *f) {
+    for (const device_kind *const *k = device_kinds; *k; k++)
+        if ((*k)->about) (*k)->about(f);
 }

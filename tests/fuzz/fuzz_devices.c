@@ -22,8 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (strlen(it.name) >= sizeof it.name || !(it.capacity > 0 && it.capacity <= 1e6) ||
             it.mem == 0 || it.mem < -1 || it.threads < 0 || it.threads > 1024)
             abort();
-        if (it.kind == DEVICE_ITEM_CL &&
-            (it.platform < 0 || it.platform > 1000 || it.dev < 0 || it.dev > 1000))
+        if (!it.kind || it.platform < 0 || it.platform > 1000 || it.dev < 0 || it.dev > 1000)
             abort();
     }
     free(s);
