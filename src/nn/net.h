@@ -15,8 +15,8 @@
 // How node n's input and output are laid out (see net.c): spatial tensors are kept
 // channels-last, dense ones flat. (Nodes are the schedule's; in a chain node n is layer n.)
 typedef struct net_lplan {
-    int out_nhwc, out_cs; // act[l] is (B,OH,OW,out_cs) when out_nhwc, else (B,OC,OH,OW)
-    int cvt;              // input converted into cvt[l] first: 0 no, 1 to NHWC, 2 to NCHW
+    int out_nhwc, out_cs; // act[n] is (B,OH,OW,out_cs) when out_nhwc, else (B,OC,OH,OW)
+    int cvt;              // input converted into cvt[n] first: 0 no, 1 to NHWC, 2 to NCHW
     int cvt_cs;           // the NHWC side's channel stride of that conversion
     int in_cs;            // channel stride of the (converted) input, NHWC consumers
     int fuse_relu;        // applies the relu after it itself (the schedule's fuse_relu)
@@ -41,7 +41,7 @@ typedef struct net_ws {
     float *conv_ws;   // the largest batch-wise scratch after the trunk (ws_floats)
     float **bn_stats; // bn_stats[n]: node n's statistics (stat_floats), else NULL
     int bn_group;     // model_bn_group: samples of a group of batchnorm statistics (0: none)
-    // The trunk: layers [0, trunk) are spatial and run one sample at a time per thread, so a
+    // The trunk: nodes [0, trunk) are spatial and run one sample at a time per thread, so a
     // sample's activations and gradients stay in that core's cache from layer to layer.
     int trunk;
     float *pack;      // packed weights of the trunk's conv layers

@@ -1,7 +1,8 @@
 // The CPU path's op table: one row per layer kind (layer_kinds.h), its family's ops, which
-// net.c's walker calls with everything a call needs in one net_call. Each family's ops are
-// beside its math (conv.c, pool.c, dense.c, activations.c, act.c) as cpu_<family>. Internal to
-// src/nn.
+// net.c's walker calls with everything a call needs in one net_call, and what the walker and
+// the schedule plan by (fusions, packed weights, scratch and statistics sizes). Each family's
+// ops are beside its math (conv.c, pool.c, dense.c, activations.c, act.c) as cpu_<family>.
+// Internal to src/nn.
 #ifndef HETRAIN_NET_LAYERS_H
 #define HETRAIN_NET_LAYERS_H
 
