@@ -1,6 +1,8 @@
 // The OpenCL device: runs the network with the kernels of kernels/*.cl and CLBlast GEMMs on
-// one OpenCL device of any vendor. A shard's inputs go over in one write and its gradient sum
-// comes back in one read; buffers are allocated once for the largest micro-batch.
+// one OpenCL device of any vendor, walking the model's schedule (nn/schedule.h: its buffers and
+// gradient slots; the CPU path's fusions are not applied). A shard's inputs go over in one
+// write and its gradient sum comes back in one read; buffers are allocated once for the
+// largest micro-batch.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include "devices/micro.h"
 #include "devices/opencl.h"
 #include "nn/net.h"
+#include "nn/schedule.h"
 #include "core/rng.h"
 
 // Micro-batches larger than this buy nothing on any device we know, and keep the im2col
@@ -26,6 +29,7 @@ _Static_assert(LAYER_NO_PARAM == OCL_NO_BIAS, "opencl.c passes b_off to the ops 
 
 typedef struct ocl_ctx {
     const model *m;
+    schedule sched;     // the nodes walked, their buffers and gradient slots
     ocl_dev_info info;
     cl_context ctx;
     cl_program prog;
@@ -38,9 +42,11 @@ typedef struct ocl_ctx {
     cl_mem params, grads;
     cl_mem x_all, y_all, ids_all, loss_all, probs_all; // (max_batch, ...) staging
     cl_mem x, y, ids, loss;                             // (micro, ...) current micro-batch
-    cl_mem *act;        // per layer; an in-place layer's (relu, dropout) is its input's
-    cl_mem *aux;        // per layer: its own buffer (ocl_layer_ops.aux_bytes), or NULL
-    cl_mem g0, g1, tmp; // tmp: the layers' shared scratch (ocl_layer_ops.tmp_floats)
+    cl_mem *act;        // per node, its buffer's; an in-place node's (relu, dropout) is its
+                        // input's
+    cl_mem *aux;        // per node: its own buffer (ocl_layer_ops.aux_bytes), or NULL
+    cl_mem *gslot;      // the schedule's gradient slots
+    cl_mem tmp;         // the layers' shared scratch (ocl_layer_ops.tmp_floats)
     float *probs_host;                                  // (max_batch, n_classes)
     // While profiling (profile_start; the queue then has event profiling): the record, and
     // within a training shard (prof_on) the time of the last cut (prof_cut).
@@ -56,8 +62,6 @@ typedef struct ocl_ctx {
     cl_mem *wino_u, wino, wino_exact;
     float *u_host;
 } ocl_ctx;
-
-static int in_place(const layer *L) { return (layer_flags(L->kind) & LF_IN_PLACE) != 0; }
 
 // The Winograd scratch (floats) and marks (bytes) the convolutions of m share for B samples.
 static void wino_sizes(const model *m, const conv_choice *algo, int B, size_t *scratch,
@@ -83,28 +87,30 @@ static size_t layer_aux_bytes(const layer *L, const conv_choice *algo, int B) {
 }
 
 // Device bytes for a micro-batch of B samples (staging for max_batch excluded).
-static size_t micro_bytes(const model *m, const conv_choice *algo, int B, size_t *largest) {
+static size_t micro_bytes(const model *m, const schedule *s, const conv_choice *algo, int B,
+                          size_t *largest) {
     size_t total = 0, widest = 0, col = 0, tmp = 0, big = 0, ws, wx;
     wino_sizes(m, algo, B, &ws, &wx);
     total += ws * sizeof(float) + wx;
     if (ws * sizeof(float) > big) big = ws * sizeof(float);
     col = ws * sizeof(float); // the Winograd GEMMs' operands, which CLBlast may copy too
-    for (int l = 0; l < m->n_layers; l++) {
+    for (int n = 0; n < s->n_nodes; n++) {
+        const int l = s->node[n].layer;
         const layer *L = &m->layers[l];
         const ocl_layer_ops *ops = ocl_layer_ops_of[L->kind];
         size_t out = layer_out_size(L) * (size_t)B * sizeof(float);
         size_t in = layer_in_size(L) * (size_t)B * sizeof(float);
         size_t aux = layer_aux_bytes(L, algo ? &algo[l] : NULL, B);
         size_t t = ops->tmp_floats ? ops->tmp_floats(L, B) * sizeof(float) : 0;
-        if (!in_place(L) || l == 0) total += out;
-        total += aux; // every layer's own buffer lives from forward to backward
+        if (s->buf[s->node[n].buf].owner == n) total += out;
+        total += aux; // every node's own buffer lives from forward to backward
         if (ops->gemm_aux && aux > col) col = aux;
         if (t > tmp) tmp = t;
         if (in > widest) widest = in;
         if (out > widest) widest = out;
     }
     // CLBlast's indirect GEMMs copy (padded) operands into a scratch of about the im2col size.
-    total += 2 * widest + tmp + (col + tmp);
+    total += (size_t)s->n_gslots * widest + tmp + (col + tmp);
     if (col > big) big = col;
     if (widest > big) big = widest;
     if (tmp > big) big = tmp;
@@ -114,6 +120,7 @@ static size_t micro_bytes(const model *m, const conv_choice *algo, int B, size_t
 
 typedef struct bytes_arg {
     const model *m;
+    const schedule *s;
     const conv_choice *algo;
     uint64_t max_alloc;
 } bytes_arg;
@@ -121,7 +128,7 @@ typedef struct bytes_arg {
 // micro_bytes for micro_fit: MICRO_NEVER when one buffer exceeds the largest allocation.
 static size_t fit_bytes(const void *varg, int B) {
     const bytes_arg *a = varg;
-    size_t largest, total = micro_bytes(a->m, a->algo, B, &largest);
+    size_t largest, total = micro_bytes(a->m, a->s, a->algo, B, &largest);
     return largest > a->max_alloc ? MICRO_NEVER : total;
 }
 
@@ -142,15 +149,15 @@ static size_t fixed_bytes(const model *m, const conv_choice *algo, int max_batch
 // The largest micro-batch (<= max_batch, OCL_MICRO_MAX, but at least one batchnorm group)
 // whose buffers fit the budget (the user's limit, else half the device's global memory) with
 // no single buffer over the device's maximum allocation.
-static int choose_micro(const model *m, const conv_choice *algo, const ocl_dev_info *info,
-                        int max_batch, uint64_t limit) {
+static int choose_micro(const model *m, const schedule *s, const conv_choice *algo,
+                        const ocl_dev_info *info, int max_batch, uint64_t limit) {
     const int group = model_bn_group(m), least = micro_least(group, max_batch);
     int hi = max_batch < OCL_MICRO_MAX ? max_batch : OCL_MICRO_MAX;
     if (hi < least) hi = least;
     uint64_t budget = limit ? limit : info->global_mem / 2;
     uint64_t fixed = fixed_bytes(m, algo, max_batch);
     if (budget <= fixed) return 0;
-    bytes_arg arg = {m, algo, info->max_alloc};
+    bytes_arg arg = {m, s, algo, info->max_alloc};
     int best = micro_fit(hi, budget - fixed, fit_bytes, &arg);
     // Under batchnorm whole groups (training uses no more); else a multiple of 8 when that
     // costs little, for friendlier GEMM shapes.
@@ -183,11 +190,12 @@ static int alloc_fixed(ocl_ctx *c, ht_error *e) {
         mk(c, &c->loss_all, MB * sizeof(float), e) < 0 ||
         mk(c, &c->probs_all, MB * nc * sizeof(float), e) < 0)
         return -1;
-    c->act = ht_calloc((size_t)m->n_layers, sizeof *c->act, e);
-    c->aux = ht_calloc((size_t)m->n_layers, sizeof *c->aux, e);
+    c->act = ht_calloc((size_t)c->sched.n_nodes, sizeof *c->act, e);
+    c->aux = ht_calloc((size_t)c->sched.n_nodes, sizeof *c->aux, e);
     c->wino_u = ht_calloc((size_t)m->n_layers, sizeof *c->wino_u, e);
+    c->gslot = ht_calloc((size_t)c->sched.n_gslots, sizeof *c->gslot, e);
     c->probs_host = ht_malloc(MB * nc, sizeof(float), e);
-    if (!c->act || !c->aux || !c->wino_u || !c->probs_host) return -1;
+    if (!c->act || !c->aux || !c->wino_u || !c->gslot || !c->probs_host) return -1;
     size_t u_max = 0;
     for (int l = 0; c->algo && l < m->n_layers; l++) {
         if (m->layers[l].kind != LAYER_CONV2D) continue;
@@ -202,16 +210,15 @@ static int alloc_fixed(ocl_ctx *c, ht_error *e) {
 
 static void free_micro(ocl_ctx *c) {
     if (c->act) {
-        // From the top, so an in-place layer's alias is seen before its owner is released.
-        for (int l = c->m->n_layers - 1; l >= 0; l--) {
-            int alias = l > 0 && c->act[l] == c->act[l - 1];
-            if (!alias) rel(&c->act[l]);
-            c->act[l] = NULL;
-            rel(&c->aux[l]);
+        // From the top, so an in-place node's alias is cleared before its owner is released.
+        for (int n = c->sched.n_nodes - 1; n >= 0; n--) {
+            if (c->sched.buf[c->sched.node[n].buf].owner == n) rel(&c->act[n]);
+            c->act[n] = NULL;
+            rel(&c->aux[n]);
         }
     }
-    cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->g0, &c->g1, &c->tmp, &c->wino,
-                      &c->wino_exact};
+    for (int k = 0; c->gslot && k < c->sched.n_gslots; k++) rel(&c->gslot[k]);
+    cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->tmp, &c->wino, &c->wino_exact};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
     ocl_ops_release_temp(&c->ops);
 }
@@ -224,25 +231,27 @@ static int alloc_micro(ocl_ctx *c, ht_error *e) {
         mk(c, &c->ids, B * sizeof(uint32_t), e) < 0 || mk(c, &c->loss, B * sizeof(float), e) < 0)
         return -1;
     size_t widest = 0, tmp = 0;
-    for (int l = 0; l < m->n_layers; l++) {
+    const schedule *s = &c->sched;
+    for (int n = 0; n < s->n_nodes; n++) {
+        const int l = s->node[n].layer, owner = s->buf[s->node[n].buf].owner;
         const layer *L = &m->layers[l];
         const ocl_layer_ops *ops = ocl_layer_ops_of[L->kind];
         size_t out = layer_out_size(L) * B, inl = layer_in_size(L) * B;
-        if (in_place(L) && l > 0) {
-            c->act[l] = c->act[l - 1];
-        } else if (mk(c, &c->act[l], out * sizeof(float), e) < 0) {
+        if (owner != n) {
+            c->act[n] = c->act[owner];
+        } else if (mk(c, &c->act[n], out * sizeof(float), e) < 0) {
             return -1;
         }
         size_t aux = layer_aux_bytes(L, c->algo ? &c->algo[l] : NULL, (int)B);
-        if (aux && mk(c, &c->aux[l], aux, e) < 0) return -1;
+        if (aux && mk(c, &c->aux[n], aux, e) < 0) return -1;
         size_t t = ops->tmp_floats ? ops->tmp_floats(L, (int)B) : 0;
         if (t > tmp) tmp = t;
         if (inl > widest) widest = inl;
         if (out > widest) widest = out;
     }
-    if (mk(c, &c->g0, widest * sizeof(float), e) < 0 || mk(c, &c->g1, widest * sizeof(float), e) < 0 ||
-        mk(c, &c->tmp, tmp * sizeof(float), e) < 0)
-        return -1;
+    for (int k = 0; k < s->n_gslots; k++)
+        if (mk(c, &c->gslot[k], widest * sizeof(float), e) < 0) return -1;
+    if (mk(c, &c->tmp, tmp * sizeof(float), e) < 0) return -1;
     size_t ws, wx;
     wino_sizes(m, c->algo, (int)B, &ws, &wx);
     if (ws && (mk(c, &c->wino, ws * sizeof(float), e) < 0 || mk(c, &c->wino_exact, wx, e) < 0))
@@ -286,6 +295,8 @@ static void ocl_close(void *vctx) {
     for (int l = 0; c->wino_u && l < c->m->n_layers; l++) rel(&c->wino_u[l]);
     free(c->act);
     free(c->aux);
+    free(c->gslot);
+    schedule_free(&c->sched);
     free(c->wino_u);
     free(c->u_host);
     free(c->algo);
@@ -360,13 +371,16 @@ static int copy_buf(ocl_ctx *c, cl_mem src, size_t src_off, cl_mem dst, size_t d
     return ocl_copy(&c->ops, src, src_off, dst, dst_off, bytes, e);
 }
 
-// A layer's call with the device's buffers (ocl_layers.h).
-static ocl_call call_of(ocl_ctx *c, int l, int n, const uint64_t *keys) {
+// Node `node`'s call with the device's buffers (ocl_layers.h), over n samples.
+static ocl_call call_of(ocl_ctx *c, int node, int n, const uint64_t *keys) {
+    const sched_node *N = &c->sched.node[node];
+    const int l = N->layer;
     const layer *L = &c->m->layers[l];
     return (ocl_call){.o = &c->ops, .L = L, .l = l, .B = n, .act = layer_act_fn(L->kind),
-                      .params = c->params,
-                      .grads = c->grads, .in = l > 0 ? c->act[l - 1] : c->x, .out = c->act[l],
-                      .aux = c->aux[l], .tmp = c->tmp, .y = c->y, .loss = c->loss,
+                      .params = c->params, .grads = c->grads,
+                      .in = N->in[0] == SCHED_INPUT ? c->x : c->act[N->in[0]],
+                      .out = c->act[node], .aux = c->aux[node], .tmp = c->tmp, .y = c->y,
+                      .loss = c->loss,
                       .ids = c->ids, .keys = keys, .group = c->group,
                       .algo = c->algo && L->kind == LAYER_CONV2D ? &c->algo[l] : NULL,
                       .wino_u = c->wino_u ? c->wino_u[l] : NULL, .wino = c->wino,
@@ -377,9 +391,10 @@ static ocl_call call_of(ocl_ctx *c, int l, int n, const uint64_t *keys) {
 static int forward(ocl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_error *e) {
     const model *m = c->m;
     if (c->prof_on) prof_cut(c, &c->prof->rest);
-    for (int l = 0; l < m->n_layers; l++) {
+    for (int k = 0; k < c->sched.n_nodes; k++) {
+        const int l = c->sched.node[k].layer;
         const layer *L = &m->layers[l];
-        ocl_call call = call_of(c, l, n, keys);
+        ocl_call call = call_of(c, k, n, keys);
         if (!with_labels) call.y = NULL;
         if (ocl_layer_ops_of[L->kind]->forward(&call, e) < 0)
             return ht_wrap(e, "layer %s forward", L->name);
@@ -388,24 +403,24 @@ static int forward(ocl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_
     return 0;
 }
 
+// Every node's output gradient is in its buffer's gradient slot; an op that works in place
+// (its input's buffer is its own) finds its input's there too.
 static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
     const model *m = c->m;
-    cl_mem dout = c->g0, dfree = c->g1;
+    const schedule *s = &c->sched;
     if (c->prof_on) prof_cut(c, &c->prof->rest);
-    for (int l = m->n_layers - 1; l >= 0; l--) {
-        const layer *L = &m->layers[l];
-        ocl_call call = call_of(c, l, n, keys);
-        call.dout = dout;
-        call.din = l > 0 ? dfree : NULL;
-        call.spare = dfree;
+    for (int k = s->n_nodes - 1; k >= 0; k--) {
+        const sched_node *N = &s->node[k];
+        const layer *L = &m->layers[N->layer];
+        ocl_call call = call_of(c, k, n, keys);
+        cl_mem gin = c->gslot[s->buf[N->in_buf[0]].gslot];
+        call.dout = c->gslot[s->buf[N->buf].gslot];
+        call.din = N->in[0] != SCHED_INPUT ? gin : NULL;
+        call.spare = gin;
         cl_mem din = NULL;
         if (ocl_layer_ops_of[L->kind]->backward(&call, &din, e) < 0)
             return ht_wrap(e, "layer %s backward", L->name);
-        if (c->prof_on) prof_cut(c, &c->prof->layer[2 * l + 1]);
-        if (din && din != dout) {
-            dfree = dout;
-            dout = din;
-        }
+        if (c->prof_on) prof_cut(c, &c->prof->layer[2 * N->layer + 1]);
     }
     return 0;
 }
@@ -426,7 +441,7 @@ static int read_back(ocl_ctx *c, cl_mem buf, size_t bytes, void *dst, const char
 // Copies the current micro-batch's probabilities (and losses) into the shard staging.
 static int stash_outputs(ocl_ctx *c, int off, int n, int with_loss, ht_error *e) {
     size_t nc = (size_t)c->m->n_classes;
-    cl_mem probs = c->act[c->m->n_layers - 1];
+    cl_mem probs = c->act[c->sched.n_nodes - 1];
     if (copy_buf(c, probs, 0, c->probs_all, (size_t)off * nc * sizeof(float),
                  (size_t)n * nc * sizeof(float), e) < 0)
         return -1;
@@ -658,7 +673,11 @@ int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int 
         return -1;
     }
     net_conv_describe_choices(m, c->algo, d->detail, sizeof d->detail);
-    c->micro = choose_micro(m, c->algo, info, c->max_batch, mem_limit);
+    if (schedule_build(&c->sched, m, e) < 0) {
+        ocl_close(c);
+        return ht_wrap(e, "%s", label);
+    }
+    c->micro = choose_micro(m, &c->sched, c->algo, info, c->max_batch, mem_limit);
     if (c->micro < 1) {
         ht_fail(e, "%s: not even one sample of %s fits in %llu MiB (device memory %llu MiB, "
                    "max allocation %llu MiB)", label, m->name,

@@ -174,4 +174,5 @@ static float *act_bwd(const net_call *c) {
 }
 
 // In the trunk too, with B = 1 and nt = 1.
-const net_layer_ops cpu_act = {act_fwd, act_bwd, act_fwd, act_bwd};
+const net_layer_ops cpu_act = {.forward = act_fwd, .backward = act_bwd,
+                               .forward_one = act_fwd, .backward_one = act_bwd};

@@ -290,9 +290,13 @@ static float *softmax_bwd(const net_call *c) {
 
 // relu and dropout run their batch-wise ops with B = 1 and nt = 1 in the trunk (below their
 // parallel threshold: a plain loop); the loss head never is in it.
-const net_layer_ops cpu_relu = {relu_fwd, relu_bwd, relu_fwd, relu_bwd};
-const net_layer_ops cpu_dropout = {dropout_fwd, dropout_bwd, dropout_fwd, dropout_bwd};
-const net_layer_ops cpu_softmax = {softmax_fwd, softmax_bwd, NULL, NULL};
+const net_layer_ops cpu_relu = {.forward = relu_fwd, .backward = relu_bwd,
+                                .forward_one = relu_fwd, .backward_one = relu_bwd,
+                                .flags = NET_OP_RELU};
+const net_layer_ops cpu_dropout = {.forward = dropout_fwd, .backward = dropout_bwd,
+                                   .forward_one = dropout_fwd, .backward_one = dropout_bwd,
+                                   .flags = NET_OP_DROP_FOLD};
+const net_layer_ops cpu_softmax = {.forward = softmax_fwd, .backward = softmax_bwd};
 
 // The binary head (one logit) or the multi-label head (k logits: labels k bytes a sample).
 static int bce_k(const layer *L) { return (int)layer_in_size(L); }
@@ -303,4 +307,4 @@ static float *bce_bwd(const net_call *c) {
     bce_backward(c->din, c->out, c->y, c->B, bce_k(c->L));
     return c->din;
 }
-const net_layer_ops cpu_bce = {bce_fwd, bce_bwd, NULL, NULL};
+const net_layer_ops cpu_bce = {.forward = bce_fwd, .backward = bce_bwd};

@@ -262,5 +262,12 @@ static float *bn_bwd(const net_call *c) {
     return c->din;
 }
 
-// Never in the per-sample trunk: its statistics are over groups of samples.
-const net_layer_ops cpu_bn = {bn_fwd, bn_bwd, NULL, NULL};
+// A batchnorm's statistics: 3 floats a channel for each group of a micro-batch.
+static size_t bn_stat_floats(const layer *L, int group, int max_batch) {
+    return (size_t)3 * L->c * (size_t)((max_batch + group - 1) / group);
+}
+
+// Never in the per-sample trunk: its statistics are over groups of samples. It applies a relu
+// after it.
+const net_layer_ops cpu_bn = {.forward = bn_fwd, .backward = bn_bwd, .flags = NET_OP_FUSES_RELU,
+                              .stat_floats = bn_stat_floats};

@@ -660,4 +660,42 @@ static float *conv_backward_one(const net_call *c) {
     return c->din;
 }
 
-const net_layer_ops cpu_conv = {conv_forward, conv_backward, conv_forward_one, conv_backward_one};
+static int conv_out_cs(const layer *L, int in_cs) {
+    (void)in_cs;
+    return conv_cpad(L->oc);
+}
+static size_t conv_ws_floats(const layer *L, const net_lplan *p, int nthreads) {
+    conv_geom g = net_conv_geom(L, p);
+    return conv2d_nhwc_ws_floats(&g, nthreads);
+}
+static size_t conv_pack_floats(const layer *L, const net_lplan *p) {
+    conv_geom g = net_conv_geom(L, p);
+    return conv2d_nhwc_pack_floats(&g);
+}
+static size_t conv_scratch_floats(const layer *L, const net_lplan *p) {
+    conv_geom g = net_conv_geom(L, p);
+    return conv2d_nhwc_scratch_floats(&g);
+}
+static void conv_pack(float *pack, const float *params, const layer *L, const net_lplan *p) {
+    conv_geom g = net_conv_geom(L, p);
+    conv2d_nhwc_pack(pack, params + L->w_off, net_bias(params, L), &g);
+}
+static void conv_scratch_init(float *scratch, const layer *L, const net_lplan *p) {
+    conv_geom g = net_conv_geom(L, p);
+    conv2d_nhwc_scratch_init(scratch, &g);
+}
+static void conv_scratch_reduce(float *grads, const float *scratch, size_t tslice, int nt,
+                                const layer *L, const net_lplan *p) {
+    conv_geom g = net_conv_geom(L, p);
+    conv2d_nhwc_scratch_reduce(grads + L->w_off, net_bias(grads, L), scratch, tslice, nt, &g);
+}
+
+// Its weight and bias gradients are added to (the trunk's per-thread sums, the batch-wise
+// kernels alike), and it applies a relu after it.
+const net_layer_ops cpu_conv = {
+    .forward = conv_forward, .backward = conv_backward, .forward_one = conv_forward_one,
+    .backward_one = conv_backward_one,
+    .flags = NET_OP_FUSES_RELU | NET_OP_GRAD_ADDS | NET_OP_CONV_ALGO,
+    .out_cs = conv_out_cs, .ws_floats = conv_ws_floats, .pack_floats = conv_pack_floats,
+    .scratch_floats = conv_scratch_floats, .pack = conv_pack, .scratch_init = conv_scratch_init,
+    .scratch_reduce = conv_scratch_reduce};

@@ -132,4 +132,5 @@ static float *dense_bwd(const net_call *c) {
 }
 
 // Never in the per-sample trunk: its input is flat.
-const net_layer_ops cpu_dense = {dense_fwd, dense_bwd, NULL, NULL};
+const net_layer_ops cpu_dense = {.forward = dense_fwd, .backward = dense_bwd,
+                                 .flags = NET_OP_FACTORS};

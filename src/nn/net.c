@@ -1,13 +1,14 @@
-// Network forward/backward on the CPU: walks the layer list calling the layer math in layers.h.
-// Spatial activations (conv and pool outputs) are kept channels-last, where the direct
-// convolution kernels are fast; a layer that needs the other layout (dense: PyTorch's NCHW
-// flattening order) gets a converted copy of its input, and its input gradient is converted
-// back. A relu right after a conv or a batchnorm is applied by that layer, forward and
-// backward; a relu right before a dropout (after the trunk) does the dropout's backward too
-// (drop_fold). The leading
-// run of spatial layers (the trunk) goes one sample at a time through all its layers on one
-// thread, so a sample's tensors stay in that core's cache between layers; the layers after it
-// (dense and the rest) go batch-wise.
+// Network forward/backward on the CPU: walks the schedule's nodes (schedule.h) calling each
+// family's ops (net_layers.h). Spatial activations (conv and pool outputs) are kept
+// channels-last, where the direct convolution kernels are fast; a node that needs the other
+// layout (dense: PyTorch's NCHW flattening order) gets a converted copy of its input, and its
+// input gradient is converted back. The schedule's fusions are applied: a relu after a family
+// that can apply it (conv, batchnorm) is done by that node, forward and backward; a relu right
+// before a dropout (after the trunk) does the dropout's backward too (drop_fold). The leading
+// run of spatial nodes (the trunk) goes one sample at a time through all its nodes on one
+// thread, so a sample's tensors stay in that core's cache between layers; the nodes after it
+// (dense and the rest) go batch-wise. Activation gradients live in the schedule's gradient
+// slots, batch-wise and, in the trunk, per thread.
 #include "nn/net.h"
 
 #include "core/ht_omp.h"
@@ -20,9 +21,6 @@
 #include "nn/layers.h"
 #include "nn/net_layers.h"
 #include "core/rng.h"
-
-// relu and dropout work in place on their input's buffer.
-static int layer_in_place(const layer *L) { return (layer_flags(L->kind) & LF_IN_PLACE) != 0; }
 
 // A tensor's layout: channels-last with channel stride cs, or NCHW (cs == c).
 typedef struct fmt {
@@ -41,24 +39,33 @@ static int as_nhwc(fmt f, int c, int hw, int *cs) {
 }
 static int as_nchw(fmt f, int c, int hw) { return !f.nhwc || (f.cs == c && (c == 1 || hw == 1)); }
 
-// Channels and positions of layer l's input tensor as the layer before produced it (a dense
+static const layer *node_layer(const model *m, const schedule *s, int n) {
+    return &m->layers[s->node[n].layer];
+}
+static const net_layer_ops *node_ops(const model *m, const schedule *s, int n) {
+    return net_layer_ops_of[node_layer(m, s, n)->kind];
+}
+
+// Channels and positions of node n's input tensor as the node before produced it (a dense
 // layer's own c/h/w describe it flattened).
-static void in_shape(const model *m, int l, int *c, int *hw) {
-    if (l == 0) {
+static void in_shape(const model *m, const schedule *s, int n, int *c, int *hw) {
+    int from = s->node[n].in[0];
+    if (from == SCHED_INPUT) {
         *c = m->in_c;
         *hw = m->in_h * m->in_w;
     } else {
-        const layer *P = &m->layers[l - 1];
+        const layer *P = node_layer(m, s, from);
         *c = P->oc;
         *hw = P->oh * P->ow;
     }
 }
 
-// Plans layer l given the layout of its input; returns the layout of its output.
-static fmt plan_layer(const model *m, int l, fmt in, net_lplan *p) {
-    const layer *L = &m->layers[l];
+// Plans node n given the layout of its input; returns the layout of its output.
+static fmt plan_layer(const model *m, const schedule *s, int n, fmt in, net_lplan *p) {
+    const layer *L = node_layer(m, s, n);
+    const net_layer_ops *ops = net_layer_ops_of[L->kind];
     int c, hw;
-    in_shape(m, l, &c, &hw);
+    in_shape(m, s, n, &c, &hw);
     memset(p, 0, sizeof *p);
     fmt out = in;
     unsigned flags = layer_flags(L->kind);
@@ -68,9 +75,7 @@ static fmt plan_layer(const model *m, int l, fmt in, net_lplan *p) {
             p->cvt_cs = p->in_cs = conv_cpad(c);
         }
         out.nhwc = 1;
-        out.cs = L->kind == LAYER_CONV2D ? conv_cpad(L->oc) : p->in_cs;
-        p->fuse_relu = (L->kind == LAYER_CONV2D || L->kind == LAYER_BATCHNORM) &&
-                       l + 1 < m->n_layers && m->layers[l + 1].kind == LAYER_RELU;
+        out.cs = ops->out_cs ? ops->out_cs(L, p->in_cs) : p->in_cs;
     } else if (flags & LF_FLAT) {
         if (!as_nchw(in, c, hw)) {
             p->cvt = 2;
@@ -78,29 +83,27 @@ static fmt plan_layer(const model *m, int l, fmt in, net_lplan *p) {
         }
         out.nhwc = 0;
         out.cs = L->oc;
-    } else { // elementwise: the layout passes through
-        p->skip = L->kind == LAYER_RELU && l > 0 && (m->layers[l - 1].kind == LAYER_CONV2D ||
-                                                    m->layers[l - 1].kind == LAYER_BATCHNORM);
     }
+    // else elementwise: the layout passes through
+    p->fuse_relu = s->node[n].fuse_relu;
+    p->skip = s->node[n].fused;
     p->out_nhwc = out.nhwc;
     p->out_cs = out.cs;
     return out;
 }
 
-static fmt input_fmt(const model *m) { return (fmt){.nhwc = 0, .cs = m->in_c}; }
-
-// Floats per sample of layer l's output, and of its converted input (0 when not converted).
+// Floats per sample of node n's output, and of its converted input (0 when not converted).
 #define out_floats net_out_floats
-static size_t cvt_floats(const model *m, int l, const net_lplan *p) {
+static size_t cvt_floats(const model *m, const schedule *s, int n, const net_lplan *p) {
     int c, hw;
-    in_shape(m, l, &c, &hw);
+    in_shape(m, s, n, &c, &hw);
     if (!p->cvt) return 0;
     return (size_t)hw * (p->cvt == 1 ? p->cvt_cs : c);
 }
-// Floats per sample of layer l's input as it arrives, in the layout f.
-static size_t in_floats(const model *m, int l, fmt f) {
+// Floats per sample of node n's input as it arrives, in the layout f.
+static size_t in_floats(const model *m, const schedule *s, int n, fmt f) {
     int c, hw;
-    in_shape(m, l, &c, &hw);
+    in_shape(m, s, n, &c, &hw);
     return (size_t)hw * (f.nhwc ? f.cs : c);
 }
 
@@ -109,13 +112,7 @@ static size_t in_floats(const model *m, int l, fmt f) {
 // Each buffer starts on a 64-byte boundary.
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-// A batchnorm's statistics: 3 floats a channel for each group of a micro-batch.
-static size_t bn_stat_floats(const model *m, const layer *L, int max_batch) {
-    int G = model_bn_group(m);
-    return (size_t)3 * L->c * (size_t)((max_batch + G - 1) / G);
-}
-
-// Whether layer l (planned as p) belongs in the trunk, given that all before it do: its output
+// Whether node n (planned as p) belongs in the trunk, given that all before it do: its output
 // is channels-last and its family runs one sample at a time.
 static int in_trunk(const layer *L, const net_lplan *p) {
     return p->out_nhwc && net_layer_ops_of[L->kind]->forward_one;
@@ -124,67 +121,82 @@ static int in_trunk(const layer *L, const net_lplan *p) {
 typedef struct ws_sizes {
     size_t act_floats, cvt_floats, grad_floats, conv_floats, bn_floats;
     int trunk;
-    size_t pack_floats;              // the trunk's packed conv weights
+    size_t pack_floats;              // the trunk's packed weights
     size_t tslice, tgrad_off, tgrad_n; // one thread's trunk scratch
 } ws_sizes;
 
-// Sizes of everything, and the plan of every layer when plan is not NULL.
-static ws_sizes ws_measure(const model *m, int max_batch, int nthreads, net_lplan *plan) {
-    ws_sizes s = {0};
+// Sizes of everything, and the plan of every node when plan is not NULL.
+static ws_sizes ws_measure(const model *m, const schedule *s, int max_batch, int nthreads,
+                           net_lplan *plan) {
+    ws_sizes z = {0};
     size_t widest = 0, twidest = 0, scr = 0;
-    fmt f = input_fmt(m);
+    const int group = model_bn_group(m);
+    fmt bf[s->n_bufs]; // each buffer's layout, as its owner writes it
+    bf[0] = (fmt){.nhwc = 0, .cs = m->in_c};
     int trunk = 1;
-    for (int l = 0; l < m->n_layers; l++) {
-        const layer *L = &m->layers[l];
+    for (int n = 0; n < s->n_nodes; n++) {
+        const sched_node *N = &s->node[n];
+        const layer *L = node_layer(m, s, n);
+        const net_layer_ops *ops = net_layer_ops_of[L->kind];
         net_lplan p;
-        size_t in = in_floats(m, l, f);
-        f = plan_layer(m, l, f, &p);
-        size_t out = out_floats(L, &p), cv = cvt_floats(m, l, &p);
-        if (!layer_in_place(L) || l == 0) s.act_floats += align16(out * (size_t)max_batch);
-        if (cv) s.cvt_floats += align16(cv * (size_t)max_batch);
-        if (L->kind == LAYER_BATCHNORM) s.bn_floats += align16(bn_stat_floats(m, L, max_batch));
+        fmt f = bf[N->in_buf[0]];
+        size_t in = in_floats(m, s, n, f);
+        bf[N->buf] = plan_layer(m, s, n, f, &p);
+        size_t out = out_floats(L, &p), cv = cvt_floats(m, s, n, &p);
+        if (s->buf[N->buf].owner == n) z.act_floats += align16(out * (size_t)max_batch);
+        if (cv) z.cvt_floats += align16(cv * (size_t)max_batch);
+        if (ops->stat_floats) z.bn_floats += align16(ops->stat_floats(L, group, max_batch));
         trunk = trunk && in_trunk(L, &p);
         if (trunk) {
-            s.trunk = l + 1;
+            z.trunk = n + 1;
             if (out > twidest) twidest = out;
-            if (L->kind == LAYER_CONV2D) {
-                conv_geom g = geom_of(L, &p);
-                p.pack_off = s.pack_floats;
+            if (ops->pack_floats) {
+                p.pack_off = z.pack_floats;
+                z.pack_floats += align16(ops->pack_floats(L, &p));
+            }
+            if (ops->scratch_floats) {
                 p.scr_off = scr;
-                s.pack_floats += align16(conv2d_nhwc_pack_floats(&g));
-                scr += align16(conv2d_nhwc_scratch_floats(&g));
+                scr += align16(ops->scratch_floats(L, &p));
             }
         } else {
-            if (L->kind == LAYER_CONV2D) {
-                conv_geom g = geom_of(L, &p);
-                size_t c = conv2d_nhwc_ws_floats(&g, nthreads);
-                if (c > s.conv_floats) s.conv_floats = c;
+            if (ops->ws_floats) {
+                size_t c = ops->ws_floats(L, &p, nthreads);
+                if (c > z.conv_floats) z.conv_floats = c;
             }
-            // Batch-wise gradients: this layer's input (the trunk's output included), output
+            // Batch-wise gradients: this node's input (the trunk's output included), output
             // and converted input.
             if (in > widest) widest = in;
             if (out > widest) widest = out;
             if (cv > widest) widest = cv;
         }
-        if (plan) plan[l] = p;
+        if (plan) plan[n] = p;
     }
-    s.grad_floats = align16(widest * (size_t)max_batch);
-    s.tgrad_off = scr;
-    s.tgrad_n = s.trunk ? align16(twidest) : 0;
-    s.tslice = scr + 2 * s.tgrad_n;
-    return s;
+    z.grad_floats = align16(widest * (size_t)max_batch);
+    z.tgrad_off = scr;
+    z.tgrad_n = z.trunk ? align16(twidest) : 0;
+    z.tslice = scr + (size_t)s->n_gslots * z.tgrad_n;
+    return z;
 }
 
-static size_t ws_total_floats(const model *m, int max_batch, int nthreads) {
-    ws_sizes s = ws_measure(m, max_batch, nthreads, NULL);
-    return s.act_floats + s.cvt_floats + 2 * s.grad_floats + align16(s.conv_floats) + s.bn_floats +
-           s.pack_floats + (size_t)nthreads * s.tslice + align16((size_t)max_batch);
+static size_t ws_total_floats(const model *m, const schedule *s, int max_batch, int nthreads) {
+    ws_sizes z = ws_measure(m, s, max_batch, nthreads, NULL);
+    return z.act_floats + z.cvt_floats + (size_t)s->n_gslots * z.grad_floats +
+           align16(z.conv_floats) + z.bn_floats + z.pack_floats + (size_t)nthreads * z.tslice +
+           align16((size_t)max_batch);
 }
 
 size_t net_ws_bytes(const model *m, int max_batch, int nthreads) {
     if (nthreads < 1) nthreads = 1;
-    return sizeof(float) * ws_total_floats(m, max_batch, nthreads) +
-           m->n_layers * (sizeof(net_lplan) + 3 * sizeof(float *) + nthreads * sizeof(double));
+    schedule s;
+    ht_error e;
+    if (schedule_build(&s, m, &e) < 0) return (size_t)-1;
+    size_t n = (size_t)s.n_nodes;
+    size_t bytes = sizeof(float) * ws_total_floats(m, &s, max_batch, nthreads) +
+                   n * (sizeof(net_lplan) + 3 * sizeof(float *) + nthreads * sizeof(double)) +
+                   n * sizeof(sched_node) + (n + 1) * sizeof(sched_buf) +
+                   (size_t)s.n_gslots * sizeof(float *);
+    schedule_free(&s);
+    return bytes;
 }
 
 int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_error *e) {
@@ -192,13 +204,18 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
     ws->max_batch = max_batch;
     ws->nthreads = nthreads < 1 ? 1 : nthreads;
     ws->n_layers = m->n_layers;
-    size_t total = ws_total_floats(m, max_batch, ws->nthreads);
-    ws->plan = ht_calloc((size_t)m->n_layers, sizeof *ws->plan, e);
-    ws->act = ws->plan ? ht_calloc((size_t)m->n_layers, sizeof *ws->act, e) : NULL;
-    ws->cvt = ws->act ? ht_calloc((size_t)m->n_layers, sizeof *ws->cvt, e) : NULL;
-    ws->bn_stats = ws->cvt ? ht_calloc((size_t)m->n_layers, sizeof *ws->bn_stats, e) : NULL;
-    ws->tprof = ws->bn_stats ? ht_calloc((size_t)m->n_layers * ws->nthreads, sizeof *ws->tprof, e)
-                             : NULL;
+    if (schedule_build(&ws->sched, m, e) < 0)
+        return ht_wrap(e, "network workspace for a micro-batch of %d", max_batch);
+    const schedule *s = &ws->sched;
+    const int nn = s->n_nodes;
+    size_t total = ws_total_floats(m, s, max_batch, ws->nthreads);
+    ws->plan = ht_calloc((size_t)nn, sizeof *ws->plan, e);
+    ws->act = ws->plan ? ht_calloc((size_t)nn, sizeof *ws->act, e) : NULL;
+    ws->cvt = ws->act ? ht_calloc((size_t)nn, sizeof *ws->cvt, e) : NULL;
+    ws->bn_stats = ws->cvt ? ht_calloc((size_t)nn, sizeof *ws->bn_stats, e) : NULL;
+    ws->gslot = ws->bn_stats ? ht_calloc((size_t)s->n_gslots, sizeof *ws->gslot, e) : NULL;
+    ws->tprof = ws->gslot ? ht_calloc((size_t)m->n_layers * ws->nthreads, sizeof *ws->tprof, e)
+                          : NULL;
     if (ws->tprof) {
         ws->owned = aligned_alloc(64, total * sizeof(float));
         if (!ws->owned) ht_fail(e, "out of memory (%zu bytes)", total * sizeof(float));
@@ -207,53 +224,53 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
         net_ws_free(ws);
         return ht_wrap(e, "network workspace for a micro-batch of %d", max_batch);
     }
-    ws_sizes s = ws_measure(m, max_batch, ws->nthreads, ws->plan);
-    for (int l = 0; l < m->n_layers; l++) {
-        if (m->layers[l].kind != LAYER_CONV2D) continue;
-        conv_geom g = geom_of(&m->layers[l], &ws->plan[l]);
-        ws->plan[l].algo = conv_choose(&g, m->setup.conv_algo, l > 0, ws->nthreads);
+    ws_sizes z = ws_measure(m, s, max_batch, ws->nthreads, ws->plan);
+    for (int n = 0; n < nn; n++) {
+        if (!(node_ops(m, s, n)->flags & NET_OP_CONV_ALGO)) continue;
+        conv_geom g = geom_of(node_layer(m, s, n), &ws->plan[n]);
+        ws->plan[n].algo = conv_choose(&g, m->setup.conv_algo, s->node[n].in[0] != SCHED_INPUT,
+                                       ws->nthreads);
     }
     float *p = ws->owned;
-    for (int l = 0; l < m->n_layers; l++) {
-        const layer *L = &m->layers[l];
-        if (layer_in_place(L) && l > 0) {
-            ws->act[l] = ws->act[l - 1];
+    for (int n = 0; n < nn; n++) {
+        const sched_node *N = &s->node[n];
+        if (s->buf[N->buf].owner == n) {
+            ws->act[n] = p;
+            p += align16(out_floats(node_layer(m, s, n), &ws->plan[n]) * (size_t)max_batch);
         } else {
-            ws->act[l] = p;
-            p += align16(out_floats(L, &ws->plan[l]) * (size_t)max_batch);
+            ws->act[n] = ws->act[s->buf[N->buf].owner];
         }
-        if (ws->plan[l].cvt) {
-            ws->cvt[l] = p;
-            p += align16(cvt_floats(m, l, &ws->plan[l]) * (size_t)max_batch);
+        if (ws->plan[n].cvt) {
+            ws->cvt[n] = p;
+            p += align16(cvt_floats(m, s, n, &ws->plan[n]) * (size_t)max_batch);
         }
     }
-    ws->g0 = p;
-    p += s.grad_floats;
-    ws->g1 = p;
-    p += s.grad_floats;
+    for (int k = 0; k < s->n_gslots; k++) {
+        ws->gslot[k] = p;
+        p += z.grad_floats;
+    }
     ws->conv_ws = p;
-    p += align16(s.conv_floats);
+    p += align16(z.conv_floats);
     ws->bn_group = model_bn_group(m);
-    for (int l = 0; l < m->n_layers; l++) {
-        if (m->layers[l].kind != LAYER_BATCHNORM) continue;
-        ws->bn_stats[l] = p;
-        p += align16(bn_stat_floats(m, &m->layers[l], max_batch));
+    for (int n = 0; n < nn; n++) {
+        const net_layer_ops *ops = node_ops(m, s, n);
+        if (!ops->stat_floats) continue;
+        ws->bn_stats[n] = p;
+        p += align16(ops->stat_floats(node_layer(m, s, n), ws->bn_group, max_batch));
     }
-    ws->trunk = s.trunk;
+    ws->trunk = z.trunk;
     // Backward through relu -> dropout in one pass, without the dropout's random numbers: the
     // dropout's output (kept in place of the relu's) is > 0 exactly where the mask kept a
     // positive relu output, and there the dropout's gradient is dout * scale; elsewhere the
     // relu passes nothing. The same bits as the two passes (relu_dropout_backward).
-    for (int l = s.trunk; l + 1 < m->n_layers; l++)
-        ws->plan[l].drop_fold = m->layers[l].kind == LAYER_RELU && !ws->plan[l].skip &&
-                                m->layers[l + 1].kind == LAYER_DROPOUT;
+    for (int n = z.trunk; n < nn; n++) ws->plan[n].drop_fold = s->node[n].drop_fold;
     ws->pack = p;
-    p += s.pack_floats;
+    p += z.pack_floats;
     ws->tscr = p;
-    ws->tslice = s.tslice;
-    ws->tgrad_off = s.tgrad_off;
-    ws->tgrad_n = s.tgrad_n;
-    p += (size_t)ws->nthreads * s.tslice;
+    ws->tslice = z.tslice;
+    ws->tgrad_off = z.tgrad_off;
+    ws->tgrad_n = z.tgrad_n;
+    p += (size_t)ws->nthreads * z.tslice;
     ws->loss = p;
     return 0;
 }
@@ -263,22 +280,32 @@ void net_ws_free(net_ws *ws) {
     free(ws->act);
     free(ws->cvt);
     free(ws->bn_stats);
+    free(ws->gslot);
     free(ws->plan);
     free(ws->tprof);
+    schedule_free(&ws->sched);
     memset(ws, 0, sizeof *ws);
 }
 
 int net_conv_choices(const model *m, int nthreads, conv_choice *out) {
-    net_lplan *plan = calloc((size_t)m->n_layers, sizeof *plan);
-    if (!plan) return -1;
-    ws_measure(m, 1, nthreads, plan);
-    for (int l = 0; l < m->n_layers; l++) {
-        memset(&out[l], 0, sizeof out[l]);
-        if (m->layers[l].kind != LAYER_CONV2D) continue;
-        conv_geom g = geom_of(&m->layers[l], &plan[l]);
-        out[l] = conv_choose(&g, m->setup.conv_algo, l > 0, nthreads);
+    schedule s;
+    ht_error e;
+    if (schedule_build(&s, m, &e) < 0) return -1;
+    net_lplan *plan = calloc((size_t)s.n_nodes, sizeof *plan);
+    if (!plan) {
+        schedule_free(&s);
+        return -1;
+    }
+    ws_measure(m, &s, 1, nthreads, plan);
+    for (int l = 0; l < m->n_layers; l++) memset(&out[l], 0, sizeof out[l]);
+    for (int n = 0; n < s.n_nodes; n++) {
+        if (!(node_ops(m, &s, n)->flags & NET_OP_CONV_ALGO)) continue;
+        conv_geom g = geom_of(node_layer(m, &s, n), &plan[n]);
+        out[s.node[n].layer] = conv_choose(&g, m->setup.conv_algo,
+                                           s.node[n].in[0] != SCHED_INPUT, nthreads);
     }
     free(plan);
+    schedule_free(&s);
     return 0;
 }
 
@@ -291,7 +318,7 @@ static void describe(const model *m, const char *algo, size_t stride, char *buf,
         timed |= ((const conv_choice *)(algo + (size_t)l * stride))->t[0][0] > 0;
     for (int l = 0; l < m->n_layers && k < len; l++) {
         const layer *L = &m->layers[l];
-        if (L->kind != LAYER_CONV2D) continue;
+        if (!(net_layer_ops_of[L->kind]->flags & NET_OP_CONV_ALGO)) continue;
         if (!k)
             k = (size_t)snprintf(buf, len, "conv algorithms (%s%s): ",
                                  conv_algo_names[m->setup.conv_algo],
@@ -351,30 +378,47 @@ double net_prob_loss(const model *m, const float *probs, const uint8_t *y) {
     return sum / m->label_width;
 }
 
-// Layer l's input in the layout it needs: converted into ws->cvt[l] when the plan says so.
-static const float *layer_input(net_ws *ws, const model *m, int l, const float *in, int B) {
-    const net_lplan *p = &ws->plan[l];
-    int c, hw;
-    in_shape(m, l, &c, &hw);
-    if (p->cvt == 1) nchw_to_nhwc(ws->cvt[l], in, B, c, p->cvt_cs, hw, ws->nthreads);
-    if (p->cvt == 2) nhwc_to_nchw(ws->cvt[l], in, B, c, p->cvt_cs, hw, ws->nthreads);
-    return p->cvt ? ws->cvt[l] : in;
+
+// Node n's input as it arrives: the model's input x, or its input node's buffer.
+static const float *node_in(const net_ws *ws, int n, const float *x) {
+    int from = ws->sched.node[n].in[0];
+    return from == SCHED_INPUT ? x : ws->act[from];
 }
 
-// Packs the weights of the trunk's conv layers; while profiling, each layer's time goes to
-// its entry for direction dir (0 forward, 1 backward).
+// Node n's input in the layout it needs: converted into ws->cvt[n] when the plan says so.
+static const float *layer_input(net_ws *ws, const model *m, int n, const float *in, int B) {
+    const net_lplan *p = &ws->plan[n];
+    int c, hw;
+    in_shape(m, &ws->sched, n, &c, &hw);
+    if (p->cvt == 1) nchw_to_nhwc(ws->cvt[n], in, B, c, p->cvt_cs, hw, ws->nthreads);
+    if (p->cvt == 2) nhwc_to_nchw(ws->cvt[n], in, B, c, p->cvt_cs, hw, ws->nthreads);
+    return p->cvt ? ws->cvt[n] : in;
+}
+
+// Floats per sample of buffer b (b > 0), as its owner wrote it.
+static size_t buf_floats(const net_ws *ws, const model *m, int b) {
+    int owner = ws->sched.buf[b].owner;
+    return out_floats(node_layer(m, &ws->sched, owner), &ws->plan[owner]);
+}
+
+// The batch-wise gradient of buffer b (in its slot; NULL for one that has none).
+static float *grad_of(const net_ws *ws, int b) {
+    int k = ws->sched.buf[b].gslot;
+    return k < 0 ? NULL : ws->gslot[k];
+}
+
+// Packs the weights of the trunk's nodes that keep them packed; while profiling, each layer's
+// time goes to its entry for direction dir (0 forward, 1 backward).
 static void trunk_pack(net_ws *ws, const model *m, const float *params, int dir) {
     if (ws->pack_kept && ws->packed) return;
     ws->packed = 1;
-    for (int l = 0; l < ws->trunk; l++) {
-        const layer *L = &m->layers[l];
-        const net_lplan *p = &ws->plan[l];
-        if (L->kind != LAYER_CONV2D) continue;
+    for (int n = 0; n < ws->trunk; n++) {
+        const layer *L = node_layer(m, &ws->sched, n);
+        const net_layer_ops *ops = net_layer_ops_of[L->kind];
+        if (!ops->pack) continue;
         double t = ws->prof ? ht_now() : 0;
-        conv_geom g = geom_of(L, p);
-        conv2d_nhwc_pack(ws->pack + p->pack_off, params + L->w_off,
-                          L->n_b ? params + L->b_off : NULL, &g);
-        if (ws->prof) ws->prof[2 * l + dir] += ht_now() - t;
+        ops->pack(ws->pack + ws->plan[n].pack_off, params, L, &ws->plan[n]);
+        if (ws->prof) ws->prof[2 * ws->sched.node[n].layer + dir] += ht_now() - t;
     }
 }
 
@@ -388,7 +432,8 @@ static void trunk_prof_share(net_ws *ws, int dir, double wall) {
     double total = 0;
     for (int i = 0; i < ws->nthreads * ws->n_layers; i++) total += ws->tprof[i];
     if (total <= 0) return;
-    for (int l = 0; l < ws->trunk; l++) {
+    for (int n = 0; n < ws->trunk; n++) {
+        const int l = ws->sched.node[n].layer;
         double mine = 0;
         for (int t = 0; t < ws->nthreads; t++) mine += ws->tprof[(size_t)t * ws->n_layers + l];
         ws->prof[2 * l + dir] += wall * mine / total;
@@ -399,26 +444,27 @@ static double *trunk_prof_mine(net_ws *ws) {
     return ws->prof ? ws->tprof + (size_t)omp_get_thread_num() * ws->n_layers : NULL;
 }
 
-// This thread's slice of the trunk scratch, with every conv layer's part zeroed.
+// This thread's slice of the trunk scratch, with every node's part zeroed.
 static float *trunk_scratch(net_ws *ws, const model *m) {
     float *mine = ws->tscr + (size_t)omp_get_thread_num() * ws->tslice;
-    for (int l = 0; l < ws->trunk; l++) {
-        const layer *L = &m->layers[l];
-        const net_lplan *p = &ws->plan[l];
-        if (L->kind != LAYER_CONV2D) continue;
-        conv_geom g = geom_of(L, p);
-        conv2d_nhwc_scratch_init(mine + p->scr_off, &g);
+    for (int n = 0; n < ws->trunk; n++) {
+        const layer *L = node_layer(m, &ws->sched, n);
+        const net_layer_ops *ops = net_layer_ops_of[L->kind];
+        if (ops->scratch_init) ops->scratch_init(mine + ws->plan[n].scr_off, L, &ws->plan[n]);
     }
     return mine;
 }
 
-// Sample s's input of layer 0 in the layout the layer needs (converted when planned so).
-static const float *trunk_input(net_ws *ws, const model *m, const float *x, int s) {
-    const size_t n = (size_t)m->in_c * m->in_h * m->in_w;
-    const net_lplan *p = &ws->plan[0];
-    if (!p->cvt) return x + s * n;
-    float *dst = ws->cvt[0] + s * cvt_floats(m, 0, p);
-    nchw_to_nhwc(dst, x + s * n, 1, m->in_c, p->cvt_cs, m->in_h * m->in_w, 1);
+// Sample s's input of node n in the trunk, in the layout the node needs: the model's input
+// (converted when planned so), or its input node's buffer.
+static const float *trunk_input(net_ws *ws, const model *m, const float *x, int n, int s) {
+    const sched_node *N = &ws->sched.node[n];
+    if (N->in[0] != SCHED_INPUT) return ws->act[N->in[0]] + s * buf_floats(ws, m, N->in_buf[0]);
+    const size_t k = (size_t)m->in_c * m->in_h * m->in_w;
+    const net_lplan *p = &ws->plan[n];
+    if (!p->cvt) return x + s * k;
+    float *dst = ws->cvt[n] + s * cvt_floats(m, &ws->sched, n, p);
+    nchw_to_nhwc(dst, x + s * k, 1, m->in_c, p->cvt_cs, m->in_h * m->in_w, 1);
     return dst;
 }
 
@@ -437,49 +483,37 @@ static void trunk_forward(net_ws *ws, const model *m, const float *params, const
 #pragma omp for schedule(static)
         for (int s = 0; s < B; s++) {
             double tl = tp ? ht_now() : 0;
-            const float *in = trunk_input(ws, m, x, s);
-            for (int l = 0; l < ws->trunk; l++) {
-                const layer *L = &m->layers[l];
-                const net_lplan *p = &ws->plan[l];
-                const size_t n = out_floats(L, p);
-                float *out = ws->act[l] + s * n;
-                net_call c = {.L = L, .p = p, .l = l, .B = 1, .nt = 1,
+            for (int n = 0; n < ws->trunk; n++) {
+                const sched_node *N = &ws->sched.node[n];
+                const layer *L = &m->layers[N->layer];
+                const net_lplan *p = &ws->plan[n];
+                net_call c = {.L = L, .p = p, .l = N->layer, .B = 1, .nt = 1,
                               .act = layer_act_fn(L->kind), .params = params,
-                              .in = in, .out = out, .scratch = mine + p->scr_off,
-                              .pack = ws->pack + p->pack_off, .drop = drop,
-                              .ids = drop ? drop->ids + s : NULL};
+                              .in = trunk_input(ws, m, x, n, s),
+                              .out = ws->act[n] + s * out_floats(L, p),
+                              .scratch = mine + p->scr_off, .pack = ws->pack + p->pack_off,
+                              .drop = drop, .ids = drop ? drop->ids + s : NULL};
                 net_layer_ops_of[L->kind]->forward_one(&c);
                 if (tp) {
                     double now = ht_now();
-                    tp[l] += now - tl;
+                    tp[N->layer] += now - tl;
                     tl = now;
                 }
-                in = out;
             }
         }
     }
     if (ws->prof) trunk_prof_share(ws, 0, ht_now() - t0);
 }
 
-// The lowest layer the backward pass must reach: the first with parameters that are not frozen
-// or with batchnorm statistics (its backward writes them). Below it every layer is frozen (or
-// has no parameters), so nothing there needs a gradient: the backward stops there, and that
-// layer computes no input gradient. A model with nothing to train: n_layers.
-static int backward_floor(const model *m) {
-    for (int l = 0; l < m->n_layers; l++) {
-        const layer *L = &m->layers[l];
-        if (((L->n_w || L->n_b) && !L->frozen) || L->n_s) return l;
-    }
-    return m->n_layers;
-}
-
-// gout (B, trunk output) is the gradient of the trunk's output; adds the gradients of the
-// trunk's parameters from layer `reach` up to grads.
+// The gradient of the trunk's output is in its buffer's batch-wise slot; adds the gradients of
+// the parameters of the trunk's nodes whose backward runs to grads. Within a sample every other
+// buffer's gradient is in this thread's slot of the same number.
 static void trunk_backward(net_ws *ws, const model *m, const float *params, float *grads,
-                           const float *x, int B, const net_dropout *drop, float *gout,
-                           int reach) {
-    const int T = ws->trunk;
-    const size_t gout_n = out_floats(&m->layers[T - 1], &ws->plan[T - 1]);
+                           const float *x, int B, const net_dropout *drop) {
+    const schedule *S = &ws->sched;
+    const int T = ws->trunk, out_buf = S->node[T - 1].buf;
+    float *gout = grad_of(ws, out_buf);
+    const size_t gout_n = buf_floats(ws, m, out_buf);
     int nt = ws->nthreads;
     trunk_pack(ws, m, params, 1);
     double t0 = 0;
@@ -490,36 +524,35 @@ static void trunk_backward(net_ws *ws, const model *m, const float *params, floa
 #pragma omp parallel num_threads(ws->nthreads)
     {
         float *mine = trunk_scratch(ws, m);
-        float *ga = mine + ws->tgrad_off, *gb = ga + ws->tgrad_n;
+        float *tg = mine + ws->tgrad_off;
         double *tp = trunk_prof_mine(ws);
 #pragma omp single nowait
         nt = omp_get_num_threads();
 #pragma omp for schedule(static)
         for (int s = 0; s < B; s++) {
-            float *dout = gout + s * gout_n, *dfree = ga;
             double tl = tp ? ht_now() : 0;
-            for (int l = T - 1; l >= reach; l--) {
-                const layer *L = &m->layers[l];
-                const net_lplan *p = &ws->plan[l];
-                const size_t n = out_floats(L, p);
-                const float *in = l > 0 ? ws->act[l - 1] + s * out_floats(&m->layers[l - 1],
-                                                                             &ws->plan[l - 1])
-                                        : trunk_input(ws, m, x, s);
-                // The first layer's input gradient is never needed, nor the reach layer's.
-                float *din = l > reach ? dfree : NULL;
-                net_call c = {.L = L, .p = p, .l = l, .B = 1, .nt = 1,
+            for (int n = T - 1; n >= 0; n--) {
+                const sched_node *N = &S->node[n];
+                if (!N->backward) continue;
+                const layer *L = &m->layers[N->layer];
+                const net_lplan *p = &ws->plan[n];
+                float *dout = N->buf == out_buf
+                                  ? gout + s * gout_n
+                                  : tg + (size_t)S->buf[N->buf].gslot * ws->tgrad_n;
+                float *din = N->need_grad[0]
+                                 ? tg + (size_t)S->buf[N->in_buf[0]].gslot * ws->tgrad_n
+                                 : NULL;
+                net_call c = {.L = L, .p = p, .l = N->layer, .B = 1, .nt = 1,
                               .act = layer_act_fn(L->kind), .params = params,
-                              .in = in, .out = ws->act[l] + s * n, .dout = dout, .din = din,
-                              .scratch = mine + p->scr_off, .pack = ws->pack + p->pack_off,
-                              .drop = drop, .ids = drop ? drop->ids + s : NULL};
-                din = net_layer_ops_of[L->kind]->backward_one(&c);
-                if (din && din != dout) {
-                    dout = din;
-                    dfree = din == ga ? gb : ga;
-                }
+                              .in = trunk_input(ws, m, x, n, s),
+                              .out = ws->act[n] + s * out_floats(L, p), .dout = dout,
+                              .din = din, .scratch = mine + p->scr_off,
+                              .pack = ws->pack + p->pack_off, .drop = drop,
+                              .ids = drop ? drop->ids + s : NULL};
+                net_layer_ops_of[L->kind]->backward_one(&c);
                 if (tp) {
                     double now = ht_now();
-                    tp[l] += now - tl;
+                    tp[N->layer] += now - tl;
                     tl = now;
                 }
             }
@@ -527,16 +560,14 @@ static void trunk_backward(net_ws *ws, const model *m, const float *params, floa
     }
     if (ws->prof) trunk_prof_share(ws, 1, ht_now() - t0);
     // Per-thread sums added in thread order, so a given nthreads is deterministic.
-    for (int l = reach; l < T; l++) {
-        const layer *L = &m->layers[l];
-        const net_lplan *p = &ws->plan[l];
-        if (L->kind != LAYER_CONV2D) continue;
+    for (int n = 0; n < T; n++) {
+        const layer *L = node_layer(m, S, n);
+        const net_layer_ops *ops = net_layer_ops_of[L->kind];
+        if (!S->node[n].backward || !ops->scratch_reduce) continue;
         double t = ws->prof ? ht_now() : 0;
-        conv_geom g = geom_of(L, p);
-        conv2d_nhwc_scratch_reduce(grads + L->w_off, L->n_b ? grads + L->b_off : NULL,
-                                   ws->tscr + p->scr_off,
-                                   ws->tslice, nt, &g);
-        if (ws->prof) ws->prof[2 * l + 1] += ht_now() - t;
+        ops->scratch_reduce(grads, ws->tscr + ws->plan[n].scr_off, ws->tslice, nt, L,
+                            &ws->plan[n]);
+        if (ws->prof) ws->prof[2 * S->node[n].layer + 1] += ht_now() - t;
     }
 }
 
@@ -544,22 +575,21 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
                          const uint8_t *y, int B, const net_dropout *drop) {
     int nt = ws->nthreads;
     if (ws->trunk) trunk_forward(ws, m, params, x, B, drop);
-    const float *in = ws->trunk ? ws->act[ws->trunk - 1] : x;
-    for (int l = ws->trunk; l < m->n_layers; l++) {
-        const layer *L = &m->layers[l];
-        const net_lplan *p = &ws->plan[l];
-        float *out = ws->act[l];
+    for (int n = ws->trunk; n < ws->sched.n_nodes; n++) {
+        const sched_node *N = &ws->sched.node[n];
+        const layer *L = &m->layers[N->layer];
+        const net_lplan *p = &ws->plan[n];
         double t = ws->prof ? ht_now() : 0;
-        const float *lin = layer_input(ws, m, l, in, B);
-        net_call c = {.L = L, .p = p, .l = l, .B = B, .nt = nt, .act = layer_act_fn(L->kind),
-                      .params = params, .in = lin, .out = out, .scratch = ws->conv_ws, .drop = drop,
+        const float *lin = layer_input(ws, m, n, node_in(ws, n, x), B);
+        net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt,
+                      .act = layer_act_fn(L->kind), .params = params, .in = lin,
+                      .out = ws->act[n], .scratch = ws->conv_ws, .drop = drop,
                       .ids = drop ? drop->ids : NULL, .y = y, .loss = ws->loss,
-                      .bn_stats = ws->bn_stats[l], .group = ws->bn_group};
+                      .bn_stats = ws->bn_stats[n], .group = ws->bn_group};
         net_layer_ops_of[L->kind]->forward(&c);
-        if (ws->prof) ws->prof[2 * l] += ht_now() - t;
-        in = out;
+        if (ws->prof) ws->prof[2 * N->layer] += ht_now() - t;
     }
-    return in;
+    return ws->act[ws->sched.n_nodes - 1];
 }
 
 size_t net_grad_ready_from(const model *m, int l) {
@@ -584,57 +614,59 @@ void net_backward(net_ws *ws, const model *m, const float *params, float *grads,
 void net_backward_to(net_ws *ws, const model *m, const float *params, float *grads,
                      const float *x, const uint8_t *y, int B, const net_dropout *drop,
                      net_grad_mode overwrite) {
+    const schedule *S = &ws->sched;
     int nt = ws->nthreads;
-    const int reach = backward_floor(m);
     // Overwriting: the dense layers' GEMMs write their weight gradients (beta 0), and the
-    // convolutions' few parameters are zeroed here and then added to as usual; the frozen
-    // layers below the reach, which the pass does not reach, get zeros.
-    for (int l = 0; overwrite && l < m->n_layers; l++) {
-        const layer *L = &m->layers[l];
-        if (L->kind != LAYER_CONV2D && l >= reach) continue;
+    // families that add to theirs (conv) are zeroed here and then added to as usual; the
+    // frozen layers below the reach, which the pass does not reach, get zeros.
+    for (int n = 0; overwrite == NET_GRAD_WRITE && n < S->n_nodes; n++) {
+        const layer *L = node_layer(m, S, n);
+        if (!(net_layer_ops_of[L->kind]->flags & NET_OP_GRAD_ADDS) && S->node[n].backward) continue;
         if (L->n_w) memset(grads + L->w_off, 0, sizeof(float) * L->n_w);
         if (L->n_b) memset(grads + L->b_off, 0, sizeof(float) * L->n_b);
     }
-    float *dout = ws->g0, *dfree = ws->g1;
-    const int stop = ws->trunk > reach ? ws->trunk : reach;
-    for (int l = m->n_layers - 1; l >= stop; l--) {
-        const layer *L = &m->layers[l];
-        const net_lplan *p = &ws->plan[l];
+    const int stop = ws->trunk > S->reach ? ws->trunk : S->reach;
+    for (int n = S->n_nodes - 1; n >= stop; n--) {
+        const sched_node *N = &S->node[n];
+        if (!N->backward) continue;
+        const layer *L = &m->layers[N->layer];
+        const net_layer_ops *ops = net_layer_ops_of[L->kind];
+        const net_lplan *p = &ws->plan[n];
         double t = ws->prof ? ht_now() : 0;
-        // The layer's input as the forward pass used it (converted copies are still there).
-        const float *in = p->cvt ? ws->cvt[l] : l > 0 ? ws->act[l - 1] : x;
-        // The first layer's input gradient is never needed, nor the reach layer's.
-        float *din = l > reach ? dfree : NULL;
-        // The loss head writes its gradient even as a first layer: into the spare buffer.
-        net_call c = {.L = L, .p = p, .l = l, .B = B, .nt = nt, .act = layer_act_fn(L->kind),
-                      .params = params, .grads = grads,
-                      .beta = overwrite ? 0.0f : 1.0f, .in = in, .out = ws->act[l],
-                      .dout = dout, .din = (layer_flags(L->kind) & LF_LAST) ? dfree : din,
+        // The node's input as the forward pass used it (converted copies are still there).
+        const float *in = p->cvt ? ws->cvt[n] : node_in(ws, n, x);
+        float *dout = grad_of(ws, N->buf), *dslot = grad_of(ws, N->in_buf[0]);
+        // The loss head writes its gradient even when nothing wants it (as a first layer).
+        int want = N->need_grad[0] || (layer_flags(L->kind) & LF_LAST);
+        net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt,
+                      .act = layer_act_fn(L->kind), .params = params, .grads = grads,
+                      .beta = overwrite == NET_GRAD_WRITE ? 0.0f : 1.0f, .in = in, .out = ws->act[n],
+                      .dout = dout, .din = want ? dslot : NULL,
                       .scratch = ws->conv_ws, .drop = drop, .ids = drop ? drop->ids : NULL,
-                      .y = y, .bn_stats = ws->bn_stats[l], .group = ws->bn_group,
-                      .folded = l > 0 && ws->plan[l - 1].drop_fold,
-                      .fold_rate = p->drop_fold ? m->layers[l + 1].rate : 0.0f};
-        din = net_layer_ops_of[L->kind]->backward(&c);
+                      .y = y, .bn_stats = ws->bn_stats[n], .group = ws->bn_group,
+                      .folded = N->folded && ws->plan[N->in[0]].drop_fold,
+                      .fold_rate = p->drop_fold ? node_layer(m, S, N->fused_with)->rate : 0.0f};
+        float *din = ops->backward(&c);
         // Before the layout change below, which writes over dout.
-        if (ws->factor && L->kind == LAYER_DENSE && L->n_w)
-            ws->factor(ws->factor_arg, l, c.in, c.dout, B);
-        if (din && din != dout) {
-            if (p->cvt) {
-                // Back to the previous layer's layout, into dout's buffer (no longer needed).
-                int c, hw;
-                in_shape(m, l, &c, &hw);
-                if (p->cvt == 1) nhwc_to_nchw(dout, din, B, c, p->cvt_cs, hw, nt);
-                else nchw_to_nhwc(dout, din, B, c, p->cvt_cs, hw, nt);
-            } else {
-                dfree = dout;
-                dout = din;
-            }
+        if (ws->factor && (ops->flags & NET_OP_FACTORS) && L->n_w)
+            ws->factor(ws->factor_arg, N->layer, c.in, c.dout, B);
+        if (din && din != dout && p->cvt) {
+            // Back to the input's layout, into dout's slot (no longer needed), which then
+            // becomes the input's slot and the input's the free one.
+            int ch, hw;
+            in_shape(m, S, n, &ch, &hw);
+            if (p->cvt == 1) nhwc_to_nchw(dout, din, B, ch, p->cvt_cs, hw, nt);
+            else nchw_to_nhwc(dout, din, B, ch, p->cvt_cs, hw, nt);
+            float **a = &ws->gslot[S->buf[N->in_buf[0]].gslot], **b = &ws->gslot[S->buf[N->buf].gslot];
+            float *tmp = *a;
+            *a = *b;
+            *b = tmp;
         }
-        if (ws->prof) ws->prof[2 * l + 1] += ht_now() - t;
+        if (ws->prof) ws->prof[2 * N->layer + 1] += ht_now() - t;
         if (ws->ready) {
-            size_t from = net_grad_ready_from(m, l);
+            size_t from = net_grad_ready_from(m, N->layer);
             if (from < m->n_trainable) ws->ready(ws->ready_arg, from);
         }
     }
-    if (ws->trunk > reach) trunk_backward(ws, m, params, grads, x, B, drop, dout, reach);
+    if (ws->trunk > S->reach) trunk_backward(ws, m, params, grads, x, B, drop);
 }

@@ -10,20 +10,21 @@
 #include "core/common.h"
 #include "nn/conv_algo.h"
 #include "nn/model.h"
+#include "nn/schedule.h"
 
-// How layer l's input and output are laid out (see net.c): spatial tensors are kept
-// channels-last, dense ones flat.
+// How node n's input and output are laid out (see net.c): spatial tensors are kept
+// channels-last, dense ones flat. (Nodes are the schedule's; in a chain node n is layer n.)
 typedef struct net_lplan {
-    int out_nhwc, out_cs; // act[l] is (B,OH,OW,out_cs) when out_nhwc, else (B,OC,OH,OW)
-    int cvt;              // input converted into cvt[l] first: 0 no, 1 to NHWC, 2 to NCHW
+    int out_nhwc, out_cs; // act[n] is (B,OH,OW,out_cs) when out_nhwc, else (B,OC,OH,OW)
+    int cvt;              // input converted into cvt[n] first: 0 no, 1 to NHWC, 2 to NCHW
     int cvt_cs;           // the NHWC side's channel stride of that conversion
     int in_cs;            // channel stride of the (converted) input, NHWC consumers
-    int fuse_relu;        // conv or batchnorm whose relu (the next layer) it applies itself
-    int skip;             // relu applied by the conv or batchnorm before it
+    int fuse_relu;        // applies the relu after it itself (the schedule's fuse_relu)
+    int skip;             // relu applied by the node before it (the schedule's fused)
     int drop_fold;        // relu (batch-wise) right before a dropout: backward applies the
                           // dropout's scale itself, and the dropout's backward does nothing
-    size_t pack_off;      // conv in the trunk: its packed weights in ws->pack
-    size_t scr_off;       // conv in the trunk: its scratch in each thread's slice of ws->tscr
+    size_t pack_off;      // in the trunk: its packed weights in ws->pack (pack_floats)
+    size_t scr_off;       // in the trunk: its scratch in each thread's slice of ws->tscr
     conv_choice algo;     // conv: the algorithm of each direction (m->setup.conv_algo)
 } net_lplan;
 
@@ -31,15 +32,16 @@ typedef struct net_ws {
     int max_batch;
     int nthreads;
     int n_layers;
-    net_lplan *plan;  // (n_layers)
-    float **act;      // act[l]: output of layer l; relu/dropout alias act[l-1]
-    float **cvt;      // cvt[l]: layer l's input in the layout it needs, where converted
+    schedule sched;   // the nodes walked, their buffers and gradient slots
+    net_lplan *plan;  // (n_nodes)
+    float **act;      // act[n]: node n's output buffer (an in-place node's is its input's)
+    float **cvt;      // cvt[n]: node n's input in the layout it needs, where converted
     float *loss;      // (max_batch) per-sample loss of the last forward with labels
-    float *g0, *g1;   // activation-gradient ping-pong buffers
-    float *conv_ws;   // scratch of the largest conv layer after the trunk (batch-wise)
-    float **bn_stats; // bn_stats[l]: batchnorm layer l's groups' statistics, else NULL
+    float **gslot;    // the schedule's gradient slots (batch-wise); a layout change swaps two
+    float *conv_ws;   // the largest batch-wise scratch after the trunk (ws_floats)
+    float **bn_stats; // bn_stats[n]: node n's statistics (stat_floats), else NULL
     int bn_group;     // model_bn_group: samples of a group of batchnorm statistics (0: none)
-    // The trunk: layers [0, trunk) are spatial and run one sample at a time per thread, so a
+    // The trunk: nodes [0, trunk) are spatial and run one sample at a time per thread, so a
     // sample's activations and gradients stay in that core's cache from layer to layer.
     int trunk;
     float *pack;      // packed weights of the trunk's conv layers
@@ -48,7 +50,8 @@ typedef struct net_ws {
     // (Winograd-transformed) once, by the first pass that needs them; without it every pass
     // packs them. packed: they are packed.
     int pack_kept, packed;
-    float *tscr;      // per-thread slices: conv scratch, then two per-sample gradient buffers
+    float *tscr;      // per-thread slices: the layers' scratch, then a per-sample gradient
+                      // buffer for each gradient slot
     size_t tslice, tgrad_off, tgrad_n;
     float *owned;     // one allocation backing all of the above floats
     // Per-layer timing, off while prof is NULL (a pointer test a layer). A caller that points

@@ -1,7 +1,8 @@
 // The CPU path's op table: one row per layer kind (layer_kinds.h), its family's ops, which
-// net.c's walker calls with everything a call needs in one net_call. Each family's ops are
-// beside its math (conv.c, pool.c, dense.c, activations.c, act.c) as cpu_<family>. Internal to
-// src/nn.
+// net.c's walker calls with everything a call needs in one net_call, and what the walker and
+// the schedule plan by (fusions, packed weights, scratch and statistics sizes). Each family's
+// ops are beside its math (conv.c, pool.c, dense.c, activations.c, act.c) as cpu_<family>.
+// Internal to src/nn.
 #ifndef HETRAIN_NET_LAYERS_H
 #define HETRAIN_NET_LAYERS_H
 
@@ -46,7 +47,39 @@ typedef struct net_layer_ops {
     // The trunk's one-sample ops; NULL for a family that never runs in the trunk.
     void (*forward_one)(const net_call *c);
     float *(*backward_one)(const net_call *c);
+    unsigned flags; // NET_OP_*
+    // Spatial families: the channel stride of its channels-last output given its input's
+    // (conv pads its channels to whole vectors); NULL: its input's.
+    int (*out_cs)(const layer *L, int in_cs);
+    // Scratch floats batch-wise with nthreads threads (NULL: none).
+    size_t (*ws_floats)(const layer *L, const net_lplan *p, int nthreads);
+    // In the trunk: floats of its packed weights and of each thread's scratch (NULL: none),
+    // packing them from the parameters, zeroing a thread's scratch before a pass, and adding
+    // the threads' scratch (nt slices, tslice floats apart) into the parameter gradients.
+    size_t (*pack_floats)(const layer *L, const net_lplan *p);
+    size_t (*scratch_floats)(const layer *L, const net_lplan *p);
+    void (*pack)(float *pack, const float *params, const layer *L, const net_lplan *p);
+    void (*scratch_init)(float *scratch, const layer *L, const net_lplan *p);
+    void (*scratch_reduce)(float *grads, const float *scratch, size_t tslice, int nt,
+                           const layer *L, const net_lplan *p);
+    // Floats of per-micro-batch statistics a forward keeps for its backward (batchnorm's
+    // groups) for max_batch samples in groups of `group` (NULL: none).
+    size_t (*stat_floats)(const layer *L, int group, int max_batch);
 } net_layer_ops;
+
+// What the walker and the schedule plan by (net_layer_ops.flags).
+enum {
+    NET_OP_FUSES_RELU = 1 << 0, // applies a relu that follows it, forward and backward
+                                // (net_lplan.fuse_relu)
+    NET_OP_RELU = 1 << 1,       // a relu: done by the node before (skip), or doing the backward
+                                // of a dropout after it (drop_fold)
+    NET_OP_DROP_FOLD = 1 << 2,  // a dropout whose backward the relu before it can do (folded)
+    NET_OP_GRAD_ADDS = 1 << 3,  // its backward adds to its parameters' gradients whatever beta
+                                // says: a pass that overwrites zeroes them first
+    NET_OP_FACTORS = 1 << 4,    // its weight gradient is dout^T * in (net_ws.factor)
+    NET_OP_CONV_ALGO = 1 << 5,  // computes by conv_algo.h's choice for its net_conv_geom
+                                // (net_lplan.algo)
+};
 
 #define NET_OPS_DECL(id, fam, name, prefix, keras, key, dflt) extern const net_layer_ops cpu_##fam;
 LAYER_KINDS(NET_OPS_DECL)

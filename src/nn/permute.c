@@ -82,4 +82,4 @@ static float *permute_bwd(const net_call *c) {
 }
 
 // Never in the per-sample trunk: it reads NCHW.
-const net_layer_ops cpu_permute = {permute_fwd, permute_bwd, NULL, NULL};
+const net_layer_ops cpu_permute = {.forward = permute_fwd, .backward = permute_bwd};

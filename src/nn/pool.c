@@ -312,5 +312,8 @@ static float *gap_backward_one(const net_call *c) {
     return c->din;
 }
 
-const net_layer_ops cpu_pool = {pool_forward, pool_backward, pool_forward_one, pool_backward_one};
-const net_layer_ops cpu_gap = {gap_forward, gap_backward, gap_forward_one, gap_backward_one};
+const net_layer_ops cpu_pool = {.forward = pool_forward, .backward = pool_backward,
+                                .forward_one = pool_forward_one,
+                                .backward_one = pool_backward_one};
+const net_layer_ops cpu_gap = {.forward = gap_forward, .backward = gap_backward,
+                               .forward_one = gap_forward_one, .backward_one = gap_backward_one};

@@ -334,15 +334,22 @@ void ref_net_init(ref_net *r, const model *m, int max_batch) {
     memset(r, 0, sizeof *r);
     r->max_batch = max_batch;
     r->n_layers = m->n_layers;
+    ht_error e;
+    if (schedule_build(&r->sched, m, &e) < 0) {
+        fprintf(stderr, "ref: %s\n", e.msg);
+        abort();
+    }
     r->act = ref_alloc((size_t)m->n_layers, sizeof *r->act);
     r->dinput = ref_alloc((size_t)m->n_layers, sizeof *r->dinput);
+    r->dout = ref_alloc((size_t)m->n_layers, sizeof *r->dout);
     r->argmax = ref_alloc((size_t)m->n_layers, sizeof *r->argmax);
     r->loss = ref_alloc((size_t)max_batch, sizeof *r->loss);
     size_t ws = 0;
-    for (int l = 0; l < m->n_layers; l++) {
-        const layer *L = &m->layers[l];
+    for (int l = 0; l < r->sched.n_nodes; l++) {
+        const layer *L = &m->layers[r->sched.node[l].layer];
         const size_t no = layer_out_size(L) * (size_t)max_batch;
         r->act[l] = ref_alloc(no, sizeof(float));
+        r->dout[l] = ref_alloc(no, sizeof(float));
         r->dinput[l] = ref_alloc(layer_in_size(L) * (size_t)max_batch, sizeof(float));
         if (L->kind == LAYER_MAXPOOL) r->argmax[l] = ref_alloc(no, sizeof(int32_t)); // its winners
         if (L->kind == LAYER_CONV2D) {
@@ -357,10 +364,13 @@ void ref_net_free(ref_net *r) {
     for (int l = 0; l < r->n_layers; l++) {
         free(r->act[l]);
         free(r->dinput[l]);
+        free(r->dout[l]);
         free(r->argmax[l]);
     }
+    schedule_free(&r->sched);
     free(r->act);
     free(r->dinput);
+    free(r->dout);
     free(r->argmax);
     free(r->loss);
     free(r->ws);
@@ -692,23 +702,36 @@ static const ref_ops ref_ops_of[LAYER_KIND_COUNT] = {
 
 const float *ref_forward(ref_net *r, const model *m, const float *params, const float *x,
                          const uint8_t *y, int B, const net_dropout *drop) {
-    const float *in = x;
-    for (int l = 0; l < m->n_layers; l++) {
-        ref_call c = {r, &m->layers[l], l, B, params, NULL, in, r->act[l], NULL, NULL, drop, y,
-                      model_bn_group(m)};
-        ref_ops_of[m->layers[l].kind].forward(&c);
-        in = r->act[l];
+    const schedule *s = &r->sched;
+    for (int n = 0; n < s->n_nodes; n++) {
+        const sched_node *N = &s->node[n];
+        const float *in = N->in[0] == SCHED_INPUT ? x : r->act[N->in[0]];
+        ref_call c = {r, &m->layers[N->layer], n, B, params, NULL, in, r->act[n], NULL, NULL,
+                      drop, y, model_bn_group(m)};
+        ref_ops_of[m->layers[N->layer].kind].forward(&c);
     }
-    return in;
+    return r->act[s->n_nodes - 1];
 }
 
 void ref_backward(ref_net *r, const model *m, const float *params, float *grads, const float *x,
                   const uint8_t *y, int B, const net_dropout *drop) {
-    const float *g = NULL; // gradient of layer l's output
-    for (int l = m->n_layers - 1; l >= 0; l--) {
-        ref_call c = {r, &m->layers[l], l, B, params, grads, l ? r->act[l - 1] : x, r->act[l], g,
-                      r->dinput[l], drop, y, model_bn_group(m)};
-        ref_ops_of[m->layers[l].kind].backward(&c);
-        g = r->dinput[l];
+    const schedule *s = &r->sched;
+    for (int n = s->n_nodes - 1; n >= 0; n--) {
+        const sched_node *N = &s->node[n];
+        const layer *L = &m->layers[N->layer];
+        // The loss head's output has no readers, and its backward reads no gradient.
+        ref_call c = {r, L, n, B, params, grads, N->in[0] == SCHED_INPUT ? x : r->act[N->in[0]],
+                      r->act[n], N->n_out ? r->dout[n] : NULL, r->dinput[n], drop, y,
+                      model_bn_group(m)};
+        ref_ops_of[L->kind].backward(&c);
+        if (N->in[0] == SCHED_INPUT) continue;
+        // Into the input's output gradient: the first reader going backward writes it, the
+        // others add to it.
+        float *g = r->dout[N->in[0]];
+        const size_t k = layer_in_size(L) * (size_t)B;
+        if (N->grad_add[0])
+            for (size_t i = 0; i < k; i++) g[i] += r->dinput[n][i];
+        else
+            memcpy(g, r->dinput[n], sizeof(float) * k);
     }
 }

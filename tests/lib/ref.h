@@ -79,12 +79,16 @@ void ref_bn_train_backward(float *din, float *dgamma, float *dbeta, float *state
                            const float *dout, const float *in, const float *gamma, int B, int C,
                            int P, int G, float eps);
 
-// A whole network through the functions above and layers.h's flat ones: NCHW throughout,
-// one buffer per layer, nothing fused or in place, one thread.
+// A whole network through the functions above and layers.h's flat ones, walking the schedule's
+// nodes (schedule.h; in a chain node l is layer l): NCHW throughout, one buffer per node,
+// nothing fused or in place, one thread.
 typedef struct ref_net {
     int max_batch, n_layers;
-    float **act;      // act[l]: layer l's output (B, oc, oh, ow)
-    float **dinput;   // after ref_backward, dinput[l]: gradient of layer l's input (B, c, h, w)
+    schedule sched;
+    float **act;      // act[l]: node l's output (B, oc, oh, ow)
+    float **dinput;   // after ref_backward, dinput[l]: gradient of node l's input (B, c, h, w)
+    float **dout;     // dout[l]: gradient of node l's output, its readers' dinput written or
+                      // added as the schedule says
     int32_t **argmax; // max-pool layers' winners
     float *loss;      // (max_batch) per-sample loss of the last forward with labels
     float *ws;        // scratch of the largest convolution
