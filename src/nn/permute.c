@@ -5,6 +5,7 @@
 // NCHW tensors (LF_FLAT: the CPU path converts a channels-last input first).
 #include "nn/layers.h"
 
+#include "nn/keras_int.h"
 #include "nn/layer_desc.h"
 #include "nn/net_layers.h"
 
@@ -104,3 +105,7 @@ static float *permute_bwd(const net_call *c) {
 
 // Never in the per-sample trunk: it reads NCHW.
 const net_layer_ops cpu_permute = {permute_fwd, permute_bwd, NULL, NULL};
+
+// Keras's Permute is not read (yet): the Keras reader adds permutes around a layer of the
+// other data_format itself (keras_build.c).
+const keras_family keras_permute = {NULL, NULL};
