@@ -11,9 +11,6 @@
 
 #include "nn/model.h"
 
-#define KERAS_CLASSES                                                                          \
-    "InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, "  \
-    "Dense, BatchNormalization, Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax"
 #define NO_DEFAULT INT32_MIN
 
 // Element i of an array, or NULL when a is not an array or has no element i (json-c's own

@@ -25,6 +25,19 @@ static int keras_kind(const char *cls) {
     return -1;
 }
 
+// The classes hetrain reads, for the message about another: "InputLayer, Conv2D, ...,
+// Flatten, Activation" (the kinds' in layer_kinds.h's order).
+static const char *keras_class_list(void) {
+    static char list[400];
+    if (list[0]) return list;
+    size_t n = (size_t)snprintf(list, sizeof list, "InputLayer");
+    for (int k = 0; k < LAYER_KIND_COUNT && n < sizeof list; k++)
+        if (layer_descs[k].keras_class && keras_family_of[k]->read)
+            n += (size_t)snprintf(list + n, sizeof list - n, ", %s", layer_descs[k].keras_class);
+    if (n < sizeof list) snprintf(list + n, sizeof list - n, ", Flatten, Activation");
+    return list;
+}
+
 // Keras 3 writes each built layer's input shape: it must be what the layers before gave.
 static int check_build_config(kctx *k, const model *m, json_object *layer) {
     json_object *shape = kget(kget(layer, "build_config"), "input_shape");
@@ -119,5 +132,5 @@ int keras_read_layer(kctx *k, model *m, json_object *layer, int last) {
     if (!strcmp(cls, "Sequential") || !strcmp(cls, "Functional") || !strcmp(cls, "Model"))
         return kfail(k, "a model inside the model is not supported; hetrain reads one list of "
                      "layers");
-    return kfail(k, "not supported; hetrain reads " KERAS_CLASSES);
+    return kfail(k, "not supported; hetrain reads %s", keras_class_list());
 }
