@@ -123,7 +123,9 @@ extern const char *const conv_algo_names[];
     int frozen;                                                                                \
     /* permute: output axis i (of C, H, W) is input axis perm[i] - 1 (PyTorch's              \
        x.permute(0, perm[0], perm[1], perm[2])) */                                             \
-    int perm[3];
+    int perm[3];                                                                               \
+    /* zeropad: rows of zeros added at the top and bottom, columns at the left and right */     \
+    int pad_top, pad_bottom, pad_left, pad_right;
 
 typedef struct layer {
     layer_kind kind;
