@@ -259,9 +259,19 @@ static void bn_config_defaults(layer_spec *s, const char *section) {
     if (bn_torch(section)) s->momentum = 0.9f, s->momentum_set = 1, s->eps = 1e-5f, s->eps_set = 1;
 }
 
+// gamma and beta where the layer has them, the moving statistics; Keras keeps no count.
+static const layer_keras_var bn_keras_vars[] = {
+    {"gamma", 0, TENSOR_TRAINABLE, LKW_SAME, 0},
+    {"beta", 1, TENSOR_TRAINABLE, LKW_SAME, 0},
+    {"moving_mean", 0, TENSOR_RUNNING_MEAN, LKW_SAME, 1},
+    {"moving_variance", 0, TENSOR_RUNNING_VAR, LKW_SAME, 1},
+    {NULL, 0, TENSOR_NUM_BATCHES, LKW_NONE, 0},
+};
+
 const layer_family family_bn = {
     .name = "bn", .flags = LF_PARAMS | LF_SPATIAL, .keys = bn_keys, .sections = bn_sections,
-    .config_defaults = bn_config_defaults, .shape = bn_shape, .macs = bn_macs};
+    .config_defaults = bn_config_defaults, .shape = bn_shape, .macs = bn_macs,
+    .keras_vars = bn_keras_vars, .n_keras_vars = 5};
 
 static const float *bn_gamma(const float *buf, const layer *L) {
     return L->n_w ? buf + L->w_off : NULL;

@@ -639,11 +639,15 @@ static const layer_key conv_keys[] = {
     {NULL},
 };
 static const char *const conv_sections[] = {"convolutional", NULL}; // darknet's
+static const layer_keras_var conv_keras_vars[] = {
+    {"kernel", 0, TENSOR_TRAINABLE, LKW_CONV, 1},
+    {"bias", 1, TENSOR_TRAINABLE, LKW_SAME, 0},
+};
 
 const layer_family family_conv = {
     .name = "conv", .flags = LF_PARAMS | LF_SPATIAL | LF_WINDOW | LF_KERNEL, .keys = conv_keys,
     .sections = conv_sections, .shape = conv_shape, .weight_shape = conv_weight_shape,
-    .macs = conv_macs};
+    .macs = conv_macs, .keras_vars = conv_keras_vars, .n_keras_vars = 2};
 
 static void conv_forward(const net_call *c) {
     conv_geom g = net_conv_geom(c->L, c->p);

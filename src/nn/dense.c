@@ -119,6 +119,10 @@ static const layer_key dense_keys[] = {
     {NULL},
 };
 static const char *const dense_sections[] = {"connected", NULL}; // darknet's
+static const layer_keras_var dense_keras_vars[] = {
+    {"kernel", 0, TENSOR_TRAINABLE, LKW_DENSE, 1},
+    {"bias", 1, TENSOR_TRAINABLE, LKW_SAME, 0},
+};
 
 // Keras's Dense initialises its kernel lecun_uniform.
 static void dense_config_defaults(layer_spec *s, const char *section) {
@@ -129,7 +133,8 @@ static void dense_config_defaults(layer_spec *s, const char *section) {
 const layer_family family_dense = {
     .name = "dense", .flags = LF_PARAMS | LF_FLAT | LF_KERNEL, .keys = dense_keys,
     .sections = dense_sections, .config_defaults = dense_config_defaults, .shape = dense_shape,
-    .weight_shape = dense_weight_shape, .macs = dense_macs};
+    .weight_shape = dense_weight_shape, .macs = dense_macs, .keras_vars = dense_keras_vars,
+    .n_keras_vars = 2};
 
 static void dense_fwd(const net_call *c) {
     dense_forward(c->out, c->in, c->params + c->L->w_off, net_bias(c->params, c->L), c->B,

@@ -87,6 +87,24 @@ int layer_key_number(const layer_key_in *in, double lo, int lo_open, double hi, 
 // Index of the value in the NULL-terminated names, or -1 with a message listing them.
 int layer_key_choice(const layer_key_in *in, const char *const *names, int *out);
 
+// ---- weight files: where a family's tensors sit in Keras's HDF5 weights (kerash5.c) ----
+
+typedef enum layer_keras_layout {
+    LKW_SAME,  // a vector
+    LKW_CONV,  // Keras (K,K,C,OC), hetrain (OC,C,K,K): a kernel of rank 4
+    LKW_DENSE, // Keras (IN,OUT) with IN in (H,W,C) order, hetrain (OUT,IN) in (C,H,W) order
+    LKW_NONE,  // no Keras counterpart: a load from Keras's file zeroes it
+} layer_keras_layout;
+
+// One of the family's Keras variables, in Keras's order.
+typedef struct layer_keras_var {
+    const char *name;   // Keras's ("kernel", "moving_mean"); NULL for LKW_NONE
+    int bias;           // the layer's tensor: its weight (0) or its bias (1), when state is
+    tensor_state state; // TENSOR_TRAINABLE; else this state tensor
+    layer_keras_layout layout;
+    int required;       // every layer of the family has it (else only where the layer does)
+} layer_keras_var;
+
 typedef struct layer_family {
     const char *name;        // the family, as layer_kinds.h names it ("pool")
     unsigned flags;          // LF_*
@@ -106,6 +124,10 @@ typedef struct layer_family {
     int (*weight_shape)(const layer *L, int64_t *shape);
     // Forward multiply-adds per sample (0 for what is not a product).
     double (*macs)(const layer *L);
+    // Its tensors as Keras's weight files hold them under its kind's Keras class: n_keras_vars
+    // rows (0: Keras's files hold none of the family's tensors).
+    const layer_keras_var *keras_vars;
+    int n_keras_vars;
 } layer_family;
 
 typedef struct layer_desc {

@@ -159,6 +159,7 @@ typedef struct model_tensor {
     int layer;        // index into model.layers
     int bias;         // 0 weight, 1 bias (trainable tensors)
     tensor_state state; // TENSOR_TRAINABLE, or which state tensor
+    int integer;      // a count, which files keep as an integer (I64 in safetensors)
     int output;       // 1 for the output layer's tensors (the last layer with parameters)
     size_t off, n;    // place in params: [off, off + n)
     int ndim;
