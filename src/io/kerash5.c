@@ -16,22 +16,16 @@
 
 #include "io/safetensors.h"
 #include "io/stfile.h"
+#include "nn/layer_desc.h"
 
 #define KH5_MAX_VARS 4
-
-// How a Keras variable's elements sit against hetrain's tensor.
-typedef enum kh5_order {
-    KH5_SAME,  // a vector
-    KH5_CONV,  // Keras (K,K,C,OC), hetrain (OC,C,K,K)
-    KH5_DENSE, // Keras (IN,OUT) with IN in (H,W,C) order, hetrain (OUT,IN) in (C,H,W) order
-} kh5_order;
 
 typedef struct kh5_var {
     const char *name;      // Keras's: "kernel", "bias", "gamma", ...
     const model_tensor *t; // hetrain's tensor
     int ndim;
     hsize_t dims[4];       // Keras's shape
-    kh5_order order;
+    layer_keras_layout order;
     size_t oc, c, h, w;    // CONV: OC, C, K, K; DENSE: OUT and its input map (C,H,W)
     int chw;               // DENSE: Keras's inputs in (C,H,W) order too (model.keras_flatten_chw)
 } kh5_var;
@@ -43,7 +37,7 @@ typedef struct kh5_layer {
     int pos;                   // its place among the model's layers of its class, from 0
     int nv;
     kh5_var v[KH5_MAX_VARS];
-    const model_tensor *count; // batchnorm's count of updates: no Keras counterpart
+    const model_tensor *count; // a tensor with no Keras counterpart (LKW_NONE), or NULL
 } kh5_layer;
 
 typedef struct kh5_plan {
@@ -52,28 +46,56 @@ typedef struct kh5_plan {
     size_t max_n; // the largest variable's element count
 } kh5_plan;
 
-// The Keras layer of each hetrain kind with weights, and Keras 3's group name for its class
-// (keras.src.utils.naming.to_snake_case of the class name).
-static const struct {
-    layer_kind kind;
-    const char *cls, *snake;
-} kh5_classes[] = {
-    {LAYER_CONV2D, "Conv2D", "conv2d"},
-    {LAYER_DENSE, "Dense", "dense"},
-    {LAYER_BATCHNORM, "BatchNormalization", "batch_normalization"},
-};
-#define KH5_N_CLASSES (int)(sizeof kh5_classes / sizeof kh5_classes[0])
+// Keras 3's group name for a layer class (keras.src.utils.naming.to_snake_case): an
+// underscore before a capital that starts a lowercase run or follows a lowercase letter, all
+// lowercase ("BatchNormalization": "batch_normalization", "Conv2D": "conv2d").
+static void snake_case(const char *cls, char *out, size_t cap) {
+    size_t n = 0;
+    for (size_t i = 0; cls[i] && n + 2 < cap; i++) {
+        const char ch = cls[i];
+        const int up = ch >= 'A' && ch <= 'Z';
+        const int low_next = cls[i + 1] >= 'a' && cls[i + 1] <= 'z';
+        const int low_prev = i > 0 && cls[i - 1] >= 'a' && cls[i - 1] <= 'z';
+        if (up && i > 0 && (low_next || low_prev) && out[n - 1] != '_') out[n++] = '_';
+        out[n++] = up ? (char)(ch - 'A' + 'a') : ch;
+    }
+    out[n] = 0;
+}
+
+// Whether Keras's weight files hold kind k's tensors: its family has Keras variables and the
+// kind a Keras class.
+static int kh5_holds(int k) {
+    return layer_descs[k].keras_class && layer_descs[k].family->n_keras_vars > 0;
+}
+
+// "Conv2D, Dense and BatchNormalization": the classes whose weights the files hold.
+static const char *kh5_class_list(void) {
+    static char list[200];
+    if (list[0]) return list;
+    int n = 0, total = 0;
+    for (int k = 0; k < LAYER_KIND_COUNT; k++) total += kh5_holds(k);
+    size_t len = 0;
+    for (int k = 0; k < LAYER_KIND_COUNT && len < sizeof list; k++)
+        if (kh5_holds(k)) {
+            n++;
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+                                    n == 1 ? "" : n == total ? " and " : ", ",
+                                    layer_descs[k].keras_class);
+        }
+    return list;
+}
 
 // ---- the plan -------------------------------------------------------------------------------
 
-static void add_var(kh5_layer *K, const char *name, const model_tensor *t, kh5_order order) {
+static void add_var(kh5_layer *K, const char *name, const model_tensor *t,
+                    layer_keras_layout order) {
     kh5_var *v = &K->v[K->nv++];
     *v = (kh5_var){.name = name, .t = t, .order = order};
-    if (order == KH5_CONV) { // (OC,C,K,K) -> (K,K,C,OC)
+    if (order == LKW_CONV) { // (OC,C,K,K) -> (K,K,C,OC)
         v->oc = t->shape[0], v->c = t->shape[1], v->h = t->shape[2], v->w = t->shape[3];
         v->ndim = 4;
         v->dims[0] = v->h, v->dims[1] = v->w, v->dims[2] = v->c, v->dims[3] = v->oc;
-    } else if (order == KH5_DENSE) { // (OUT,IN) -> (IN,OUT)
+    } else if (order == LKW_DENSE) { // (OUT,IN) -> (IN,OUT)
         v->oc = t->shape[0];
         v->ndim = 2;
         v->dims[0] = t->shape[1], v->dims[1] = t->shape[0];
@@ -108,51 +130,51 @@ static int plan_build(const char *path, const model *m, kh5_plan *p, ht_error *e
     int nt;
     if (safetensors_tensors(path, m, &ts, &nt, e)) return -1;
     if (!(p->L = ht_calloc((size_t)m->n_layers + 1, sizeof *p->L, e))) return -1;
-    int seen[KH5_N_CLASSES] = {0};
+    int seen[LAYER_KIND_COUNT] = {0};
     for (int l = 0; l < m->n_layers; l++) {
         const model_tensor *wt = NULL, *bt = NULL, *st[4] = {NULL};
+        int any = 0;
         for (int i = 0; i < nt; i++) {
             if (ts[i].layer != l) continue;
+            any = 1;
             if (ts[i].state != TENSOR_TRAINABLE) st[ts[i].state] = &ts[i];
             else if (ts[i].bias) bt = &ts[i];
             else wt = &ts[i];
         }
-        if (!wt && !bt && !st[TENSOR_RUNNING_MEAN]) continue;
+        if (!any) continue;
         const layer *L = &m->layers[l];
-        int c = 0;
-        while (c < KH5_N_CLASSES && kh5_classes[c].kind != L->kind) c++;
-        if (c == KH5_N_CLASSES) {
+        if (!kh5_holds(L->kind)) {
             plan_free(p);
             return ht_fail(e, "%s: layer %d \"%s\" (%s) has weights but no Keras layer to hold "
-                              "them (Keras weight files hold Conv2D, Dense and "
-                              "BatchNormalization)", path, l, L->name, model_kind_name(L->kind));
+                              "them (Keras weight files hold %s)", path, l, L->name,
+                           model_kind_name(L->kind), kh5_class_list());
         }
+        const layer_desc *d = layer_desc_of(L->kind);
         kh5_layer *K = &p->L[p->n++];
+        char snake[40];
+        snake_case(d->keras_class, snake, sizeof snake);
         K->l = l;
-        K->cls = kh5_classes[c].cls;
-        if (seen[c]) snprintf(K->path, sizeof K->path, "%s_%d", kh5_classes[c].snake, seen[c]);
-        else snprintf(K->path, sizeof K->path, "%s", kh5_classes[c].snake);
-        K->pos = seen[c]++;
-        if (L->kind == LAYER_BATCHNORM) {
-            if (!st[TENSOR_RUNNING_MEAN] || !st[TENSOR_RUNNING_VAR]) {
+        K->cls = d->keras_class;
+        if (seen[L->kind]) snprintf(K->path, sizeof K->path, "%s_%d", snake, seen[L->kind]);
+        else snprintf(K->path, sizeof K->path, "%s", snake);
+        K->pos = seen[L->kind]++;
+        // The family's variables in Keras's order, each the layer's tensor it names.
+        for (int r = 0; r < d->family->n_keras_vars; r++) {
+            const layer_keras_var *kv = &d->family->keras_vars[r];
+            const model_tensor *t = kv->state ? st[kv->state] : kv->bias ? bt : wt;
+            const int rank = kv->layout == LKW_CONV ? 4 : kv->layout == LKW_DENSE ? 2 : 0;
+            if (kv->required && (!t || (rank && t->ndim != rank))) {
                 plan_free(p);
-                return ht_fail(e, "%s: layer %d \"%s\" (batchnorm) lacks its running mean or "
-                                  "variance", path, l, L->name);
+                return ht_fail(e, "%s: layer %d \"%s\" (%s) has no %s of Keras's rank", path, l,
+                               L->name, model_kind_name(L->kind), kv->name ? kv->name : "tensor");
             }
-            if (wt) add_var(K, "gamma", wt, KH5_SAME);
-            if (bt) add_var(K, "beta", bt, KH5_SAME);
-            add_var(K, "moving_mean", st[TENSOR_RUNNING_MEAN], KH5_SAME);
-            add_var(K, "moving_variance", st[TENSOR_RUNNING_VAR], KH5_SAME);
-            K->count = st[TENSOR_NUM_BATCHES];
-        } else {
-            if (!wt || wt->ndim != (L->kind == LAYER_CONV2D ? 4 : 2)) {
-                plan_free(p);
-                return ht_fail(e, "%s: layer %d \"%s\" (%s) has no kernel of Keras's rank", path,
-                               l, L->name, model_kind_name(L->kind));
+            if (!t) continue;
+            if (kv->layout == LKW_NONE) {
+                K->count = t;
+                continue;
             }
-            add_var(K, "kernel", wt, L->kind == LAYER_CONV2D ? KH5_CONV : KH5_DENSE);
-            if (L->kind == LAYER_DENSE) dense_input(m, l, &K->v[0]);
-            if (bt) add_var(K, "bias", bt, KH5_SAME);
+            add_var(K, kv->name, t, kv->layout);
+            if (kv->layout == LKW_DENSE) dense_input(m, l, &K->v[K->nv - 1]);
         }
         for (int i = 0; i < K->nv; i++)
             if (K->v[i].t->n > p->max_n) p->max_n = K->v[i].t->n;
@@ -162,12 +184,12 @@ static int plan_build(const char *path, const model *m, kh5_plan *p, ht_error *e
 
 // Where hetrain's element i of v's tensor sits in Keras's variable.
 static size_t keras_index(const kh5_var *v, size_t i) {
-    if (v->order == KH5_CONV) {
+    if (v->order == LKW_CONV) {
         size_t k = v->h, ckk = v->c * k * k;
         size_t oc = i / ckk, r = i % ckk, c = r / (k * k), y = r / k % k, x = r % k;
         return ((y * k + x) * v->c + c) * v->oc + oc;
     }
-    if (v->order == KH5_DENSE) {
+    if (v->order == LKW_DENSE) {
         size_t in = v->c * v->h * v->w, o = i / in, r = i % in;
         if (v->chw) return r * v->oc + o; // Keras's inputs in (C,H,W) order too
         size_t c = r / (v->h * v->w), y = r / v->w % v->h, x = r % v->w;
@@ -727,7 +749,7 @@ int kerash5_load(const char *path, const model *m, float *params, ht_error *e) {
                    "groups nor Keras 2's layer_names attribute (nor a model_weights group)", path);
     }
     if (rc == 0) {
-        // The count of updates has no Keras counterpart: a loaded model starts it anew.
+        // A tensor without a Keras counterpart (a count of updates) starts anew.
         for (int i = 0; i < p.n; i++)
             if (p.L[i].count) tmp[p.L[i].count->off] = 0;
         memcpy(params, tmp, m->n_params * sizeof *tmp);

@@ -1,6 +1,7 @@
 // A model's weights as a safetensors file (stfile.c): its parameter tensors under PyTorch's
-// names and layouts, nothing else but {"format":"pt"} as metadata. Everything is F32 but
-// batchnorm's count of updates, which PyTorch keeps as an int64 scalar.
+// names and layouts, nothing else but {"format":"pt"} as metadata. Everything is F32 but a
+// count of updates in a layer's state (model_tensor.integer), which PyTorch keeps as an int64
+// scalar.
 #include "io/safetensors.h"
 
 #include <stdlib.h>
@@ -31,7 +32,7 @@ int safetensors_save(const char *path, const model *m, const float *params, ht_e
     }
     for (int i = 0; i < nt; i++) {
         st[i] = (stfile_tensor){ts[i].name, ts[i].ndim, ts[i].shape, params + ts[i].off};
-        dt[i] = ts[i].state == TENSOR_NUM_BATCHES ? STFILE_I64 : STFILE_F32;
+        dt[i] = ts[i].integer ? STFILE_I64 : STFILE_F32;
     }
     static const char *const meta[] = {"format", "pt"};
     int rc = stfile_write_dtypes(path, st, dt, nt, meta, 1, -1, e);
@@ -57,7 +58,7 @@ int safetensors_load(const char *path, const model *m, float *params, ht_error *
         int got = stfile_entry_get(&sf, ts[i].name, ts[i].ndim, ts[i].shape, &ents[i], e);
         if (got == 1) ht_fail(e, "%s: missing tensor \"%s\" (model %s)", path, ts[i].name, m->name);
         if (got) goto done;
-        if (ents[i].dtype == STFILE_I64 && ts[i].state != TENSOR_NUM_BATCHES) {
+        if (ents[i].dtype == STFILE_I64 && !ts[i].integer) {
             ht_fail(e, "%s: tensor \"%s\" is I64: hetrain's weights are floats (integers only "
                        "in a batchnorm's num_batches_tracked)", path, ts[i].name);
             goto done;

@@ -145,11 +145,20 @@ static double act_macs(const layer *L) {
     return 0;
 }
 
-// The kind's own parameter key is looked up in its description by the config reader.
-static const char *const act_keys[] = {NULL};
+// Each kind's parameter (layer_kinds.h), each row a key of the kinds whose param_key it is;
+// model_add checks its range. Keras 3's LeakyReLU calls alpha negative_slope.
+#define ACT_PARAM_ROW(key, alias)                                                              \
+    {key, alias, LK_FLOAT, LK_KIND_PARAM, offsetof(layer_spec, alpha),                         \
+     offsetof(layer_spec, alpha_set), -1e6, 1e6, NULL}
+static const layer_key act_keys[] = {
+    ACT_PARAM_ROW("alpha", "negative_slope"),
+    ACT_PARAM_ROW("slope", NULL),
+    ACT_PARAM_ROW("approximate", NULL),
+    {NULL},
+};
 
-const layer_family family_act = {"act", LF_ACTIVATION, act_keys, act_keys, act_shape, NULL,
-                                 act_macs};
+const layer_family family_act = {.name = "act", .flags = LF_ACTIVATION, .keys = act_keys,
+                                 .shape = act_shape, .macs = act_macs};
 
 // Channels-last tensors keep their pad channels zero.
 static void act_fwd(const net_call *c) {

@@ -229,17 +229,22 @@ static double no_macs(const layer *L) {
     return 0;
 }
 
-static const char *const no_keys[] = {NULL};
-static const char *const dropout_keys[] = {"rate", NULL};
+static const layer_key no_keys[] = {{NULL}};
+static const layer_key dropout_keys[] = {
+    LK_ROW("rate", NULL, LK_FLOAT, LK_REQUIRED | LK_HI_OPEN, rate, 0, 1),
+    {NULL},
+};
 
-const layer_family family_relu = {"relu", LF_IN_PLACE | LF_ACTIVATION, no_keys, no_keys,
-                                  relu_shape, NULL, no_macs};
-const layer_family family_dropout = {"dropout", LF_IN_PLACE, dropout_keys, dropout_keys,
-                                     dropout_shape, NULL, no_macs};
-const layer_family family_softmax = {"softmax", LF_FLAT | LF_LAST | LF_ACTIVATION, no_keys, no_keys,
-                                     softmax_shape, NULL, no_macs};
-const layer_family family_bce = {"bce", LF_FLAT | LF_LAST, no_keys, no_keys, bce_shape, NULL,
-                                 no_macs};
+const layer_family family_relu = {.name = "relu", .flags = LF_IN_PLACE | LF_ACTIVATION,
+                                  .keys = no_keys, .shape = relu_shape, .macs = no_macs};
+const layer_family family_dropout = {.name = "dropout", .flags = LF_IN_PLACE,
+                                     .keys = dropout_keys, .shape = dropout_shape,
+                                     .macs = no_macs};
+const layer_family family_softmax = {.name = "softmax",
+                                     .flags = LF_FLAT | LF_LAST | LF_ACTIVATION,
+                                     .keys = no_keys, .shape = softmax_shape, .macs = no_macs};
+const layer_family family_bce = {.name = "bce", .flags = LF_FLAT | LF_LAST, .keys = no_keys,
+                                 .shape = bce_shape, .macs = no_macs};
 
 // relu: in place; a relu right after a conv or a batchnorm is theirs (p->skip).
 static void relu_fwd(const net_call *c) {

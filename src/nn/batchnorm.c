@@ -220,12 +220,58 @@ static double bn_macs(const layer *L) {
     return 0;
 }
 
-static const char *const bn_keys[] = {"momentum", "epsilon", "eps", "center", "scale", "affine",
-                                      NULL};
-static const char *const bn_required[] = {NULL};
+// A [BatchNorm2d] or [BatchNorm1d] section: PyTorch's names and meanings.
+static int bn_torch(const char *section) { return !strncmp(section, "BatchNorm", 9); }
 
-const layer_family family_bn = {"bn", LF_PARAMS | LF_SPATIAL, bn_keys, bn_required, bn_shape,
-                                NULL, bn_macs};
+// Keras's momentum, or PyTorch's (1 - Keras's) in a PyTorch section.
+static int bn_momentum_key(layer_spec *s, const layer_key_in *in) {
+    s->momentum_set = 1;
+    if (layer_key_number(in, 0, 0, 1, 0, &s->momentum)) return -1;
+    if (bn_torch(in->section)) s->momentum = 1.0f - s->momentum;
+    return 0;
+}
+
+// PyTorch's affine: gamma and beta both.
+static int bn_affine_key(layer_spec *s, const layer_key_in *in) {
+    static const char *const names[] = {"0", "1", "false", "true", NULL};
+    int i;
+    if (layer_key_choice(in, names, &i)) return -1;
+    s->no_center = s->no_scale = i % 2 == 0;
+    return 0;
+}
+
+static const layer_key bn_keys[] = {
+    {"momentum", NULL, LK_PARSE, 0, 0, 0, 0, 0, bn_momentum_key},
+    {"epsilon", NULL, LK_FLOAT, LK_LO_OPEN, offsetof(layer_spec, eps),
+     offsetof(layer_spec, eps_set), 0, 1, NULL},
+    {"eps", NULL, LK_FLOAT, LK_LO_OPEN, offsetof(layer_spec, eps), offsetof(layer_spec, eps_set),
+     0, 1, NULL},
+    LK_ROW("center", NULL, LK_NOT_BOOL, 0, no_center, 0, 0),
+    LK_ROW("scale", NULL, LK_NOT_BOOL, 0, no_scale, 0, 0),
+    {"affine", NULL, LK_PARSE, 0, 0, 0, 0, 0, bn_affine_key},
+    {NULL},
+};
+static const char *const bn_sections[] = {"BatchNorm2d", "BatchNorm1d", NULL}; // PyTorch's
+
+// gamma starts at ones; PyTorch's sections take PyTorch's defaults.
+static void bn_config_defaults(layer_spec *s, const char *section) {
+    s->w_init = INIT_ONES;
+    if (bn_torch(section)) s->momentum = 0.9f, s->momentum_set = 1, s->eps = 1e-5f, s->eps_set = 1;
+}
+
+// gamma and beta where the layer has them, the moving statistics; Keras keeps no count.
+static const layer_keras_var bn_keras_vars[] = {
+    {"gamma", 0, TENSOR_TRAINABLE, LKW_SAME, 0},
+    {"beta", 1, TENSOR_TRAINABLE, LKW_SAME, 0},
+    {"moving_mean", 0, TENSOR_RUNNING_MEAN, LKW_SAME, 1},
+    {"moving_variance", 0, TENSOR_RUNNING_VAR, LKW_SAME, 1},
+    {NULL, 0, TENSOR_NUM_BATCHES, LKW_NONE, 0},
+};
+
+const layer_family family_bn = {
+    .name = "bn", .flags = LF_PARAMS | LF_SPATIAL, .keys = bn_keys, .sections = bn_sections,
+    .config_defaults = bn_config_defaults, .shape = bn_shape, .macs = bn_macs,
+    .keras_vars = bn_keras_vars, .n_keras_vars = 5};
 
 static const float *bn_gamma(const float *buf, const layer *L) {
     return L->n_w ? buf + L->w_off : NULL;

@@ -104,37 +104,32 @@ typedef enum sec_kind {
     SEC_FLATTEN,
 } sec_kind;
 
-// Sections besides the layer kinds' own names and Keras classes (layer_desc.h).
+// Sections besides the layer kinds' own names, Keras classes and their families' other names
+// (layer_desc.h).
 static const struct {
     const char *name;
     sec_kind kind;
-    int layer; // SEC_LAYER: the kind
 } sec_aliases[] = {
-    {"net", SEC_NET, 0},           {"network", SEC_NET, 0},
-    {"convolutional", SEC_LAYER, LAYER_CONV2D}, {"connected", SEC_LAYER, LAYER_DENSE},
-    {"BatchNorm2d", SEC_LAYER, LAYER_BATCHNORM}, {"BatchNorm1d", SEC_LAYER, LAYER_BATCHNORM},
-    {"Activation", SEC_ACTIVATION, 0}, {"Flatten", SEC_FLATTEN, 0},
+    {"net", SEC_NET},               {"network", SEC_NET},
+    {"Activation", SEC_ACTIVATION}, {"Flatten", SEC_FLATTEN},
 };
 
-// Keras's argument names for the keys, in the families that have them (NULL: any section).
+// Keras's argument names for [net]'s keys (a layer family's are in its key rows).
 static const struct {
-    const char *family, *keras, *key;
-} key_aliases[] = {
-    {"net", "learning_rate", "lr"},  {"net", "batch_size", "batch"},
-    {"net", "validation_split", "val_split"},
-    {"conv", "kernel_size", "size"}, {"pool", "pool_size", "size"},
-    {"act", "negative_slope", "alpha"}, // Keras 3's LeakyReLU (Keras 2's: alpha)
-    {NULL, "strides", "stride"},   {NULL, "padding", "pad"},
-    {NULL, "kernel_initializer", "init"}, {NULL, "bias_initializer", "bias_init"},
-    {NULL, "use_bias", "bias"},
+    const char *keras, *key;
+} net_aliases[] = {
+    {"learning_rate", "lr"},
+    {"batch_size", "batch"},
+    {"validation_split", "val_split"},
 };
 
 static const char *const net_keys[] = {"name", "input", "classes", "optimizer", "lr", "momentum",
                                        "nesterov", "decay", "beta1", "beta2", "eps", "batch",
                                        "epochs", "val_split", "conv_algo", "lr_schedule",
                                        "weight_decay", "weight_decay_mode", "bn_group", NULL};
-static const char *const activation_keys[] = {"name", "activation", NULL};
 static const char *const flatten_keys[] = {"name", NULL};
+// [Activation]'s keys: name, and this row.
+static const layer_key activation_row = {"activation", NULL, LK_ACTIVATION, 0, 0, 0, 0, 0, NULL};
 
 #define SEC_MAX_KEYS 24 // and below 32: `seen` has a bit per key
 
@@ -157,6 +152,7 @@ typedef struct cfg_ctx {
     char sec_name[64]; // as written, for messages
     int sec_line, last_line;
     const char *keys[SEC_MAX_KEYS + 1]; // the section's keys, NULL-terminated
+    const layer_key *rows[SEC_MAX_KEYS]; // a layer section's: each key's row (NULL: "name")
     unsigned seen;     // keys given, by index into keys
     layer_spec spec;
     char layer_name[64];
@@ -239,37 +235,24 @@ static int parse_int(cfg_ctx *c, const char *key, const char *v, int lo, int hi,
     return 0;
 }
 
-// lo_open/hi_open: whether the bound itself is excluded.
+// lo_open/hi_open: whether the bound itself is excluded (layer_desc.h's checks, whose
+// messages the families' own keys share).
 static int parse_float(cfg_ctx *c, const char *key, const char *v, double lo, int lo_open,
                        double hi, int hi_open, float *out) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (!*v || *end || errno || !isfinite(x) || (lo_open ? x <= lo : x < lo) ||
-        (hi_open ? x >= hi : x > hi))
-        return cfg_fail(c, c->line, "[%s] %s: expected a number in %c%g, %g%c, found \"%.40s\"",
-                        c->sec_name, SHOWN(key), lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']',
-                        v);
-    *out = (float)x;
+    char msg[400];
+    layer_key_in in = {c->sec_name, SHOWN(key), v, msg, sizeof msg};
+    if (layer_key_number(&in, lo, lo_open, hi, hi_open, out))
+        return cfg_fail(c, c->line, "%s", msg);
     return 0;
 }
 
 // Index of v in the NULL-terminated names, or an error listing them.
 static int parse_choice(cfg_ctx *c, const char *key, const char *v, const char *const *names,
                         int *out) {
-    char list[160] = "";
-    size_t len = 0;
-    for (int i = 0; names[i]; i++) {
-        if (!strcmp(v, names[i])) {
-            *out = i;
-            return 0;
-        }
-        if (len < sizeof list)
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? "|" : "", names[i]);
-    }
-    return cfg_fail(c, c->line, "[%s] %s: expected %s, found \"%.40s\"", c->sec_name, SHOWN(key),
-                    list,
-                    v);
+    char msg[400];
+    layer_key_in in = {c->sec_name, SHOWN(key), v, msg, sizeof msg};
+    if (layer_key_choice(&in, names, out)) return cfg_fail(c, c->line, "%s", msg);
+    return 0;
 }
 
 // An initialiser's arguments as written in "name(key = value, ...)".
@@ -428,13 +411,11 @@ static int net_key(cfg_ctx *c, const char *key, const char *v) {
     return cfg_fail(c, c->line, "[%s] %s: not handled", c->sec_name, key); // table out of sync
 }
 
-// A [BatchNorm2d] or [BatchNorm1d] section: PyTorch's names and meanings.
-static int torch_bn(const cfg_ctx *c) { return !strncmp(c->sec_name, "BatchNorm", 9); }
-
-static int layer_key(cfg_ctx *c, const char *key, const char *v) {
+// A key of a layer section, read as its family's row says (layer_desc.h); row NULL: "name".
+static int section_key(cfg_ctx *c, const layer_key *row, const char *key, const char *v) {
     layer_spec *s = &c->spec;
     int i;
-    if (!strcmp(key, "name")) {
+    if (!row) {
         if (!*v || strlen(v) > 31)
             return cfg_fail(c, c->line, "[%s] name: expected 1..31 characters, found \"%.40s\"",
                             c->sec_name, v);
@@ -442,13 +423,23 @@ static int layer_key(cfg_ctx *c, const char *key, const char *v) {
         s->name = c->layer_name;
         return 0;
     }
-    if (!strcmp(key, "filters")) return parse_int(c, key, v, 1, 65536, &s->filters);
-    if (!strcmp(key, "units")) return parse_int(c, key, v, 1, 65536, &s->units);
-    if (!strcmp(key, "size")) return parse_int(c, key, v, 1, 64, &s->k);
-    if (!strcmp(key, "stride")) return parse_int(c, key, v, 1, 64, &s->stride);
-    if (!strcmp(key, "pad")) {
+    char *field = (char *)s + row->off;
+    if (row->set) *(int *)((char *)s + row->set) = 1;
+    switch (row->type) {
+    case LK_INT:
+        return parse_int(c, key, v, (int)row->lo, (int)row->hi, (int *)field);
+    case LK_FLOAT:
+        return parse_float(c, key, v, row->lo, !!(row->flags & LK_LO_OPEN), row->hi,
+                           !!(row->flags & LK_HI_OPEN), (float *)field);
+    case LK_NOT_BOOL: {
+        static const char *const names[] = {"0", "1", "false", "true", NULL}; // use_bias too
+        if (parse_choice(c, key, v, names, &i)) return -1;
+        *(int *)field = i % 2 == 0;
+        return 0;
+    }
+    case LK_PAD: {
         if (!strcmp(v, "same") || !strcmp(v, "valid")) {
-            s->pad = v[0] == 's' ? -1 : 0;
+            *(int *)field = v[0] == 's' ? -1 : 0;
             return 0;
         }
         char *end;
@@ -456,10 +447,10 @@ static int layer_key(cfg_ctx *c, const char *key, const char *v) {
         if (!*v || *end || x < 0 || x > 64)
             return cfg_fail(c, c->line, "[%s] %s: expected an integer 0..64, \"same\" or "
                             "\"valid\", found \"%.40s\"", c->sec_name, SHOWN(key), v);
-        s->pad = (int)x;
+        *(int *)field = (int)x;
         return 0;
     }
-    if (!strcmp(key, "activation")) {
+    case LK_ACTIVATION: {
         // linear, then the activations in layer_kinds.h's order ("linear|relu|...|softmax").
         const char *names[LAYER_KIND_COUNT + 2];
         int kinds[LAYER_KIND_COUNT + 1], n = 0;
@@ -473,67 +464,29 @@ static int layer_key(cfg_ctx *c, const char *key, const char *v) {
         c->act_after = kinds[i];
         return 0;
     }
-    if (!strcmp(key, "bias")) {
-        static const char *const names[] = {"0", "1", "false", "true", NULL}; // use_bias too
-        if (parse_choice(c, key, v, names, &i)) return -1;
-        s->no_bias = i % 2 == 0;
-        return 0;
-    }
-    if (!strcmp(key, "init") || !strcmp(key, "bias_init")) {
+    case LK_W_INIT:
+    case LK_B_INIT: {
         init_desc d;
         if (parse_init(c, key, v, &d)) return -1;
-        if (key[0] == 'i')
+        if (row->type == LK_W_INIT)
             s->w_init = d.kind, s->w_arg = d.arg, s->w_arg2 = d.arg2, s->w_vs = d.vs;
         else
             s->b_init = d.kind, s->b_arg = d.arg, s->b_arg2 = d.arg2, s->b_vs = d.vs;
         return 0;
     }
     // Kept aside until the section ends, so that they win over the init's defaults in any order.
-    if (!strcmp(key, "init_arg")) {
+    case LK_W_ARG:
         c->w_arg_set = 1;
         return parse_float(c, key, v, -1e6, 0, 1e6, 0, &c->w_arg);
-    }
-    if (!strcmp(key, "bias_arg")) {
+    case LK_B_ARG:
         c->b_arg_set = 1;
         return parse_float(c, key, v, -1e6, 0, 1e6, 0, &c->b_arg);
-    }
-    if (!strcmp(key, "rate")) {
-        return parse_float(c, key, v, 0, 0, 1, 1, &s->rate);
-    }
-    if (!strcmp(key, "dims")) { // permute's: three axes, "2,3,1"
-        int n = 0, used = 0;
-        if (sscanf(v, " %d , %d , %d %n", &s->perm[0], &s->perm[1], &s->perm[2], &used) != 3 ||
-            v[used] != 0)
-            n = -1;
-        for (int i = 0; n == 0 && i < 3; i++)
-            if (s->perm[i] < 1 || s->perm[i] > 3) n = -1;
-        if (n < 0 || s->perm[0] == s->perm[1] || s->perm[1] == s->perm[2] ||
-            s->perm[0] == s->perm[2])
-            return cfg_fail(c, c->line, "dims = %s: expected a permutation of the axes 1,2,3 "
-                            "(C, H, W), such as 2,3,1", v);
+    case LK_PARSE: {
+        char msg[400];
+        layer_key_in in = {c->sec_name, SHOWN(key), v, msg, sizeof msg};
+        if (row->parse(s, &in)) return cfg_fail(c, c->line, "%s", msg);
         return 0;
     }
-    if (!strcmp(key, "momentum")) { // batchnorm's
-        s->momentum_set = 1;
-        if (parse_float(c, key, v, 0, 0, 1, 0, &s->momentum)) return -1;
-        if (torch_bn(c)) s->momentum = 1.0f - s->momentum;
-        return 0;
-    }
-    if (!strcmp(key, "epsilon") || !strcmp(key, "eps")) {
-        s->eps_set = 1;
-        return parse_float(c, key, v, 0, 1, 1, 0, &s->eps);
-    }
-    if (!strcmp(key, "center") || !strcmp(key, "scale") || !strcmp(key, "affine")) {
-        static const char *const names[] = {"0", "1", "false", "true", NULL};
-        if (parse_choice(c, key, v, names, &i)) return -1;
-        if (key[0] != 's') s->no_center = i % 2 == 0;
-        if (key[0] != 'c') s->no_scale = i % 2 == 0;
-        return 0;
-    }
-    const char *pk = c->kind == SEC_LAYER ? layer_desc_of(s->kind)->param_key : NULL;
-    if (pk && !strcmp(key, pk)) { // the act family's parameter; model_add checks its range
-        s->alpha_set = 1;
-        return parse_float(c, key, v, -1e6, 0, 1e6, 0, &s->alpha);
     }
     return cfg_fail(c, c->line, "[%s] %s: not handled", c->sec_name, key);
 }
@@ -572,14 +525,13 @@ static int close_section(cfg_ctx *c) {
         return 0;
     }
     // Every key the family requires was given ("needs filters and size").
-    const char *const *req = layer_desc_of(s->kind)->family->required;
-    for (int r = 0; req[r]; r++) {
-        int k = 0;
-        while (c->keys[k] && strcmp(c->keys[k], req[r])) k++;
-        if (c->seen >> k & 1u) continue;
+    for (int r = 0; c->keys[r]; r++) {
+        if (!c->rows[r] || !(c->rows[r]->flags & LK_REQUIRED) || (c->seen >> r & 1u)) continue;
         char need[96] = "";
-        for (int i = 0, n = 0; req[i]; i++)
-            n += snprintf(need + n, sizeof need - (size_t)n, "%s%s", i ? " and " : "", req[i]);
+        for (int i = 0, n = 0; c->keys[i]; i++)
+            if (c->rows[i] && (c->rows[i]->flags & LK_REQUIRED))
+                n += snprintf(need + n, sizeof need - (size_t)n, "%s%s", n ? " and " : "",
+                              c->keys[i]);
         return cfg_fail(c, c->sec_line, "[%s] needs %s", c->sec_name, need);
     }
     layer_spec after = {.kind = (layer_kind)(c->act_after >= 0 ? c->act_after : 0)};
@@ -606,20 +558,23 @@ static const char *section_list(void) {
     return list;
 }
 
-// The keys of the open section: name, then its family's, then its kind's parameter.
+// The keys of the open section: name, then its family's (of them, the act family's parameter
+// its kind takes).
 static void section_keys(cfg_ctx *c) {
-    const char *const *from = c->kind == SEC_NET          ? net_keys
-                              : c->kind == SEC_ACTIVATION ? activation_keys
-                              : c->kind == SEC_FLATTEN    ? flatten_keys
-                                                          : NULL;
+    const char *const *from = c->kind == SEC_NET ? net_keys : c->kind == SEC_FLATTEN ? flatten_keys
+                                                                                       : NULL;
     int n = 0;
     if (from) {
-        while (from[n] && n < SEC_MAX_KEYS) c->keys[n] = from[n], n++;
+        while (from[n] && n < SEC_MAX_KEYS) c->rows[n] = NULL, c->keys[n] = from[n], n++;
+    } else if (c->kind == SEC_ACTIVATION) {
+        c->rows[n] = NULL, c->keys[n++] = "name";
+        c->rows[n] = &activation_row, c->keys[n++] = activation_row.key;
     } else {
         const layer_desc *d = layer_desc_of(c->spec.kind);
-        c->keys[n++] = "name";
-        for (int i = 0; d->family->keys[i] && n < SEC_MAX_KEYS; i++) c->keys[n++] = d->family->keys[i];
-        if (d->param_key && n < SEC_MAX_KEYS) c->keys[n++] = d->param_key;
+        c->rows[n] = NULL, c->keys[n++] = "name";
+        for (const layer_key *r = d->family->keys; r->key && n < SEC_MAX_KEYS; r++)
+            if (!(r->flags & LK_KIND_PARAM) || (d->param_key && !strcmp(r->key, d->param_key)))
+                c->rows[n] = r, c->keys[n++] = r->key;
     }
     c->keys[n] = NULL;
 }
@@ -634,10 +589,17 @@ static int open_section(cfg_ctx *c, const char *section, int line) {
     c->kind = SEC_NONE;
     int lk = layer_kind_by_name(c->sec_name, 1);
     if (lk >= 0) c->kind = SEC_LAYER;
+    for (int k = 0; lk < 0 && k < LAYER_KIND_COUNT; k++) { // its family's other names
+        const layer_family *f = layer_descs[k].family;
+        int first = 1; // they name the family's first kind
+        for (int j = 0; j < k; j++) first &= layer_descs[j].family != f;
+        for (int i = 0; first && f->sections && f->sections[i]; i++)
+            if (!strcmp(c->sec_name, f->sections[i])) c->kind = SEC_LAYER, lk = k;
+    }
     for (size_t i = 0; lk < 0 && i < sizeof sec_aliases / sizeof sec_aliases[0]; i++)
         if (!strcmp(c->sec_name, sec_aliases[i].name)) {
             c->kind = sec_aliases[i].kind;
-            lk = sec_aliases[i].layer;
+            lk = 0;
         }
     if (c->kind == SEC_NONE)
         return cfg_fail(c, line, "unknown section [%s]; %s", c->sec_name, section_list());
@@ -662,14 +624,10 @@ static int open_section(cfg_ctx *c, const char *section, int line) {
         }
         return 0;
     }
-    c->spec.w_init = c->spec.kind == LAYER_DENSE       ? INIT_LECUN_UNIFORM
-                     : c->spec.kind == LAYER_BATCHNORM ? INIT_ONES // gamma
-                                                       : INIT_GLOROT_UNIFORM;
+    c->spec.w_init = INIT_GLOROT_UNIFORM;
     c->spec.b_init = INIT_ZEROS;
-    if (torch_bn(c)) { // PyTorch's defaults
-        c->spec.momentum = 0.9f, c->spec.momentum_set = 1;
-        c->spec.eps = 1e-5f, c->spec.eps_set = 1;
-    }
+    const layer_family *f = layer_desc_of(c->spec.kind)->family;
+    if (c->kind == SEC_LAYER && f->config_defaults) f->config_defaults(&c->spec, c->sec_name);
     return 0;
 }
 
@@ -686,13 +644,10 @@ static int cfg_handler(void *user, const char *section, const char *key, const c
         return 0;
     }
     const char *written = key;
-    const char *family = c->kind == SEC_NET     ? "net"
-                         : c->kind == SEC_LAYER ? layer_desc_of(c->spec.kind)->family->name
-                                                : "";
-    for (size_t i = 0; i < sizeof key_aliases / sizeof key_aliases[0]; i++)
-        if ((!key_aliases[i].family || !strcmp(key_aliases[i].family, family)) &&
-            !strcmp(key, key_aliases[i].keras))
-            key = key_aliases[i].key;
+    for (size_t i = 0; c->kind == SEC_NET && i < sizeof net_aliases / sizeof net_aliases[0]; i++)
+        if (!strcmp(key, net_aliases[i].keras)) key = net_aliases[i].key;
+    for (int i = 0; c->kind == SEC_LAYER && c->keys[i]; i++)
+        if (c->rows[i] && c->rows[i]->alias && !strcmp(key, c->rows[i]->alias)) key = c->keys[i];
     const char *const *keys = c->keys;
     int k = 0;
     while (keys[k] && strcmp(keys[k], key)) k++;
@@ -712,7 +667,7 @@ static int cfg_handler(void *user, const char *section, const char *key, const c
     c->seen |= 1u << k;
     c->key_shown = written;
     if (c->kind == SEC_NET) net_key(c, key, value);
-    else layer_key(c, key, value);
+    else section_key(c, c->rows[k], key, value);
     c->key_shown = NULL;
     return !c->failed;
 }

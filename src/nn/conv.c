@@ -630,12 +630,24 @@ static double conv_macs(const layer *L) {
     return (double)L->oc * L->oh * L->ow * L->c * L->k * L->k;
 }
 
-static const char *const conv_keys[] = {"filters", "size", "stride", "pad", "activation", "init",
-                                        "init_arg", "bias", "bias_init", "bias_arg", NULL};
-static const char *const conv_required[] = {"filters", "size", NULL};
+static const layer_key conv_keys[] = {
+    LK_ROW("filters", NULL, LK_INT, LK_REQUIRED, filters, 1, 65536),
+    LK_ROW("size", "kernel_size", LK_INT, LK_REQUIRED, k, 1, 64),
+    LK_ROW("stride", "strides", LK_INT, 0, stride, 1, 64),
+    LK_ROW("pad", "padding", LK_PAD, 0, pad, 0, 64),
+    LK_WEIGHT_ROWS,
+    {NULL},
+};
+static const char *const conv_sections[] = {"convolutional", NULL}; // darknet's
+static const layer_keras_var conv_keras_vars[] = {
+    {"kernel", 0, TENSOR_TRAINABLE, LKW_CONV, 1},
+    {"bias", 1, TENSOR_TRAINABLE, LKW_SAME, 0},
+};
 
-const layer_family family_conv = {"conv", LF_PARAMS | LF_SPATIAL | LF_WINDOW | LF_KERNEL, conv_keys,
-                                  conv_required, conv_shape, conv_weight_shape, conv_macs};
+const layer_family family_conv = {
+    .name = "conv", .flags = LF_PARAMS | LF_SPATIAL | LF_WINDOW | LF_KERNEL, .keys = conv_keys,
+    .sections = conv_sections, .shape = conv_shape, .weight_shape = conv_weight_shape,
+    .macs = conv_macs, .keras_vars = conv_keras_vars, .n_keras_vars = 2};
 
 static void conv_forward(const net_call *c) {
     conv_geom g = net_conv_geom(c->L, c->p);

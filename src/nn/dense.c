@@ -113,12 +113,28 @@ static int dense_weight_shape(const layer *L, int64_t *shape) {
 
 static double dense_macs(const layer *L) { return (double)L->c * L->oc; }
 
-static const char *const dense_keys[] = {"units", "activation", "init", "init_arg", "bias",
-                                         "bias_init", "bias_arg", NULL};
-static const char *const dense_required[] = {"units", NULL};
+static const layer_key dense_keys[] = {
+    LK_ROW("units", NULL, LK_INT, LK_REQUIRED, units, 1, 65536),
+    LK_WEIGHT_ROWS,
+    {NULL},
+};
+static const char *const dense_sections[] = {"connected", NULL}; // darknet's
+static const layer_keras_var dense_keras_vars[] = {
+    {"kernel", 0, TENSOR_TRAINABLE, LKW_DENSE, 1},
+    {"bias", 1, TENSOR_TRAINABLE, LKW_SAME, 0},
+};
 
-const layer_family family_dense = {"dense", LF_PARAMS | LF_FLAT | LF_KERNEL, dense_keys, dense_required,
-                                   dense_shape, dense_weight_shape, dense_macs};
+// Keras's Dense initialises its kernel lecun_uniform.
+static void dense_config_defaults(layer_spec *s, const char *section) {
+    (void)section;
+    s->w_init = INIT_LECUN_UNIFORM;
+}
+
+const layer_family family_dense = {
+    .name = "dense", .flags = LF_PARAMS | LF_FLAT | LF_KERNEL, .keys = dense_keys,
+    .sections = dense_sections, .config_defaults = dense_config_defaults, .shape = dense_shape,
+    .weight_shape = dense_weight_shape, .macs = dense_macs, .keras_vars = dense_keras_vars,
+    .n_keras_vars = 2};
 
 static void dense_fwd(const net_call *c) {
     dense_forward(c->out, c->in, c->params + c->L->w_off, net_bias(c->params, c->L), c->B,

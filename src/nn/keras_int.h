@@ -11,9 +11,6 @@
 
 #include "nn/model.h"
 
-#define KERAS_CLASSES                                                                          \
-    "InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, "  \
-    "Dense, BatchNormalization, Dropout, Activation, ReLU, LeakyReLU, ELU, Softmax"
 #define NO_DEFAULT INT32_MIN
 
 // Element i of an array, or NULL when a is not an array or has no element i (json-c's own
@@ -82,8 +79,64 @@ const char *klayer_graph_name(json_object *layer);
 // ---- keras_layers.c --------------------------------------------------------------------------
 
 // One entry of the JSON's list of layers (k's heading set), appended to m; last: it is the
-// list's last entry.
+// list's last entry. A class that is a layer kind (layer_kinds.h's Keras class column) is read
+// by its family's keras_<family> below; InputLayer, Flatten and Activation here.
 int keras_read_layer(kctx *k, model *m, json_object *layer, int last);
+
+// ---- each family's Keras reading (<family>_keras.c) -------------------------------------------
+
+typedef struct keras_family {
+    // Reads a layer of kind's Keras class (k's heading set, cfg its config; kname Keras's name
+    // for it, or NULL) into zero or more layers appended to m; last: the JSON's last layer.
+    // NULL: the family has no Keras class.
+    int (*read)(kctx *k, model *m, json_object *cfg, layer_kind kind, const char *kname,
+                int last);
+    // Why the class is refused with trainable false (after "trainable false: "); NULL: a
+    // frozen one is read (its parameters are not updated).
+    const char *frozen;
+} keras_family;
+
+#define KERAS_FAMILY_DECL(id, fam, name, prefix, keras, key, dflt) \
+    extern const keras_family keras_##fam;
+LAYER_KINDS(KERAS_FAMILY_DECL)
+#undef KERAS_FAMILY_DECL
+
+// ---- keras_build.c: what the families' readers build with ------------------------------------
+
+// model_add with the message under this layer's heading (model_add's own "layer N (kind): "
+// names hetrain's index, which the user never wrote).
+int keras_add(kctx *k, model *m, const layer_spec *s);
+// Keras's output size along one axis (same: "same" padding).
+int keras_out(int in, int kk, int stride, int same);
+// Checks the layer model_add just made against what Keras computes for it.
+int keras_check_layer(kctx *k, const model *m, int oc, int oh, int ow, size_t params);
+// The current output as Keras shapes it (without the batch axis); returns its rank.
+int keras_shape(const kctx *k, const model *m, int64_t d[3]);
+// Fails unless the running tensor is an image.
+int keras_need_image(kctx *k);
+// The running output size of the model (before the layer being read).
+void keras_cur_shape(const model *m, int *c, int *h, int *w);
+// The layer's data_format against the model's: 0 the same, 1 the other, -1 an error.
+int keras_other_format(kctx *k, json_object *cfg);
+// A layer whose data_format is not the model's runs between two permutes: inverse 0 adds the
+// one before it, 1 the one after (keras_build.c says why and which).
+int keras_add_permute(kctx *k, model *m, const char *kname, const char *suffix, int inverse);
+// Keras's output of a window over the two axes a layer of the other data_format works over,
+// with OC channels (0: the input's), in hetrain's (C, H, W) order.
+void keras_mixed_out(const kctx *k, const model *m, int kk, int stride, int same, int oc,
+                     int64_t out[3]);
+// Softmax as the network's last step (its softmax cross-entropy), and a sigmoid's heads.
+int keras_add_softmax(kctx *k, model *m, const char *name, int last);
+int keras_add_bce(kctx *k, model *m, const char *name);
+// An activation by Keras's name: the layer kind that computes it (layer_desc.h), or -1 for
+// linear (none).
+int keras_get_activation(kctx *k, json_object *cfg, int required, int *act);
+// Keras's activation functions' parameters, where they differ from the layer classes'.
+void keras_activation_defaults(const kctx *k, layer_spec *s);
+// The activation (a layer kind, -1: none) that follows a Conv2D or Dense, named after it.
+int keras_add_activation(kctx *k, model *m, int act, const char *kname, int last);
+// A Conv2D's or Dense's weights: bias, activation, initializers, regularizers, frozen.
+int keras_read_weights(kctx *k, json_object *cfg, layer_spec *s, int *act);
 
 // ---- keras_graph.c ---------------------------------------------------------------------------
 

@@ -279,6 +279,7 @@ static int add_tensor(model *m, int l, int bias, tensor_state state, ht_error *e
     t->layer = l;
     t->bias = bias;
     t->state = state;
+    t->integer = state == TENSOR_NUM_BATCHES;
     t->off = bias ? L->b_off : L->w_off;
     t->n = bias ? L->n_b : L->n_w;
     if (state) { // running mean, running variance, count

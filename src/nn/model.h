@@ -99,35 +99,46 @@ extern const char *const conv_algo_names[];
 
 #define LAYER_NO_PARAM ((size_t)-1)
 
+// A layer's hyperparameters, declared once for what gives them (layer_spec: presets, the config
+// reader, the Keras reader) and what keeps them (layer); a family's new parameter is a line
+// here. model_add copies those its family has.
+#define LAYER_HPARAMS                                                                           \
+    /* conv2d and pooling: the window; layer_spec's pad as given (< 0: Keras "same", any     \
+       stride; pooling: 0 or "same"), the layer's the before-pad (top/left): "same" may pad  \
+       one row/column more after, as oh/ow imply (layers.h) */                               \
+    int k, stride, pad;                                                                        \
+    float rate;  /* dropout drop probability */                                                \
+    float alpha; /* the act family's parameter (layer_kinds.h) */                              \
+    init_kind w_init, b_init;                                                                  \
+    float w_arg, b_arg; /* init parameters (init_kind says which) */                           \
+    float w_arg2, b_arg2;                                                                      \
+    int w_vs, b_vs; /* variance_scaling's mode | distribution */                              \
+    /* batchnorm: Keras's momentum and epsilon */                                              \
+    float momentum, eps;                                                                       \
+    /* Keras's weight regularizers (0: none): the loss gets w_l1 * sum|w| + w_l2 * sum(w^2)  \
+       of the weight and the same of the bias (model_reg_penalty), the update their gradient \
+       (optim.c). Keras's trainable = false (conv and dense): the optimiser leaves the        \
+       layer's parameters and their moments as they are. */                                  \
+    float w_l1, w_l2, b_l1, b_l2;                                                              \
+    int frozen;                                                                                \
+    /* permute: output axis i (of C, H, W) is input axis perm[i] - 1 (PyTorch's              \
+       x.permute(0, perm[0], perm[1], perm[2])) */                                             \
+    int perm[3];                                                                               \
+    /* zeropad: rows of zeros added at the top and bottom, columns at the left and right */     \
+    int pad_top, pad_bottom, pad_left, pad_right;
+
 typedef struct layer {
     layer_kind kind;
     char name[32];    // tensor name prefix in safetensors: "conv1" -> "conv1.weight"
     int c, h, w;      // input shape of one sample (dense: c = features, h = w = 1)
     int oc, oh, ow;   // output shape of one sample
-    int k, stride, pad; // conv2d and pooling; pad is the before-pad (top/left): "same" may pad
-                        // one row/column more after, as oh/ow imply (layers.h)
-    float rate;       // dropout drop probability
-    float alpha;      // the act family's parameter (layer_kinds.h)
-    init_kind w_init, b_init;
-    float w_arg, b_arg; // init parameters (init_kind says which)
-    float w_arg2, b_arg2;
-    int w_vs, b_vs;     // variance_scaling's mode | distribution
+    LAYER_HPARAMS
     size_t w_off, b_off; // offsets into the flat parameter buffer, LAYER_NO_PARAM if none
     size_t n_w, n_b;
-    // batchnorm: Keras's momentum and epsilon, and its state (model state, not parameters:
-    // after every trainable parameter, model_finish places it): running mean (oc), running
-    // variance (oc) and the count of updates, at s_off (LAYER_NO_PARAM if none), n_s floats.
-    float momentum, eps;
+    // batchnorm's state (model state, not parameters: after every trainable parameter,
+    // model_finish places it): running mean (oc), running variance (oc) and the count of
+    // updates, at s_off (LAYER_NO_PARAM if none), n_s floats.
     size_t s_off, n_s;
-    // Keras's weight regularizers (0: none): the loss gets w_l1 * sum|w| + w_l2 * sum(w^2) of
-    // the weight and the same of the bias (model_reg_penalty), the update their gradient
-    // (optim.c). Keras's trainable = false (conv and dense): the optimiser leaves the layer's
-    // parameters and their moments as they are.
-    float w_l1, w_l2, b_l1, b_l2;
-    int frozen;
-    // permute: output axis i (of C, H, W) is input axis perm[i] - 1 (PyTorch's
-    // x.permute(0, perm[0], perm[1], perm[2]))
-    int perm[3];
 } layer;
 
 // One parameter tensor in the flat parameter buffer, as safetensors and PyTorch name and shape
@@ -148,6 +159,7 @@ typedef struct model_tensor {
     int layer;        // index into model.layers
     int bias;         // 0 weight, 1 bias (trainable tensors)
     tensor_state state; // TENSOR_TRAINABLE, or which state tensor
+    int integer;      // a count, which files keep as an integer (I64 in safetensors)
     int output;       // 1 for the output layer's tensors (the last layer with parameters)
     size_t off, n;    // place in params: [off, off + n)
     int ndim;
@@ -276,24 +288,15 @@ double model_layer_macs(const model *m, int l, int backward);
 typedef struct layer_spec {
     layer_kind kind;
     const char *name; // NULL: automatic ("conv1", "fc2", ...)
-    int filters, k, stride, pad; // pad < 0: Keras "same", any stride (pooling: 0 or "same")
+    LAYER_HPARAMS     // as the layer keeps them (pad: see there)
+    int filters;      // conv2d's output channels
+    int units;        // dense's
     int no_bias;      // conv2d, dense: no bias tensor (Keras use_bias = false)
-    int units;
-    float rate;
-    float alpha;      // the act family's parameter, when alpha_set (else the kind's default)
-    int alpha_set;
-    init_kind w_init, b_init;
-    float w_arg, b_arg;
-    float w_arg2, b_arg2;
-    int w_vs, b_vs;
-    // batchnorm (when set; else Keras's defaults 0.99, 1e-3, both on)
-    float momentum, eps;
+    int alpha_set;    // alpha given (else the kind's default)
+    // batchnorm's momentum and eps given (else Keras's defaults 0.99, 1e-3); Keras's center =
+    // false (no beta), scale = false (no gamma)
     int momentum_set, eps_set;
-    int no_center, no_scale; // Keras center = false (no beta), scale = false (no gamma)
-    // conv2d, dense: Keras's regularizer factors (>= 0) and trainable = false (layer's fields)
-    float w_l1, w_l2, b_l1, b_l2;
-    int frozen;
-    int perm[3]; // permute: 1-based input axes of (C, H, W), a permutation of 1, 2, 3
+    int no_center, no_scale;
 } layer_spec;
 int model_begin(model *m, const char *name, int c, int h, int w, int n_classes, ht_error *err);
 int model_add(model *m, const layer_spec *s, ht_error *err);

@@ -5,6 +5,7 @@
 // NCHW tensors (LF_FLAT: the CPU path converts a channels-last input first).
 #include "nn/layers.h"
 
+#include "nn/keras_int.h"
 #include "nn/layer_desc.h"
 #include "nn/net_layers.h"
 
@@ -65,10 +66,31 @@ static double no_macs(const layer *L) {
     return 0;
 }
 
-static const char *const permute_keys[] = {"dims", NULL};
+// dims = a,b,c: three axes, "2,3,1".
+static int permute_dims_key(layer_spec *s, const layer_key_in *in) {
+    const char *v = in->value;
+    int n = 0, used = 0;
+    if (sscanf(v, " %d , %d , %d %n", &s->perm[0], &s->perm[1], &s->perm[2], &used) != 3 ||
+        v[used] != 0)
+        n = -1;
+    for (int i = 0; n == 0 && i < 3; i++)
+        if (s->perm[i] < 1 || s->perm[i] > 3) n = -1;
+    if (n < 0 || s->perm[0] == s->perm[1] || s->perm[1] == s->perm[2] ||
+        s->perm[0] == s->perm[2]) {
+        snprintf(in->msg, in->cap, "dims = %s: expected a permutation of the axes 1,2,3 "
+                 "(C, H, W), such as 2,3,1", v);
+        return -1;
+    }
+    return 0;
+}
 
-const layer_family family_permute = {"permute", LF_FLAT, permute_keys, permute_keys,
-                                     permute_shape, NULL, no_macs};
+static const layer_key permute_keys[] = {
+    {"dims", NULL, LK_PARSE, LK_REQUIRED, 0, 0, 0, 0, permute_dims_key},
+    {NULL},
+};
+
+const layer_family family_permute = {.name = "permute", .flags = LF_FLAT, .keys = permute_keys,
+                                     .shape = permute_shape, .macs = no_macs};
 
 static void permute_fwd(const net_call *c) {
     const int dims[3] = {c->L->c, c->L->h, c->L->w};
@@ -83,3 +105,7 @@ static float *permute_bwd(const net_call *c) {
 
 // Never in the per-sample trunk: it reads NCHW.
 const net_layer_ops cpu_permute = {.forward = permute_fwd, .backward = permute_bwd};
+
+// Keras's Permute is not read (yet): the Keras reader adds permutes around a layer of the
+// other data_format itself (keras_build.c).
+const keras_family keras_permute = {NULL, NULL};

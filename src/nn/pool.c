@@ -250,13 +250,18 @@ static double no_macs(const layer *L) {
     return 0;
 }
 
-static const char *const pool_keys[] = {"size", "stride", "pad", NULL};
-static const char *const pool_required[] = {"size", NULL};
-static const char *const no_keys[] = {NULL};
+static const layer_key pool_keys[] = {
+    LK_ROW("size", "pool_size", LK_INT, LK_REQUIRED, k, 1, 64),
+    LK_ROW("stride", "strides", LK_INT, 0, stride, 1, 64),
+    LK_ROW("pad", "padding", LK_PAD, 0, pad, 0, 64),
+    {NULL},
+};
+static const layer_key no_keys[] = {{NULL}};
 
-const layer_family family_pool = {"pool", LF_SPATIAL | LF_WINDOW, pool_keys, pool_required,
-                                  pool_shape, NULL, no_macs};
-const layer_family family_gap = {"gap", LF_SPATIAL, no_keys, no_keys, gap_shape, NULL, no_macs};
+const layer_family family_pool = {.name = "pool", .flags = LF_SPATIAL | LF_WINDOW,
+                                  .keys = pool_keys, .shape = pool_shape, .macs = no_macs};
+const layer_family family_gap = {.name = "gap", .flags = LF_SPATIAL, .keys = no_keys,
+                                 .shape = gap_shape, .macs = no_macs};
 
 static pool_geom pool_of(const layer *L, const net_lplan *p) {
     return (pool_geom){.Cs = p->in_cs, .H = L->h, .W = L->w, .K = L->k, .stride = L->stride,

@@ -688,11 +688,43 @@ static void permute_b(const ref_call *c) {
                         c->g[i * n + ((size_t)a * L->oh + b) * L->ow + d];
 }
 
+// Zero padding by the definition: output (c, y, x) is the input at (c, y - top, x - left) when
+// that is inside it, else 0; the backward adds each output gradient back there.
+static void zeropad_f(const ref_call *c) {
+    const layer *L = c->L;
+    const size_t n = layer_in_size(L), no = layer_out_size(L);
+    for (int i = 0; i < c->B; i++)
+        for (int ch = 0; ch < L->oc; ch++)
+            for (int y = 0; y < L->oh; y++)
+                for (int x = 0; x < L->ow; x++) {
+                    const int iy = y - L->pad_top, ix = x - L->pad_left;
+                    c->out[i * no + ((size_t)ch * L->oh + y) * L->ow + x] =
+                        iy >= 0 && iy < L->h && ix >= 0 && ix < L->w
+                            ? c->in[i * n + ((size_t)ch * L->h + iy) * L->w + ix]
+                            : 0.0f;
+                }
+}
+static void zeropad_b(const ref_call *c) {
+    const layer *L = c->L;
+    const size_t n = layer_in_size(L), no = layer_out_size(L);
+    if (!c->din) return;
+    memset(c->din, 0, sizeof(float) * n * (size_t)c->B);
+    for (int i = 0; i < c->B; i++)
+        for (int ch = 0; ch < L->oc; ch++)
+            for (int y = 0; y < L->oh; y++)
+                for (int x = 0; x < L->ow; x++) {
+                    const int iy = y - L->pad_top, ix = x - L->pad_left;
+                    if (iy >= 0 && iy < L->h && ix >= 0 && ix < L->w)
+                        c->din[i * n + ((size_t)ch * L->h + iy) * L->w + ix] +=
+                            c->g[i * no + ((size_t)ch * L->oh + y) * L->ow + x];
+                }
+}
+
 static const ref_ops ref_conv = {conv_f, conv_b}, ref_bn = {bn_f, bn_b}, ref_bce = {bce_f, bce_b}, ref_pool = {pool_f, pool_b},
                      ref_gap = {gap_f, gap_b}, ref_dense = {dense_f, dense_b},
                      ref_relu = {relu_f, relu_b}, ref_dropout = {dropout_f, dropout_b},
                      ref_softmax = {softmax_f, softmax_b}, ref_act = {act_f, act_b},
-                     ref_permute = {permute_f, permute_b};
+                     ref_permute = {permute_f, permute_b}, ref_zeropad = {zeropad_f, zeropad_b};
 
 static const ref_ops ref_ops_of[LAYER_KIND_COUNT] = {
 #define REF_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = ref_##fam,
