@@ -421,7 +421,10 @@ static void run_case(parity_backend *b, const parity_case *c, const char *cfg, c
     const int n_algo = c->algos && has_wino_shape(&m) ? 3 : 1;
     for (int a = 0; a < n_algo; a++) {
         char tag[300];
-        snprintf(tag, sizeof tag, "%s (B %d, conv %s)", what, c->B, conv_algo_names[algos[a]]);
+        if (c->algos)
+            snprintf(tag, sizeof tag, "%s (B %d, conv %s)", what, c->B, conv_algo_names[algos[a]]);
+        else
+            snprintf(tag, sizeof tag, "%s (B %d)", what, c->B);
         run_one(b, &m, algos[a], tag, seed, c->B, c->grid);
     }
     model_free(&m);
