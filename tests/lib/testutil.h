@@ -45,8 +45,8 @@ int check_params(const struct model *m, const float *a, const float *b, float to
 // often depends on the CPU, the BLAS kernel and PoCL's code generation, so no fixed step is
 // safe. Measured on the same runs: conv1/conv2 off by 1e-5..1.2e-3 in a third of the steps of
 // 96 with PoCL for x86-64, and fc2 8.1e-3 off in one step of 32 in 150 with PoCL for this
-// CPU. TOL_GRAD_BRANCH bounds those layers with 6x room; their kernels are compared op by op
-// on identical inputs in the parity tests, where no branch can go two ways.
+// CPU. TOL_GRAD_BRANCH bounds those layers with 6x room; their kernels are compared on small
+// models in the parity tests, whose inputs bring no value within rounding of a branch.
 #define TOL_GRAD_BRANCH 5e-2f
 
 // Compares one step's mean gradients a and b tensor by tensor (check_params' measure): the

@@ -1,6 +1,7 @@
-// Layer parity of the native CPU path: layers.h's channels-last ops, NCHW <-> NHWC by ref.c,
-// against the reference over parity.c's table of cases, directly and by Winograd.
-#include <math.h>
+// Parity of the native CPU path: parity.c's models through net_forward/net_backward (the real
+// walker and net_layer_ops, channels-last inside) against the reference, their convolutions
+// direct and, where the case asks, by Winograd; and through the CPU device's interface, as
+// training runs it, in micro-batches of half the batch.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,182 +11,79 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "nn/layers.h"
+#include "devices/device.h"
+#include "nn/batchnorm.h"
+#include "nn/net.h"
 #include "tests/lib/parity.h"
-#include "tests/lib/ref.h"
 
-// The CPU's average pooling sums and divides as the reference does (IEEE division): bit for bit.
-static const tolset cpu_tols = {.conv = TOL_NHWC, .conv_floor_k = FLOOR_NHWC, .pool = TOL_BITS,
-                                .avg = TOL_BITS, .exact = TOL_BITS, .act = TOL_ACT};
-static const tolset cpu_wino2_tols = {.conv = TOL_WINO2, .conv_floor_k = FLOOR_NHWC};
-static const tolset cpu_wino4_tols = {.conv = TOL_WINO4, .conv_floor_k = FLOOR_NHWC};
-static const tolset cpu_wino25_tols = {.conv = TOL_WINO25, .conv_floor_k = FLOOR_NHWC};
-static const tolset cpu_wino45_tols = {.conv = TOL_WINO45, .conv_floor_k = FLOOR_NHWC};
+static const parity_tols cpu_tols = {.direct = TOL_CPU, .wino = TOL_WINO};
 
-// ---- the native CPU backend: layers.h's channels-last ops, NCHW <-> NHWC by ref.c ----
+// Threads of the CPU path: the trunk runs samples on both, the batch-wise layers split rows.
+#define CPU_THREADS 2
 
-// Every pad channel (c >= C) of a (rows, Cs) tensor is exactly zero.
-static int pad_channels_zero(const float *x, size_t rows, int C, int Cs) {
-    for (size_t r = 0; r < rows; r++)
-        for (int c = C; c < Cs; c++)
-            if (x[r * Cs + c] != 0.0f) return 0;
-    return 1;
-}
-
-// The input's pad channels hold NaN, which must never reach a result; the outputs' pad
-// channels must be zero.
-// The backend's ctx, when not NULL, is a wino_ask: the conv_impl every direction of a K x K
-// convolution asks for (Winograd where conv2d_wino_impl_ok allows it, direct elsewhere).
-typedef struct wino_ask {
-    conv_impl impl;
-    int K;
-} wino_ask;
-
-static void cpu_conv(backend *b, conv_io *io) {
-    const conv_shape *s = io->s;
-    const int OCs = conv_cpad(s->OC);
-    const wino_ask *ask = b->ctx;
-    const conv_impl impl = ask && ask->K == s->K ? ask->impl : CONV_DIRECT;
-    const conv_geom g = {.C = s->C, .Cs = s->Cs, .H = s->H, .W = s->W, .OC = s->OC, .K = s->K,
-                         .stride = s->stride, .pad = io->pad, .OH = io->OH, .OW = io->OW,
-                         .fwd = impl, .din = impl, .dw = impl};
-    const size_t in_rows = (size_t)s->B * s->H * s->W, out_rows = (size_t)s->B * io->OH * io->OW;
-    float *xin = nan_buf(in_rows * s->Cs), *xout = nan_buf(out_rows * OCs);
-    float *xR = nan_buf(out_rows * OCs), *xdin = nan_buf(in_rows * s->Cs);
-    // Exactly the advertised size, so ASan catches any write past it.
-    float *ws = malloc(conv2d_nhwc_ws_floats(&g, CPU_THREADS) * sizeof *ws);
-    ref_to_nhwc(xin, io->in, s->B, s->C, s->Cs, s->H * s->W, NAN);
-    ref_to_nhwc(xR, io->dout, s->B, s->OC, OCs, io->OH * io->OW, NAN);
-    const int nb = io->b_off != LAYER_NO_PARAM;
-    const float *w = io->params + io->w_off, *bias = nb ? io->params + io->b_off : NULL;
-    const float *relu_out = io->relu ? xout : NULL;
-    conv2d_nhwc_forward(xout, xin, w, bias, s->B, &g, io->relu, ws, CPU_THREADS);
-    memcpy(io->g1, io->grads0, io->np * sizeof *io->g1);
-    conv2d_nhwc_backward(xdin, io->g1 + io->w_off, nb ? io->g1 + io->b_off : NULL, xR, relu_out,
-                         xin, w, s->B, &g, ws, CPU_THREADS);
-    memcpy(io->g2, io->g1, io->np * sizeof *io->g2);
-    conv2d_nhwc_backward(NULL, io->g2 + io->w_off, nb ? io->g2 + io->b_off : NULL, xR, relu_out,
-                         xin, w, s->B, &g, ws, CPU_THREADS);
-    if (!pad_channels_zero(xout, out_rows, s->OC, OCs))
-        failed(b, "conv OC%d: forward output's pad channels are not zero", s->OC);
-    if (!pad_channels_zero(xdin, in_rows, s->C, s->Cs))
-        failed(b, "conv C%d Cs%d: input gradient's pad channels are not zero", s->C, s->Cs);
-    ref_to_nchw(io->out, xout, s->B, s->OC, OCs, io->OH * io->OW);
-    ref_to_nchw(io->din, xdin, s->B, s->C, s->Cs, s->H * s->W);
-    free(xin), free(xout), free(xR), free(xdin), free(ws);
-}
-
-// Pooling on NHWC tensors whose channel stride is the channel count rounded up to whole
-// vectors, the pad channels holding NaN on the way in (pooled per channel, they must stay in
-// their channel).
-static void cpu_pool(backend *b, pool_io *io, op_kind kind) {
-    const pool_shape *s = io->s;
-    const int C = s->C, Cs = conv_cpad(C), HW = s->H * s->W, OHW = io->OH * io->OW;
-    float *xin = nan_buf((size_t)s->B * HW * Cs), *xg = nan_buf((size_t)s->B * OHW * Cs);
-    float *xout = nan_buf((size_t)s->B * OHW * Cs), *xdin = nan_buf((size_t)s->B * HW * Cs);
-    ref_to_nhwc(xin, io->in, s->B, C, Cs, HW, NAN);
-    ref_to_nhwc(xg, io->dout, s->B, C, Cs, OHW, NAN);
-    const pool_geom g = {.Cs = Cs, .H = s->H, .W = s->W, .K = s->K, .stride = s->stride,
-                         .pad = io->pad, .OH = io->OH, .OW = io->OW};
-    if (kind == OP_MAXPOOL) {
-        maxpool_nhwc_forward(xout, xin, s->B, &g, CPU_THREADS);
-        maxpool_nhwc_backward(xdin, xg, xin, s->B, &g, CPU_THREADS);
-    } else if (kind == OP_AVGPOOL) {
-        avgpool_nhwc_forward(xout, xin, s->B, &g, CPU_THREADS);
-        avgpool_nhwc_backward(xdin, xg, s->B, &g, CPU_THREADS);
-    } else {
-        for (int i = 0; i < s->B; i++) {
-            gavgpool_nhwc_forward_one(xout + (size_t)i * Cs, xin + (size_t)i * HW * Cs, Cs, HW);
-            gavgpool_nhwc_backward_one(xdin + (size_t)i * HW * Cs, xg + (size_t)i * Cs, Cs, HW);
-        }
-    }
+static int cpu_run(parity_backend *b, const model *m, const float *params, const parity_batch *in,
+                   parity_out *out, ht_error *e) {
     (void)b;
-    ref_to_nchw(io->out, xout, s->B, C, Cs, OHW);
-    ref_to_nchw(io->din, xdin, s->B, C, Cs, HW);
-    free(xin), free(xg), free(xout), free(xdin);
-}
-static void cpu_maxpool(backend *b, pool_io *io) { cpu_pool(b, io, OP_MAXPOOL); }
-static void cpu_avgpool(backend *b, pool_io *io) { cpu_pool(b, io, OP_AVGPOOL); }
-static void cpu_gavgpool(backend *b, pool_io *io) { cpu_pool(b, io, OP_GAVGPOOL); }
-
-// dropout_nhwc_apply masks element (c, p) as dropout_forward masks NCHW element c*HW + p, and
-// zeroes pad channels (given nonzero here).
-static void cpu_dropout(backend *b, dropout_io *io) {
-    const dropout_shape *s = io->s;
-    const size_t nx = (size_t)s->B * s->HW * s->Cs, rows = (size_t)s->B * s->HW;
-    float *x = nan_buf(nx), *y = nan_buf(nx);
-    ref_to_nhwc(x, io->in, s->B, s->C, s->Cs, s->HW, 1.0f);
-    dropout_nhwc_apply(y, x, s->B, s->C, s->Cs, s->HW, s->rate, io->key, s->ids, CPU_THREADS);
-    if (!pad_channels_zero(y, rows, s->C, s->Cs)) failed(b, "dropout: pad channels not zeroed");
-    ref_to_nchw(io->out, y, s->B, s->C, s->Cs, s->HW);
-    ref_to_nhwc(x, io->dout, s->B, s->C, s->Cs, s->HW, 1.0f);
-    dropout_nhwc_apply(x, x, s->B, s->C, s->Cs, s->HW, s->rate, io->key, s->ids, CPU_THREADS);
-    if (!pad_channels_zero(x, rows, s->C, s->Cs))
-        failed(b, "dropout in place: pad channels not zeroed");
-    ref_to_nchw(io->din, x, s->B, s->C, s->Cs, s->HW);
-    free(x), free(y);
+    net_ws ws;
+    if (net_ws_init(&ws, m, in->B, CPU_THREADS, e) < 0) return -1;
+    const net_dropout drop = {.seed = in->seed, .epoch = in->epoch, .ids = in->ids};
+    const size_t nout = (size_t)in->B * layer_out_size(&m->layers[m->n_layers - 1]);
+    memcpy(out->probs, net_forward(&ws, m, params, in->x, in->y, in->B, &drop),
+           nout * sizeof(float));
+    memcpy(out->loss, ws.loss, (size_t)in->B * sizeof(float));
+    // Backward writes the sums (the first micro-batch of a shard); out->grads arrives NaN.
+    net_backward_to(&ws, m, params, out->grads, in->x, in->y, in->B, &drop, 1);
+    memcpy(out->probs_infer, net_forward(&ws, m, params, in->x, NULL, in->B, NULL),
+           nout * sizeof(float));
+    net_ws_free(&ws);
+    return 0;
 }
 
-// The act family on channels-last rows (input pad channels NaN, output pad channels zero), and
-// flat in place as the batch-wise path runs it where there are no pad channels: the same bits.
-static void cpu_act(backend *b, act_io *io) {
-    const act_shape *s = io->s;
-    const size_t rows = (size_t)s->B * s->HW, n = (size_t)s->B * s->C * s->HW;
-    float *x = nan_buf(rows * s->Cs), *y = nan_buf(rows * s->Cs), *dy = nan_buf(rows * s->Cs);
-    float *dx = nan_buf(rows * s->Cs), *flat = nan_buf(n);
-    ref_to_nhwc(x, io->in, s->B, s->C, s->Cs, s->HW, NAN);
-    ref_to_nhwc(dy, io->dout, s->B, s->C, s->Cs, s->HW, NAN);
-    act_nhwc_forward((act_fn)io->f, io->alpha, y, x, rows, s->C, s->Cs, CPU_THREADS);
-    act_nhwc_backward((act_fn)io->f, io->alpha, dx, dy, x, rows, s->C, s->Cs, CPU_THREADS);
-    if (!pad_channels_zero(y, rows, s->C, s->Cs) || !pad_channels_zero(dx, rows, s->C, s->Cs))
-        failed(b, "act %d: pad channels not zeroed", io->f);
-    ref_to_nchw(io->out, y, s->B, s->C, s->Cs, s->HW);
-    ref_to_nchw(io->din, dx, s->B, s->C, s->Cs, s->HW);
-    memcpy(flat, io->in, n * sizeof *flat);
-    act_forward((act_fn)io->f, io->alpha, flat, flat, n, CPU_THREADS);
-    expect(b, flat, io->out, n, TOL_BITS, 1.0f, "act %d flat in place forward", io->f);
-    memcpy(flat, io->dout, n * sizeof *flat);
-    act_backward((act_fn)io->f, io->alpha, flat, flat, io->in, n, CPU_THREADS);
-    expect(b, flat, io->din, n, TOL_BITS, 1.0f, "act %d flat in place backward", io->f);
-    free(x), free(y), free(dy), free(dx), free(flat);
+// The CPU device (devices/cpu.c) on the batch: its micro-batch halved where that leaves whole
+// batchnorm groups, so that a shard's gradient sum is made of two passes (the first writing it,
+// the second adding to it), then inference.
+static int cpu_device_run(parity_backend *b, const model *m, const float *params,
+                          const parity_batch *in, parity_out *out, ht_error *e) {
+    (void)b;
+    device d;
+    if (cpu_device_open(&d, m, CPU_THREADS, in->B, 0, e) < 0) return -1;
+    free(out->probs);
+    out->probs = NULL; // train_shard does not hand them back
+    const int group = model_bn_group(m);
+    char note[256];
+    int rc = 0;
+    if (in->B >= 2 && (group == 0 || in->B / 2 >= group))
+        rc = d.ops->shrink(d.ctx, "a test", note, sizeof note, e);
+    int32_t pred[64];
+    assert_true(in->B <= 64);
+    const shard_job job = {.x = in->x, .y = in->y, .ids = in->ids, .n = in->B, .seed = in->seed,
+                           .epoch = in->epoch, .step = 1};
+    shard_result res = {.grad_sum = out->grads, .loss = out->loss, .pred = pred};
+    if (rc == 0 && (d.ops->set_params(d.ctx, params, e) < 0 ||
+                    d.ops->train_shard(d.ctx, &job, &res, e) < 0 ||
+                    d.ops->infer(d.ctx, in->x, in->B, out->probs_infer, e) < 0))
+        rc = -1;
+    d.ops->close(d.ctx);
+    return rc;
 }
 
 static void test_parity_cpu(void **state) {
     (void)state;
-    backend b = {.name = "cpu (layers.h, channels-last)", .tol = &cpu_tols, .conv_relu = 1,
-                 .conv = cpu_conv, .maxpool = cpu_maxpool, .avgpool = cpu_avgpool,
-                 .gavgpool = cpu_gavgpool, .dropout = cpu_dropout, .act = cpu_act};
-    parity_run_cases(&b);
-    printf("%s: %d op checks failed\n", b.name, b.fails);
-    assert_int_equal(b.fails, 0);
+    parity_backend b = {.name = "cpu (net.c)", .tol = &cpu_tols, .run = cpu_run};
+    assert_int_equal(parity_run_cases(&b), 0);
 }
 
-// The same ops with every 3x3 stride-1 convolution by Winograd, F(2x2,3x3) and F(4x4,3x3),
-// and every 5x5 one by F(2x2,5x5) and F(4x4,5x5).
-static void test_parity_cpu_winograd(void **state) {
+static void test_parity_cpu_device(void **state) {
     (void)state;
-    static const wino_ask asks[] = {{CONV_WINO2, 3}, {CONV_WINO4, 3}, {CONV_WINO2, 5},
-                                    {CONV_WINO4, 5}};
-    static const tolset *const tols[] = {&cpu_wino2_tols, &cpu_wino4_tols, &cpu_wino25_tols,
-                                         &cpu_wino45_tols};
-    static const char *const names[] = {"cpu winograd F(2x2,3x3)", "cpu winograd F(4x4,3x3)",
-                                        "cpu winograd F(2x2,5x5)", "cpu winograd F(4x4,5x5)"};
-    int fails = 0;
-    for (int i = 0; i < 4; i++) {
-        backend b = {.name = names[i], .tol = tols[i], .ctx = (void *)&asks[i], .conv_relu = 1,
-                     .conv = cpu_conv};
-        parity_run_cases(&b);
-        printf("%s: %d op checks failed\n", b.name, b.fails);
-        fails += b.fails;
-    }
-    assert_int_equal(fails, 0);
+    parity_backend b = {.name = "cpu device (micro-batches)", .tol = &cpu_tols,
+                        .run = cpu_device_run};
+    assert_int_equal(parity_run_cases(&b), 0);
 }
-
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parity_cpu),
-        cmocka_unit_test(test_parity_cpu_winograd),
+        cmocka_unit_test(test_parity_cpu_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
