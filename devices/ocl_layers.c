@@ -151,27 +151,6 @@ static int permute_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
     return c->din ? ocl_permute(c->o, c->din, c->dout, c->B, dims, c->L->perm, 1, e) : 0;
 }
 
-// ---- zeropad: kernels/zeropad.cl, one work-item per element of the larger side ----
-
-static int zeropad_launch(const ocl_call *c, const char *kernel, cl_mem to, cl_mem from,
-                          size_t n, ht_error *e) {
-    const layer *L = c->L;
-    cl_int B = c->B, C = L->c, H = L->h, W = L->w, OH = L->oh, OW = L->ow;
-    cl_int top = L->pad_top, left = L->pad_left;
-    ocl_karg a[] = {OCL_KA(to), OCL_KA(from), OCL_KA(B),  OCL_KA(C),   OCL_KA(H),
-                    OCL_KA(W),  OCL_KA(OH),   OCL_KA(OW), OCL_KA(top), OCL_KA(left)};
-    return c->B ? ocl_launch_1d(c->o, kernel, a, (int)(sizeof a / sizeof a[0]), n, e) : 0;
-}
-static int zeropad_fwd(const ocl_call *c, ht_error *e) {
-    return zeropad_launch(c, "zeropad_fwd", c->out, c->in, out_floats(c), e);
-}
-static int zeropad_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
-    *din = c->din;
-    return c->din ? zeropad_launch(c, "zeropad_bwd", c->din, c->dout,
-                                   layer_in_size(c->L) * (size_t)c->B, e)
-                  : 0;
-}
-
 // ---- act ----
 
 static int act_fwd(const ocl_call *c, ht_error *e) {
@@ -225,22 +204,20 @@ static const char *const softmax_kernels[] = {"softmax_xent_fwd", "softmax_xent_
 static const char *const act_kernels[] = {"act_fwd", "act_bwd", NULL};
 static const char *const bce_kernels[] = {"bce_fwd", "bce_bwd", NULL};
 static const char *const permute_kernels[] = {"permute3", NULL};
-static const char *const zeropad_kernels[] = {"zeropad_fwd", "zeropad_bwd", NULL};
 static const char *const bn_kernels[] = {"bn_stats", "bn_fwd", "bn_infer", "bn_bwd_sums",
                                          "bn_bwd_dx", "bn_bwd_reduce", NULL};
 
-static const ocl_layer_ops cl_conv = {conv_fwd, conv_bwd, conv_aux, conv_tmp, 1, conv_kernels};
-static const ocl_layer_ops cl_pool = {pool_fwd, pool_bwd, pool_aux, NULL, 0, pool_kernels};
-static const ocl_layer_ops cl_gap = {gap_fwd, gap_bwd, NULL, NULL, 0, gap_kernels};
-static const ocl_layer_ops cl_dense = {dense_fwd, dense_bwd, NULL, NULL, 0, dense_kernels};
-static const ocl_layer_ops cl_relu = {relu_fwd, relu_bwd, NULL, NULL, 0, relu_kernels};
-static const ocl_layer_ops cl_dropout = {dropout_fwd, dropout_bwd, NULL, NULL, 0, dropout_kernels};
-static const ocl_layer_ops cl_softmax = {softmax_fwd, softmax_bwd, NULL, NULL, 0, softmax_kernels};
-static const ocl_layer_ops cl_act = {act_fwd, act_bwd, NULL, NULL, 0, act_kernels};
-static const ocl_layer_ops cl_bce = {bce_fwd, bce_bwd, NULL, NULL, 0, bce_kernels};
-static const ocl_layer_ops cl_permute = {permute_fwd, permute_bwd, NULL, NULL, 0, permute_kernels};
-static const ocl_layer_ops cl_zeropad = {zeropad_fwd, zeropad_bwd, NULL, NULL, 0, zeropad_kernels};
-static const ocl_layer_ops cl_bn = {bn_fwd, bn_bwd, bn_aux, bn_tmp, 0, bn_kernels};
+const ocl_layer_ops cl_conv = {conv_fwd, conv_bwd, conv_aux, conv_tmp, 1, conv_kernels};
+const ocl_layer_ops cl_pool = {pool_fwd, pool_bwd, pool_aux, NULL, 0, pool_kernels};
+const ocl_layer_ops cl_gap = {gap_fwd, gap_bwd, NULL, NULL, 0, gap_kernels};
+const ocl_layer_ops cl_dense = {dense_fwd, dense_bwd, NULL, NULL, 0, dense_kernels};
+const ocl_layer_ops cl_relu = {relu_fwd, relu_bwd, NULL, NULL, 0, relu_kernels};
+const ocl_layer_ops cl_dropout = {dropout_fwd, dropout_bwd, NULL, NULL, 0, dropout_kernels};
+const ocl_layer_ops cl_softmax = {softmax_fwd, softmax_bwd, NULL, NULL, 0, softmax_kernels};
+const ocl_layer_ops cl_act = {act_fwd, act_bwd, NULL, NULL, 0, act_kernels};
+const ocl_layer_ops cl_bce = {bce_fwd, bce_bwd, NULL, NULL, 0, bce_kernels};
+const ocl_layer_ops cl_permute = {permute_fwd, permute_bwd, NULL, NULL, 0, permute_kernels};
+const ocl_layer_ops cl_bn = {bn_fwd, bn_bwd, bn_aux, bn_tmp, 0, bn_kernels};
 
 const ocl_layer_ops *const ocl_layer_ops_of[LAYER_KIND_COUNT] = {
 #define OCL_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = &cl_##fam,

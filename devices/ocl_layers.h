@@ -46,6 +46,12 @@ typedef struct ocl_layer_ops {
     const char *const *kernels; // the kernels its ops launch (kernels/*.cl), NULL-terminated
 } ocl_layer_ops;
 
+// Each family's row, cl_<family> of layer_kinds.h's list: in ocl_layers.c, or in a file of the
+// family's own (ocl_zeropad.c); a family without one is an undeclared identifier in the table.
+#define OCL_OPS_DECL(id, fam, name, prefix, keras, key, dflt) extern const ocl_layer_ops cl_##fam;
+LAYER_KINDS(OCL_OPS_DECL)
+#undef OCL_OPS_DECL
+
 extern const ocl_layer_ops *const ocl_layer_ops_of[LAYER_KIND_COUNT];
 
 // A convolution layer's geometry in NCHW (Cs = C), with the directions' algorithms of algo

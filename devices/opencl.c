@@ -166,14 +166,15 @@ static int choose_micro(const model *m, const schedule *s, const conv_choice *al
     return best;
 }
 
-static int mk(ocl_ctx *c, cl_mem *buf, size_t bytes, ht_error *e) {
+// A read-write buffer of the device's context (of 4 bytes for none: OpenCL refuses an empty one).
+static int buf_create(ocl_ctx *c, cl_mem *buf, size_t bytes, ht_error *e) {
     cl_int err;
     *buf = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &err);
     if (err != CL_SUCCESS) return ocl_fail(e, "clCreateBuffer", err, c->ops.label);
     return 0;
 }
 
-static void rel(cl_mem *buf) {
+static void buf_release(cl_mem *buf) {
     if (*buf) clReleaseMemObject(*buf);
     *buf = NULL;
 }
@@ -182,13 +183,13 @@ static int alloc_fixed(ocl_ctx *c, ht_error *e) {
     const model *m = c->m;
     size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes;
     size_t MB = (size_t)c->max_batch;
-    if (mk(c, &c->params, m->n_params * sizeof(float), e) < 0 ||
-        mk(c, &c->grads, m->n_params * sizeof(float), e) < 0 ||
-        mk(c, &c->x_all, MB * in * sizeof(float), e) < 0 ||
-        mk(c, &c->y_all, MB * (size_t)m->label_width, e) < 0 ||
-        mk(c, &c->ids_all, MB * sizeof(uint32_t), e) < 0 ||
-        mk(c, &c->loss_all, MB * sizeof(float), e) < 0 ||
-        mk(c, &c->probs_all, MB * nc * sizeof(float), e) < 0)
+    if (buf_create(c, &c->params, m->n_params * sizeof(float), e) < 0 ||
+        buf_create(c, &c->grads, m->n_params * sizeof(float), e) < 0 ||
+        buf_create(c, &c->x_all, MB * in * sizeof(float), e) < 0 ||
+        buf_create(c, &c->y_all, MB * (size_t)m->label_width, e) < 0 ||
+        buf_create(c, &c->ids_all, MB * sizeof(uint32_t), e) < 0 ||
+        buf_create(c, &c->loss_all, MB * sizeof(float), e) < 0 ||
+        buf_create(c, &c->probs_all, MB * nc * sizeof(float), e) < 0)
         return -1;
     c->act = ht_calloc((size_t)c->sched.n_nodes, sizeof *c->act, e);
     c->aux = ht_calloc((size_t)c->sched.n_nodes, sizeof *c->aux, e);
@@ -201,7 +202,7 @@ static int alloc_fixed(ocl_ctx *c, ht_error *e) {
         if (m->layers[l].kind != LAYER_CONV2D) continue;
         conv_geom g = ocl_conv_geom(&m->layers[l], &c->algo[l]);
         size_t u = ocl_wino_u_floats(&g);
-        if (u && mk(c, &c->wino_u[l], u * sizeof(float), e) < 0) return -1;
+        if (u && buf_create(c, &c->wino_u[l], u * sizeof(float), e) < 0) return -1;
         u_max += u;
     }
     if (u_max && !(c->u_host = ht_malloc(u_max, sizeof(float), e))) return -1;
@@ -212,14 +213,14 @@ static void free_micro(ocl_ctx *c) {
     if (c->act) {
         // From the top, so an in-place node's alias is cleared before its owner is released.
         for (int n = c->sched.n_nodes - 1; n >= 0; n--) {
-            if (c->sched.buf[c->sched.node[n].buf].owner == n) rel(&c->act[n]);
+            if (c->sched.buf[c->sched.node[n].buf].owner == n) buf_release(&c->act[n]);
             c->act[n] = NULL;
-            rel(&c->aux[n]);
+            buf_release(&c->aux[n]);
         }
     }
-    for (int k = 0; c->gslot && k < c->sched.n_gslots; k++) rel(&c->gslot[k]);
+    for (int k = 0; c->gslot && k < c->sched.n_gslots; k++) buf_release(&c->gslot[k]);
     cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->tmp, &c->wino, &c->wino_exact};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) buf_release(bufs[i]);
     ocl_ops_release_temp(&c->ops);
 }
 
@@ -227,8 +228,8 @@ static void free_micro(ocl_ctx *c) {
 static int alloc_micro(ocl_ctx *c, ht_error *e) {
     const model *m = c->m;
     size_t in = (size_t)m->in_c * m->in_h * m->in_w, B = (size_t)c->micro;
-    if (mk(c, &c->x, B * in * sizeof(float), e) < 0 || mk(c, &c->y, B * (size_t)m->label_width, e) < 0 ||
-        mk(c, &c->ids, B * sizeof(uint32_t), e) < 0 || mk(c, &c->loss, B * sizeof(float), e) < 0)
+    if (buf_create(c, &c->x, B * in * sizeof(float), e) < 0 || buf_create(c, &c->y, B * (size_t)m->label_width, e) < 0 ||
+        buf_create(c, &c->ids, B * sizeof(uint32_t), e) < 0 || buf_create(c, &c->loss, B * sizeof(float), e) < 0)
         return -1;
     size_t widest = 0, tmp = 0;
     const schedule *s = &c->sched;
@@ -239,22 +240,22 @@ static int alloc_micro(ocl_ctx *c, ht_error *e) {
         size_t out = layer_out_size(L) * B, inl = layer_in_size(L) * B;
         if (owner != n) {
             c->act[n] = c->act[owner];
-        } else if (mk(c, &c->act[n], out * sizeof(float), e) < 0) {
+        } else if (buf_create(c, &c->act[n], out * sizeof(float), e) < 0) {
             return -1;
         }
         size_t aux = layer_aux_bytes(L, c->algo ? &c->algo[l] : NULL, (int)B);
-        if (aux && mk(c, &c->aux[n], aux, e) < 0) return -1;
+        if (aux && buf_create(c, &c->aux[n], aux, e) < 0) return -1;
         size_t t = ops->tmp_floats ? ops->tmp_floats(L, (int)B) : 0;
         if (t > tmp) tmp = t;
         if (inl > widest) widest = inl;
         if (out > widest) widest = out;
     }
     for (int k = 0; k < s->n_gslots; k++)
-        if (mk(c, &c->gslot[k], widest * sizeof(float), e) < 0) return -1;
-    if (mk(c, &c->tmp, tmp * sizeof(float), e) < 0) return -1;
+        if (buf_create(c, &c->gslot[k], widest * sizeof(float), e) < 0) return -1;
+    if (buf_create(c, &c->tmp, tmp * sizeof(float), e) < 0) return -1;
     size_t ws, wx;
     wino_sizes(m, c->algo, (int)B, &ws, &wx);
-    if (ws && (mk(c, &c->wino, ws * sizeof(float), e) < 0 || mk(c, &c->wino_exact, wx, e) < 0))
+    if (ws && (buf_create(c, &c->wino, ws * sizeof(float), e) < 0 || buf_create(c, &c->wino_exact, wx, e) < 0))
         return -1;
     return 0;
 }
@@ -292,7 +293,7 @@ static void ocl_close(void *vctx) {
         free(c->prof);
     }
     free_micro(c);
-    for (int l = 0; c->wino_u && l < c->m->n_layers; l++) rel(&c->wino_u[l]);
+    for (int l = 0; c->wino_u && l < c->m->n_layers; l++) buf_release(&c->wino_u[l]);
     free(c->act);
     free(c->aux);
     free(c->gslot);
@@ -302,7 +303,7 @@ static void ocl_close(void *vctx) {
     free(c->algo);
     cl_mem *bufs[] = {&c->params, &c->grads, &c->x_all, &c->y_all, &c->ids_all, &c->loss_all,
                       &c->probs_all};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rel(bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) buf_release(bufs[i]);
     ocl_ops_free(&c->ops);
     if (c->q) clReleaseCommandQueue(c->q);
     free(c->probs_host);

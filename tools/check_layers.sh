@@ -4,7 +4,10 @@
 #  * includes: a file includes headers of its own layer or of layers below it, by the path from
 #    its root ("nn/model.h" under src/, "sharding/engine.h" under the repository), never bare;
 #  * calls, read from the built objects (nm): a file calls functions of its own layer or below;
-#  * no circle of any length among the files, in the includes or in the calls (tsort).
+#  * no circle of any length among the files, in the includes or in the calls (tsort);
+#  * the interfaces the layers above see: MPI only in sharding/ranks.c, which span.c alone
+#    includes (the engine and the app speak span.h); OpenCL and CLBlast only in devices/; app/
+#    sees the devices through device.h and the fault wrapper's fault.h alone.
 # The layers, top to bottom, give each level's order: at the repository root app/ > sharding/ >
 # devices/ > src/, in app/ the CLI and jobs > report/, in src/ io/ > nn/ > data/ > core/.
 #   tools/check_layers.sh BUILD_DIR     (run by ctest as the test "layers")
@@ -52,6 +55,25 @@ for f in "${!rank[@]}"; do
 done
 printf '%s\n' "${inc_edges[@]}" | loops includes
 
+# Interfaces: $2 (an extended regex) may not be in file $1 but where the caller allows it.
+refuse() {
+  local hit
+  if hit=$(grep -nE -m1 "$2" "$1"); then
+    echo "layers: $1:${hit%%:*}: $3" >&2
+    bad=1
+  fi
+}
+for f in "${!rank[@]}"; do
+  [[ $f == sharding/ranks.c ]] || refuse "$f" '#include <mpi\.h>' "MPI is sharding/ranks.c's alone"
+  [[ $f == sharding/ranks.[ch] || $f == sharding/span.c ]] ||
+    refuse "$f" '#include "sharding/ranks\.h"' "the ranks are behind sharding/span.h"
+  [[ $f == devices/* ]] || refuse "$f" '#include <(CL/|clblast)' "OpenCL is the devices' alone"
+  if [[ $f == app/* ]] && hit=$(grep -nE '#include "devices/' "$f" | grep -vE 'devices/(device|fault)\.h"'); then
+    echo "layers: $f:${hit%%:*}: the app sees the devices through devices/device.h (and fault.h)" >&2
+    bad=1
+  fi
+done
+
 # Which file defines each function, then who calls whom.
 [[ -d $objdir ]] || { echo "layers: no objects under $objdir; build first" >&2; exit 1; }
 declare -A defined_in
@@ -83,5 +105,5 @@ for k in "${!edge[@]}"; do
   fi
 done
 printf '%s\n' "${!edge[@]}" | loops calls
-((bad == 0)) && echo "layers: ${#rank[@]} files in ${#layers[@]} layers, every include and call points down, no circle"
+((bad == 0)) && echo "layers: ${#rank[@]} files in ${#layers[@]} layers, every include and call points down, no circle, MPI and OpenCL behind their interfaces"
 exit $bad
