@@ -220,8 +220,11 @@ static double bn_macs(const layer *L) {
     return 0;
 }
 
-// A [BatchNorm2d] or [BatchNorm1d] section: PyTorch's names and meanings.
-static int bn_torch(const char *section) { return !strncmp(section, "BatchNorm", 9); }
+// A [BatchNorm2d] or [BatchNorm1d] section: PyTorch's names and meanings ([BatchNormalization],
+// Keras's class, keeps Keras's).
+static int bn_torch(const char *section) {
+    return !strcmp(section, "BatchNorm2d") || !strcmp(section, "BatchNorm1d");
+}
 
 // Keras's momentum, or PyTorch's (1 - Keras's) in a PyTorch section.
 static int bn_momentum_key(layer_spec *s, const layer_key_in *in) {

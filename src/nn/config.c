@@ -37,6 +37,9 @@
 //   [gelu]          approximate = 0: x Phi(x) with erf; 1: its tanh approximation
 //   [permute]  dims = a,b,c (required): the axes (1 C, 2 H, 3 W) reordered, as PyTorch's
 //              x.permute(0, a, b, c): output axis i is input axis dims[i]
+//   [zeropad]  padding = N | (H, W) | ((TOP, BOTTOM), (LEFT, RIGHT)) as Keras's ZeroPadding2D
+//              writes it, or top, bottom, left, right each (default 0): rows of zeros above
+//              and below each plane, columns left and right
 //   [softmax]  softmax + cross-entropy; must be last, over `classes` features
 //   [binary_crossentropy]  sigmoid + binary cross-entropy of one logit (after a dense layer of
 //              1 unit), labels 0 and 1 (classes = 2); must be last. Its output is the two

@@ -256,8 +256,8 @@ static void test_bn_update(void **state) {
     model_free(&m);
 }
 
-// The config's sections: Keras's names and defaults, PyTorch's (momentum 1 - Keras's, eps 1e-5,
-// affine), bn_group in [net], and the errors.
+// The config's sections: Keras's names and defaults (also under Keras's class name), PyTorch's
+// (momentum 1 - Keras's, eps 1e-5, affine), bn_group in [net], and the errors.
 static void test_bn_config(void **state) {
     (void)state;
     char *dir = test_tmpdir("bn-config");
@@ -265,7 +265,7 @@ static void test_bn_config(void **state) {
                               "[conv]\nfilters = 3\nsize = 3\nbias = 0\n[batchnorm]\n[relu]\n"
                               "[conv]\nfilters = 3\nsize = 3\n[BatchNorm2d]\nmomentum = 0.2\n"
                               "affine = 0\n[dense]\nunits = 5\n"
-                              "[BatchNormalization]\ncenter = false\nepsilon = 0.01\n"
+                              "[BatchNormalization]\ncenter = false\nepsilon = 0.01\nmomentum = 0.9\n"
                               "[dense]\nunits = 10\n[softmax]\n";
     char *path = test_write_file(dir, "bn.cfg", cfg, sizeof cfg - 1);
     model m;
@@ -282,6 +282,7 @@ static void test_bn_config(void **state) {
     assert_float_equal(b->eps, 1e-5f, 1e-10);
     assert_int_equal(b->n_w + b->n_b, 0);        // affine = 0
     assert_float_equal(c->eps, 0.01f, 1e-9);
+    assert_float_equal(c->momentum, 0.9f, 1e-7); // Keras's class keeps Keras's meaning
     assert_int_equal(c->n_w, 5);
     assert_int_equal(c->n_b, 0);                 // center = false
     float *p = malloc(sizeof(float) * m.n_params);
