@@ -229,7 +229,8 @@ static const parity_case parity_cases_permute[] = {
 
 // Zero rows and columns around each plane, evenly or not (Keras's ResNet pads 3 on every side
 // before its stride-2 convolution; MobileNet pads only bottom and right), into a convolution,
-// a pooling and dense; leftover channels take the channel stride of the layer before.
+// a pooling and dense, and as the first layer and between convolutions; leftover channels take
+// the channel stride of the layer before.
 static const parity_case parity_cases_zeropad[] = {
     {"3 on every side into a stride-2 convolution", NET("2x7x6") PRE(3)
      "[zeropad]\npadding = 3\n[conv]\nfilters = 4\nsize = 7\nstride = 2\n" HEAD, 3, 0, 0},
@@ -240,6 +241,12 @@ static const parity_case parity_cases_zeropad[] = {
      "[zeropad]\npadding = (1, 2)\n[maxpool]\nsize = 2\n" HEAD, 2, 0, 0},
     {"each side its own, into dense", NET("2x4x5") PRE(3)
      "[zeropad]\ntop = 2\nbottom = 0\nleft = 1\nright = 3\n" HEAD, 3, 0, 0},
+    {"first, between convolutions in the trunk (pad channels), before a pool", NET("2x7x6")
+     "[zeropad]\ntop = 1\nbottom = 0\nleft = 2\nright = 1\n"
+     "[conv]\nfilters = 5\nsize = 3\nactivation = relu\n"
+     "[zeropad]\ntop = 2\nbottom = 1\nleft = 0\nright = 3\n"
+     "[conv]\nfilters = 4\nsize = 3\nstride = 2\npad = 1\n"
+     "[zeropad]\npadding = 1\n[maxpool]\nsize = 2\n" HEAD, 5, 0, 0},
     {0},
 };
 

@@ -4,10 +4,6 @@
 // each output remembering which input won so backward can route the gradient there.
 #include "tests/lib/ref.h"
 
-#include "nn/batchnorm.h"
-
-#include "nn/layer_desc.h"
-
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,8 +11,10 @@
 #include <string.h>
 
 #include "core/ht_omp.h"
-#include "nn/layers.h"
 #include "core/rng.h"
+#include "nn/batchnorm.h"
+#include "nn/layer_desc.h"
+#include "nn/layers.h"
 
 // ---- convolution ----------------------------------------------------------------------------
 
