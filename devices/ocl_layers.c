@@ -43,7 +43,10 @@ static int conv_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
         return ocl_wino_input_grad(c->o, &g, c->B, c->din, c->dout, c->wino_u, c->wino, e);
     return 0;
 }
-static size_t conv_aux(const layer *L, int B) {
+// A convolution whose every direction runs Winograd needs no im2col matrix.
+static size_t conv_aux(const layer *L, const conv_choice *algo, int B) {
+    if (algo && algo->fwd != CONV_DIRECT && algo->din != CONV_DIRECT && algo->dw != CONV_DIRECT)
+        return 0;
     conv_geom g = ocl_conv_geom(L, NULL);
     return ocl_conv2d_col_floats(&g, B) * sizeof(float);
 }
@@ -68,7 +71,8 @@ static int pool_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
         return ocl_maxpool_backward(c->o, &g, c->B, c->din, c->dout, c->aux, e);
     return ocl_avgpool_backward(c->o, &g, c->B, c->din, c->dout, e);
 }
-static size_t pool_aux(const layer *L, int B) {
+static size_t pool_aux(const layer *L, const conv_choice *algo, int B) {
+    (void)algo;
     return L->kind == LAYER_MAXPOOL ? layer_out_size(L) * (size_t)B * sizeof(int32_t) : 0;
 }
 
@@ -185,7 +189,8 @@ static int bn_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
                            c->params, c->aux, c->tmp, e);
 }
 // Sized for groups of one sample, the most groups B samples make.
-static size_t bn_aux(const layer *L, int B) {
+static size_t bn_aux(const layer *L, const conv_choice *algo, int B) {
+    (void)algo;
     return ocl_bn_stats_floats(L->c, B) * sizeof(float);
 }
 static size_t bn_tmp(const layer *L, int B) { return ocl_bn_sums_floats(L->c, B); }

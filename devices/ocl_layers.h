@@ -38,9 +38,9 @@ typedef struct ocl_layer_ops {
     // Sets *din to where the input's gradient is (c->din, or c->dout for an in-place op, or
     // NULL when none was made).
     int (*backward)(const ocl_call *c, cl_mem *din, ht_error *e);
-    // Bytes of the layer's own buffer for B samples (0: none), and floats of the shared
-    // scratch it needs (0: none).
-    size_t (*aux_bytes)(const layer *L, int B);
+    // Bytes of the layer's own buffer for B samples (0: none), its directions computed as algo
+    // says (NULL: direct); and floats of the shared scratch it needs (0: none).
+    size_t (*aux_bytes)(const layer *L, const conv_choice *algo, int B);
     size_t (*tmp_floats)(const layer *L, int B);
     int gemm_aux; // its own buffer is a GEMM operand CLBlast may copy into scratch of its size
     const char *const *kernels; // the kernels its ops launch (kernels/*.cl), NULL-terminated

@@ -68,7 +68,7 @@ static void wino_sizes(const model *m, const conv_choice *algo, int B, size_t *s
                        size_t *exact) {
     *scratch = *exact = 0;
     for (int l = 0; algo && l < m->n_layers; l++) {
-        if (m->layers[l].kind != LAYER_CONV2D) continue;
+        if (!net_layer_conv_algo(&m->layers[l])) continue;
         conv_geom g = ocl_conv_geom(&m->layers[l], &algo[l]);
         size_t s = ocl_wino_scratch_floats(&g, B), x = ocl_wino_exact_bytes(&g, B);
         if (s > *scratch) *scratch = s;
@@ -76,14 +76,10 @@ static void wino_sizes(const model *m, const conv_choice *algo, int B, size_t *s
     }
 }
 
-// The bytes of a layer's own buffer: a convolution whose every direction runs Winograd needs no
-// im2col matrix.
+// The bytes of a layer's own buffer (its family's aux_bytes, with its convolution algorithm).
 static size_t layer_aux_bytes(const layer *L, const conv_choice *algo, int B) {
     const ocl_layer_ops *ops = ocl_layer_ops_of[L->kind];
-    if (L->kind == LAYER_CONV2D && algo && algo->fwd != CONV_DIRECT && algo->din != CONV_DIRECT &&
-        algo->dw != CONV_DIRECT)
-        return 0;
-    return ops->aux_bytes ? ops->aux_bytes(L, B) : 0;
+    return ops->aux_bytes ? ops->aux_bytes(L, net_layer_conv_algo(L) ? algo : NULL, B) : 0;
 }
 
 // Device bytes for a micro-batch of B samples (staging for max_batch excluded).
@@ -137,7 +133,7 @@ static size_t fit_bytes(const void *varg, int B) {
 static size_t fixed_bytes(const model *m, const conv_choice *algo, int max_batch) {
     size_t in = (size_t)m->in_c * m->in_h * m->in_w, nc = (size_t)m->n_classes, u = 0;
     for (int l = 0; algo && l < m->n_layers; l++)
-        if (m->layers[l].kind == LAYER_CONV2D) {
+        if (net_layer_conv_algo(&m->layers[l])) {
             conv_geom g = ocl_conv_geom(&m->layers[l], &algo[l]);
             u += ocl_wino_u_floats(&g);
         }
@@ -199,7 +195,7 @@ static int alloc_fixed(ocl_ctx *c, ht_error *e) {
     if (!c->act || !c->aux || !c->wino_u || !c->gslot || !c->probs_host) return -1;
     size_t u_max = 0;
     for (int l = 0; c->algo && l < m->n_layers; l++) {
-        if (m->layers[l].kind != LAYER_CONV2D) continue;
+        if (!net_layer_conv_algo(&m->layers[l])) continue;
         conv_geom g = ocl_conv_geom(&m->layers[l], &c->algo[l]);
         size_t u = ocl_wino_u_floats(&g);
         if (u && buf_create(c, &c->wino_u[l], u * sizeof(float), e) < 0) return -1;
@@ -383,7 +379,7 @@ static ocl_call call_of(ocl_ctx *c, int node, int n, const uint64_t *keys) {
                       .out = c->act[node], .aux = c->aux[node], .tmp = c->tmp, .y = c->y,
                       .loss = c->loss,
                       .ids = c->ids, .keys = keys, .group = c->group,
-                      .algo = c->algo && L->kind == LAYER_CONV2D ? &c->algo[l] : NULL,
+                      .algo = c->algo && net_layer_conv_algo(L) ? &c->algo[l] : NULL,
                       .wino_u = c->wino_u ? c->wino_u[l] : NULL, .wino = c->wino,
                       .wino_exact = c->wino_exact};
 }

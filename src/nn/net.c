@@ -287,6 +287,14 @@ void net_ws_free(net_ws *ws) {
     memset(ws, 0, sizeof *ws);
 }
 
+int net_layer_conv_algo(const layer *L) {
+    return (net_layer_ops_of[L->kind]->flags & NET_OP_CONV_ALGO) != 0;
+}
+
+int net_layer_factors(const layer *L) {
+    return (net_layer_ops_of[L->kind]->flags & NET_OP_FACTORS) != 0;
+}
+
 int net_conv_choices(const model *m, int nthreads, conv_choice *out) {
     schedule s;
     ht_error e;
@@ -318,7 +326,7 @@ static void describe(const model *m, const char *algo, size_t stride, char *buf,
         timed |= ((const conv_choice *)(algo + (size_t)l * stride))->t[0][0] > 0;
     for (int l = 0; l < m->n_layers && k < len; l++) {
         const layer *L = &m->layers[l];
-        if (!(net_layer_ops_of[L->kind]->flags & NET_OP_CONV_ALGO)) continue;
+        if (!net_layer_conv_algo(L)) continue;
         if (!k)
             k = (size_t)snprintf(buf, len, "conv algorithms (%s%s): ",
                                  conv_algo_names[m->setup.conv_algo],

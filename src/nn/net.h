@@ -119,6 +119,12 @@ void net_conv_decide(const model *m, int nthreads);
 // zero: direct): what a device that is not a CPU device computes, so that every device of a job
 // computes its convolutions alike. -1 when out of memory.
 int net_conv_choices(const model *m, int nthreads, conv_choice *out);
+// Whether layer L computes by a conv_choice (its family's NET_OP_CONV_ALGO): the layers whose
+// entries of net_conv_choices' out say anything; the others' are zero.
+int net_layer_conv_algo(const layer *L);
+// Whether layer L's weight gradient is dout^T * in over the batch (its family's
+// NET_OP_FACTORS): the factors net_backward_to hands out (net_ws.factor) for it.
+int net_layer_factors(const layer *L);
 
 // The convolutions' algorithms on one line for the run log ("conv algorithms (auto; ...):
 // conv1 direct (...); conv2 winograd F(4x4,5x5) (...)"); "" for a model without any.
