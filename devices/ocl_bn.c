@@ -93,3 +93,16 @@ int ocl_bn_backward(ocl_ops *o, const ocl_bn_geom *g, int B, int G, cl_mem din, 
                     OCL_KA(f.has_beta), OCL_KA(g->C),       OCL_KA(ng)};
     return ocl_launch_1d(o, "bn_bwd_reduce", r, NARGS(r), (size_t)g->C, e);
 }
+
+int ocl_bn_frozen_backward(ocl_ops *o, const ocl_bn_geom *g, int B, cl_mem din, cl_mem dout,
+                           cl_mem params, ht_error *e) {
+    if (B == 0) return 0;
+    if (bn_check(o, "frozen batchnorm backward", g, B, 1, e)) return -1;
+    bn_affine f = affine_of(g);
+    cl_uint s_off = (cl_uint)g->s_off;
+    cl_int n = B * g->C * g->P;
+    ocl_karg a[] = {OCL_KA(din),    OCL_KA(dout), OCL_KA(params),      OCL_KA(f.w_off),
+                    OCL_KA(s_off),  OCL_KA(f.has_gamma), OCL_KA(n),    OCL_KA(g->C),
+                    OCL_KA(g->P),   OCL_KA(g->eps)};
+    return ocl_launch_1d(o, "bn_frozen_bwd", a, NARGS(a), (size_t)n, e);
+}

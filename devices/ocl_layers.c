@@ -177,7 +177,7 @@ static ocl_bn_geom bn_of(const layer *L) {
 }
 static int bn_fwd(const ocl_call *c, ht_error *e) {
     ocl_bn_geom g = bn_of(c->L);
-    if (c->keys)
+    if (c->keys && !c->L->frozen) // a frozen layer normalises as at inference (Keras)
         return ocl_bn_train_forward(c->o, &g, c->B, c->group, c->out, c->in, c->params, c->aux,
                                     e);
     return ocl_bn_infer_forward(c->o, &g, c->B, c->out, c->in, c->params, e);
@@ -185,6 +185,8 @@ static int bn_fwd(const ocl_call *c, ht_error *e) {
 static int bn_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
     ocl_bn_geom g = bn_of(c->L);
     *din = c->din;
+    if (c->L->frozen) // no gradients of its own, no statistics (the buffer's zeros stay)
+        return c->din ? ocl_bn_frozen_backward(c->o, &g, c->B, c->din, c->dout, c->params, e) : 0;
     return ocl_bn_backward(c->o, &g, c->B, c->group, c->din, c->grads, c->dout, c->in,
                            c->params, c->aux, c->tmp, e);
 }
@@ -210,7 +212,7 @@ static const char *const act_kernels[] = {"act_fwd", "act_bwd", NULL};
 static const char *const bce_kernels[] = {"bce_fwd", "bce_bwd", NULL};
 static const char *const permute_kernels[] = {"permute3", NULL};
 static const char *const bn_kernels[] = {"bn_stats", "bn_fwd", "bn_infer", "bn_bwd_sums",
-                                         "bn_bwd_dx", "bn_bwd_reduce", NULL};
+                                         "bn_bwd_dx", "bn_bwd_reduce", "bn_frozen_bwd", NULL};
 
 const ocl_layer_ops cl_conv = {conv_fwd, conv_bwd, conv_aux, conv_tmp, 1, conv_kernels};
 const ocl_layer_ops cl_pool = {pool_fwd, pool_bwd, pool_aux, NULL, 0, pool_kernels};

@@ -265,6 +265,10 @@ int ocl_bn_infer_forward(ocl_ops *o, const ocl_bn_geom *g, int B, cl_mem out, cl
 int ocl_bn_backward(ocl_ops *o, const ocl_bn_geom *g, int B, int G, cl_mem din, cl_mem grads,
                     cl_mem dout, cl_mem in, cl_mem params, cl_mem stats, cl_mem sums,
                     ht_error *e);
+// A frozen layer's backward (its forward is the inference one): din = dout * gamma /
+// sqrt(moving variance + eps); no parameter gradients, no statistics.
+int ocl_bn_frozen_backward(ocl_ops *o, const ocl_bn_geom *g, int B, cl_mem din, cl_mem dout,
+                           cl_mem params, ht_error *e);
 // Floats of stats and of the backward's sums for B samples, whatever G (at most B groups).
 size_t ocl_bn_stats_floats(int C, int B);
 size_t ocl_bn_sums_floats(int C, int B);

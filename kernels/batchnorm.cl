@@ -112,6 +112,17 @@ __kernel void bn_infer(__global float *out, __global const float *in,
              (has_beta ? params[b_off + c] : 0.0f);
 }
 
+// A frozen layer's backward: its forward is bn_infer's, so dx = dy * gamma / sqrt(var + eps).
+__kernel void bn_frozen_bwd(__global float *din, __global const float *dout,
+                            __global const float *params, const uint w_off, const uint s_off,
+                            const int has_gamma, const int n, const int C, const int P,
+                            const float eps) {
+    const int i = (int)get_global_id(0);
+    if (i >= n) return;
+    const int c = (i / P) % C;
+    din[i] = dout[i] * ((has_gamma ? params[w_off + c] : 1.0f) / sqrt(params[s_off + C + c] + eps));
+}
+
 // One work-group per (group g, channel c), as bn_stats: the sums over the group of dy and of
 // dy * xhat (xhat rounded to float, as the CPU has it), each as a float pair, at
 // sums[g*4C + c] and [g*4C + 2C + c] (high parts) and [g*4C + C + c] and [g*4C + 3C + c] (low

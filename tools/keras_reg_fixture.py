@@ -3,12 +3,13 @@
 Keras's own numbers for them at fixed weights and inputs, which tests/nn/test_keras_train.c
 checks hetrain against (the tests need no Python).
 
-  Keras 3:  KERAS_BACKEND=jax python3 tools/keras_reg_fixture.py 3  (pip install keras jax)
-  Keras 2:  python3 tools/keras_reg_fixture.py 2        (pip install tensorflow-cpu tf-keras)
+  Keras 3:  KERAS_BACKEND=jax python3 tools/keras_reg_fixture.py 3 [NET...]  (pip install keras jax)
+  Keras 2:  python3 tools/keras_reg_fixture.py 2 [NET...]  (pip install tensorflow-cpu tf-keras)
 
 For each network (reg: L1, L2 and L1L2 kernel and bias regularizers on Conv2D and Dense, by
 class and by Keras's names "l1"/"l2"; frozen: two layers with trainable=False, one a prefix of
-the network, with regularizers on both) it writes <net>_k<v>.json (model.to_json()) and
+the network, with regularizers on both; frozen_bn: a frozen BatchNormalization, Keras 3 only
+here) it writes <net>_k<v>.json (model.to_json()) and
 <net>_k<v>.txt, lines of "key count values...":
 
   params     the weights, in hetrain's flat order (layer by layer, weight then bias; a conv
@@ -66,7 +67,21 @@ def networks(keras):
             L.Dense(10, activation="softmax", kernel_regularizer=R.L2(0.002)),
         ])
 
-    return dict(reg=reg, frozen=frozen)
+    def frozen_bn():
+        # A frozen BatchNormalization (its moving statistics set away from 0 and 1): Keras runs
+        # it in inference mode in fit too and leaves its moving averages as they are.
+        return keras.Sequential([
+            keras.Input(shape=(28, 28, 1)),
+            L.Conv2D(4, 3, strides=2, use_bias=False),
+            L.BatchNormalization(trainable=False),
+            L.ReLU(),
+            L.MaxPooling2D(2),
+            L.Conv2D(6, 3, activation="relu"),
+            L.Flatten(),
+            L.Dense(10, activation="softmax"),
+        ])
+
+    return dict(reg=reg, frozen=frozen, frozen_bn=frozen_bn)
 
 
 def count(weights):
@@ -81,6 +96,13 @@ def set_weights(m):
         ws = layer.get_weights()
         if not ws:
             continue
+        if type(layer).__name__ == "BatchNormalization":  # gamma, beta, mean, variance > 0
+            c = ws[0].shape
+            layer.set_weights([rng.uniform(0.5, 1.5, c).astype("float32"),
+                               rng.uniform(-0.3, 0.3, c).astype("float32"),
+                               rng.uniform(-0.3, 0.3, c).astype("float32"),
+                               rng.uniform(0.5, 1.5, c).astype("float32")])
+            continue
         new = []
         for w in ws:
             fan_in = int(np.prod(w.shape[:-1])) if w.ndim > 1 else 10
@@ -92,14 +114,22 @@ def set_weights(m):
 
 
 def hetrain_order(m, arrays):
-    """Keras's weights (one array per variable of m.weights) in hetrain's flat order."""
-    out, i, image = [], 0, None
+    """Keras's weights (one array per variable of m.weights) in hetrain's flat order: the
+    parameters layer by layer, then the state (a BatchNormalization's moving mean and variance
+    and hetrain's count of updates, 0: Keras keeps none)."""
+    out, state, i, image = [], [], 0, None
     for layer in m.layers:
         name = type(layer).__name__
         shape = layer.input.shape if hasattr(layer, "input") else None
         if name == "Flatten":
             image = tuple(int(d) for d in shape[1:])  # (H, W, C) it flattens
         n = len(layer.weights)
+        if name == "BatchNormalization":
+            out += [np.asarray(arrays[i]).ravel(), np.asarray(arrays[i + 1]).ravel()]
+            state += [np.asarray(arrays[i + 2]).ravel(), np.asarray(arrays[i + 3]).ravel(),
+                      np.zeros(1)]
+            i += n
+            continue
         for j in range(n):
             w = np.asarray(arrays[i + j])
             if w.ndim == 4:  # conv (K, K, C, OC) -> (OC, C, K, K)
@@ -112,7 +142,7 @@ def hetrain_order(m, arrays):
                 w = w.reshape(w.shape[0], -1) if w.ndim == 4 else w.T
             out.append(w.ravel())
         i += n
-    return np.concatenate(out)
+    return np.concatenate(out + state)
 
 
 def penalty_grads(keras, version, m):
@@ -149,6 +179,7 @@ def line(key, values):
 
 def main():
     version = sys.argv[1] if len(sys.argv) > 1 else "3"
+    only = set(sys.argv[2:])  # networks to write (none named: all)
     if version == "3":
         import keras
     elif version == "2":
@@ -161,6 +192,8 @@ def main():
     x = rng.uniform(0, 1, (B, 28, 28, 1)).astype("float32")
     y = np.array([3, 1, 4, 9])
     for name, make in networks(keras).items():
+        if only and name not in only:
+            continue
         keras.backend.clear_session()
         m = make()
         set_weights(m)
@@ -198,8 +231,8 @@ def main():
     old = []
     if os.path.exists(path):
         with open(path) as f:
-            old = [l for l in f.read().splitlines()
-                   if l and not l.split()[0].endswith("_k%s.json" % version)]
+            mine = set(c.split()[0] for c in counts)
+            old = [l for l in f.read().splitlines() if l and l.split()[0] not in mine]
     with open(path, "w") as f:
         f.write("\n".join(sorted(old + counts)) + "\n")
 

@@ -123,6 +123,19 @@ static inline void masked_row(float *d, const float *dy, const float *relu_out, 
     for (int c = 0; c < C; c++) d[c] = relu_out[c] > 0.0f ? dy[c] : 0.0f;
 }
 
+void bn_frozen_backward(float *din, const float *dout, const float *gamma, const float *var,
+                        const float *relu_out, size_t rows, int C, int cs, float eps,
+                        int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (rows * (size_t)cs >= 32768)
+    for (size_t r = 0; r < rows; r++) {
+        float *dx = din + r * cs;
+        masked_row(dx, dout + r * cs, relu_out ? relu_out + r * cs : NULL, C);
+        for (int c = 0; c < C; c++) dx[c] *= (gamma ? gamma[c] : 1.0f) / sqrtf(var[c] + eps);
+        for (int c = C; c < cs; c++) dx[c] = 0.0f;
+    }
+}
+
 int bn_train_backward(float *din, float *dgamma, float *dbeta, float *state_sums,
                       const float *dout, const float *in, const float *gamma, const float *stats,
                       const float *relu_out, int B, int P, int C, int cs, int G, int nthreads) {
@@ -280,11 +293,13 @@ static const float *bn_gamma(const float *buf, const layer *L) {
     return L->n_w ? buf + L->w_off : NULL;
 }
 
+// Training normalises by the groups' statistics, inference and a frozen layer (in training too,
+// as Keras does) by the moving averages.
 static void bn_fwd(const net_call *c) {
     const layer *L = c->L;
     const int P = L->h * L->w, cs = c->p->in_cs;
     const float *gamma = bn_gamma(c->params, L), *beta = net_bias(c->params, L);
-    if (c->drop)
+    if (c->drop && !L->frozen)
         bn_train_forward(c->out, c->in, gamma, beta, c->bn_stats, c->B, P, L->c, cs, c->group,
                          L->eps, c->p->fuse_relu, c->nt);
     else
@@ -301,6 +316,15 @@ static float *bn_bwd(const net_call *c) {
         if (dgamma) memset(dgamma, 0, sizeof(float) * L->n_w);
         if (dbeta) memset(dbeta, 0, sizeof(float) * L->n_b);
         memset(state, 0, sizeof(float) * L->n_s);
+    }
+    // Frozen: no parameter gradients and no statistics (no groups: model_bn_update leaves its
+    // moving averages alone), the input's gradient through the moving variance.
+    if (L->frozen) {
+        if (c->din)
+            bn_frozen_backward(c->din, c->dout, bn_gamma(c->params, L),
+                               c->params + L->s_off + L->c, c->p->fuse_relu ? c->out : NULL,
+                               (size_t)c->B * L->h * L->w, L->c, c->p->in_cs, L->eps, c->nt);
+        return c->din;
     }
     // Out of memory for the groups' sums: the gradient comes back non-finite, which the
     // engine reports as that device's failure.

@@ -31,6 +31,12 @@ void bn_train_forward(float *out, const float *in, const float *gamma, const flo
 void bn_infer_forward(float *out, const float *in, const float *gamma, const float *beta,
                       const float *mean, const float *var, size_t rows, int C, int cs, float eps,
                       int relu, int nthreads);
+// The backward of a frozen batchnorm (trainable false: in training too it normalises with its
+// moving statistics, as Keras runs it in inference mode): din = dout * gamma / sqrt(var + eps)
+// over rows = B * P positions, through the fused ReLU's mask when relu_out is not NULL.
+void bn_frozen_backward(float *din, const float *dout, const float *gamma, const float *var,
+                        const float *relu_out, size_t rows, int C, int cs, float eps,
+                        int nthreads);
 // Training's backward: din (unless NULL) overwritten; dgamma, dbeta (unless NULL) added to;
 // state_sums (2 * C + 1) gets each group's mean and variance added, and 1 a group. relu_out:
 // the fused ReLU's output (dout passes where it is > 0), or NULL. -1 when out of memory.

@@ -66,7 +66,8 @@ static int bn_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
 
     layer_spec s = {.kind = LAYER_BATCHNORM, .name = klayer_name(kname, "", buf, sizeof buf),
                     .momentum = (float)mom, .momentum_set = 1, .eps = (float)eps,
-                    .eps_set = 1, .no_center = !center, .no_scale = !scale};
+                    .eps_set = 1, .no_center = !center, .no_scale = !scale,
+                    .frozen = k->frozen};
     s.w_init = gi.kind, s.w_arg = gi.arg, s.w_arg2 = gi.arg2, s.w_vs = gi.vs;
     s.b_init = bi.kind, s.b_arg = bi.arg, s.b_arg2 = bi.arg2, s.b_vs = bi.vs;
     // Keras's trainable count: gamma and beta; the moving statistics are the state.
@@ -74,6 +75,6 @@ static int bn_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
     return 0;
 }
 
-const keras_family keras_bn = {
-    bn_keras_read, "Keras runs a frozen BatchNormalization in inference mode (normalising with "
-                   "its moving statistics), which hetrain does not; leave it trainable"};
+// A frozen one (trainable false) is read: it normalises with its moving statistics in training
+// too and keeps them, as Keras runs it (batchnorm.c).
+const keras_family keras_bn = {bn_keras_read, NULL};

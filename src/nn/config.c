@@ -56,7 +56,10 @@
 // pad = same is Keras/TensorFlow's for any size and stride: output ceil(in/stride), the odd
 // padding row/column at the bottom/right. bias = 0 leaves the layer without a bias tensor
 // (Keras use_bias = False).
-// Every layer section also takes `name` (default "conv1", "fc2", ...). An init is one of
+// Every layer section also takes `name` (default "conv1", "fc2", ...), and one with parameters
+// (conv, dense, batchnorm) `trainable` (default 1; 0 freezes it as Keras's trainable false
+// does: its parameters are not updated, and a batchnorm normalises with its moving averages in
+// training too and keeps them). An init is one of
 // Keras's initialisers (model.h), by name ("he_normal", or Keras's class name "HeNormal")
 // with its arguments as Keras names them where it has any: zeros, ones, constant(value),
 // random_uniform(minval, maxval), random_normal(mean, stddev), truncated_normal(mean,
@@ -133,6 +136,10 @@ static const char *const net_keys[] = {"name", "input", "classes", "optimizer", 
 static const char *const flatten_keys[] = {"name", NULL};
 // [Activation]'s keys: name, and this row.
 static const layer_key activation_row = {"activation", NULL, LK_ACTIVATION, 0, 0, 0, 0, 0, NULL};
+// Every section of a family with parameters: trainable = 0 freezes the layer (Keras's
+// trainable false: the optimiser leaves its parameters; a batchnorm also its moving averages,
+// normalising with them in training too).
+static const layer_key trainable_row = LK_ROW("trainable", NULL, LK_NOT_BOOL, 0, frozen, 0, 0);
 
 #define SEC_MAX_KEYS 24 // and below 32: `seen` has a bit per key
 
@@ -562,7 +569,7 @@ static const char *section_list(void) {
 }
 
 // The keys of the open section: name, then its family's (of them, the act family's parameter
-// its kind takes).
+// its kind takes), then trainable where the family has parameters.
 static void section_keys(cfg_ctx *c) {
     const char *const *from = c->kind == SEC_NET ? net_keys : c->kind == SEC_FLATTEN ? flatten_keys
                                                                                        : NULL;
@@ -578,6 +585,8 @@ static void section_keys(cfg_ctx *c) {
         for (const layer_key *r = d->family->keys; r->key && n < SEC_MAX_KEYS; r++)
             if (!(r->flags & LK_KIND_PARAM) || (d->param_key && !strcmp(r->key, d->param_key)))
                 c->rows[n] = r, c->keys[n++] = r->key;
+        if ((d->family->flags & LF_PARAMS) && n < SEC_MAX_KEYS)
+            c->rows[n] = &trainable_row, c->keys[n++] = trainable_row.key;
     }
     c->keys[n] = NULL;
 }

@@ -626,12 +626,13 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
     int nt = ws->nthreads;
     // Overwriting: the dense layers' GEMMs write their weight gradients (beta 0), and the
     // families that add to theirs (conv) are zeroed here and then added to as usual; the
-    // frozen layers below the reach, which the pass does not reach, get zeros.
+    // frozen layers below the reach, which the pass does not reach, get zeros, statistics too.
     for (int n = 0; overwrite == NET_GRAD_WRITE && n < S->n_nodes; n++) {
         const layer *L = node_layer(m, S, n);
         if (!(net_layer_ops_of[L->kind]->flags & NET_OP_GRAD_ADDS) && S->node[n].backward) continue;
         if (L->n_w) memset(grads + L->w_off, 0, sizeof(float) * L->n_w);
         if (L->n_b) memset(grads + L->b_off, 0, sizeof(float) * L->n_b);
+        if (L->n_s && !S->node[n].backward) memset(grads + L->s_off, 0, sizeof(float) * L->n_s);
     }
     const int stop = ws->trunk > S->reach ? ws->trunk : S->reach;
     for (int n = S->n_nodes - 1; n >= stop; n--) {

@@ -150,14 +150,15 @@ int schedule_build_nodes(schedule *s, const sched_spec *spec, int n, ht_error *e
 }
 
 // A layer's flags for the builder: in place from its description, the fusions from the CPU op
-// table, whether it trains from its parameters (not frozen) and statistics.
+// table, whether it trains: its parameters or statistics, unless it is frozen (a frozen
+// batchnorm keeps its moving averages).
 static unsigned layer_sched_flags(const layer *L) {
     unsigned f = 0, ops = net_layer_ops_of[L->kind]->flags;
     if (layer_flags(L->kind) & LF_IN_PLACE) f |= SCHED_IN_PLACE;
     if (ops & NET_OP_FUSES_RELU) f |= SCHED_FUSES_RELU;
     if (ops & NET_OP_RELU) f |= SCHED_RELU;
     if (ops & NET_OP_DROP_FOLD) f |= SCHED_DROP_FOLD;
-    if (((L->n_w || L->n_b) && !L->frozen) || L->n_s) f |= SCHED_TRAINS;
+    if ((L->n_w || L->n_b || L->n_s) && !L->frozen) f |= SCHED_TRAINS;
     return f;
 }
 

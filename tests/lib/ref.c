@@ -637,11 +637,13 @@ static void act_b(const ref_call *c) {
                      layer_in_size(c->L) * (size_t)c->B);
 }
 
+// A frozen layer normalises with its moving statistics in training too (Keras's inference
+// mode): its backward is dout * gamma / sqrt(var + eps), with no gradients or statistics.
 static void bn_f(const ref_call *c) {
     const layer *L = c->L;
     const float *gamma = L->n_w ? c->params + L->w_off : NULL;
     const float *beta = L->n_b ? c->params + L->b_off : NULL;
-    if (c->drop)
+    if (c->drop && !L->frozen)
         ref_bn_train_forward(c->out, c->in, gamma, beta, c->B, L->c, L->h * L->w, c->group,
                              L->eps);
     else
@@ -650,6 +652,20 @@ static void bn_f(const ref_call *c) {
 }
 static void bn_b(const ref_call *c) {
     const layer *L = c->L;
+    if (L->frozen) {
+        const float *var = c->params + L->s_off + L->c;
+        const size_t P = (size_t)L->h * L->w;
+        for (int i = 0; c->din && i < c->B; i++)
+            for (int ch = 0; ch < L->c; ch++) {
+                const double k = (L->n_w ? c->params[L->w_off + ch] : 1.0) /
+                                 sqrt((double)var[ch] + (double)L->eps);
+                for (size_t p = 0; p < P; p++) {
+                    const size_t at = ((size_t)i * L->c + ch) * P + p;
+                    c->din[at] = (float)(c->g[at] * k);
+                }
+            }
+        return;
+    }
     ref_bn_train_backward(c->din, L->n_w ? c->grads + L->w_off : NULL,
                           L->n_b ? c->grads + L->b_off : NULL, c->grads + L->s_off, c->g, c->in,
                           L->n_w ? c->params + L->w_off : NULL, c->B, L->c, L->h * L->w,

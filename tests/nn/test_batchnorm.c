@@ -229,6 +229,111 @@ static void test_bn_net_against_reference(void **state) {
     model_free(&m);
 }
 
+// A frozen batchnorm (trainable false) in training: the reference normalises with the moving
+// statistics exactly as in inference, its input gradient matches finite differences of the
+// reference's training loss, the CPU path matches the reference, gamma, beta and the
+// statistics' place get nothing, and model_bn_update leaves the moving averages as they were.
+// The layer before it trains (so its backward runs); the one after is a trainable batchnorm.
+static void test_bn_frozen(void **state) {
+    (void)state;
+    enum { B = 6 };
+    model m;
+    bn_model(&m, 4);
+    m.layers[1].frozen = 1;
+    const layer *F = &m.layers[1];
+    const size_t in = (size_t)m.in_c * m.in_h * m.in_w;
+    float *p = malloc(sizeof(float) * m.n_params), *x = fill_uniform(B * in, 0, 1, 21);
+    float *gr = calloc(m.n_params, sizeof(float)), *g = calloc(m.n_params, sizeof(float));
+    model_init_params(&m, p, 7);
+    for (int c = 0; c < F->oc; c++) {
+        p[F->s_off + c] = 0.1f * (float)c - 0.2f;
+        p[F->s_off + F->oc + c] = 0.5f + 0.25f * (float)c;
+    }
+    uint8_t y[B] = {0, 1, 2, 3, 0, 1};
+    uint32_t ids[B] = {0, 1, 2, 3, 4, 5};
+    net_dropout d = {.seed = 1, .ids = ids};
+    ref_net r;
+    ref_net_init(&r, &m, B);
+    // Its output in training is its output at inference (the node after it is a relu).
+    const size_t fo = layer_out_size(F) * B;
+    float *train_out = malloc(sizeof(float) * fo);
+    ref_forward(&r, &m, p, x, y, B, &d);
+    memcpy(train_out, r.act[1], sizeof(float) * fo);
+    ref_forward(&r, &m, p, x, y, B, NULL);
+    assert_memory_equal(train_out, r.act[1], sizeof(float) * fo);
+    // The input gradient through it against central differences of the training loss, on a
+    // network smooth around the point (no relu or pooling): conv -> frozen batchnorm -> dense.
+    {
+        model f;
+        ht_error fe;
+        assert_int_equal(model_begin(&f, "frozen_fd", 2, 5, 5, 4, &fe), 0);
+        const layer_spec fs[] = {
+            {.kind = LAYER_CONV2D, .filters = 3, .k = 3, .pad = 1, .w_init = INIT_GLOROT_UNIFORM},
+            {.kind = LAYER_BATCHNORM, .w_init = INIT_RANDOM_UNIFORM, .w_arg = 0.5f,
+             .w_arg2 = 1.5f, .b_init = INIT_RANDOM_UNIFORM, .b_arg = -0.3f, .b_arg2 = 0.3f,
+             .frozen = 1},
+            {.kind = LAYER_DENSE, .units = 4, .w_init = INIT_LECUN_UNIFORM},
+            {.kind = LAYER_SOFTMAX_XENT},
+        };
+        for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
+            if (model_add(&f, &fs[i], &fe) < 0) fail_msg("model_add %zu: %s", i, fe.msg);
+        if (model_finish(&f, &fe) < 0) fail_msg("model_finish: %s", fe.msg);
+        const layer *FB = &f.layers[1], *fc = &f.layers[0];
+        float *fp = malloc(sizeof(float) * f.n_params), *fg = calloc(f.n_params, sizeof(float));
+        model_init_params(&f, fp, 9);
+        for (int c = 0; c < FB->oc; c++) {
+            fp[FB->s_off + c] = 0.2f * (float)c - 0.1f;
+            fp[FB->s_off + FB->oc + c] = 0.4f + 0.3f * (float)c;
+        }
+        ref_net fr;
+        ref_net_init(&fr, &f, B);
+        ref_forward(&fr, &f, fp, x, y, B, &d);
+        ref_backward(&fr, &f, fp, fg, x, y, B, &d);
+        double worst = 0;
+        for (size_t i = 0; i < fc->n_w + fc->n_b; i++) {
+            float *w = &fp[fc->w_off + i], keep = *w;
+            double l[2];
+            for (int k = 0; k < 2; k++) {
+                *w = keep + (float)(k ? -FD_EPS : FD_EPS);
+                ref_forward(&fr, &f, fp, x, y, B, &d);
+                l[k] = 0;
+                for (int j = 0; j < B; j++) l[k] += fr.loss[j];
+            }
+            *w = keep;
+            double fd = (l[0] - l[1]) / (2 * FD_EPS), an = fg[fc->w_off + i];
+            worst = fmax(worst, fabs(fd - an) / fmax(fmax(fabs(fd), fabs(an)), FD_FLOOR));
+        }
+        if (worst > TOL_BN_FD) fail_msg("frozen batchnorm: worst FD relative error %g", worst);
+        ref_net_free(&fr);
+        free(fp), free(fg);
+        model_free(&f);
+    }
+    ref_forward(&r, &m, p, x, y, B, &d);
+    memset(gr, 0, sizeof(float) * m.n_params);
+    ref_backward(&r, &m, p, gr, x, y, B, &d);
+    // The CPU path (its relu fused) against the reference; nothing for the frozen layer.
+    net_ws ws;
+    ht_error e;
+    assert_int_equal(net_ws_init(&ws, &m, B, 2, &e), 0);
+    for (size_t i = 0; i < m.n_params; i++) g[i] = 1.0f; // the pass must overwrite
+    net_forward(&ws, &m, p, x, y, B, &d);
+    assert_true(check_tensor(ws.loss, r.loss, B, TOL_BN_NET, 1.0f, "frozen batchnorm loss"));
+    net_backward_to(&ws, &m, p, g, x, y, B, &d, NET_GRAD_WRITE);
+    assert_true(check_params(&m, g, gr, TOL_BN_NET, "frozen batchnorm network vs reference"));
+    for (size_t i = 0; i < F->n_w; i++) assert_float_equal(g[F->w_off + i], 0, 0);
+    for (size_t i = 0; i < F->n_s; i++) assert_float_equal(g[F->s_off + i], 0, 0);
+    assert_float_equal(g[m.layers[5].s_off + 14], 2.0f, 0); // the trainable one: 2 groups
+    float *before = malloc(sizeof(float) * m.n_params);
+    memcpy(before, p, sizeof(float) * m.n_params);
+    model_bn_update(&m, p, g);
+    assert_memory_equal(p + F->s_off, before + F->s_off, sizeof(float) * F->n_s);
+    assert_true(p[m.layers[5].s_off + 14] == before[m.layers[5].s_off + 14] + 1.0f);
+    net_ws_free(&ws);
+    ref_net_free(&r);
+    free(p), free(x), free(gr), free(g), free(train_out), free(before);
+    model_free(&m);
+}
+
 // model_bn_update: moving = momentum * moving + (1 - momentum) * (sum / groups), once a step.
 static void test_bn_update(void **state) {
     (void)state;
@@ -266,6 +371,7 @@ static void test_bn_config(void **state) {
                               "[conv]\nfilters = 3\nsize = 3\n[BatchNorm2d]\nmomentum = 0.2\n"
                               "affine = 0\n[dense]\nunits = 5\n"
                               "[BatchNormalization]\ncenter = false\nepsilon = 0.01\nmomentum = 0.9\n"
+                              "trainable = false\n"
                               "[dense]\nunits = 10\n[softmax]\n";
     char *path = test_write_file(dir, "bn.cfg", cfg, sizeof cfg - 1);
     model m;
@@ -283,6 +389,7 @@ static void test_bn_config(void **state) {
     assert_int_equal(b->n_w + b->n_b, 0);        // affine = 0
     assert_float_equal(c->eps, 0.01f, 1e-9);
     assert_float_equal(c->momentum, 0.9f, 1e-7); // Keras's class keeps Keras's meaning
+    assert_true(c->frozen && !a->frozen && !b->frozen); // trainable = false: frozen
     assert_int_equal(c->n_w, 5);
     assert_int_equal(c->n_b, 0);                 // center = false
     float *p = malloc(sizeof(float) * m.n_params);
@@ -305,6 +412,7 @@ int main(void) {
         cmocka_unit_test(test_bn_net_against_reference),
         cmocka_unit_test(test_bn_update),
         cmocka_unit_test(test_bn_config),
+        cmocka_unit_test(test_bn_frozen),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

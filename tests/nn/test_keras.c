@@ -377,11 +377,6 @@ static void test_errors(void **state) {
                      "\"VarianceScaling\", \"config\": {\"mode\": \"fan_sum\"}}}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): kernel_initializer: variance_scaling: mode "
                  "\"fan_sum\": expected fan_in, fan_out, fan_avg");
-    keras_expect_error(seq("{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"b\", "
-                     "\"trainable\": false}}"),
-                 "bad.json: layer 1 \"b\" (BatchNormalization): trainable false: Keras runs a "
-                 "frozen BatchNormalization in inference mode (normalising with its moving "
-                 "statistics), which hetrain does not; leave it trainable");
     keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"dtype\": {\"module\": \"keras\", \"class_name\": "
                      "\"DTypePolicy\", \"config\": {\"name\": \"mixed_float16\"}}}}"),
