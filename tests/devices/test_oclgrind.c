@@ -3,12 +3,12 @@
 // family the OpenCL device has runs on its device through the CLI, in training (forward,
 // backward, the host's update, the broadcast weights) and in inference (predict): a small
 // network of conv, max and average pooling, dense and dropout layers; one of every other kind
-// (batch normalisation 2-D and 1-D, both max-pool backward kernels, zero padding, permutes,
-// global average pooling, each activation of the act family; its 3x3 convolutions by Winograd
-// F(4x4,3x3)); and a multi-label sigmoid head after a 5x5 convolution by Winograd F(2x2,5x5).
-// Each run must exit 0 with an empty oclgrind log. The exit path is part of the check: CLBlast's
-// caches of programs and kernels must go before the contexts do (ocl_blas_release_all), or the
-// process aborts at exit with a corrupted heap.
+// (batch normalisation 2-D and 1-D, training and frozen, both max-pool backward kernels, zero
+// padding, permutes, global average pooling, each activation of the act family; its 3x3
+// convolutions by Winograd F(4x4,3x3)); and a multi-label sigmoid head after a 5x5 convolution
+// by Winograd F(2x2,5x5). Each run must exit 0 with an empty oclgrind log. The exit path is
+// part of the check: CLBlast's caches of programs and kernels must go before the contexts do
+// (ocl_blas_release_all), or the process aborts at exit with a corrupted heap.
 //
 // oclgrind's uninitialised-memory check (--uninitialized) is left off: on a multi-threaded host
 // it crashes inside oclgrind itself (its shadow memory is not thread-safe) before any report.
@@ -40,7 +40,7 @@ static const char net_cfg[] = "[net]\ninput = 1x28x28\n"
                               "[dense]\nunits = 10\n[softmax]\n";
 
 // The kinds the first network lacks, on 1x12x12: batch normalisation after a convolution and
-// after a dense layer, a max pool whose windows tile its input (maxpool_bwd_tiled) and one whose
+// (frozen: its moving statistics in training too) after a dense layer, a max pool whose windows tile its input (maxpool_bwd_tiled) and one whose
 // windows overlap (maxpool_bwd), uneven zero padding, a permute and its inverse, global average
 // pooling, and every activation of the act family, each after its own dense layer.
 static const char all_cfg[] = "[net]\ninput = 1x12x12\nconv_algo = winograd\n"
@@ -59,7 +59,7 @@ static const char all_cfg[] = "[net]\ninput = 1x12x12\nconv_algo = winograd\n"
                               "[dense]\nunits = 8\nactivation = softplus\n"
                               "[dense]\nunits = 8\nactivation = hard_sigmoid\n"
                               "[dense]\nunits = 8\nactivation = gelu\n"
-                              "[batchnorm]\n[dropout]\nrate = 0.25\n"
+                              "[batchnorm]\ntrainable = 0\n[dropout]\nrate = 0.25\n"
                               "[dense]\nunits = 10\n[softmax]\n";
 
 // A multi-label head: 4 sigmoid outputs, binary cross-entropy.
