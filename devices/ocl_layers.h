@@ -18,6 +18,8 @@ typedef struct ocl_call {
     int act;               // the act family's function (act_fn), -1 for another family
     cl_mem params, grads;  // flat buffers, as on the host
     cl_mem in, out;        // forward; in the backward the forward's input and output
+    int n_in;              // a merge's inputs (ins[0] is in) and, backward, their gradients'
+    cl_mem ins[MODEL_MAX_IN], dins[MODEL_MAX_IN]; // places (dins[0] is din; NULL: not wanted)
     cl_mem dout, din;      // backward: din NULL when the input's gradient is not wanted
     cl_mem spare;          // backward: a free buffer the size of din (the loss head's output)
     cl_mem aux;            // the layer's own buffer, kept from forward to backward (aux_bytes)

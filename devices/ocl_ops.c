@@ -437,6 +437,14 @@ int ocl_fill(ocl_ops *o, cl_mem buf, float value, size_t n, ht_error *e) {
     return launch_1d(o, "fill", a, NARGS(a), n, e);
 }
 
+int ocl_add(ocl_ops *o, cl_mem out, cl_mem a, cl_mem b, size_t n, ht_error *e) {
+    if (n == 0) return 0;
+    if (check_fits(o, "add", "buffer", (double)n, e)) return -1;
+    cl_uint n32 = (cl_uint)n;
+    karg k[] = {KA(out), KA(a), KA(b), KA(n32)};
+    return launch_1d(o, "add2", k, NARGS(k), n, e);
+}
+
 size_t ocl_conv2d_col_floats(const conv_geom *g, int B) {
     return (size_t)g->C * g->K * g->K * B * g->OH * g->OW;
 }

@@ -148,6 +148,8 @@ int ocl_copy(ocl_ops *o, cl_mem src, size_t src_off, cl_mem dst, size_t dst_off,
 
 // buf[0..n) = value.
 int ocl_fill(ocl_ops *o, cl_mem buf, float value, size_t n, ht_error *e);
+// out[0..n) = a + b, element by element (out may be a).
+int ocl_add(ocl_ops *o, cl_mem out, cl_mem a, cl_mem b, size_t n, ht_error *e);
 
 // A bias offset meaning "no bias" (the layer's LAYER_NO_PARAM): conv and dense ops then add
 // none and compute no bias gradient.

@@ -46,6 +46,8 @@ typedef struct ocl_ctx {
                         // input's
     cl_mem *aux;        // per node: its own buffer (ocl_layer_ops.aux_bytes), or NULL
     cl_mem *gslot;      // the schedule's gradient slots
+    cl_mem gadd[SCHED_MAX_IN]; // where an input's gradient is made before it is added to its
+                               // slot (sched_node.grad_add); schedule.max_add of them
     cl_mem tmp;         // the layers' shared scratch (ocl_layer_ops.tmp_floats)
     float *probs_host;                                  // (max_batch, n_classes)
     // While profiling (profile_start; the queue then has event profiling): the record, and
@@ -106,7 +108,7 @@ static size_t micro_bytes(const model *m, const schedule *s, const conv_choice *
         if (out > widest) widest = out;
     }
     // CLBlast's indirect GEMMs copy (padded) operands into a scratch of about the im2col size.
-    total += (size_t)s->n_gslots * widest + tmp + (col + tmp);
+    total += (size_t)(s->n_gslots + s->max_add) * widest + tmp + (col + tmp);
     if (col > big) big = col;
     if (widest > big) big = widest;
     if (tmp > big) big = tmp;
@@ -215,6 +217,7 @@ static void free_micro(ocl_ctx *c) {
         }
     }
     for (int k = 0; c->gslot && k < c->sched.n_gslots; k++) buf_release(&c->gslot[k]);
+    for (int k = 0; k < SCHED_MAX_IN; k++) buf_release(&c->gadd[k]);
     cl_mem *bufs[] = {&c->x, &c->y, &c->ids, &c->loss, &c->tmp, &c->wino, &c->wino_exact};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) buf_release(bufs[i]);
     ocl_ops_release_temp(&c->ops);
@@ -248,6 +251,8 @@ static int alloc_micro(ocl_ctx *c, ht_error *e) {
     }
     for (int k = 0; k < s->n_gslots; k++)
         if (buf_create(c, &c->gslot[k], widest * sizeof(float), e) < 0) return -1;
+    for (int k = 0; k < s->max_add; k++)
+        if (buf_create(c, &c->gadd[k], widest * sizeof(float), e) < 0) return -1;
     if (buf_create(c, &c->tmp, tmp * sizeof(float), e) < 0) return -1;
     size_t ws, wx;
     wino_sizes(m, c->algo, (int)B, &ws, &wx);
@@ -393,6 +398,10 @@ static int forward(ocl_ctx *c, int n, int with_labels, const uint64_t *keys, ht_
         const layer *L = &m->layers[l];
         ocl_call call = call_of(c, k, n, keys);
         if (!with_labels) call.y = NULL;
+        const sched_node *N = &c->sched.node[k];
+        call.n_in = N->n_in;
+        for (int i = 0; i < N->n_in; i++)
+            call.ins[i] = N->in[i] == SCHED_INPUT ? c->x : c->act[N->in[i]];
         if (ocl_layer_ops_of[L->kind]->forward(&call, e) < 0)
             return ht_wrap(e, "layer %s forward", L->name);
         if (c->prof_on) prof_cut(c, &c->prof->layer[2 * l]);
@@ -412,11 +421,33 @@ static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
         ocl_call call = call_of(c, k, n, keys);
         cl_mem gin = c->gslot[s->buf[N->in_buf[0]].gslot];
         call.dout = c->gslot[s->buf[N->buf].gslot];
-        call.din = N->in[0] != SCHED_INPUT ? gin : NULL;
         call.spare = gin;
+        // Each input's gradient into its buffer's slot, or, where a later reader wrote that
+        // slot already (grad_add), into a scratch buffer first, then added.
+        call.n_in = N->n_in;
+        cl_mem dslot[SCHED_MAX_IN];
+        for (int i = 0, adds = 0; i < N->n_in; i++) {
+            call.ins[i] = N->in[i] == SCHED_INPUT ? c->x : c->act[N->in[i]];
+            dslot[i] = c->gslot[s->buf[N->in_buf[i]].gslot];
+            call.dins[i] = N->in[i] == SCHED_INPUT ? NULL
+                           : N->grad_add[i]         ? c->gadd[adds++]
+                                                    : dslot[i];
+        }
+        call.din = call.dins[0];
         cl_mem din = NULL;
         if (ocl_layer_ops_of[L->kind]->backward(&call, &din, e) < 0)
             return ht_wrap(e, "layer %s backward", L->name);
+        // Where an op left an input's gradient elsewhere than its slot (in place in dout, or in
+        // a scratch buffer), it goes there: added, or copied. A chain's ops write their slots.
+        const size_t nf = layer_in_size(L) * (size_t)n;
+        for (int i = 0; i < N->n_in; i++) {
+            cl_mem got = i ? call.dins[i] : din;
+            if (!got || !call.dins[i]) continue;
+            if (N->grad_add[i] ? ocl_add(&c->ops, dslot[i], dslot[i], got, nf, e) < 0
+                : got != dslot[i] &&
+                      copy_buf(c, got, 0, dslot[i], 0, nf * sizeof(float), e) < 0)
+                return ht_wrap(e, "layer %s backward", L->name);
+        }
         if (c->prof_on) prof_cut(c, &c->prof->layer[2 * N->layer + 1]);
     }
     return 0;

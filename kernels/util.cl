@@ -8,6 +8,14 @@ __kernel void fill(__global float *buf, const float value, const uint n) {
     if (i < n) buf[i] = value;
 }
 
+// out[0..n) = a + b (out may be a: adding into it). The merge family's add, and the gradient
+// of a tensor several layers read, added up.
+__kernel void add2(__global float *out, __global const float *a, __global const float *b,
+                   const uint n) {
+    const uint i = (uint)get_global_id(0);
+    if (i < n) out[i] = a[i] + b[i];
+}
+
 // A sample's (C, H, W) axes reordered (the permute layer): out (B, o0, o1, o2) element (a, b, c)
 // is in's at a * s0 + b * s1 + c * s2 within its sample of n floats. The backward is the same
 // with the inverse permutation. One work-item per output element.

@@ -140,6 +140,8 @@ static const layer_key activation_row = {"activation", NULL, LK_ACTIVATION, 0, 0
 // trainable false: the optimiser leaves its parameters; a batchnorm also its moving averages,
 // normalising with them in training too).
 static const layer_key trainable_row = LK_ROW("trainable", NULL, LK_NOT_BOOL, 0, frozen, 0, 0);
+// Every layer section: its inputs (parse_from), by default the layer before.
+static const layer_key from_row = {"from", NULL, LK_PARSE, 0, 0, 0, 0, 0, NULL};
 
 #define SEC_MAX_KEYS 24 // and below 32: `seen` has a bit per key
 
@@ -421,10 +423,51 @@ static int net_key(cfg_ctx *c, const char *key, const char *v) {
     return cfg_fail(c, c->line, "[%s] %s: not handled", c->sec_name, key); // table out of sync
 }
 
+// from = the layer's inputs, comma-separated: -N (the layer N before this one: -1 the layer
+// before), a layer's number (0, 1, ...: summary's #), a layer's name, or `input` (the model's).
+static int parse_from(cfg_ctx *c, const char *v) {
+    layer_spec *s = &c->spec;
+    const int idx = c->m->n_layers; // this section's layer, when it is added
+    char list[512];
+    snprintf(list, sizeof list, "%s", v);
+    s->n_from = 0;
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ' || *t == '\t') t++;
+        size_t n = strlen(t);
+        while (n && (t[n - 1] == ' ' || t[n - 1] == '\t')) t[--n] = 0;
+        if (s->n_from == MODEL_MAX_IN)
+            return cfg_fail(c, c->line, "[%s] from: more than %d inputs", c->sec_name,
+                            MODEL_MAX_IN);
+        int from = -2;
+        char *end;
+        long k = strtol(t, &end, 10);
+        if (!strcmp(t, "input")) {
+            from = MODEL_INPUT;
+        } else if (*t && !*end) {
+            if (k < 0 ? idx + k < MODEL_INPUT : k >= idx)
+                return cfg_fail(c, c->line, "[%s] from: %s: expected an earlier layer (-1..-%d, "
+                                "or 0..%d), or input", c->sec_name, t, idx + 1, idx - 1);
+            from = k < 0 ? (int)(idx + k) : (int)k;
+        } else {
+            for (int l = 0; l < idx && from == -2; l++)
+                if (!strcmp(c->m->layers[l].name, t)) from = l;
+            if (from == -2)
+                return cfg_fail(c, c->line, "[%s] from: no layer before this one is named "
+                                "\"%.40s\"", c->sec_name, t);
+        }
+        s->from[s->n_from++] = from;
+    }
+    if (!s->n_from)
+        return cfg_fail(c, c->line, "[%s] from: expected the layer's inputs (-1, a layer's name "
+                        "or number, input), found nothing", c->sec_name);
+    return 0;
+}
+
 // A key of a layer section, read as its family's row says (layer_desc.h); row NULL: "name".
 static int section_key(cfg_ctx *c, const layer_key *row, const char *key, const char *v) {
     layer_spec *s = &c->spec;
     int i;
+    if (row == &from_row) return parse_from(c, v);
     if (!row) {
         if (!*v || strlen(v) > 31)
             return cfg_fail(c, c->line, "[%s] name: expected 1..31 characters, found \"%.40s\"",
@@ -587,6 +630,7 @@ static void section_keys(cfg_ctx *c) {
                 c->rows[n] = r, c->keys[n++] = r->key;
         if ((d->family->flags & LF_PARAMS) && n < SEC_MAX_KEYS)
             c->rows[n] = &trainable_row, c->keys[n++] = trainable_row.key;
+        if (n < SEC_MAX_KEYS) c->rows[n] = &from_row, c->keys[n++] = from_row.key;
     }
     c->keys[n] = NULL;
 }

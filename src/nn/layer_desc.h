@@ -18,6 +18,7 @@ enum {
     LF_ACTIVATION = 1 << 5, // elementwise; `activation = <name>` appends it after conv/dense
     LF_WINDOW = 1 << 6,     // a conv or pooling window: k, stride, pad
     LF_KERNEL = 1 << 7,     // its weight is a kernel, which weight decay applies to
+    LF_MERGE = 1 << 8,      // takes 2..MODEL_MAX_IN inputs of one shape (add)
 };
 
 struct layer_desc;

@@ -106,6 +106,9 @@ void permute_forward(float *out, const float *in, int B, const int dims[3], cons
 void permute_backward(float *din, const float *dout, int B, const int dims[3], const int perm[3],
                       int nthreads);
 
+// The merge family's add: out = ins[0] + ... + ins[n_in - 1] over n floats, in input order.
+void merge_add_forward(float *out, const float *const *ins, int n_in, size_t n, int nthreads);
+
 // ---- channels-last (NHWC), the layout net.c keeps spatial activations in ----
 // A spatial tensor is (B,H,W,Cs): channel stride Cs >= C. Convolutions write Cs =
 // conv_cpad(OC), a multiple of CONV_CPAD, and keep the pad channels at zero; weights stay in

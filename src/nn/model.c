@@ -180,6 +180,55 @@ static int check_reg(const layer_spec *s, int has_bias, int idx, const char *kna
     return 0;
 }
 
+// One input's shape: an earlier layer's output, or the model's input.
+static void input_shape(const model *m, int from, int *c, int *h, int *w) {
+    if (from == MODEL_INPUT) {
+        *c = m->in_c, *h = m->in_h, *w = m->in_w;
+    } else {
+        const layer *P = &m->layers[from];
+        *c = P->oc, *h = P->oh, *w = P->ow;
+    }
+}
+
+// L's inputs from s (the layer before unless s names them) and its input shape; a merge's
+// inputs must all have that shape.
+static int set_inputs(const model *m, layer *L, const layer_spec *s, int idx, const char *kname,
+                      ht_error *err) {
+    const int merge = (layer_flags(s->kind) & LF_MERGE) != 0;
+    if (s->n_from < 0 || s->n_from > MODEL_MAX_IN)
+        return ht_fail(err, "layer %d (%s): %d inputs: expected 1..%d", idx, kname, s->n_from,
+                       MODEL_MAX_IN);
+    L->n_in = s->n_from ? s->n_from : 1;
+    L->in[0] = idx - 1; // MODEL_INPUT for the first layer
+    for (int k = 0; k < s->n_from; k++) {
+        if (s->from[k] < MODEL_INPUT || s->from[k] >= idx)
+            return ht_fail(err, "layer %d (%s): input %d is layer %d: expected an earlier "
+                           "layer (0..%d) or the model's input", idx, kname, k + 1, s->from[k],
+                           idx - 1);
+        if (s->from[k] >= 0 && (layer_flags(m->layers[s->from[k]].kind) & LF_LAST))
+            return ht_fail(err, "layer %d (%s): its input %s is the loss head, which nothing "
+                           "may read", idx, kname, m->layers[s->from[k]].name);
+        L->in[k] = s->from[k];
+    }
+    if (merge && L->n_in < 2)
+        return ht_fail(err, "layer %d (%s): merges 2..%d inputs, given %d", idx, kname,
+                       MODEL_MAX_IN, L->n_in);
+    if (!merge && L->n_in > 1)
+        return ht_fail(err, "layer %d (%s): takes one input, given %d", idx, kname, L->n_in);
+    input_shape(m, L->in[0], &L->c, &L->h, &L->w);
+    for (int k = 1; k < L->n_in; k++) {
+        int c, h, w;
+        input_shape(m, L->in[k], &c, &h, &w);
+        if (c != L->c || h != L->h || w != L->w)
+            return ht_fail(err, "layer %d (%s): input %d (%s) is %dx%dx%d, input 1 (%s) "
+                           "%dx%dx%d: the inputs of %s must have one shape", idx, kname, k + 1,
+                           L->in[k] < 0 ? "the model's input" : m->layers[L->in[k]].name, c, h,
+                           w, L->in[0] < 0 ? "the model's input" : m->layers[L->in[0]].name,
+                           L->c, L->h, L->w, kname);
+    }
+    return 0;
+}
+
 int model_add(model *m, const layer_spec *s, ht_error *err) {
     int idx = m->n_layers;
     if (m->in_c < 1) return ht_fail(err, "model_add before model_begin");
@@ -195,12 +244,7 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
 
     layer L = {.kind = s->kind, .w_off = LAYER_NO_PARAM, .b_off = LAYER_NO_PARAM,
                .s_off = LAYER_NO_PARAM};
-    if (idx == 0) {
-        L.c = m->in_c, L.h = m->in_h, L.w = m->in_w;
-    } else {
-        const layer *P = &m->layers[idx - 1];
-        L.c = P->oc, L.h = P->oh, L.w = P->ow;
-    }
+    if (set_inputs(m, &L, s, idx, kname, err)) return -1;
 
     if (s->name) {
         if (!valid_name(s->name))
@@ -243,12 +287,13 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
         L.w_off = m->n_params - m->n_state; // the state goes after the trainable parameters
         L.b_off = L.n_b ? L.w_off + L.n_w : LAYER_NO_PARAM;
         if (check_reg(s, L.n_b > 0, idx, kname, err)) return -1;
-        L.w_l1 = s->w_l1, L.w_l2 = s->w_l2, L.frozen = s->frozen;
+        L.w_l1 = s->w_l1, L.w_l2 = s->w_l2;
         if (L.n_b) L.b_l1 = s->b_l1, L.b_l2 = s->b_l2;
     } else if (L.n_b) { // batchnorm without gamma (scale = false): beta alone
         L.b_init = s->b_init, L.b_arg = s->b_arg, L.b_arg2 = s->b_arg2, L.b_vs = s->b_vs;
         L.b_off = m->n_params - m->n_state;
     }
+    L.frozen = s->frozen;
     if ((int64_t)(m->n_params + L.n_w + L.n_b + L.n_s) >= MODEL_MAX_ELEMS)
         return ht_fail(err, "layer %d (%s): %zu parameters take the total to 2^31 or more", idx,
                        kname, L.n_w + L.n_b + L.n_s);
@@ -355,6 +400,18 @@ int model_finish(model *m, ht_error *err) {
     if (!(layer_flags(last->kind) & LF_LAST))
         return ht_fail(err, "layer %d (%s): the model must end with softmax over the %d classes",
                        m->n_layers - 1, model_kind_name(last->kind), m->n_classes);
+    // Every layer's output is read by a later layer, but the loss head's.
+    for (int l = 0; l < m->n_layers - 1; l++) {
+        int read = 0;
+        for (int k = l + 1; k < m->n_layers && !read; k++) {
+            const layer *K = &m->layers[k];
+            if (!K->n_in) read = k == l + 1;
+            for (int i = 0; i < K->n_in; i++) read |= K->in[i] == l;
+        }
+        if (!read)
+            return ht_fail(err, "layer %d (%s): no layer reads its output (only the last layer's "
+                           "is the model's)", l, m->layers[l].name);
+    }
     // The state goes after every trainable parameter, in layer order.
     size_t n_state = 0;
     for (int l = 0; l < m->n_layers; l++) n_state += m->layers[l].n_s;
@@ -718,28 +775,43 @@ size_t model_frozen_params(const model *m) {
     return n;
 }
 
+// Whether some layer reads other than the one layer before it: the summary then says what
+// each reads, as Keras's does for a Functional model ("Connected to").
+static int model_is_graph(const model *m) {
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].n_in > 1 || (m->layers[l].n_in == 1 && m->layers[l].in[0] != l - 1))
+            return 1;
+    return 0;
+}
+
 void model_print_summary(const model *m, FILE *f) {
     char num[32], macs[32], shape[48], label[48];
+    const int graph = model_is_graph(m);
     int lw = 20; // the label column: wider for long (Keras) layer names
     for (int l = 0; l < m->n_layers; l++) {
         int n = snprintf(label, sizeof label, "%s (%s)", m->layers[l].name,
                          model_kind_name(m->layers[l].kind));
         if (n > lw) lw = n < 47 ? n : 47;
     }
-    int rule = lw + 52;
+    int rule = lw + 52 + (graph ? 24 : 0);
     fprintf(f, "Model: \"%s\"  input %dx%dx%d, %d classes\n", m->name, m->in_c, m->in_h,
             m->in_w, m->n_classes);
-    fprintf(f, "%-4s %-*s %-18s %12s %14s\n", "#", lw, "Layer (kind)", "Output shape", "Param #",
-            "Forward MACs");
+    fprintf(f, "%-4s %-*s %-18s %12s %14s%s\n", "#", lw, "Layer (kind)", "Output shape",
+            "Param #", "Forward MACs", graph ? "  Connected to" : "");
     for (int i = 0; i < rule; i++) fputc('=', f);
     fputc('\n', f);
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
         snprintf(label, sizeof label, "%s (%s)", L->name, model_kind_name(L->kind));
         snprintf(shape, sizeof shape, "(%d, %d, %d)", L->oc, L->oh, L->ow);
-        fprintf(f, "%-4d %-*s %-18s %12s %14s\n", l, lw, label, shape,
+        fprintf(f, "%-4d %-*s %-18s %12s %14s", l, lw, label, shape,
                 group_digits(L->n_w + L->n_b + (L->n_s ? L->n_s - 1 : 0), num),
                 group_digits((size_t)model_layer_macs(m, l, 0), macs));
+        for (int k = 0; graph && k < (L->n_in ? L->n_in : 1); k++) {
+            const int from = L->n_in ? L->in[k] : l - 1;
+            fprintf(f, "%s%s", k ? ", " : "  ", from < 0 ? "input" : m->layers[from].name);
+        }
+        fputc('\n', f);
     }
     for (int i = 0; i < rule; i++) fputc('=', f);
     fputc('\n', f);

@@ -17,6 +17,8 @@
 #define MODEL_MAX_K 64        // kernel/window size, stride, padding
 #define MODEL_MAX_CLASSES 256 // labels are uint8_t
 #define MODEL_MAX_ELEMS ((int64_t)1 << 31) // per-sample activations, and total parameters
+#define MODEL_MAX_IN 4 // inputs of one layer (a merge's)
+#define MODEL_INPUT (-1) // layer.in's name for the model's input
 
 // Initialisers as Keras defines them (keras.initializers), drawn from hetrain's seeded
 // generator: the distributions are Keras's, the bits are not. fan_in and fan_out are Keras's:
@@ -130,8 +132,13 @@ extern const char *const conv_algo_names[];
 typedef struct layer {
     layer_kind kind;
     char name[32];    // tensor name prefix in safetensors: "conv1" -> "conv1.weight"
-    int c, h, w;      // input shape of one sample (dense: c = features, h = w = 1)
+    int c, h, w;      // input shape of one sample (dense: c = features, h = w = 1); a merge's
+                      // every input has it
     int oc, oh, ow;   // output shape of one sample
+    // Its inputs: earlier layers, or MODEL_INPUT; n_in 0 (a layer filled in by hand): the layer
+    // before. Only a merge family (LF_MERGE) takes more than one.
+    int n_in;
+    int in[MODEL_MAX_IN];
     LAYER_HPARAMS
     size_t w_off, b_off; // offsets into the flat parameter buffer, LAYER_NO_PARAM if none
     size_t n_w, n_b;
@@ -297,6 +304,9 @@ typedef struct layer_spec {
     // false (no beta), scale = false (no gamma)
     int momentum_set, eps_set;
     int no_center, no_scale;
+    // Its inputs, as layer.in (earlier layers' indices, MODEL_INPUT); n_from 0: the layer before.
+    int n_from;
+    int from[MODEL_MAX_IN];
 } layer_spec;
 int model_begin(model *m, const char *name, int c, int h, int w, int n_classes, ht_error *err);
 int model_add(model *m, const layer_spec *s, ht_error *err);

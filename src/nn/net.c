@@ -121,6 +121,7 @@ static int in_trunk(const layer *L, const net_lplan *p) {
 typedef struct ws_sizes {
     size_t act_floats, cvt_floats, grad_floats, conv_floats, bn_floats;
     int trunk;
+    int mixed;    // 1 + a merge node whose inputs come in different layouts, else 0
     size_t pack_floats;              // the trunk's packed weights
     size_t tslice, tgrad_off, tgrad_n; // one thread's trunk scratch
 } ws_sizes;
@@ -140,13 +141,18 @@ static ws_sizes ws_measure(const model *m, const schedule *s, int max_batch, int
         const net_layer_ops *ops = net_layer_ops_of[L->kind];
         net_lplan p;
         fmt f = bf[N->in_buf[0]];
+        for (int k = 1; k < N->n_in; k++)
+            if ((bf[N->in_buf[k]].nhwc != f.nhwc || bf[N->in_buf[k]].cs != f.cs) && !z.mixed)
+                z.mixed = n + 1;
         size_t in = in_floats(m, s, n, f);
         bf[N->buf] = plan_layer(m, s, n, f, &p);
         size_t out = out_floats(L, &p), cv = cvt_floats(m, s, n, &p);
         if (s->buf[N->buf].owner == n) z.act_floats += align16(out * (size_t)max_batch);
         if (cv) z.cvt_floats += align16(cv * (size_t)max_batch);
         if (ops->stat_floats) z.bn_floats += align16(ops->stat_floats(L, group, max_batch));
-        trunk = trunk && in_trunk(L, &p);
+        // The trunk is a chain: each node reads the one before, which nothing else reads.
+        trunk = trunk && in_trunk(L, &p) && N->n_in == 1 &&
+                (n == 0 ? N->in[0] == SCHED_INPUT : N->in[0] == n - 1 && s->node[n - 1].n_out == 1);
         if (trunk) {
             z.trunk = n + 1;
             if (out > twidest) twidest = out;
@@ -180,7 +186,7 @@ static ws_sizes ws_measure(const model *m, const schedule *s, int max_batch, int
 
 static size_t ws_total_floats(const model *m, const schedule *s, int max_batch, int nthreads) {
     ws_sizes z = ws_measure(m, s, max_batch, nthreads, NULL);
-    return z.act_floats + z.cvt_floats + (size_t)s->n_gslots * z.grad_floats +
+    return z.act_floats + z.cvt_floats + (size_t)(s->n_gslots + s->max_add) * z.grad_floats +
            align16(z.conv_floats) + z.bn_floats + z.pack_floats + (size_t)nthreads * z.tslice +
            align16((size_t)max_batch);
 }
@@ -225,6 +231,14 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
         return ht_wrap(e, "network workspace for a micro-batch of %d", max_batch);
     }
     ws_sizes z = ws_measure(m, s, max_batch, ws->nthreads, ws->plan);
+    if (z.mixed) {
+        const layer *L = node_layer(m, s, z.mixed - 1);
+        ht_fail(e, "layer %s (%s): its inputs reach it in different layouts (channels-last and "
+                "not, or other channel strides), which the CPU path does not convert for a "
+                "merge", L->name, layer_desc_of(L->kind)->name);
+        net_ws_free(ws);
+        return -1;
+    }
     for (int n = 0; n < nn; n++) {
         if (!(node_ops(m, s, n)->flags & NET_OP_CONV_ALGO)) continue;
         conv_geom g = geom_of(node_layer(m, s, n), &ws->plan[n]);
@@ -247,6 +261,10 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
     }
     for (int k = 0; k < s->n_gslots; k++) {
         ws->gslot[k] = p;
+        p += z.grad_floats;
+    }
+    for (int k = 0; k < s->max_add; k++) {
+        ws->gadd[k] = p;
         p += z.grad_floats;
     }
     ws->conv_ws = p;
@@ -392,6 +410,11 @@ static const float *node_in(const net_ws *ws, int n, const float *x) {
     int from = ws->sched.node[n].in[0];
     return from == SCHED_INPUT ? x : ws->act[from];
 }
+// Input k of node n as it arrives (a merge's inputs need no conversion).
+static const float *node_in_k(const net_ws *ws, int n, int k, const float *x) {
+    int from = ws->sched.node[n].in[k];
+    return from == SCHED_INPUT ? x : ws->act[from];
+}
 
 // Node n's input in the layout it needs: converted into ws->cvt[n] when the plan says so.
 static const float *layer_input(net_ws *ws, const model *m, int n, const float *in, int B) {
@@ -401,6 +424,12 @@ static const float *layer_input(net_ws *ws, const model *m, int n, const float *
     if (p->cvt == 1) nchw_to_nhwc(ws->cvt[n], in, B, c, p->cvt_cs, hw, ws->nthreads);
     if (p->cvt == 2) nhwc_to_nchw(ws->cvt[n], in, B, c, p->cvt_cs, hw, ws->nthreads);
     return p->cvt ? ws->cvt[n] : in;
+}
+
+// dst += src over n floats.
+static void add_into(float *dst, const float *src, size_t n, int nt) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (n >= 65536)
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
 // Floats per sample of buffer b (b > 0), as its owner wrote it.
@@ -591,9 +620,11 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
         const float *lin = layer_input(ws, m, n, node_in(ws, n, x), B);
         net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt,
                       .act = layer_act_fn(L->kind), .params = params, .in = lin,
+                      .n_in = N->n_in, .ins = {lin},
                       .out = ws->act[n], .scratch = ws->conv_ws, .drop = drop,
                       .ids = drop ? drop->ids : NULL, .y = y, .loss = ws->loss,
                       .bn_stats = ws->bn_stats[n], .group = ws->bn_group};
+        for (int k = 1; k < N->n_in; k++) c.ins[k] = node_in_k(ws, n, k, x);
         net_layer_ops_of[L->kind]->forward(&c);
         if (ws->prof) ws->prof[2 * N->layer] += ht_now() - t;
     }
@@ -644,32 +675,55 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
         double t = ws->prof ? ht_now() : 0;
         // The node's input as the forward pass used it (converted copies are still there).
         const float *in = p->cvt ? ws->cvt[n] : node_in(ws, n, x);
-        float *dout = grad_of(ws, N->buf), *dslot = grad_of(ws, N->in_buf[0]);
-        // The loss head writes its gradient even when nothing wants it (as a first layer).
-        int want = N->need_grad[0] || (layer_flags(L->kind) & LF_LAST);
+        float *dout = grad_of(ws, N->buf), *dslot[SCHED_MAX_IN];
         net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt,
                       .act = layer_act_fn(L->kind), .params = params, .grads = grads,
-                      .beta = overwrite == NET_GRAD_WRITE ? 0.0f : 1.0f, .in = in, .out = ws->act[n],
-                      .dout = dout, .din = want ? dslot : NULL,
+                      .beta = overwrite == NET_GRAD_WRITE ? 0.0f : 1.0f, .in = in,
+                      .n_in = N->n_in, .out = ws->act[n], .dout = dout,
                       .scratch = ws->conv_ws, .drop = drop, .ids = drop ? drop->ids : NULL,
                       .y = y, .bn_stats = ws->bn_stats[n], .group = ws->bn_group,
                       .folded = N->folded && ws->plan[N->in[0]].drop_fold,
                       .fold_rate = p->drop_fold ? node_layer(m, S, N->fused_with)->rate : 0.0f};
+        // Each input's gradient goes into its buffer's slot, or, where a later reader wrote
+        // that slot already (grad_add), into a scratch slot first, then added. The loss head
+        // writes its gradient even when nothing wants it (as a first layer).
+        for (int k = 0, adds = 0; k < N->n_in; k++) {
+            const int want = N->need_grad[k] || (!k && (layer_flags(L->kind) & LF_LAST));
+            c.ins[k] = k ? node_in_k(ws, n, k, x) : in;
+            dslot[k] = grad_of(ws, N->in_buf[k]);
+            c.dins[k] = !want ? NULL : N->grad_add[k] ? ws->gadd[adds++] : dslot[k];
+        }
+        c.din = c.dins[0];
         float *din = ops->backward(&c);
         // Before the layout change below, which writes over dout.
         if (ws->factor && (ops->flags & NET_OP_FACTORS) && L->n_w)
             ws->factor(ws->factor_arg, N->layer, c.in, c.dout, B);
         if (din && din != dout && p->cvt) {
             // Back to the input's layout, into dout's slot (no longer needed), which then
-            // becomes the input's slot and the input's the free one.
+            // becomes the input's slot and the input's the free one; or, to be added, is added.
             int ch, hw;
             in_shape(m, S, n, &ch, &hw);
             if (p->cvt == 1) nhwc_to_nchw(dout, din, B, ch, p->cvt_cs, hw, nt);
             else nchw_to_nhwc(dout, din, B, ch, p->cvt_cs, hw, nt);
-            float **a = &ws->gslot[S->buf[N->in_buf[0]].gslot], **b = &ws->gslot[S->buf[N->buf].gslot];
-            float *tmp = *a;
-            *a = *b;
-            *b = tmp;
+            if (N->grad_add[0]) {
+                add_into(dslot[0], dout, buf_floats(ws, m, N->in_buf[0]) * (size_t)B, nt);
+            } else {
+                float **a = &ws->gslot[S->buf[N->in_buf[0]].gslot];
+                float **b = &ws->gslot[S->buf[N->buf].gslot];
+                float *tmp = *a;
+                *a = *b;
+                *b = tmp;
+            }
+            din = NULL; // done
+        }
+        // Where an op left an input's gradient elsewhere than its slot (in place in dout, or in
+        // a scratch slot), it goes there: added, or copied. A chain's ops write their slots.
+        for (int k = 0; k < N->n_in; k++) {
+            float *got = k ? c.dins[k] : din;
+            if (!got || !c.dins[k] || N->in_buf[k] == 0) continue;
+            const size_t nf = buf_floats(ws, m, N->in_buf[k]) * (size_t)B;
+            if (N->grad_add[k]) add_into(dslot[k], got, nf, nt);
+            else if (got != dslot[k]) memcpy(dslot[k], got, sizeof(float) * nf);
         }
         if (ws->prof) ws->prof[2 * N->layer + 1] += ht_now() - t;
         if (ws->ready) {

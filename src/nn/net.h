@@ -38,6 +38,10 @@ typedef struct net_ws {
     float **cvt;      // cvt[n]: node n's input in the layout it needs, where converted
     float *loss;      // (max_batch) per-sample loss of the last forward with labels
     float **gslot;    // the schedule's gradient slots (batch-wise); a layout change swaps two
+    // Where an input's gradient is made before it is added to its slot (a buffer read by several
+    // nodes: every reader but the first in reverse order adds; sched_node.grad_add), one per
+    // input of the node that adds the most; none for a chain.
+    float *gadd[SCHED_MAX_IN];
     float *conv_ws;   // the largest batch-wise scratch after the trunk (ws_floats)
     float **bn_stats; // bn_stats[n]: node n's statistics (stat_floats), else NULL
     int bn_group;     // model_bn_group: samples of a group of batchnorm statistics (0: none)

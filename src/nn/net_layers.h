@@ -24,9 +24,12 @@ typedef struct net_call {
     float *grads;            // backward: parameter gradients, added to (dense: by beta)
     float beta;              // dense's weight gradient: 0 overwrites, 1 adds
     const float *in;         // the layer's input in the layout it needs
+    int n_in;                // a merge's inputs (ins[0] is in), each in the same layout
+    const float *ins[MODEL_MAX_IN];
     float *out;              // forward: its output; backward: its forward's output
     float *dout;             // backward: the gradient of its output (in-place ops write it)
     float *din;              // backward: where its input's gradient goes; NULL: not wanted
+    float *dins[MODEL_MAX_IN]; // a merge's backward: each input's (dins[0] is din)
     float *scratch;          // conv: the batch workspace, or this thread's trunk scratch
     const float *pack;       // conv in the trunk: its packed weights
     const net_dropout *drop; // NULL: inference (dropout passes its input)

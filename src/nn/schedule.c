@@ -141,6 +141,12 @@ int schedule_build_nodes(schedule *s, const sched_spec *spec, int n, ht_error *e
             seen[at] = 1;
         }
     }
+    s->max_add = 0;
+    for (int i = 0; i < n; i++) {
+        int adds = 0;
+        for (int k = 0; k < s->node[i].n_in; k++) adds += s->node[i].grad_add[k];
+        if (adds > s->max_add) s->max_add = adds;
+    }
     free(up), free(seen);
     if (assign_gslots(s, e) < 0) {
         schedule_free(s);
@@ -168,8 +174,16 @@ int schedule_build(schedule *s, const model *m, ht_error *e) {
         memset(s, 0, sizeof *s);
         return ht_fail(e, "schedule: out of memory for %d layers", m->n_layers);
     }
-    for (int l = 0; l < m->n_layers; l++)
-        spec[l] = (sched_spec){.n_in = 1, .in = {l - 1}, .flags = layer_sched_flags(&m->layers[l])};
+    _Static_assert(MODEL_MAX_IN <= SCHED_MAX_IN && MODEL_INPUT == SCHED_INPUT,
+                   "a layer's inputs are its node's");
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer *L = &m->layers[l];
+        spec[l] = (sched_spec){.n_in = 1, .in = {l - 1}, .flags = layer_sched_flags(L)};
+        if (L->n_in) { // else filled in by hand: the layer before
+            spec[l].n_in = L->n_in;
+            for (int k = 0; k < L->n_in; k++) spec[l].in[k] = L->in[k];
+        }
+    }
     int rc = schedule_build_nodes(s, spec, m->n_layers, e);
     free(spec);
     return rc;

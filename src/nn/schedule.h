@@ -67,12 +67,13 @@ typedef struct sched_buf {
 typedef struct schedule {
     int n_nodes, n_bufs, n_gslots;
     int reach;       // the lowest node whose backward runs (n_nodes: none)
+    int max_add;     // the most inputs whose gradient one node adds (grad_add; 0 in a chain)
     sched_node *node;
     sched_buf *buf;
 } schedule;
 
-// The schedule of m's layers, a node each, its input the layer before (the first layer's the
-// model's input). -1 with e when out of memory.
+// The schedule of m's layers, a node each, its inputs the layer's (layer.in). -1 with e when
+// out of memory.
 int schedule_build(schedule *s, const model *m, ht_error *e);
 // The schedule of n nodes as spec describes them (node i's inputs must be earlier nodes): the
 // builder under schedule_build, and what tests hand graphs that models cannot be yet. layer of

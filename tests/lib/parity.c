@@ -253,6 +253,30 @@ static const parity_case parity_cases_zeropad[] = {
     {0},
 };
 
+// Merges: residual blocks (a buffer read by a convolution and by the add, whose gradients add
+// up; a relu that cannot work in place, since the add reads its input too), three inputs, an
+// input read twice, the model's input as an input, and adds after dense layers.
+static const parity_case parity_cases_merge[] = {
+    {"an identity residual block", NET("4x6x6")
+     "[conv]\nfilters = 8\nsize = 3\npad = same\nactivation = relu\n"
+     "[conv]\nfilters = 8\nsize = 3\npad = same\n[add]\nfrom = -1, -2\n[relu]\n"
+     "[conv]\nfilters = 8\nsize = 3\npad = same\n[add]\nfrom = -1, -2\n" HEAD, 4, 1, 0},
+    {"the convolution before a relu read by the add too", NET("4x6x6")
+     "[conv]\nfilters = 8\nsize = 3\npad = same\nactivation = relu\n"
+     "[conv]\nfilters = 8\nsize = 3\npad = same\n[add]\nfrom = -1, -3\n[relu]\n"
+     "[maxpool]\nsize = 2\n" HEAD, 4, 1, 0},
+    {"a residual block with batchnorm, the shortcut a 1x1 convolution", NET("3x6x6")
+     "[conv]\nfilters = 5\nsize = 3\npad = same\nbias = 0\n[batchnorm]\n[relu]\n"
+     "[conv]\nfilters = 5\nsize = 3\npad = same\n"
+     "[conv]\nfilters = 5\nsize = 1\nfrom = input\n[add]\nfrom = -2, -1\n" HEAD, 8, 0, 0},
+    {"three inputs, one read twice", NET("2x5x5") PRE(3)
+     "[relu]\n[conv]\nfilters = 3\nsize = 3\npad = 1\n[add]\nfrom = -1, -2, conv1\n"
+     "[add]\nfrom = -1, -1\n" HEAD, 3, 0, 0},
+    {"after dense layers", NET("20x1x1") "[dense]\nunits = 12\n[relu]\n[dense]\nunits = 12\n"
+     "[add]\nfrom = fc1, fc2\n" HEAD, 5, 0, 0},
+    {0},
+};
+
 // The table of cases, indexed by kind: a family without its parity_cases_<family> above is an
 // undeclared identifier here, so a new family does not compile until it has cases. The kinds
 // of a family share its table, which must hold a model of each (parity_run_cases checks).

@@ -348,7 +348,8 @@ void ref_net_init(ref_net *r, const model *m, int max_batch) {
         const size_t no = layer_out_size(L) * (size_t)max_batch;
         r->act[l] = ref_alloc(no, sizeof(float));
         r->dout[l] = ref_alloc(no, sizeof(float));
-        r->dinput[l] = ref_alloc(layer_in_size(L) * (size_t)max_batch, sizeof(float));
+        r->dinput[l] = ref_alloc((size_t)r->sched.node[l].n_in * layer_in_size(L) *
+                                     (size_t)max_batch, sizeof(float)); // every input's
         if (L->kind == LAYER_MAXPOOL) r->argmax[l] = ref_alloc(no, sizeof(int32_t)); // its winners
         if (L->kind == LAYER_CONV2D) {
             size_t n = ref_conv2d_ws_floats(L->c, L->k, L->oc, L->oh, L->ow, 1);
@@ -523,6 +524,9 @@ typedef struct ref_call {
     const net_dropout *drop;
     const uint8_t *y;
     int group; // model_bn_group
+    int n_in;  // a merge's inputs (ins[0] is in) and their gradients (dins[0] is din)
+    const float *ins[MODEL_MAX_IN];
+    float *dins[MODEL_MAX_IN];
 } ref_call;
 
 typedef struct ref_ops {
@@ -734,11 +738,26 @@ static void zeropad_b(const ref_call *c) {
                 }
 }
 
+// Merges by the definition: the sum of the inputs; each input's gradient is the output's.
+static void merge_f(const ref_call *c) {
+    const size_t n = layer_out_size(c->L) * (size_t)c->B;
+    for (size_t i = 0; i < n; i++) {
+        double v = 0;
+        for (int k = 0; k < c->n_in; k++) v += c->ins[k][i];
+        c->out[i] = (float)v;
+    }
+}
+static void merge_b(const ref_call *c) {
+    const size_t n = layer_out_size(c->L) * (size_t)c->B;
+    for (int k = 0; k < c->n_in; k++) memcpy(c->dins[k], c->g, sizeof(float) * n);
+}
+
 static const ref_ops ref_conv = {conv_f, conv_b}, ref_bn = {bn_f, bn_b}, ref_bce = {bce_f, bce_b}, ref_pool = {pool_f, pool_b},
                      ref_gap = {gap_f, gap_b}, ref_dense = {dense_f, dense_b},
                      ref_relu = {relu_f, relu_b}, ref_dropout = {dropout_f, dropout_b},
                      ref_softmax = {softmax_f, softmax_b}, ref_act = {act_f, act_b},
-                     ref_permute = {permute_f, permute_b}, ref_zeropad = {zeropad_f, zeropad_b};
+                     ref_permute = {permute_f, permute_b}, ref_zeropad = {zeropad_f, zeropad_b},
+                     ref_merge = {merge_f, merge_b};
 
 static const ref_ops ref_ops_of[LAYER_KIND_COUNT] = {
 #define REF_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = ref_##fam,
@@ -752,8 +771,12 @@ const float *ref_forward(ref_net *r, const model *m, const float *params, const 
     for (int n = 0; n < s->n_nodes; n++) {
         const sched_node *N = &s->node[n];
         const float *in = N->in[0] == SCHED_INPUT ? x : r->act[N->in[0]];
-        ref_call c = {r, &m->layers[N->layer], n, B, params, NULL, in, r->act[n], NULL, NULL,
-                      drop, y, model_bn_group(m)};
+        ref_call c = {.r = r, .L = &m->layers[N->layer], .l = n, .B = B, .params = params,
+                      .in = in, .out = r->act[n], .drop = drop, .y = y,
+                      .group = model_bn_group(m)};
+        c.n_in = N->n_in;
+        for (int k = 0; k < N->n_in; k++)
+            c.ins[k] = N->in[k] == SCHED_INPUT ? x : r->act[N->in[k]];
         ref_ops_of[m->layers[N->layer].kind].forward(&c);
     }
     return r->act[s->n_nodes - 1];
@@ -766,18 +789,26 @@ void ref_backward(ref_net *r, const model *m, const float *params, float *grads,
         const sched_node *N = &s->node[n];
         const layer *L = &m->layers[N->layer];
         // The loss head's output has no readers, and its backward reads no gradient.
-        ref_call c = {r, L, n, B, params, grads, N->in[0] == SCHED_INPUT ? x : r->act[N->in[0]],
-                      r->act[n], N->n_out ? r->dout[n] : NULL, r->dinput[n], drop, y,
-                      model_bn_group(m)};
-        ref_ops_of[L->kind].backward(&c);
-        if (N->in[0] == SCHED_INPUT) continue;
-        // Into the input's output gradient: the first reader going backward writes it, the
-        // others add to it.
-        float *g = r->dout[N->in[0]];
+        ref_call c = {.r = r, .L = L, .l = n, .B = B, .params = params, .grads = grads,
+                      .in = N->in[0] == SCHED_INPUT ? x : r->act[N->in[0]], .out = r->act[n],
+                      .g = N->n_out ? r->dout[n] : NULL, .din = r->dinput[n], .drop = drop,
+                      .y = y, .group = model_bn_group(m)};
         const size_t k = layer_in_size(L) * (size_t)B;
-        if (N->grad_add[0])
-            for (size_t i = 0; i < k; i++) g[i] += r->dinput[n][i];
-        else
-            memcpy(g, r->dinput[n], sizeof(float) * k);
+        c.n_in = N->n_in;
+        for (int i = 0; i < N->n_in; i++) {
+            c.ins[i] = N->in[i] == SCHED_INPUT ? x : r->act[N->in[i]];
+            c.dins[i] = r->dinput[n] + (size_t)i * layer_in_size(L) * (size_t)r->max_batch;
+        }
+        ref_ops_of[L->kind].backward(&c);
+        // Into each input's output gradient: the first reader going backward writes it, the
+        // others add to it.
+        for (int i = 0; i < N->n_in; i++) {
+            if (N->in[i] == SCHED_INPUT) continue;
+            float *g = r->dout[N->in[i]];
+            if (N->grad_add[i])
+                for (size_t j = 0; j < k; j++) g[j] += c.dins[i][j];
+            else
+                memcpy(g, c.dins[i], sizeof(float) * k);
+        }
     }
 }

@@ -87,6 +87,7 @@ typedef struct ref_net {
     schedule sched;
     float **act;      // act[l]: node l's output (B, oc, oh, ow)
     float **dinput;   // after ref_backward, dinput[l]: gradient of node l's input (B, c, h, w)
+                      // (a merge's input k: from k * c * h * w * max_batch on)
     float **dout;     // dout[l]: gradient of node l's output, its readers' dinput written or
                       // added as the schedule says
     int32_t **argmax; // max-pool layers' winners

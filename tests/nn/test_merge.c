@@ -1,0 +1,188 @@
+// Graph models and the merge family (add): the reference's gradients through a residual block by
+// finite differences (a buffer two layers read: its gradient the sum of theirs), the schedule a
+// graph config makes, the config's `from` and its errors, and the summary's "Connected to".
+// Every backend against the reference on graphs is the parity suite's (parity_cases_merge).
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "nn/model.h"
+#include "nn/schedule.h"
+#include "tests/lib/fd.h"
+#include "tests/lib/ref.h"
+#include "tests/lib/testutil.h"
+
+static char *dir;
+
+static int model_from_text(model *m, const char *text, ht_error *e) {
+    char *path = test_write_file(dir, "graph.cfg", text, strlen(text));
+    int rc = model_init_config(m, path, e);
+    free(path);
+    return rc;
+}
+
+// A residual block on a smooth network (tanh, no relu or pooling, so that the loss is smooth
+// around the point): conv1 -> tanh -> conv2 -> add(conv2, tanh) -> conv3 -> add(conv3, add1)
+// -> dense. tanh1's output is read by conv2 and add1, add1's by conv3 and add2.
+static const char residual[] = "[net]\ninput = 2x5x5\nclasses = 3\n"
+                               "[conv]\nfilters = 3\nsize = 3\npad = same\n[tanh]\n"
+                               "[conv]\nfilters = 3\nsize = 3\npad = same\n[add]\nfrom = -1, -2\n"
+                               "[conv]\nfilters = 3\nsize = 1\n[add]\nfrom = -1, add1\n"
+                               "[dense]\nunits = 3\n[softmax]\n";
+
+typedef struct fd_ctx {
+    const model *m;
+    ref_net r;
+    float *p, *x;
+    uint8_t y[2];
+} fd_ctx;
+
+static double fd_loss(void *arg) {
+    fd_ctx *c = arg;
+    ref_forward(&c->r, c->m, c->p, c->x, c->y, 2, NULL);
+    return (double)c->r.loss[0] + c->r.loss[1];
+}
+
+static void test_residual_ref_fd(void **state) {
+    (void)state;
+    model m;
+    ht_error e;
+    if (model_from_text(&m, residual, &e) < 0) fail_msg("%s", e.msg);
+    fd_ctx c = {.m = &m, .y = {1, 2}};
+    const size_t in = 2 * 5 * 5;
+    c.x = fill_away_from_zero(2 * in, 31);
+    c.p = malloc(sizeof(float) * m.n_params);
+    model_init_params(&m, c.p, 32);
+    ref_net_init(&c.r, &m, 2);
+    float *g = calloc(m.n_params, sizeof(float));
+    ref_forward(&c.r, &m, c.p, c.x, c.y, 2, NULL);
+    ref_backward(&c.r, &m, c.p, g, c.x, c.y, 2, NULL);
+    float *dx = malloc(sizeof(float) * 2 * in);
+    memcpy(dx, c.r.dinput[0], sizeof(float) * 2 * in);
+    float *num = malloc(sizeof(float) * (2 * in > m.n_params ? 2 * in : m.n_params));
+    fd_grad(num, c.x, 2 * in, fd_loss, &c);
+    expect_grad(dx, num, 2 * in, TOL_CONV_FD, "residual network's input gradient");
+    for (int l = 0; l < m.n_layers; l++) {
+        const layer *L = &m.layers[l];
+        if (!L->n_w) continue;
+        char what[64];
+        snprintf(what, sizeof what, "%s weight through the adds", L->name);
+        fd_grad(num, c.p + L->w_off, L->n_w, fd_loss, &c);
+        expect_grad(g + L->w_off, num, L->n_w, TOL_CONV_FD, what);
+    }
+    ref_net_free(&c.r);
+    free(c.x), free(c.p), free(g), free(dx), free(num);
+    model_free(&m);
+}
+
+// The schedule of the residual config: each add's inputs, who writes and who adds each
+// gradient (the later reader going backward writes), and no in-place relu over a shared buffer.
+static void test_residual_schedule(void **state) {
+    (void)state;
+    model m;
+    ht_error e;
+    if (model_from_text(&m, residual, &e) < 0) fail_msg("%s", e.msg);
+    // 0 conv1, 1 tanh1, 2 conv2, 3 add1, 4 conv3, 5 add2, 6 fc1, 7 softmax
+    assert_int_equal(m.layers[3].n_in, 2);
+    assert_int_equal(m.layers[3].in[0], 2);
+    assert_int_equal(m.layers[3].in[1], 1);
+    assert_int_equal(m.layers[5].in[1], 3);
+    schedule s;
+    assert_int_equal(schedule_build(&s, &m, &e), 0);
+    // tanh1's output: add1 (node 3) is its last reader going backward, so writes; conv2 adds.
+    assert_int_equal(s.node[3].grad_add[1], 0);
+    assert_int_equal(s.node[2].grad_add[0], 1);
+    // add1's output: add2 writes, conv3 adds.
+    assert_int_equal(s.node[5].grad_add[1], 0);
+    assert_int_equal(s.node[4].grad_add[0], 1);
+    assert_int_equal(s.node[1].n_out, 2);
+    assert_int_equal(s.max_add, 1);
+    schedule_free(&s);
+    model_free(&m);
+}
+
+// Bad graphs: each a one-line error naming the file, line or layer and what is wrong.
+static void test_graph_errors(void **state) {
+    (void)state;
+    static const struct {
+        const char *cfg, *frag1, *frag2;
+    } bad[] = {
+        {"[conv]\nfilters = 2\nsize = 3\n[add]\nfrom = -1, -3\n", "graph.cfg:8", "-3"},
+        {"[conv]\nfilters = 2\nsize = 3\n[add]\nfrom = -1, conv9\n", "graph.cfg:8",
+         "no layer before this one is named \"conv9\""},
+        {"[conv]\nfilters = 2\nsize = 3\n[add]\nfrom = -1, 1\n", "graph.cfg:8", "from: 1"},
+        {"[conv]\nfilters = 2\nsize = 3\n[add]\nfrom = -1, input\n", "input 2 (the model's input)",
+         "must have one shape"},
+        {"[conv]\nfilters = 2\nsize = 3\n[add]\n", "add", "merges 2..4 inputs, given 1"},
+        {"[conv]\nfilters = 2\nsize = 3\n[relu]\nfrom = -1, -2\n", "relu",
+         "takes one input, given 2"},
+        {"[conv]\nfilters = 2\nsize = 3\n[conv]\nfilters = 2\nsize = 3\nfrom = input\n",
+         "layer 0 (conv1)", "no layer reads its output"},
+        {"[conv]\nfilters = 2\nsize = 3\n[add]\nfrom = -1, -1, -1, -1, -1\n", "graph.cfg:8",
+         "more than 4 inputs"},
+        {"[conv]\nfilters = 2\nsize = 3\n[add]\nfrom = \n", "graph.cfg:8", "found nothing"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "[net]\ninput = 1x6x6\nclasses = 3\n%s[dense]\nunits = 3\n"
+                 "[softmax]\n", bad[i].cfg);
+        model m;
+        ht_error e = {{0}};
+        if (model_from_text(&m, text, &e) == 0) fail_msg("case %zu read without an error", i);
+        test_expect_frags(e.msg, 1, bad[i].frag1, bad[i].frag2, NULL);
+    }
+}
+
+// summary: a graph's layers say what they read, a chain's table has no such column.
+static void test_summary_connections(void **state) {
+    (void)state;
+    model m;
+    ht_error e;
+    if (model_from_text(&m, residual, &e) < 0) fail_msg("%s", e.msg);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    model_print_summary(&m, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "Connected to"));
+    assert_non_null(strstr(buf, "conv2, tanh1\n"));
+    assert_non_null(strstr(buf, "conv3, add1\n"));
+    free(buf);
+    model_free(&m);
+    if (model_from_text(&m, "[net]\ninput = 1x6x6\nclasses = 3\n[conv]\nfilters = 2\nsize = 3\n"
+                            "[dense]\nunits = 3\n[softmax]\n", &e) < 0)
+        fail_msg("%s", e.msg);
+    f = open_memstream(&buf, &len);
+    model_print_summary(&m, f);
+    fclose(f);
+    assert_null(strstr(buf, "Connected to"));
+    free(buf);
+    model_free(&m);
+}
+
+static int setup(void **state) {
+    (void)state;
+    dir = test_tmpdir("merge");
+    return dir ? 0 : -1;
+}
+static int teardown(void **state) {
+    (void)state;
+    free(dir);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_residual_ref_fd),
+        cmocka_unit_test(test_residual_schedule),
+        cmocka_unit_test(test_graph_errors),
+        cmocka_unit_test(test_summary_connections),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
