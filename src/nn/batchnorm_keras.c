@@ -58,7 +58,7 @@ static int bn_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
         return kfail(k, "axis %lld: hetrain normalises over the %s (axis %s)", (long long)axis,
                      k->rank == 1 ? "features" : "channels",
                      k->rank == 1 ? "-1 or 1" : k->channels_first ? "1" : "-1 or 3");
-    keras_cur_shape(m, &c, &h, &w);
+    keras_cur_shape(k, m, &c, &h, &w);
     if (k->rank == 1 && (h > 1 || w > 1))
         return kfail(k, "after Flatten of a %dx%dx%d (CxHxW) output: Keras normalises each of "
                      "its %lld features, hetrain each channel; put BatchNormalization before "

@@ -37,6 +37,7 @@
 //   [gelu]          approximate = 0: x Phi(x) with erf; 1: its tanh approximation
 //   [permute]  dims = a,b,c (required): the axes (1 C, 2 H, 3 W) reordered, as PyTorch's
 //              x.permute(0, a, b, c): output axis i is input axis dims[i]
+//   [add]      the sum of 2..4 inputs of one shape (Keras's Add), named by `from`
 //   [zeropad]  padding = N | (H, W) | ((TOP, BOTTOM), (LEFT, RIGHT)) as Keras's ZeroPadding2D
 //              writes it, or top, bottom, left, right each (default 0): rows of zeros above
 //              and below each plane, columns left and right
@@ -56,6 +57,9 @@
 // pad = same is Keras/TensorFlow's for any size and stride: output ceil(in/stride), the odd
 // padding row/column at the bottom/right. bias = 0 leaves the layer without a bias tensor
 // (Keras use_bias = False).
+// Every layer section takes `from`, its inputs: -N (the layer N before), a layer's number or
+// name, or `input` (the model's); default -1, the layer before. A graph's layers may be read by
+// several later layers.
 // Every layer section also takes `name` (default "conv1", "fc2", ...), and one with parameters
 // (conv, dense, batchnorm) `trainable` (default 1; 0 freezes it as Keras's trainable false
 // does: its parameters are not updated, and a batchnorm normalises with its moving averages in

@@ -31,7 +31,7 @@ static int conv_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
         keras_mixed_out(k, m, kk, stride, same, filters, want);
         if (keras_add_permute(k, m, kname, "_in", 0)) return -1;
     }
-    keras_cur_shape(m, &c, &h, &w);
+    keras_cur_shape(k, m, &c, &h, &w);
     if (!same && (h < kk || w < kk))
         return kfail(k, "kernel %d does not fit its %dx%d input", kk, h, w);
     s.name = klayer_name(kname, "", buf, sizeof buf);

@@ -10,7 +10,7 @@ static int dense_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind
     int units = 0, act = 0, c, h, w;
     char buf[32];
     layer_spec s = {.kind = LAYER_DENSE};
-    keras_cur_shape(m, &c, &h, &w);
+    keras_cur_shape(k, m, &c, &h, &w);
     if (!(k->rank == 1 || (k->rank == 3 && h == 1 && w == 1)))
         return kfail(k, "input of %d axes: Keras applies Dense to the last axis alone, hetrain "
                      "to the whole input; put Flatten or GlobalAveragePooling2D before it",

@@ -68,6 +68,46 @@ static void model_name(json_object *cfg, const char *path, char *out, size_t cap
     if (!out[0]) snprintf(out, cap, "model");
 }
 
+// A Functional model's layers, each given its inputs: the hetrain layer that holds each input
+// layer's output (a Keras layer may add several, or none: Flatten's is its input's) and its
+// Keras rank. A layer on the last layer added alone needs nothing: it follows it.
+static int read_graph(kctx *k, model *m, json_object *cfg, json_object *layers) {
+    const int n = (int)json_object_array_length(layers);
+    int (*in_of)[MODEL_MAX_IN] = calloc((size_t)n, sizeof *in_of);
+    int *n_in_of = calloc((size_t)n, sizeof *n_in_of), *out_of = calloc((size_t)n, sizeof *out_of);
+    int *rank_of = calloc((size_t)n, sizeof *rank_of), rc = -1;
+    if (!in_of || !n_in_of || !out_of || !rank_of) {
+        k->idx = -1;
+        kfail(k, "out of memory for %d layers", n);
+        goto out;
+    }
+    if (keras_graph_inputs(k, cfg, layers, in_of, n_in_of) < 0) goto out;
+    for (int i = 0; i < n; i++) {
+        json_object *L;
+        if (klayer_heading(k, layers, i, &L)) goto out;
+        k->n_from = 0;
+        if (n_in_of[i]) {
+            const int merge = n_in_of[i] > 1;
+            k->rank = rank_of[in_of[i][0]];
+            if (merge || out_of[in_of[i][0]] != m->n_layers - 1) {
+                k->n_from = n_in_of[i];
+                for (int j = 0; j < n_in_of[i]; j++) k->from[j] = out_of[in_of[i][j]];
+            }
+        }
+        const int before = m->n_layers;
+        if (keras_read_layer(k, m, L, i == n - 1)) goto out;
+        out_of[i] = m->n_layers > before ? m->n_layers - 1
+                    : n_in_of[i]         ? out_of[in_of[i][0]]
+                                         : MODEL_INPUT;
+        rank_of[i] = k->rank;
+        k->n_from = 0;
+    }
+    rc = 0;
+out:
+    free(in_of), free(n_in_of), free(out_of), free(rank_of);
+    return rc;
+}
+
 static int build(kctx *k, model *m, json_object *root) {
     if (!json_object_is_type(root, json_type_object))
         return kfail(k, "expected a JSON object (Keras's model.to_json()), found %s",
@@ -98,7 +138,6 @@ static int build(kctx *k, model *m, json_object *root) {
     if (graph && !cfg)
         return kfail(k, "config: expected an object with \"layers\", \"input_layers\" and "
                      "\"output_layers\"");
-    if (graph && keras_check_path(k, cfg, layers)) return -1;
 
     // The layout is the first Conv2D's data_format, else the first image layer's; the input
     // shape reads in it. A layer of the other format is refused (keras_layers.c).
@@ -137,9 +176,14 @@ static int build(kctx *k, model *m, json_object *root) {
     // Begin with the most classes; the final softmax or sigmoid sets the real count.
     if (model_begin(m, name, c, h, w, 256, k->err)) return ht_wrap(k->err, "%s", k->path);
 
-    for (int i = 0; i < n; i++) {
-        json_object *L;
-        if (klayer_heading(k, layers, i, &L) || keras_read_layer(k, m, L, i == n - 1)) return -1;
+    if (!graph) {
+        for (int i = 0; i < n; i++) {
+            json_object *L;
+            if (klayer_heading(k, layers, i, &L) || keras_read_layer(k, m, L, i == n - 1))
+                return -1;
+        }
+    } else if (read_graph(k, m, cfg, layers) < 0) {
+        return -1;
     }
     const layer *last = m->n_layers ? &m->layers[m->n_layers - 1] : NULL;
     if (!last || (last->kind != LAYER_SOFTMAX_XENT && last->kind != LAYER_SIGMOID_BCE))

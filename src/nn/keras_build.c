@@ -29,7 +29,13 @@ int keras_get_activation(kctx *k, json_object *cfg, int required, int *act) {
 // names hetrain's index, which the user never wrote).
 int keras_add(kctx *k, model *m, const layer_spec *s) {
     ht_error e;
-    if (model_add(m, s, &e) == 0) return 0;
+    layer_spec with = *s;
+    if (k->n_from && !s->n_from) { // the Keras layer's inputs, to its first hetrain layer
+        with.n_from = k->n_from;
+        memcpy(with.from, k->from, sizeof with.from);
+    }
+    k->n_from = 0;
+    if (model_add(m, &with, &e) == 0) return 0;
     const char *msg = e.msg, *cut = strstr(msg, "): ");
     if (!strncmp(msg, "layer ", 6) && cut) msg = cut + 3;
     return kfail(k, "%s", msg);
@@ -54,11 +60,8 @@ int keras_check_layer(kctx *k, const model *m, int oc, int oh, int ow, size_t pa
 
 // The current output as Keras shapes it (without the batch axis), for build_config.
 int keras_shape(const kctx *k, const model *m, int64_t d[3]) {
-    int c = m->in_c, h = m->in_h, w = m->in_w;
-    if (m->n_layers) {
-        const layer *L = &m->layers[m->n_layers - 1];
-        c = L->oc, h = L->oh, w = L->ow;
-    }
+    int c, h, w;
+    keras_cur_shape(k, m, &c, &h, &w);
     if (k->rank == 1) {
         d[0] = (int64_t)c * h * w;
         return 1;
@@ -79,13 +82,15 @@ int keras_need_image(kctx *k) {
     return 0;
 }
 
-// The running output size of the model (before the layer being read).
-void keras_cur_shape(const model *m, int *c, int *h, int *w) {
-    if (m->n_layers == 0) {
+// The running output size of the model (before the layer being read): its input's (the first
+// one's, for a merge), else the last layer added's.
+void keras_cur_shape(const kctx *k, const model *m, int *c, int *h, int *w) {
+    const int at = k->n_from ? k->from[0] : m->n_layers - 1;
+    if (at < 0) {
         *c = m->in_c, *h = m->in_h, *w = m->in_w;
         return;
     }
-    const layer *L = &m->layers[m->n_layers - 1];
+    const layer *L = &m->layers[at];
     *c = L->oc, *h = L->oh, *w = L->ow;
 }
 
@@ -131,7 +136,7 @@ void keras_mixed_out(const kctx *k, const model *m, int kk, int stride, int same
 
 int keras_add_softmax(kctx *k, model *m, const char *name, int last) {
     int c, h, w;
-    keras_cur_shape(m, &c, &h, &w);
+    keras_cur_shape(k, m, &c, &h, &w);
     if (!last)
         return kfail(k, "softmax before the last layer: hetrain reads softmax only as the "
                      "network's last step (its softmax cross-entropy)");
@@ -151,7 +156,7 @@ int keras_add_softmax(kctx *k, model *m, const char *name, int last) {
 // (Dense(k, activation="sigmoid")) the multi-label head, k labels of 0 or 1 a sample.
 int keras_add_bce(kctx *k, model *m, const char *name) {
     int c, h, w;
-    keras_cur_shape(m, &c, &h, &w);
+    keras_cur_shape(k, m, &c, &h, &w);
     int64_t n = (int64_t)c * h * w;
     if (n > 1 && (h != 1 || w != 1))
         return kfail(k, "a sigmoid over %dx%dx%d outputs as the last step (a label per position) "

@@ -1,8 +1,10 @@
 // The graph of a Functional model (Keras 3's and tf.keras 2.4+'s "Functional", older Keras 2's
-// "Model"): hetrain reads one whose graph is a single path as it reads a Sequential model, and
-// refuses any other naming the first layer where the graph stops being one path (a merge, a
-// shared layer, a second input or output, a branch).
+// "Model"): what each layer reads, for the reader to give the layers it adds their inputs. A
+// graph hetrain cannot compute is refused naming the first layer where it cannot: a layer
+// called more than once, a merge hetrain does not have, a second input or output.
 #include "nn/keras_int.h"
+
+#include "nn/layer_desc.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -138,35 +140,15 @@ static int layer_index(json_object *layers, const char *name) {
     return -1;
 }
 
-#define SINGLE_PATH "hetrain reads a Functional model whose graph is a single path"
-
-int keras_check_path(kctx *k, json_object *cfg, json_object *layers) {
+// What each layer of the JSON's list reads, as indices into the list (layer 0, the InputLayer,
+// reads nothing): every other layer is called once, on earlier layers' outputs; a merge class
+// (Add) on 2..MODEL_MAX_IN of them, any other on one; one input, one output, the last layer;
+// every layer's output read by a later one. The first problem is refused under its layer.
+int keras_graph_inputs(kctx *k, json_object *cfg, json_object *layers,
+                       int (*in_of)[MODEL_MAX_IN], int *n_in_of) {
     int n = (int)json_object_array_length(layers);
     kin in[KIN_MAX];
     int n_in;
-    // First what makes the graph more than a path wherever it is: merges and shared layers.
-    for (int i = 0; i < n; i++) {
-        json_object *L;
-        if (klayer_heading(k, layers, i, &L)) return -1;
-        json_object *nodes = kget(L, "inbound_nodes");
-        if (nodes && !json_object_is_type(nodes, json_type_array))
-            return kfail(k, "inbound_nodes: expected a list, found %s", ktype_name(nodes));
-        int calls = nodes ? (int)json_object_array_length(nodes) : 0;
-        if (calls > 1)
-            return kfail(k, "called %d times (a shared layer): " SINGLE_PATH, calls);
-        if (calls == 0) continue;
-        if (read_call(k, kidx(nodes, 0), in, &n_in)) return -1;
-        if (n_in > 1) {
-            char names[160];
-            size_t at = 0;
-            for (int j = 0; j < n_in && j < KIN_MAX && at < sizeof names; j++)
-                at += (size_t)snprintf(names + at, sizeof names - at, "%s\"%.30s\"",
-                                       j ? ", " : "", in[j].layer);
-            return kfail(k, "merges %d inputs (%s%s): " SINGLE_PATH " (no Add, Concatenate or "
-                         "other merge)", n_in, names, n_in > KIN_MAX ? ", ..." : "");
-        }
-    }
-    // One input, one output.
     const char *ends[2];
     int n_ends = endpoint_names(k, cfg, "input_layers", ends, 2);
     if (n_ends < 0) return -1;
@@ -191,34 +173,77 @@ int keras_check_path(kctx *k, json_object *cfg, json_object *layers) {
                      n_ends);
     }
     const char *output = ends[0];
-    // The path: the input first, each later layer on the output of the one before it.
     for (int i = 0; i < n; i++) {
         json_object *L;
         if (klayer_heading(k, layers, i, &L)) return -1;
         const char *name = klayer_graph_name(L);
         json_object *nodes = kget(L, "inbound_nodes");
+        if (nodes && !json_object_is_type(nodes, json_type_array))
+            return kfail(k, "inbound_nodes: expected a list, found %s", ktype_name(nodes));
         int calls = nodes ? (int)json_object_array_length(nodes) : 0;
+        n_in_of[i] = 0;
         if (i == 0) {
             if (strcmp(k->lclass, "InputLayer") || calls || !name || strcmp(name, input))
                 return kfail(k, "the first layer must be the model's input, \"%.40s\" (an "
                              "InputLayer)", input);
             continue;
         }
+        if (calls > 1)
+            return kfail(k, "called %d times (a shared layer): hetrain reads layers called once",
+                         calls);
         if (calls == 0)
-            return kfail(k, "%s: " SINGLE_PATH " of one input",
+            return kfail(k, "%s: hetrain reads a Functional model of one input",
                          strcmp(k->lclass, "InputLayer") ? "called on no input"
                                                          : "a second input");
-        read_call(k, kidx(nodes, 0), in, &n_in); // read above
-        const char *prev = klayer_graph_name(kidx(layers, (size_t)i - 1));
-        if (n_in != 1 || !prev || strcmp(in[0].layer, prev) || in[0].node != 0 ||
-            in[0].tensor != 0)
-            return kfail(k, "its input is \"%.40s\", not the layer before it (\"%.40s\"): "
-                         SINGLE_PATH ", its layers listed in order", n_in ? in[0].layer : "",
-                         prev ? prev : "");
+        if (read_call(k, kidx(nodes, 0), in, &n_in)) return -1;
+        int kind = keras_class_kind(k->lclass);
+        int merge = kind >= 0 && (layer_flags((layer_kind)kind) & LF_MERGE);
+        if (n_in > 1 && !merge) {
+            char names[160];
+            size_t at = 0;
+            for (int j = 0; j < n_in && j < KIN_MAX && at < sizeof names; j++)
+                at += (size_t)snprintf(names + at, sizeof names - at, "%s\"%.30s\"",
+                                       j ? ", " : "", in[j].layer);
+            return kfail(k, "merges %d inputs (%s%s): hetrain merges with Add (Concatenate "
+                         "and the other merges are not read yet)", n_in, names,
+                         n_in > KIN_MAX ? ", ..." : "");
+        }
+        if (n_in > MODEL_MAX_IN)
+            return kfail(k, "merges %d inputs: hetrain merges at most %d", n_in, MODEL_MAX_IN);
+        for (int j = 0; j < n_in; j++) {
+            int from = layer_index(layers, in[j].layer);
+            if (from < 0 || from >= i)
+                return kfail(k, "its input \"%.40s\" is not a layer listed before it: hetrain "
+                             "reads a Functional model's layers in the order they run",
+                             in[j].layer);
+            if (in[j].node != 0 || in[j].tensor != 0)
+                return kfail(k, "its input is output %lld of call %lld of \"%.40s\": hetrain "
+                             "reads layers of one output, each called once",
+                             (long long)in[j].tensor, (long long)in[j].node, in[j].layer);
+            in_of[i][j] = from;
+        }
+        n_in_of[i] = n_in;
     }
     const char *last = klayer_graph_name(kidx(layers, (size_t)n - 1));
-    if (!last || strcmp(last, output))
-        return kfail(k, "the model's output is \"%.40s\", not its last layer: " SINGLE_PATH,
-                     output);
+    if (!last || strcmp(last, output)) {
+        k->idx = -1;
+        int i = layer_index(layers, output);
+        json_object *L;
+        if (i >= 0 && klayer_heading(k, layers, i, &L)) return -1;
+        return kfail(k, "the model's output is \"%.40s\", not its last layer: hetrain reads a "
+                     "Functional model whose output is its last layer", output);
+    }
+    // Every output is read, but the last layer's: the model's.
+    for (int i = 0; i < n - 1; i++) {
+        int read = 0;
+        for (int j = i + 1; j < n && !read; j++)
+            for (int t = 0; t < n_in_of[j]; t++) read |= in_of[j][t] == i;
+        json_object *L;
+        if (!read) {
+            if (klayer_heading(k, layers, i, &L)) return -1;
+            return kfail(k, "no layer reads its output, and it is not the model's: hetrain "
+                         "trains a model of one output");
+        }
+    }
     return 0;
 }

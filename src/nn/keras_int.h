@@ -33,6 +33,11 @@ typedef struct kctx {
     int rank;
     int keras2; // written by Keras 2 (keras_version 1.x or 2.x): its hard_sigmoid is 0.2 x + 0.5
     int frozen; // the layer being read has trainable false
+    // The inputs of the Keras layer being read, as hetrain layers (MODEL_INPUT: the model's),
+    // when they are not just the last layer added: keras_add gives them to the first layer it
+    // adds for it (n_from 0 after), and the shapes the readers see are from[0]'s.
+    int n_from;
+    int from[MODEL_MAX_IN];
 } kctx;
 
 // ---- keras_json.c ----------------------------------------------------------------------------
@@ -82,6 +87,8 @@ const char *klayer_graph_name(json_object *layer);
 // list's last entry. A class that is a layer kind (layer_kinds.h's Keras class column) is read
 // by its family's keras_<family> below; InputLayer, Flatten and Activation here.
 int keras_read_layer(kctx *k, model *m, json_object *layer, int last);
+// The layer kind whose Keras class (layer_kinds.h's column) cls is, or -1.
+int keras_class_kind(const char *cls);
 
 // ---- each family's Keras reading (<family>_keras.c) -------------------------------------------
 
@@ -115,7 +122,7 @@ int keras_shape(const kctx *k, const model *m, int64_t d[3]);
 // Fails unless the running tensor is an image.
 int keras_need_image(kctx *k);
 // The running output size of the model (before the layer being read).
-void keras_cur_shape(const model *m, int *c, int *h, int *w);
+void keras_cur_shape(const kctx *k, const model *m, int *c, int *h, int *w);
 // The layer's data_format against the model's: 0 the same, 1 the other, -1 an error.
 int keras_other_format(kctx *k, json_object *cfg);
 // A layer whose data_format is not the model's runs between two permutes: inverse 0 adds the
@@ -140,10 +147,10 @@ int keras_read_weights(kctx *k, json_object *cfg, layer_spec *s, int *act);
 
 // ---- keras_graph.c ---------------------------------------------------------------------------
 
-// A Functional (or Keras 2 Model) config: its graph must be a single path, layer 0 the one
-// input and each later layer called once on the output of the layer before it, the last the
-// one output; else fails naming the first layer that merges, is shared, takes another input
-// or is a second input or output.
-int keras_check_path(kctx *k, json_object *cfg, json_object *layers);
+// What each layer of a Functional model's list reads (keras_graph.c): in_of[i][0..n_in_of[i])
+// are indices into the list (the InputLayer, 0, reads nothing). -1 with kfail for a graph
+// hetrain cannot compute.
+int keras_graph_inputs(kctx *k, json_object *cfg, json_object *layers,
+                       int (*in_of)[MODEL_MAX_IN], int *n_in_of);
 
 #endif

@@ -18,8 +18,7 @@ static const keras_family *const keras_family_of[LAYER_KIND_COUNT] = {
 #undef KERAS_FAMILY_ROW
 };
 
-// The kind whose Keras class cls is, or -1.
-static int keras_kind(const char *cls) {
+int keras_class_kind(const char *cls) {
     for (int k = 0; k < LAYER_KIND_COUNT; k++)
         if (layer_descs[k].keras_class && !strcmp(cls, layer_descs[k].keras_class)) return k;
     return -1;
@@ -42,6 +41,8 @@ static const char *keras_class_list(void) {
 static int check_build_config(kctx *k, const model *m, json_object *layer) {
     json_object *shape = kget(kget(layer, "build_config"), "input_shape");
     if (!shape || !json_object_is_type(shape, json_type_array)) return 0;
+    // A merge's: a list of its inputs' shapes, which model_add checks against each other.
+    if (json_object_is_type(kidx(shape, 0), json_type_array)) return 0;
     int64_t d[3] = {0};
     int n = keras_shape(k, m, d);
     int ok = (int)json_object_array_length(shape) == n + 1;
@@ -70,7 +71,7 @@ static int read_flatten(kctx *k, model *m, json_object *cfg, const char *kname) 
     int first;
     if (kget_format(k, cfg, &first)) return -1;
     int c, h, w;
-    keras_cur_shape(m, &c, &h, &w);
+    keras_cur_shape(k, m, &c, &h, &w);
     if (first && !k->channels_first && w > 1 && (c > 1 || h > 1)) {
         if (keras_add_permute(k, m, kname, "", 1)) return -1; // (3, 1, 2)
         m->keras_flatten_chw = 1;
@@ -112,7 +113,7 @@ int keras_read_layer(kctx *k, model *m, json_object *layer, int last) {
     if (kget_bool(k, cfg, "trainable", 1, &trainable) || kcheck_dtype(k, cfg)) return -1;
     // A frozen layer's parameters are not updated (read_weights); one without any is as it was.
     k->frozen = !trainable;
-    int kind = keras_kind(cls);
+    int kind = keras_class_kind(cls);
     const keras_family *kf = kind >= 0 ? keras_family_of[kind] : NULL;
     if (k->frozen && kf && kf->frozen) return kfail(k, "trainable false: %s", kf->frozen);
     if (strcmp(cls, "InputLayer") && check_build_config(k, m, layer)) return -1;

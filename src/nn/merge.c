@@ -5,7 +5,6 @@
 
 #include <string.h>
 
-#include "nn/keras_int.h"
 #include "nn/layer_desc.h"
 #include "nn/net_layers.h"
 
@@ -50,6 +49,3 @@ static float *merge_bwd(const net_call *c) {
 
 // Batch-wise only: the per-sample trunk ends before a merge.
 const net_layer_ops cpu_merge = {.forward = merge_fwd, .backward = merge_bwd};
-
-// Keras's Add is not read yet: the Keras reader takes single-path models (keras_graph.c).
-const keras_family keras_merge = {NULL, NULL};

@@ -27,7 +27,7 @@ static int pool_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
         keras_mixed_out(k, m, kk, stride, same, 0, want);
         if (keras_add_permute(k, m, kname, "_in", 0)) return -1;
     }
-    keras_cur_shape(m, &c, &h, &w);
+    keras_cur_shape(k, m, &c, &h, &w);
     if (!same && (h < kk || w < kk))
         return kfail(k, "pool_size %d does not fit its %dx%d input", kk, h, w);
     layer_spec s = {.kind = kind, .name = klayer_name(kname, "", buf, sizeof buf), .k = kk,
@@ -49,7 +49,7 @@ static int gap_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
     int other = keras_need_image(k) ? -1 : keras_other_format(k, cfg);
     if (other < 0 || kget_bool(k, cfg, "keepdims", 0, &keepdims)) return -1;
     if (other && keras_add_permute(k, m, kname, "_in", 0)) return -1;
-    keras_cur_shape(m, &c, &h, &w);
+    keras_cur_shape(k, m, &c, &h, &w);
     layer_spec s = {.kind = LAYER_GLOBAL_AVGPOOL, .name = klayer_name(kname, "", buf, sizeof buf)};
     if (keras_add(k, m, &s) || keras_check_layer(k, m, c, 1, 1, 0)) return -1;
     // Keras keeps (C', 1, 1) in the layer's order: the model's is the permute back of it.

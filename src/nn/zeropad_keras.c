@@ -62,7 +62,7 @@ static int zeropad_keras_read(kctx *k, model *m, json_object *cfg, layer_kind ki
     else if (other) // (C, H, W) taken as (H', W', C')
         want[0] = d[0] + pads[0] + pads[1], want[1] = d[1] + pads[2] + pads[3], want[2] = d[2];
     if (other && keras_add_permute(k, m, kname, "_in", 0)) return -1;
-    keras_cur_shape(m, &c, &h, &w);
+    keras_cur_shape(k, m, &c, &h, &w);
     layer_spec s = {.kind = kind, .name = klayer_name(kname, "", buf, sizeof buf),
                     .pad_top = pads[0], .pad_bottom = pads[1], .pad_left = pads[2],
                     .pad_right = pads[3]};

@@ -153,7 +153,7 @@ put("cifar", "fine_beyond_20", bytes([1 | 8]) + cifar(3, True))
 
 # ---- model config: the file ----
 
-for name in ("cnn2.cfg", "cnn3.cfg", "cifar_small.cfg"):
+for name in ("cnn2.cfg", "cnn3.cfg", "cifar_small.cfg", "residual.cfg"):
     with open(os.path.join(ROOT, "models", name), "rb") as f:
         put("config", name, f.read())
 put("config", "small.cfg", """[net]
@@ -238,6 +238,9 @@ put("config", "activations.cfg", "[net]\ninput = 1x8x8\nclasses = 4\n[conv]\nfil
 put("config", "permute_multilabel.cfg", "[net]\ninput = 2x6x5\nclasses = 3\n[permute]\n"
     "dims = 2,3,1\n[maxpool]\nsize = 2\n[permute]\ndims = 3,1,2\n[dense]\nunits = 3\n"
     "[binary_crossentropy]\n")
+put("config", "graph.cfg", "[net]\ninput = 2x6x6\nclasses = 3\n[conv]\nname = a\nfilters = 2\n"
+    "size = 3\npad = same\n[relu]\n[conv]\nfilters = 2\nsize = 3\npad = same\n[add]\n"
+    "from = -1, a, 1\n[batchnorm]\ntrainable = 0\n[dense]\nunits = 3\n[softmax]\n")
 put("config", "schedule.cfg", "[net]\ninput = 1x8x8\nclasses = 4\nlr_schedule = step:2:0.5\n"
     "weight_decay = 5e-4\nweight_decay_mode = decoupled\n[dense]\nunits = 4\n[softmax]\n")
 
@@ -246,9 +249,16 @@ put("config", "schedule.cfg", "[net]\ninput = 1x8x8\nclasses = 4\nlr_schedule = 
 for name in ("mnist_small_k3", "mnist_small_k2", "cnn3_k2old", "cifar_k3", "cifar_flat_k2",
              "activations_k3", "activations_k2", "functional_k3", "functional_k2", "add_k3",
              "shared_k2", "two_outputs_k3", "mixed_k2", "reg_k3", "reg_k2", "frozen_k3",
-             "mixed_cl_k3", "mixed_cf_k3", "multilabel_k3", "multilabel_k2"):
+             "mixed_cl_k3", "mixed_cf_k3", "multilabel_k3", "multilabel_k2", "add_k2",
+             "frozen_bn_k3"):
     with open(os.path.join(ROOT, "tests", "fixtures", "keras", name + ".json")) as f:
         put("keras", name + ".json", json.dumps(json.load(f), separators=(",", ":")))
+# The ten keras.applications graphs (residual, dense, depthwise, squeeze-excite).
+APPS = os.path.join(ROOT, "tests", "fixtures", "keras", "applications")
+for name in sorted(os.listdir(APPS)):
+    if name.endswith(".json.gz"):
+        with gzip.open(os.path.join(APPS, name)) as f:
+            put("keras", "app_" + name[:-3], json.dumps(json.load(f), separators=(",", ":")))
 put("keras", "channels_first.json", json.dumps({"class_name": "Sequential", "config": {"layers": [
     {"class_name": "Conv2D", "config": {"name": "c", "batch_input_shape": [None, 2, 6, 6],
      "filters": 2, "kernel_size": 3, "strides": 2, "padding": "same",

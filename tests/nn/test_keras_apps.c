@@ -1,0 +1,107 @@
+// The ten keras.applications architectures as Keras 3 writes them (fixtures/keras/applications:
+// model.to_json() with weights=None, a 32x32x3 input (Xception's 71x71x3) and 10 classes,
+// gzipped, and Keras's total, trainable and non-trainable counts, by
+// tools/keras_applications.py): those hetrain reads it reads with Keras's counts, and each one
+// it does not is refused in one line naming the layer where it stops. The table below is the
+// state of things; reading another architecture means moving its row.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <zlib.h>
+
+#include "nn/keras.h"
+#include "nn/model.h"
+#include "tests/lib/testutil.h"
+
+#define ADIR HT_SOURCE_DIR "/tests/fixtures/keras/applications/"
+
+// NULL: read, with Keras's counts; else what the refusal says.
+static const struct {
+    const char *net, *refused;
+} apps[] = {
+    {"VGG16", NULL},
+    {"ResNet50", NULL},
+    {"ResNet50V2", NULL},
+    {"MobileNet", "layer 3 \"conv1_relu\" (ReLU): max_value"},
+    {"MobileNetV2", "layer 3 \"Conv1_relu\" (ReLU): max_value"},
+    {"DenseNet121", "\"conv2_block1_concat\" (Concatenate): merges 2 inputs"},
+    {"EfficientNetB0", "\"block1a_se_excite\" (Multiply): merges 2 inputs"},
+    {"Xception", "\"block2_sepconv1\" (SeparableConv2D): not supported"},
+    {"MobileNetV3Small", "(Multiply): merges 2 inputs"},
+    {"ConvNeXtTiny", "\"convnext_tiny_prestem_normalization\" (Normalization): not supported"},
+};
+
+// The whole of a gzipped file; NULL when it cannot be read.
+static char *read_gz(const char *path, size_t *len) {
+    gzFile f = gzopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    int got;
+    while (buf && (got = gzread(f, buf + n, (unsigned)(cap - n))) > 0) {
+        n += (size_t)got;
+        if (n == cap) {
+            char *more = realloc(buf, cap *= 2);
+            if (!more) free(buf);
+            buf = more;
+        }
+    }
+    gzclose(f);
+    *len = n;
+    return buf;
+}
+
+static void test_applications(void **state) {
+    (void)state;
+    char *counts = test_read_file(ADIR "counts.txt", NULL);
+    assert_non_null(counts);
+    int read = 0;
+    for (size_t i = 0; i < sizeof apps / sizeof apps[0]; i++) {
+        char key[64], path[512];
+        size_t total, trainable, fixed, len = 0;
+        snprintf(key, sizeof key, "%s.json ", apps[i].net);
+        const char *line = strstr(counts, key);
+        assert_non_null(line);
+        assert_int_equal(sscanf(line + strlen(key), "%zu %zu %zu", &total, &trainable, &fixed),
+                         3);
+        snprintf(path, sizeof path, ADIR "%s.json.gz", apps[i].net);
+        char *text = read_gz(path, &len);
+        assert_non_null(text);
+        model m;
+        ht_error e = {{0}};
+        int rc = model_init_keras_text(&m, text, len, key, &e);
+        free(text);
+        if (apps[i].refused) {
+            if (rc == 0) fail_msg("%s: read, where the table says it is refused", apps[i].net);
+            test_expect_frags(e.msg, 1, apps[i].refused, NULL);
+            continue;
+        }
+        if (rc < 0) fail_msg("%s: %s", apps[i].net, e.msg);
+        // Keras's counts: a batchnorm's update count is hetrain's own; its moving statistics
+        // are non-trainable.
+        size_t bn = 0;
+        for (int l = 0; l < m.n_layers; l++) bn += m.layers[l].n_s > 0;
+        if (m.n_params - bn != total || m.n_trainable - model_frozen_params(&m) != trainable ||
+            m.n_state - bn + model_frozen_params(&m) != fixed)
+            fail_msg("%s: %zu total, %zu trainable, %zu non-trainable; Keras %zu, %zu, %zu",
+                     apps[i].net, m.n_params - bn, m.n_trainable - model_frozen_params(&m),
+                     m.n_state - bn + model_frozen_params(&m), total, trainable, fixed);
+        model_free(&m);
+        read++;
+    }
+    printf("keras.applications read with Keras's counts: %d of %zu\n", read,
+           sizeof apps / sizeof apps[0]);
+    free(counts);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_applications),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
