@@ -143,6 +143,19 @@ static void test_keras_files(void **state) {
         free(pm);
         model_free(&mm);
     }
+    // A Functional residual network (tools/keras_residual_fixture.py): a graph of two Adds, one
+    // with a strided 1x1 shortcut, batchnorms in inference, Keras's probabilities with its
+    // weights.
+    {
+        model mr;
+        float *pr = load_model(&mr, KDIR "residual_k3.json", KDIR "residual_k3.weights.h5");
+        int adds = 0;
+        for (int l = 0; l < mr.n_layers; l++) adds += mr.layers[l].kind == LAYER_ADD;
+        assert_int_equal(adds, 2);
+        expect_keras_outputs(&mr, pr, KDIR "residual_k3.txt", "Keras 3 residual graph");
+        free(pr);
+        model_free(&mr);
+    }
     model mx;
     float *x = load_model(&mx, K2_JSON, K3_FILE);
     assert_memory_equal(x, p3, m3.n_params * sizeof *p3);
