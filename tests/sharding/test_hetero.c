@@ -1,6 +1,7 @@
 // Heterogeneous data parallelism: the reduced gradient of a batch is the same whatever mix of
-// devices and weights computes it (dropout included; and, on a 3-channel network, with the
-// training batches augmented by random crops and flips), and a short run over a PoCL pthread
+// devices and weights computes it (dropout included; a residual graph with batchnorm too; and,
+// on a 3-channel network, with the training batches augmented by random crops and flips), and
+// a short run over a PoCL pthread
 // device, a PoCL basic (single-threaded) device and a CPU worker splits its batches by the
 // weights its calibration measured, and moves the weights as the same run on one device does.
 // PoCL is asked for both device kinds before anything touches OpenCL.
@@ -104,20 +105,18 @@ static void run_mix(const model *m, const dataset *ds, const char *spec, int bal
     free(p);
 }
 
-static void test_sharding_invariance(void **state) {
-    (void)state;
+// Every mix of devices against the CPU device alone, for model m on 500 Fashion-MNIST images.
+static void invariance_over_mixes(const model *m) {
     int have_cl = find_pocl();
     if (!have_cl) printf("no PoCL pthread+basic devices: checking CPU mixes only\n");
     ht_error e;
-    model m;
     dataset ds;
-    if (model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
     if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
                          FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
         fail_msg("%s", e.msg);
     dataset_limit(&ds, 500);
     reference ref = {0};
-    run_mix(&m, &ds, "cpu", 0, NULL, &ref);
+    run_mix(m, &ds, "cpu", 0, NULL, &ref);
     char mixes[6][128];
     int nm = 0;
     snprintf(mixes[nm++], 128, "cpu:1,cpu:1");
@@ -129,12 +128,31 @@ static void test_sharding_invariance(void **state) {
     }
     for (int k = 0; k < nm; k++)
         for (int bal = 0; bal < 2; bal++)
-            run_mix(&m, &ds, mixes[k], bal, NULL, &ref);
+            run_mix(m, &ds, mixes[k], bal, NULL, &ref);
     for (int s = 0; s < STEPS; s++) {
         free(ref.params[s]);
         free(ref.grad[s]);
     }
     dataset_free(&ds);
+}
+
+static void test_sharding_invariance(void **state) {
+    (void)state;
+    ht_error e;
+    model m;
+    if (model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
+    invariance_over_mixes(&m);
+    model_free(&m);
+}
+
+// A graph: models/residual.cfg (identity and strided residual blocks with batchnorm; a buffer
+// read by two layers, whose gradients add), on the same mixes.
+static void test_sharding_invariance_residual(void **state) {
+    (void)state;
+    ht_error e;
+    model m;
+    if (model_init(&m, HT_SOURCE_DIR "/models/residual.cfg", &e) < 0) fail_msg("%s", e.msg);
+    invariance_over_mixes(&m);
     model_free(&m);
 }
 
@@ -358,6 +376,7 @@ int main(void) {
     setenv("POCL_DEVICES", "pthread basic", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharding_invariance),
+        cmocka_unit_test(test_sharding_invariance_residual),
         cmocka_unit_test(test_sharding_invariance_augmented),
         cmocka_unit_test(test_three_devices_balance_and_match),
         cmocka_unit_test(test_resting_device),
