@@ -439,10 +439,10 @@ static int backward(ocl_ctx *c, int n, const uint64_t *keys, ht_error *e) {
             return ht_wrap(e, "layer %s backward", L->name);
         // Where an op left an input's gradient elsewhere than its slot (in place in dout, or in
         // a scratch buffer), it goes there: added, or copied. A chain's ops write their slots.
-        const size_t nf = layer_in_size(L) * (size_t)n;
         for (int i = 0; i < N->n_in; i++) {
             cl_mem got = i ? call.dins[i] : din;
             if (!got || !call.dins[i]) continue;
+            const size_t nf = layer_in_size_k(L, i) * (size_t)n;
             if (N->grad_add[i] ? ocl_add(&c->ops, dslot[i], dslot[i], got, nf, e) < 0
                 : got != dslot[i] &&
                       copy_buf(c, got, 0, dslot[i], 0, nf * sizeof(float), e) < 0)

@@ -38,6 +38,8 @@
 //   [permute]  dims = a,b,c (required): the axes (1 C, 2 H, 3 W) reordered, as PyTorch's
 //              x.permute(0, a, b, c): output axis i is input axis dims[i]
 //   [add]      the sum of 2..4 inputs of one shape (Keras's Add), named by `from`
+//   [concat]   2..4 inputs of one height and width, their channels one after another (Keras's
+//              Concatenate on the channel axis), named by `from`
 //   [zeropad]  padding = N | (H, W) | ((TOP, BOTTOM), (LEFT, RIGHT)) as Keras's ZeroPadding2D
 //              writes it, or top, bottom, left, right each (default 0): rows of zeros above
 //              and below each plane, columns left and right

@@ -204,8 +204,8 @@ int keras_graph_inputs(kctx *k, json_object *cfg, json_object *layers,
             for (int j = 0; j < n_in && j < KIN_MAX && at < sizeof names; j++)
                 at += (size_t)snprintf(names + at, sizeof names - at, "%s\"%.30s\"",
                                        j ? ", " : "", in[j].layer);
-            return kfail(k, "merges %d inputs (%s%s): hetrain merges with Add (Concatenate "
-                         "and the other merges are not read yet)", n_in, names,
+            return kfail(k, "merges %d inputs (%s%s): hetrain merges with Add and Concatenate "
+                         "(Multiply and the other merges are not read yet)", n_in, names,
                          n_in > KIN_MAX ? ", ..." : "");
         }
         if (n_in > MODEL_MAX_IN)

@@ -19,6 +19,8 @@ enum {
     LF_WINDOW = 1 << 6,     // a conv or pooling window: k, stride, pad
     LF_KERNEL = 1 << 7,     // its weight is a kernel, which weight decay applies to
     LF_MERGE = 1 << 8,      // takes 2..MODEL_MAX_IN inputs of one shape (add)
+    LF_CONCAT = 1 << 9,     // with LF_MERGE: inputs of one height and width, whose channels it
+                            // puts one after another (concat)
 };
 
 struct layer_desc;

@@ -6,7 +6,7 @@
 //
 // ID gives LAYER_<ID>. The family names the ops every backend implements for it
 // (`<backend>_<family>`: conv, pool, gap, dense, relu, dropout, softmax, act, bn, bce, permute,
-// zeropad, merge); kinds of one family share them. name is the config section and what `summary` and messages call the
+// zeropad, merge, concat); kinds of one family share them. name is the config section and what `summary` and messages call the
 // kind; for the kinds that can be an activation (relu, softmax, the act family) it is also the
 // config's and Keras's activation name. The Keras class is the layer class that is this kind
 // alone (NULL: none; Keras writes the activations as Activation("name") too). The act family
@@ -41,7 +41,8 @@
     X(SIGMOID_BCE,    bce,     "binary_crossentropy", "bce", NULL,                    NULL, 0)      \
     X(PERMUTE,        permute, "permute",       "permute",  NULL,                     NULL, 0)      \
     X(ZEROPAD,        zeropad, "zeropad",       "zeropad",  "ZeroPadding2D",          NULL, 0)      \
-    X(ADD,            merge,   "add",           "add",      "Add",                    NULL, 0)
+    X(ADD,            merge,   "add",           "add",      "Add",                    NULL, 0)      \
+    X(CONCAT,         concat,  "concat",        "concat",   "Concatenate",            NULL, 0)
 
 typedef enum layer_kind {
 #define LAYER_KIND_ENUM(id, fam, name, prefix, keras, key, dflt) LAYER_##id,
@@ -66,6 +67,7 @@ typedef enum layer_kind {
 #define LAYER_ACT_FN_permute(id)
 #define LAYER_ACT_FN_zeropad(id)
 #define LAYER_ACT_FN_merge(id)
+#define LAYER_ACT_FN_concat(id)
 
 #define LAYER_ACT_FN_ENTRY(id, fam, name, prefix, keras, key, dflt) LAYER_ACT_FN_##fam(id)
 typedef enum act_fn { LAYER_KINDS(LAYER_ACT_FN_ENTRY) ACT_FN_COUNT } act_fn;

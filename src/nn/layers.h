@@ -106,6 +106,14 @@ void permute_forward(float *out, const float *in, int B, const int dims[3], cons
 void permute_backward(float *din, const float *dout, int B, const int dims[3], const int perm[3],
                       int nthreads);
 
+// The concat family, channels-last over rows = B * H * W positions: each input k's in_c[k]
+// channels (channel stride in_cs[k]) one after another into out (channel stride out_cs, the
+// rest zero); the backward hands each wanted input (dins[k] not NULL) its slice, pads zeroed.
+void concat_forward(float *out, int out_cs, const float *const *ins, const int *in_c,
+                    const int *in_cs, int n_in, size_t rows, int nthreads);
+void concat_backward(float *const *dins, const int *in_c, const int *in_cs, int n_in,
+                     const float *dout, int out_cs, size_t rows, int nthreads);
+
 // The merge family's add: out = ins[0] + ... + ins[n_in - 1] over n floats, in input order.
 void merge_add_forward(float *out, const float *const *ins, int n_in, size_t n, int nthreads);
 

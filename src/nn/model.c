@@ -216,10 +216,19 @@ static int set_inputs(const model *m, layer *L, const layer_spec *s, int idx, co
     if (!merge && L->n_in > 1)
         return ht_fail(err, "layer %d (%s): takes one input, given %d", idx, kname, L->n_in);
     input_shape(m, L->in[0], &L->c, &L->h, &L->w);
+    L->in_ch[0] = L->c;
+    const int concat = (layer_flags(s->kind) & LF_CONCAT) != 0;
     for (int k = 1; k < L->n_in; k++) {
         int c, h, w;
         input_shape(m, L->in[k], &c, &h, &w);
-        if (c != L->c || h != L->h || w != L->w)
+        L->in_ch[k] = c;
+        if (concat && (h != L->h || w != L->w))
+            return ht_fail(err, "layer %d (%s): input %d (%s) is %dx%d, input 1 (%s) %dx%d: "
+                           "the inputs of %s must have one height and width", idx, kname, k + 1,
+                           L->in[k] < 0 ? "the model's input" : m->layers[L->in[k]].name, h, w,
+                           L->in[0] < 0 ? "the model's input" : m->layers[L->in[0]].name, L->h,
+                           L->w, kname);
+        if (!concat && (c != L->c || h != L->h || w != L->w))
             return ht_fail(err, "layer %d (%s): input %d (%s) is %dx%dx%d, input 1 (%s) "
                            "%dx%dx%d: the inputs of %s must have one shape", idx, kname, k + 1,
                            L->in[k] < 0 ? "the model's input" : m->layers[L->in[k]].name, c, h,

@@ -139,6 +139,7 @@ typedef struct layer {
     // before. Only a merge family (LF_MERGE) takes more than one.
     int n_in;
     int in[MODEL_MAX_IN];
+    int in_ch[MODEL_MAX_IN]; // a merge's inputs' channels (c is the first's)
     LAYER_HPARAMS
     size_t w_off, b_off; // offsets into the flat parameter buffer, LAYER_NO_PARAM if none
     size_t n_w, n_b;
@@ -233,6 +234,10 @@ typedef struct model {
 
 // Sizes of one sample's input and output of layer l.
 static inline size_t layer_in_size(const layer *L) { return (size_t)L->c * L->h * L->w; }
+// Floats per sample of input k (a merge's inputs: their own channels).
+static inline size_t layer_in_size_k(const layer *L, int k) {
+    return (size_t)(L->n_in > 1 ? L->in_ch[k] : L->c) * L->h * L->w;
+}
 static inline size_t layer_out_size(const layer *L) { return (size_t)L->oc * L->oh * L->ow; }
 
 // Names of the built-in presets, NULL-terminated.

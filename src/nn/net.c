@@ -141,11 +141,19 @@ static ws_sizes ws_measure(const model *m, const schedule *s, int max_batch, int
         const net_layer_ops *ops = net_layer_ops_of[L->kind];
         net_lplan p;
         fmt f = bf[N->in_buf[0]];
-        for (int k = 1; k < N->n_in; k++)
-            if ((bf[N->in_buf[k]].nhwc != f.nhwc || bf[N->in_buf[k]].cs != f.cs) && !z.mixed)
-                z.mixed = n + 1;
+
         size_t in = in_floats(m, s, n, f);
         bf[N->buf] = plan_layer(m, s, n, f, &p);
+        // A merge's other inputs come as they are: an element-wise one's in input 0's layout, a
+        // concat's channels-last (any channel stride).
+        p.ins_cs[0] = p.in_cs;
+        for (int k = 1; k < N->n_in; k++) {
+            const fmt g = bf[N->in_buf[k]];
+            const int ok = (layer_flags(L->kind) & LF_CONCAT)
+                               ? as_nhwc(g, L->in_ch[k], L->h * L->w, &p.ins_cs[k])
+                               : g.nhwc == f.nhwc && g.cs == f.cs && (p.ins_cs[k] = g.cs, 1);
+            if (!ok && !z.mixed) z.mixed = n + 1;
+        }
         size_t out = out_floats(L, &p), cv = cvt_floats(m, s, n, &p);
         if (s->buf[N->buf].owner == n) z.act_floats += align16(out * (size_t)max_batch);
         if (cv) z.cvt_floats += align16(cv * (size_t)max_batch);

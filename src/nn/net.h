@@ -19,6 +19,7 @@ typedef struct net_lplan {
     int cvt;              // input converted into cvt[n] first: 0 no, 1 to NHWC, 2 to NCHW
     int cvt_cs;           // the NHWC side's channel stride of that conversion
     int in_cs;            // channel stride of the (converted) input, NHWC consumers
+    int ins_cs[MODEL_MAX_IN]; // a merge's: each input's channel stride (ins_cs[0] is in_cs)
     int fuse_relu;        // applies the relu after it itself (the schedule's fuse_relu)
     int skip;             // relu applied by the node before it (the schedule's fused)
     int drop_fold;        // relu (batch-wise) right before a dropout: backward applies the

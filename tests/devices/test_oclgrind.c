@@ -4,7 +4,8 @@
 // backward, the host's update, the broadcast weights) and in inference (predict): a small
 // network of conv, max and average pooling, dense and dropout layers; one of every other kind
 // (batch normalisation 2-D and 1-D, training and frozen, both max-pool backward kernels, zero
-// padding, permutes, global average pooling, each activation of the act family; its 3x3
+// padding, permutes, a residual add and a concatenation (the gradient of a tensor two layers
+// read added up), global average pooling, each activation of the act family; its 3x3
 // convolutions by Winograd F(4x4,3x3)); and a multi-label sigmoid head after a 5x5 convolution
 // by Winograd F(2x2,5x5). Each run must exit 0 with an empty oclgrind log. The exit path is
 // part of the check: CLBlast's caches of programs and kernels must go before the contexts do
@@ -49,6 +50,8 @@ static const char all_cfg[] = "[net]\ninput = 1x12x12\nconv_algo = winograd\n"
                               "[zeropad]\npadding = ((0, 1), (2, 0))\n"
                               "[permute]\ndims = 2,3,1\n[permute]\ndims = 3,1,2\n"
                               "[conv]\nfilters = 4\nsize = 3\npad = same\nbias = 0\nactivation = tanh\n"
+                              "[conv]\nfilters = 4\nsize = 3\npad = same\n[add]\nfrom = -1, -2\n"
+                              "[concat]\nfrom = -1, -3\n"
                               "[avgpool]\nsize = 2\n"
                               "[conv]\nfilters = 6\nsize = 1\nactivation = elu\n"
                               "[maxpool]\nsize = 2\nstride = 1\n[globalavgpool]\n"

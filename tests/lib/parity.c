@@ -277,6 +277,24 @@ static const parity_case parity_cases_merge[] = {
     {0},
 };
 
+// Channel concatenation: a dense block (each layer reads the concatenation of all before it,
+// channel counts off the vector width, so the inputs' channel strides differ), the model's
+// input as an input (converted to channels-last on the CPU path), three inputs, and a
+// concatenation read by two layers.
+static const parity_case parity_cases_concat[] = {
+    {"a dense block", NET("4x6x6")
+     "[conv]\nname = a\nfilters = 5\nsize = 3\npad = same\nactivation = relu\n"
+     "[conv]\nfilters = 3\nsize = 3\npad = same\n[concat]\nfrom = a, -1\n[relu]\n"
+     "[conv]\nfilters = 3\nsize = 3\npad = same\n[concat]\nfrom = -3, -1\n"
+     "[maxpool]\nsize = 2\n" HEAD, 4, 1, 0},
+    {"the model's input and three inputs", NET("3x5x5")
+     "[conv]\nfilters = 4\nsize = 3\npad = same\n[concat]\nfrom = input, -1\n"
+     "[conv]\nfilters = 2\nsize = 1\n[concat]\nfrom = -1, -2, 0\n[avgpool]\nsize = 2\n"
+     "[conv]\nfilters = 3\nsize = 1\nfrom = -2\n[maxpool]\nsize = 2\n[concat]\n"
+     "from = -1, -3\n" HEAD, 3, 0, 0},
+    {0},
+};
+
 // The table of cases, indexed by kind: a family without its parity_cases_<family> above is an
 // undeclared identifier here, so a new family does not compile until it has cases. The kinds
 // of a family share its table, which must hold a model of each (parity_run_cases checks).

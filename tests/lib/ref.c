@@ -348,8 +348,9 @@ void ref_net_init(ref_net *r, const model *m, int max_batch) {
         const size_t no = layer_out_size(L) * (size_t)max_batch;
         r->act[l] = ref_alloc(no, sizeof(float));
         r->dout[l] = ref_alloc(no, sizeof(float));
-        r->dinput[l] = ref_alloc((size_t)r->sched.node[l].n_in * layer_in_size(L) *
-                                     (size_t)max_batch, sizeof(float)); // every input's
+        size_t ins = 0; // every input's, one after another
+        for (int k = 0; k < r->sched.node[l].n_in; k++) ins += layer_in_size_k(L, k);
+        r->dinput[l] = ref_alloc(ins * (size_t)max_batch, sizeof(float));
         if (L->kind == LAYER_MAXPOOL) r->argmax[l] = ref_alloc(no, sizeof(int32_t)); // its winners
         if (L->kind == LAYER_CONV2D) {
             size_t n = ref_conv2d_ws_floats(L->c, L->k, L->oc, L->oh, L->ow, 1);
@@ -752,12 +753,32 @@ static void merge_b(const ref_call *c) {
     for (int k = 0; k < c->n_in; k++) memcpy(c->dins[k], c->g, sizeof(float) * n);
 }
 
+// Concatenation by the definition: input k's channels after those of the inputs before it.
+static void concat_f(const ref_call *c) {
+    const layer *L = c->L;
+    const size_t hw = (size_t)L->h * L->w;
+    for (int b = 0; b < c->B; b++)
+        for (int k = 0, off = 0; k < c->n_in; off += L->in_ch[k++])
+            for (size_t i = 0; i < (size_t)L->in_ch[k] * hw; i++)
+                c->out[(size_t)b * L->oc * hw + off * hw + i] =
+                    c->ins[k][(size_t)b * L->in_ch[k] * hw + i];
+}
+static void concat_b(const ref_call *c) {
+    const layer *L = c->L;
+    const size_t hw = (size_t)L->h * L->w;
+    for (int b = 0; b < c->B; b++)
+        for (int k = 0, off = 0; k < c->n_in; off += L->in_ch[k++])
+            for (size_t i = 0; i < (size_t)L->in_ch[k] * hw; i++)
+                c->dins[k][(size_t)b * L->in_ch[k] * hw + i] =
+                    c->g[(size_t)b * L->oc * hw + off * hw + i];
+}
+
 static const ref_ops ref_conv = {conv_f, conv_b}, ref_bn = {bn_f, bn_b}, ref_bce = {bce_f, bce_b}, ref_pool = {pool_f, pool_b},
                      ref_gap = {gap_f, gap_b}, ref_dense = {dense_f, dense_b},
                      ref_relu = {relu_f, relu_b}, ref_dropout = {dropout_f, dropout_b},
                      ref_softmax = {softmax_f, softmax_b}, ref_act = {act_f, act_b},
                      ref_permute = {permute_f, permute_b}, ref_zeropad = {zeropad_f, zeropad_b},
-                     ref_merge = {merge_f, merge_b};
+                     ref_merge = {merge_f, merge_b}, ref_concat = {concat_f, concat_b};
 
 static const ref_ops ref_ops_of[LAYER_KIND_COUNT] = {
 #define REF_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = ref_##fam,
@@ -793,17 +814,17 @@ void ref_backward(ref_net *r, const model *m, const float *params, float *grads,
                       .in = N->in[0] == SCHED_INPUT ? x : r->act[N->in[0]], .out = r->act[n],
                       .g = N->n_out ? r->dout[n] : NULL, .din = r->dinput[n], .drop = drop,
                       .y = y, .group = model_bn_group(m)};
-        const size_t k = layer_in_size(L) * (size_t)B;
         c.n_in = N->n_in;
-        for (int i = 0; i < N->n_in; i++) {
+        for (int i = 0, at = 0; i < N->n_in; at += (int)layer_in_size_k(L, i++)) {
             c.ins[i] = N->in[i] == SCHED_INPUT ? x : r->act[N->in[i]];
-            c.dins[i] = r->dinput[n] + (size_t)i * layer_in_size(L) * (size_t)r->max_batch;
+            c.dins[i] = r->dinput[n] + (size_t)at * (size_t)r->max_batch;
         }
         ref_ops_of[L->kind].backward(&c);
         // Into each input's output gradient: the first reader going backward writes it, the
         // others add to it.
         for (int i = 0; i < N->n_in; i++) {
             if (N->in[i] == SCHED_INPUT) continue;
+            const size_t k = layer_in_size_k(L, i) * (size_t)B;
             float *g = r->dout[N->in[i]];
             if (N->grad_add[i])
                 for (size_t j = 0; j < k; j++) g[j] += c.dins[i][j];

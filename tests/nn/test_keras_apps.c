@@ -29,7 +29,7 @@ static const struct {
     {"ResNet50V2", NULL},
     {"MobileNet", "layer 3 \"conv1_relu\" (ReLU): max_value"},
     {"MobileNetV2", "layer 3 \"Conv1_relu\" (ReLU): max_value"},
-    {"DenseNet121", "\"conv2_block1_concat\" (Concatenate): merges 2 inputs"},
+    {"DenseNet121", NULL},
     {"EfficientNetB0", "\"block1a_se_excite\" (Multiply): merges 2 inputs"},
     {"Xception", "\"block2_sepconv1\" (SeparableConv2D): not supported"},
     {"MobileNetV3Small", "(Multiply): merges 2 inputs"},
