@@ -136,6 +136,7 @@ float act_f(int f, float a, float x) {
     case ACT_SWISH: return x * act_sigm(x);
     case ACT_SOFTPLUS: return x > 0.0f ? x + log1p(exp(-x)) : log1p(exp(x));
     case ACT_HARD_SIGMOID: return clamp(a * x + 0.5f, 0.0f, 1.0f);
+    case ACT_RELU6: return x > 0.0f ? fmin(x, a) : 0.0f;
     case ACT_GELU:
         if (a != 0.0f) return 0.5f * x * (1.0f + tanh(GELU_K * (x + GELU_C * x * x * x)));
         return 0.5f * x * (1.0f + erf(x * INV_SQRT2));
@@ -165,6 +166,7 @@ float act_df(int f, float a, float x) {
         const float z = a * x + 0.5f;
         return z > 0.0f && z < 1.0f ? a : 0.0f;
     }
+    case ACT_RELU6: return x > 0.0f && x < a ? 1.0f : 0.0f;
     case ACT_GELU:
         if (a != 0.0f) {
             const float t = tanh(GELU_K * (x + GELU_C * x * x * x));

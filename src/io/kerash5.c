@@ -26,7 +26,8 @@ typedef struct kh5_var {
     int ndim;
     hsize_t dims[4];       // Keras's shape
     layer_keras_layout order;
-    size_t oc, c, h, w;    // CONV: OC, C, K, K; DENSE: OUT and its input map (C,H,W)
+    size_t oc, c, h, w;    // CONV: OC, C, K, K; DENSE: OUT and its input map (C,H,W);
+                           // DEPTHWISE: M, C, K, K
     int chw;               // DENSE: Keras's inputs in (C,H,W) order too (model.keras_flatten_chw)
 } kh5_var;
 
@@ -162,7 +163,9 @@ static int plan_build(const char *path, const model *m, kh5_plan *p, ht_error *e
         for (int r = 0; r < d->family->n_keras_vars; r++) {
             const layer_keras_var *kv = &d->family->keras_vars[r];
             const model_tensor *t = kv->state ? st[kv->state] : kv->bias ? bt : wt;
-            const int rank = kv->layout == LKW_CONV ? 4 : kv->layout == LKW_DENSE ? 2 : 0;
+            const int rank = kv->layout == LKW_CONV || kv->layout == LKW_DEPTHWISE ? 4
+                             : kv->layout == LKW_DENSE                            ? 2
+                                                                                  : 0;
             if (kv->required && (!t || (rank && t->ndim != rank))) {
                 plan_free(p);
                 return ht_fail(e, "%s: layer %d \"%s\" (%s) has no %s of Keras's rank", path, l,
@@ -175,6 +178,12 @@ static int plan_build(const char *path, const model *m, kh5_plan *p, ht_error *e
             }
             add_var(K, kv->name, t, kv->layout);
             if (kv->layout == LKW_DENSE) dense_input(m, l, &K->v[K->nv - 1]);
+            if (kv->layout == LKW_DEPTHWISE) { // (C*M,1,K,K) -> (K,K,C,M)
+                kh5_var *v = &K->v[K->nv - 1];
+                v->oc = (size_t)L->mult, v->c = (size_t)L->c, v->h = v->w = (size_t)L->k;
+                v->ndim = 4;
+                v->dims[0] = v->h, v->dims[1] = v->w, v->dims[2] = v->c, v->dims[3] = v->oc;
+            }
         }
         for (int i = 0; i < K->nv; i++)
             if (K->v[i].t->n > p->max_n) p->max_n = K->v[i].t->n;
@@ -188,6 +197,10 @@ static size_t keras_index(const kh5_var *v, size_t i) {
         size_t k = v->h, ckk = v->c * k * k;
         size_t oc = i / ckk, r = i % ckk, c = r / (k * k), y = r / k % k, x = r % k;
         return ((y * k + x) * v->c + c) * v->oc + oc;
+    }
+    if (v->order == LKW_DEPTHWISE) {
+        size_t k = v->h, oc = i / (k * k), r = i % (k * k), y = r / k, x = r % k;
+        return ((y * k + x) * v->c + oc / v->oc) * v->oc + oc % v->oc;
     }
     if (v->order == LKW_DENSE) {
         size_t in = v->c * v->h * v->w, o = i / in, r = i % in;

@@ -36,6 +36,7 @@ static inline float act_f(act_fn kind, float a, float x) {
         float y = a * x + 0.5f;
         return y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
     }
+    case ACT_RELU6: return x > 0.0f ? (x < a ? x : a) : 0.0f;
     case ACT_GELU:
         if (a != 0.0f) return 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
         return 0.5f * x * (1.0f + erff(x * INV_SQRT2));
@@ -67,6 +68,7 @@ static inline float act_df(act_fn kind, float a, float x) {
         float z = a * x + 0.5f;
         return z > 0.0f && z < 1.0f ? a : 0.0f;
     }
+    case ACT_RELU6: return x > 0.0f && x < a ? 1.0f : 0.0f;
     case ACT_GELU:
         if (a != 0.0f) {
             float u = GELU_K * (x + GELU_C * x * x * x), t = tanhf(u);
@@ -133,6 +135,8 @@ static int act_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_c
     if (L->kind == LAYER_GELU && a != 0 && a != 1)
         return ht_fail(err, "layer %d (%s): approximate %g: expected 0 (erf) or 1 (tanh)", idx,
                        d->name, a);
+    if (L->kind == LAYER_RELU6 && !(a > 0))
+        return ht_fail(err, "layer %d (%s): max_value %g: expected a number > 0", idx, d->name, a);
     if (L->kind == LAYER_HARD_SIGMOID && !(a > 0))
         return ht_fail(err, "layer %d (%s): slope %g: expected a number > 0", idx, d->name, a);
     L->alpha = (float)a;
@@ -154,6 +158,7 @@ static const layer_key act_keys[] = {
     ACT_PARAM_ROW("alpha", "negative_slope"),
     ACT_PARAM_ROW("slope", NULL),
     ACT_PARAM_ROW("approximate", NULL),
+    ACT_PARAM_ROW("max_value", NULL),
     {NULL},
 };
 

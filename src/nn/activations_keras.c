@@ -9,7 +9,6 @@ static int relu_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
     (void)last;
     char buf[32];
     static const char *const keys[] = {"negative_slope", "threshold"};
-    if (kget(cfg, "max_value")) return kfail(k, "max_value: hetrain's ReLU has no upper bound");
     for (int i = 0; i < 2; i++) {
         json_object *v = kget(cfg, keys[i]);
         if (v && (!(json_object_is_type(v, json_type_int) ||
@@ -18,6 +17,13 @@ static int relu_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
             return kfail(k, "%s: hetrain's ReLU has 0", keys[i]);
     }
     layer_spec s = {.kind = kind, .name = klayer_name(kname, "", buf, sizeof buf)};
+    json_object *cap = kget(cfg, "max_value");
+    if (cap) { // min(max(x, 0), max_value): the act family's relu6 with that cap
+        double v;
+        if (kget_num(k, cfg, "max_value", &v)) return -1;
+        if (!(v > 0)) return kfail(k, "max_value %g: expected a number > 0", v);
+        s.kind = LAYER_RELU6, s.alpha = (float)v, s.alpha_set = 1;
+    }
     keras_activation_defaults(k, &s);
     return keras_add(k, m, &s);
 }

@@ -37,6 +37,10 @@
 //   [gelu]          approximate = 0: x Phi(x) with erf; 1: its tanh approximation
 //   [permute]  dims = a,b,c (required): the axes (1 C, 2 H, 3 W) reordered, as PyTorch's
 //              x.permute(0, a, b, c): output axis i is input axis dims[i]
+//   [dwconv]   size (required), stride = 1, pad, multiplier = 1 (output channels per input
+//              channel), activation, init, bias, ...: a depthwise convolution (Keras's
+//              DepthwiseConv2D)
+//   [relu6]    max_value = 6: min(max(x, 0), max_value)
 //   [add]      the sum of 2..4 inputs of one shape (Keras's Add), named by `from`
 //   [concat]   2..4 inputs of one height and width, their channels one after another (Keras's
 //              Concatenate on the channel axis), named by `from`

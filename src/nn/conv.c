@@ -626,6 +626,10 @@ static int conv_weight_shape(const layer *L, int64_t *shape) {
     return 4;
 }
 
+static void conv_fans(const layer *L, double *fan_in, double *fan_out) {
+    *fan_in = (double)L->c * L->k * L->k, *fan_out = (double)L->oc * L->k * L->k;
+}
+
 static double conv_macs(const layer *L) {
     return (double)L->oc * L->oh * L->ow * L->c * L->k * L->k;
 }
@@ -647,7 +651,7 @@ static const layer_keras_var conv_keras_vars[] = {
 const layer_family family_conv = {
     .name = "conv", .flags = LF_PARAMS | LF_SPATIAL | LF_WINDOW | LF_KERNEL, .keys = conv_keys,
     .sections = conv_sections, .shape = conv_shape, .weight_shape = conv_weight_shape,
-    .macs = conv_macs, .keras_vars = conv_keras_vars, .n_keras_vars = 2};
+    .macs = conv_macs, .fans = conv_fans, .keras_vars = conv_keras_vars, .n_keras_vars = 2};
 
 static void conv_forward(const net_call *c) {
     conv_geom g = net_conv_geom(c->L, c->p);

@@ -191,22 +191,30 @@ int keras_add_activation(kctx *k, model *m, int act, const char *kname, int last
     return keras_add(k, m, &s);
 }
 
-static const char *const weight_extras[] = {"activity_regularizer", "kernel_constraint",
-                                            "bias_constraint", "lora_rank", NULL};
-
 // A Conv2D's or Dense's weights: bias, activation, initializers, regularizers, and whether it
 // is frozen (trainable false). Keras 3 adds the regularization term of trainable weights alone
 // to the loss, Keras 2 of every weight: a frozen layer of a Keras 3 model keeps none (its
 // weights are not updated either way).
 int keras_read_weights(kctx *k, json_object *cfg, layer_spec *s, int *act) {
+    return keras_read_weights_of(k, cfg, "kernel", s, act);
+}
+
+int keras_read_weights_of(kctx *k, json_object *cfg, const char *kernel, layer_spec *s,
+                          int *act) {
     int use_bias = 1;
     init_desc wi = {0}, bi = {0};
-    if (kcheck_nulls(k, cfg, weight_extras, "hetrain adds no activity regularizers, "
+    char init[48], reg[48], constraint[48];
+    snprintf(init, sizeof init, "%s_initializer", kernel);
+    snprintf(reg, sizeof reg, "%s_regularizer", kernel);
+    snprintf(constraint, sizeof constraint, "%s_constraint", kernel);
+    const char *const extras[] = {"activity_regularizer", constraint, "bias_constraint",
+                                  "lora_rank", NULL};
+    if (kcheck_nulls(k, cfg, extras, "hetrain adds no activity regularizers, "
                     "constraints or adapters") ||
         kget_bool(k, cfg, "use_bias", 1, &use_bias) || keras_get_activation(k, cfg, 0, act) ||
-        kget_init(k, cfg, "kernel_initializer", "glorot_uniform", &wi) ||
+        kget_init(k, cfg, init, "glorot_uniform", &wi) ||
         kget_init(k, cfg, "bias_initializer", "zeros", &bi) ||
-        kget_reg(k, cfg, "kernel_regularizer", &s->w_l1, &s->w_l2) ||
+        kget_reg(k, cfg, reg, &s->w_l1, &s->w_l2) ||
         kget_reg(k, cfg, "bias_regularizer", &s->b_l1, &s->b_l2))
         return -1;
     if (!use_bias) s->b_l1 = s->b_l2 = 0; // Keras makes no bias to regularize

@@ -144,6 +144,10 @@ void keras_activation_defaults(const kctx *k, layer_spec *s);
 int keras_add_activation(kctx *k, model *m, int act, const char *kname, int last);
 // A Conv2D's or Dense's weights: bias, activation, initializers, regularizers, frozen.
 int keras_read_weights(kctx *k, json_object *cfg, layer_spec *s, int *act);
+// The same with the kernel's arguments under another name (DepthwiseConv2D's "depthwise":
+// depthwise_initializer, depthwise_regularizer, depthwise_constraint).
+int keras_read_weights_of(kctx *k, json_object *cfg, const char *kernel, layer_spec *s,
+                          int *act);
 
 // ---- keras_graph.c ---------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ static const char *keras_class_list(void) {
     for (int k = 0; k < LAYER_KIND_COUNT && n < sizeof list; k++)
         if (layer_descs[k].keras_class && keras_family_of[k]->read)
             n += (size_t)snprintf(list + n, sizeof list - n, ", %s", layer_descs[k].keras_class);
-    if (n < sizeof list) snprintf(list + n, sizeof list - n, ", Flatten, Activation");
+    if (n < sizeof list) snprintf(list + n, sizeof list - n, ", Flatten, Reshape, Activation");
     return list;
 }
 
@@ -79,6 +79,34 @@ static int read_flatten(kctx *k, model *m, json_object *cfg, const char *kname) 
         m->keras_flatten_chw = k->channels_first && !first;
     }
     k->rank = 1;
+    return 0;
+}
+
+// Keras's Reshape where it moves no element: between C features and an image of 1x1 with C
+// channels (MobileNet's head: its global pooling kept 1x1, its classifier a 1x1 convolution,
+// then Reshape((C,))). It changes only the rank the layers after it see.
+static int read_reshape(kctx *k, model *m, json_object *cfg) {
+    json_object *t = kget(cfg, "target_shape");
+    int c, h, w;
+    keras_cur_shape(k, m, &c, &h, &w);
+    size_t n = t && json_object_is_type(t, json_type_array) ? json_object_array_length(t) : 0;
+    int64_t d[3] = {0, 0, 0};
+    for (size_t i = 0; i < n && i < 3; i++) {
+        json_object *v = kidx(t, i);
+        d[i] = json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : -2;
+    }
+    const int cl = !k->channels_first;
+    int rank = 0;
+    if (h == 1 && w == 1 && n == 1 && d[0] == c) rank = 1;
+    else if (h == 1 && w == 1 && n == 3 && d[cl ? 2 : 0] == c && d[cl ? 0 : 1] == 1 &&
+             d[cl ? 1 : 2] == 1)
+        rank = 3;
+    if (!rank)
+        return kfail(k, "target_shape %.60s of a %dx%dx%d (CxHxW) tensor: hetrain reshapes "
+                     "only between %d features and a 1x1 image of %d channels", t ?
+                     json_object_to_json_string_ext(t, JSON_C_TO_STRING_PLAIN) : "(none)", c,
+                     h, w, c, c);
+    k->rank = rank;
     return 0;
 }
 
@@ -129,6 +157,7 @@ int keras_read_layer(kctx *k, model *m, json_object *layer, int last) {
         return 0;
     }
     if (!strcmp(cls, "Flatten")) return read_flatten(k, m, cfg, kname);
+    if (!strcmp(cls, "Reshape")) return read_reshape(k, m, cfg);
     if (!strcmp(cls, "Activation")) return read_activation(k, m, cfg, kname, last);
     if (!strcmp(cls, "Sequential") || !strcmp(cls, "Functional") || !strcmp(cls, "Model"))
         return kfail(k, "a model inside the model is not supported; hetrain reads one list of "

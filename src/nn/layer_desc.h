@@ -95,6 +95,7 @@ int layer_key_choice(const layer_key_in *in, const char *const *names, int *out)
 typedef enum layer_keras_layout {
     LKW_SAME,  // a vector
     LKW_CONV,  // Keras (K,K,C,OC), hetrain (OC,C,K,K): a kernel of rank 4
+    LKW_DEPTHWISE, // Keras (K,K,C,M), hetrain (C*M,1,K,K): a depthwise kernel
     LKW_DENSE, // Keras (IN,OUT) with IN in (H,W,C) order, hetrain (OUT,IN) in (C,H,W) order
     LKW_NONE,  // no Keras counterpart: a load from Keras's file zeroes it
 } layer_keras_layout;
@@ -127,6 +128,9 @@ typedef struct layer_family {
     int (*weight_shape)(const layer *L, int64_t *shape);
     // Forward multiply-adds per sample (0 for what is not a product).
     double (*macs)(const layer *L);
+    // Its weight's fans as Keras counts them for its initialisers (its kernel's receptive field
+    // times its input and output channels); NULL: its input's and output's sizes.
+    void (*fans)(const layer *L, double *fan_in, double *fan_out);
     // Its tensors as Keras's weight files hold them under its kind's Keras class: n_keras_vars
     // rows (0: Keras's files hold none of the family's tensors).
     const layer_keras_var *keras_vars;

@@ -106,6 +106,18 @@ void permute_forward(float *out, const float *in, int B, const int dims[3], cons
 void permute_backward(float *din, const float *dout, int B, const int dims[3], const int perm[3],
                       int nthreads);
 
+// The dwconv family (a depthwise convolution), channels-last: in (B,H,W,Cs), its pad channels
+// ignored; w (C*M,1,K,K) as PyTorch's groups = C; out (B,OH,OW,conv_cpad(C*M)), pad channels
+// zero. The backward overwrites din (skipped when NULL; pad channels zero) and adds to dw and db
+// (db NULL: no bias).
+typedef struct dwconv_geom {
+    int C, Cs, H, W, M, K, stride, pad, OH, OW; // pad: before (top/left)
+} dwconv_geom;
+void dwconv_forward(float *out, const float *in, const float *w, const float *bias, int B,
+                    const dwconv_geom *g, int nthreads);
+void dwconv_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                     const float *w, int B, const dwconv_geom *g, int nthreads);
+
 // The concat family, channels-last over rows = B * H * W positions: each input k's in_c[k]
 // channels (channel stride in_cs[k]) one after another into out (channel stride out_cs, the
 // rest zero); the backward hands each wanted input (dins[k] not NULL) its slice, pads zeroed.

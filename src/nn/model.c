@@ -582,8 +582,9 @@ void model_init_params(const model *m, float *params, uint64_t seed) {
         // One generator per layer, so adding or changing a layer leaves the others' draws alone.
         ht_rng r;
         ht_rng_seed(&r, ht_mix64(seed ^ (uint64_t)l));
-        double k2 = L->kind == LAYER_CONV2D ? (double)L->k * L->k : 1.0;
-        double fan_in = L->c * k2, fan_out = L->oc * k2; // Keras: receptive field times channels
+        double fan_in = L->c, fan_out = L->oc; // Keras: receptive field times channels
+        const layer_family *f = layer_desc_of(L->kind)->family;
+        if (f->fans) f->fans(L, &fan_in, &fan_out);
         if (L->n_w)
             init_fill(params + L->w_off, L->n_w, L->w_init, L->w_arg, L->w_arg2, L->w_vs, fan_in,
                       fan_out, &r);

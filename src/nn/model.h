@@ -127,7 +127,9 @@ extern const char *const conv_algo_names[];
        x.permute(0, perm[0], perm[1], perm[2])) */                                             \
     int perm[3];                                                                               \
     /* zeropad: rows of zeros added at the top and bottom, columns at the left and right */     \
-    int pad_top, pad_bottom, pad_left, pad_right;
+    int pad_top, pad_bottom, pad_left, pad_right;                                               \
+    /* dwconv: output channels per input channel (Keras's depth_multiplier) */                 \
+    int mult;
 
 typedef struct layer {
     layer_kind kind;

@@ -295,6 +295,18 @@ static const parity_case parity_cases_concat[] = {
     {0},
 };
 
+// Depthwise convolutions: 3x3 same after a convolution, a depth multiplier of 2 with stride 2
+// and no bias, 5x5 valid on channel counts off the vector width, as the first layer.
+static const parity_case parity_cases_dwconv[] = {
+    {"3x3 same, then relu", NET("3x7x7") PRE(6)
+     "[dwconv]\nsize = 3\npad = same\nactivation = relu\n" HEAD, 3, 0, 0},
+    {"multiplier 2, stride 2, no bias", NET("2x8x8") PRE(5)
+     "[dwconv]\nsize = 3\nstride = 2\npad = same\nmultiplier = 2\nbias = 0\n" HEAD, 2, 0, 0},
+    {"5x5 valid, 20 channels", NET("2x9x9") PRE(20) "[dwconv]\nsize = 5\n" HEAD, 2, 0, 0},
+    {"first layer", NET("3x6x6") "[dwconv]\nsize = 3\npad = 1\n" HEAD, 3, 0, 0},
+    {0},
+};
+
 // The table of cases, indexed by kind: a family without its parity_cases_<family> above is an
 // undeclared identifier here, so a new family does not compile until it has cases. The kinds
 // of a family share its table, which must hold a model of each (parity_run_cases checks).
@@ -541,7 +553,10 @@ static void run_table(parity_backend *b, const char *fam, const parity_case *tab
             if (layer_act_fn((layer_kind)k) < 0) continue;
             const layer_desc *d = layer_desc_of((layer_kind)k);
             // gelu: also the tanh form; the others a value of their parameter unlike the default
-            const double other = k == LAYER_GELU ? 1.0 : k == LAYER_HARD_SIGMOID ? 0.2 : 0.05;
+            const double other = k == LAYER_GELU           ? 1.0
+                                 : k == LAYER_HARD_SIGMOID ? 0.2
+                                 : k == LAYER_RELU6        ? 2.0
+                                                           : 0.05;
             for (int v = 0; v < (d->param_key ? 2 : 1); v++) {
                 char sec[128];
                 act_section(sec, sizeof sec, (layer_kind)k, v ? other : NAN);

@@ -391,6 +391,7 @@ static double act_value(act_fn f, double a, double x) {
     case ACT_SWISH: return x * ref_sigm(x);
     case ACT_SOFTPLUS: return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
     case ACT_HARD_SIGMOID: return fmin(1.0, fmax(0.0, a * x + 0.5));
+    case ACT_RELU6: return x > 0 ? fmin(x, a) : 0;
     case ACT_GELU:
         if (a != 0) return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
         return 0.5 * x * (1 + erf(x / sqrt(2.0)));
@@ -409,6 +410,7 @@ static double act_slope(act_fn f, double a, double x) {
     case ACT_SWISH: return ref_sigm(x) * (1 + x * (1 - ref_sigm(x)));
     case ACT_SOFTPLUS: return ref_sigm(x);
     case ACT_HARD_SIGMOID: return a * x + 0.5 > 0 && a * x + 0.5 < 1 ? a : 0;
+    case ACT_RELU6: return x > 0 && x < a ? 1 : 0;
     case ACT_GELU:
         if (a != 0) {
             double k = sqrt(2 / M_PI), t = tanh(k * (x + 0.044715 * x * x * x));
@@ -773,12 +775,63 @@ static void concat_b(const ref_call *c) {
                     c->g[(size_t)b * L->oc * hw + off * hw + i];
 }
 
+// Depthwise convolution by the definition, in double: output channel oc = c*M + m is input
+// channel c convolved with kernel oc.
+static void dwconv_f(const ref_call *c) {
+    const layer *L = c->L;
+    const int M = L->mult, K = L->k;
+    for (int b = 0; b < c->B; b++)
+        for (int oc = 0; oc < L->oc; oc++)
+            for (int oy = 0; oy < L->oh; oy++)
+                for (int ox = 0; ox < L->ow; ox++) {
+                    double acc = L->n_b ? c->params[L->b_off + oc] : 0.0;
+                    for (int ky = 0; ky < K; ky++)
+                        for (int kx = 0; kx < K; kx++) {
+                            const int iy = oy * L->stride - L->pad + ky;
+                            const int ix = ox * L->stride - L->pad + kx;
+                            if (iy < 0 || iy >= L->h || ix < 0 || ix >= L->w) continue;
+                            acc += (double)c->in[(((size_t)b * L->c + oc / M) * L->h + iy) *
+                                                     L->w + ix] *
+                                   c->params[L->w_off + ((size_t)oc * K + ky) * K + kx];
+                        }
+                    c->out[(((size_t)b * L->oc + oc) * L->oh + oy) * L->ow + ox] = (float)acc;
+                }
+}
+static void dwconv_b(const ref_call *c) {
+    const layer *L = c->L;
+    const int M = L->mult, K = L->k;
+    if (c->din) memset(c->din, 0, sizeof(float) * layer_in_size(L) * (size_t)c->B);
+    for (int oc = 0; oc < L->oc; oc++) {
+        double db = 0, dw[MODEL_MAX_K * MODEL_MAX_K] = {0};
+        for (int b = 0; b < c->B; b++)
+            for (int oy = 0; oy < L->oh; oy++)
+                for (int ox = 0; ox < L->ow; ox++) {
+                    const double g = c->g[(((size_t)b * L->oc + oc) * L->oh + oy) * L->ow + ox];
+                    db += g;
+                    for (int ky = 0; ky < K; ky++)
+                        for (int kx = 0; kx < K; kx++) {
+                            const int iy = oy * L->stride - L->pad + ky;
+                            const int ix = ox * L->stride - L->pad + kx;
+                            if (iy < 0 || iy >= L->h || ix < 0 || ix >= L->w) continue;
+                            const size_t at = (((size_t)b * L->c + oc / M) * L->h + iy) * L->w + ix;
+                            dw[ky * K + kx] += g * c->in[at];
+                            if (c->din)
+                                c->din[at] += (float)(g * c->params[L->w_off +
+                                                                    ((size_t)oc * K + ky) * K + kx]);
+                        }
+                }
+        for (int t = 0; t < K * K; t++) c->grads[L->w_off + (size_t)oc * K * K + t] += (float)dw[t];
+        if (L->n_b) c->grads[L->b_off + oc] += (float)db;
+    }
+}
+
 static const ref_ops ref_conv = {conv_f, conv_b}, ref_bn = {bn_f, bn_b}, ref_bce = {bce_f, bce_b}, ref_pool = {pool_f, pool_b},
                      ref_gap = {gap_f, gap_b}, ref_dense = {dense_f, dense_b},
                      ref_relu = {relu_f, relu_b}, ref_dropout = {dropout_f, dropout_b},
                      ref_softmax = {softmax_f, softmax_b}, ref_act = {act_f, act_b},
                      ref_permute = {permute_f, permute_b}, ref_zeropad = {zeropad_f, zeropad_b},
-                     ref_merge = {merge_f, merge_b}, ref_concat = {concat_f, concat_b};
+                     ref_merge = {merge_f, merge_b}, ref_concat = {concat_f, concat_b},
+                     ref_dwconv = {dwconv_f, dwconv_b};
 
 static const ref_ops ref_ops_of[LAYER_KIND_COUNT] = {
 #define REF_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = ref_##fam,

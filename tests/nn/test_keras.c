@@ -297,18 +297,18 @@ static void test_errors(void **state) {
                  "bad.json: layer 2 \"lstm_1\" (LSTM): not supported; hetrain reads InputLayer, "
                  "Conv2D, MaxPooling2D, Dense, ReLU, Dropout, Softmax, AveragePooling2D, "
                  "GlobalAveragePooling2D, LeakyReLU, ELU, BatchNormalization, ZeroPadding2D, "
-                 "Add, Concatenate, Flatten, Activation");
+                 "Add, Concatenate, DepthwiseConv2D, Flatten, Reshape, Activation");
     // the JSON's strings never break the line
     keras_expect_error(seq("{\"class_name\": \"A\\nB\", \"config\": {\"name\": \"x\\\"y\"}}"),
                  "bad.json: layer 1 \"x\\\"y\" (A\\x0aB): not supported; hetrain reads "
                  "InputLayer, Conv2D, MaxPooling2D, Dense, ReLU, Dropout, Softmax, "
                  "AveragePooling2D, GlobalAveragePooling2D, LeakyReLU, ELU, BatchNormalization, "
-                 "ZeroPadding2D, Add, Concatenate, Flatten, Activation");
+                 "ZeroPadding2D, Add, Concatenate, DepthwiseConv2D, Flatten, Reshape, Activation");
     keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"re\\nlu\"}}"),
                  "bad.json: layer 2 \"d\" (Dense): activation \"re?lu\": hetrain has linear, relu, "
                  "sigmoid, tanh, leaky_relu, elu, selu, swish, softplus, hard_sigmoid, gelu, "
-                 "softmax (softmax as the last step)");
+                 "relu6, softmax (softmax as the last step)");
     // activity regularizer, constraint (weight regularizers: test_keras_train.c)
     keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"softmax\", \"activity_regularizer\": "
@@ -357,14 +357,18 @@ static void test_errors(void **state) {
                      "\"units\": 4, \"activation\": \"mish\"}}"),
                  "bad.json: layer 2 \"d\" (Dense): activation \"mish\": hetrain has linear, relu, "
                  "sigmoid, tanh, leaky_relu, elu, selu, swish, softplus, hard_sigmoid, gelu, "
-                 "softmax (softmax as the last step)");
+                 "relu6, softmax (softmax as the last step)");
     keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"dilation_rate\": [2, 2]}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): dilation_rate 2: hetrain's convolutions are "
                  "dense (1)");
     keras_expect_error(seq("{\"class_name\": \"ReLU\", \"config\": {\"name\": \"r\", \"max_value\": "
-                     "6.0}}"),
-                 "bad.json: layer 1 \"r\" (ReLU): max_value: hetrain's ReLU has no upper bound");
+                     "0.0}}"),
+                 "bad.json: layer 1 \"r\" (ReLU): max_value 0: expected a number > 0");
+    keras_expect_error(seq("{\"class_name\": \"Reshape\", \"config\": {\"name\": \"r\", "
+                     "\"target_shape\": [4, 2]}}"),
+                 "bad.json: layer 1 \"r\" (Reshape): target_shape [4,2] of a 1x8x8 (CxHxW) "
+                 "tensor: hetrain reshapes only between 1 features and a 1x1 image of 1 channels");
     keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"kernel_initializer\": {\"class_name\": "
                      "\"Orthogonal\", \"config\": {\"gain\": 1.0}}}}"),

@@ -302,11 +302,17 @@ static void test_act_grad_fd(void **state) {
         kinds++;
         for (int v = 0; v < (d->param_key ? 2 : 1); v++) {
             float alpha = (float)d->param_default;
-            if (v) alpha = k == LAYER_GELU ? 1.0f : k == LAYER_HARD_SIGMOID ? 0.2f : 0.05f;
+            if (v)
+                alpha = k == LAYER_GELU           ? 1.0f
+                        : k == LAYER_HARD_SIGMOID ? 0.2f
+                        : k == LAYER_RELU6        ? 2.0f
+                                                  : 0.05f;
             act_case a = {.f = (act_fn)layer_act_fn((layer_kind)k), .alpha = alpha, .n = 200};
             a.in = fill_away_from_zero(a.n, 1000 + (uint64_t)k);
             for (size_t i = 0; i < a.n; i++) {
                 a.in[i] *= 4.0f;
+                if (k == LAYER_RELU6 && fabsf(a.in[i] - alpha) < 4 * FD_EPS) // its cap's kink
+                    a.in[i] = alpha + (a.in[i] >= alpha ? 0.5f : -0.5f);
                 if (k != LAYER_HARD_SIGMOID) continue;
                 for (int side = -1; side <= 1; side += 2) { // kinks where alpha x + 0.5 = 0, 1
                     float kink = side * 0.5f / alpha;
@@ -337,6 +343,9 @@ static void test_act_known_values(void **state) {
         float alpha, x, y;
     } v[] = {
         {LAYER_SIGMOID, 0, 0.0f, 0.5f},
+        {LAYER_RELU6, 6, 7.5f, 6.0f},
+        {LAYER_RELU6, 6, 3.25f, 3.25f},
+        {LAYER_RELU6, 6, -2.0f, 0.0f},
         {LAYER_TANH, 0, 1.0f, 0.7615941559557649f},
         {LAYER_LEAKY_RELU, 0.3f, -2.0f, -0.6f},
         {LAYER_ELU, 1.0f, -1.0f, -0.6321205588285577f},

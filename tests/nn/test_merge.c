@@ -1,5 +1,6 @@
-// Graph models and the merge family (add): the reference's gradients through a residual block by
-// finite differences (a buffer two layers read: its gradient the sum of theirs), the schedule a
+// Graph models, the merge family (add), concat and dwconv: the reference's gradients through a
+// residual network and a dense block with a depthwise convolution by finite differences (a
+// buffer two layers read: its gradient the sum of theirs), the schedule a
 // graph config makes, the config's `from` and its errors, and the summary's "Connected to".
 // Every backend against the reference on graphs is the parity suite's (parity_cases_merge).
 #include <math.h>
@@ -49,13 +50,25 @@ static double fd_loss(void *arg) {
     return (double)c->r.loss[0] + c->r.loss[1];
 }
 
-static void test_residual_ref_fd(void **state) {
-    (void)state;
+// A dense block and a depthwise convolution, smooth as the residual one: conv1 -> tanh1 ->
+// concat(tanh1, input) -> dwconv (multiplier 2, stride 2, "same") -> tanh2, and conv2(tanh1)
+// -> avgpool -> concat(tanh2, avgpool) -> dense. tanh1's output and the input are read twice.
+static const char dense_block[] = "[net]\ninput = 2x6x6\nclasses = 3\n"
+                                  "[conv]\nfilters = 3\nsize = 3\npad = same\n[tanh]\n"
+                                  "[concat]\nfrom = -1, input\n"
+                                  "[dwconv]\nsize = 3\nstride = 2\npad = same\nmultiplier = 2\n"
+                                  "[tanh]\n[conv]\nfilters = 2\nsize = 1\nfrom = tanh1\n"
+                                  "[avgpool]\nsize = 2\n[concat]\nfrom = tanh2, -1\n"
+                                  "[dense]\nunits = 3\n[softmax]\n";
+
+// The reference's input and weight gradients of the network in text against central
+// differences of its loss.
+static void graph_ref_fd(const char *text, int in_floats, const char *what) {
     model m;
     ht_error e;
-    if (model_from_text(&m, residual, &e) < 0) fail_msg("%s", e.msg);
+    if (model_from_text(&m, text, &e) < 0) fail_msg("%s", e.msg);
     fd_ctx c = {.m = &m, .y = {1, 2}};
-    const size_t in = 2 * 5 * 5;
+    const size_t in = (size_t)in_floats;
     c.x = fill_away_from_zero(2 * in, 31);
     c.p = malloc(sizeof(float) * m.n_params);
     model_init_params(&m, c.p, 32);
@@ -67,18 +80,34 @@ static void test_residual_ref_fd(void **state) {
     memcpy(dx, c.r.dinput[0], sizeof(float) * 2 * in);
     float *num = malloc(sizeof(float) * (2 * in > m.n_params ? 2 * in : m.n_params));
     fd_grad(num, c.x, 2 * in, fd_loss, &c);
-    expect_grad(dx, num, 2 * in, TOL_CONV_FD, "residual network's input gradient");
+    // The input's gradient is node 0's input gradient (the reference's dinput[0]) where node 0
+    // alone reads it; the walkers make no gradient of the model's input beyond that.
+    int readers = 0;
+    for (int l = 0; l < m.n_layers; l++)
+        for (int k = 0; k < m.layers[l].n_in; k++) readers += m.layers[l].in[k] == MODEL_INPUT;
+    char name[96];
+    snprintf(name, sizeof name, "%s: input gradient", what);
+    if (readers == 1) expect_grad(dx, num, 2 * in, TOL_CONV_FD, name);
     for (int l = 0; l < m.n_layers; l++) {
         const layer *L = &m.layers[l];
         if (!L->n_w) continue;
-        char what[64];
-        snprintf(what, sizeof what, "%s weight through the adds", L->name);
-        fd_grad(num, c.p + L->w_off, L->n_w, fd_loss, &c);
-        expect_grad(g + L->w_off, num, L->n_w, TOL_CONV_FD, what);
+        snprintf(name, sizeof name, "%s: %s weight", what, L->name);
+        fd_grad(num, c.p + L->w_off, L->n_w + L->n_b, fd_loss, &c);
+        expect_grad(g + L->w_off, num, L->n_w + L->n_b, TOL_CONV_FD, name);
     }
     ref_net_free(&c.r);
     free(c.x), free(c.p), free(g), free(dx), free(num);
     model_free(&m);
+}
+
+static void test_residual_ref_fd(void **state) {
+    (void)state;
+    graph_ref_fd(residual, 2 * 5 * 5, "residual network");
+}
+
+static void test_dense_block_ref_fd(void **state) {
+    (void)state;
+    graph_ref_fd(dense_block, 2 * 6 * 6, "dense block with a depthwise convolution");
 }
 
 // The schedule of the residual config: each add's inputs, who writes and who adds each
@@ -180,6 +209,7 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_residual_ref_fd),
+        cmocka_unit_test(test_dense_block_ref_fd),
         cmocka_unit_test(test_residual_schedule),
         cmocka_unit_test(test_graph_errors),
         cmocka_unit_test(test_summary_connections),
