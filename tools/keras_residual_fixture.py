@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/keras/residual_k3.{json,weights.h5,txt}: a small Functional residual
-network as keras.applications' ResNet builds its blocks, with fixed random weights (the
+network as keras.applications' ResNet builds its blocks, then MobileNet's and DenseNet's, with fixed random weights (the
 batchnorms' moving statistics away from 0 and 1), and Keras's class probabilities for three
 fixed inputs (for tests/io/test_kerash5.c, which runs hetrain's forward pass, a graph, with the
 weights Keras saved and compares).
@@ -9,7 +9,8 @@ weights Keras saved and compares).
   [Conv2D(8, 3, same) -> BatchNormalization -> relu -> Conv2D(8, 3, same) ->
   BatchNormalization] + the block's input -> relu -> [a strided block: Conv2D(16, 3, 2, same)
   -> BatchNormalization -> relu -> Conv2D(16, 3, same)] + Conv2D(16, 1, 2) shortcut -> relu ->
-  GlobalAveragePooling2D -> Dense(5, softmax)
+  Concatenate([DepthwiseConv2D(3, same, depth_multiplier 2) -> BatchNormalization ->
+  ReLU(6), itself]) -> GlobalAveragePooling2D -> Dense(5, softmax)
 
 x is given in hetrain's (N,C,H,W) order (Keras's input is its NHWC transpose).
 
@@ -44,7 +45,11 @@ def model():
     x = layers.Conv2D(16, 3, padding="same", name="b2_conv2")(x)
     s = layers.Conv2D(16, 1, strides=2, name="b2_short")(shortcut)
     x = layers.Add(name="b2_add")([x, s])
-    x = layers.Activation("relu", name="b2_out")(x)
+    x = b2 = layers.Activation("relu", name="b2_out")(x)
+    x = layers.DepthwiseConv2D(3, padding="same", depth_multiplier=2, name="dw")(x)
+    x = layers.BatchNormalization(name="dw_bn")(x)
+    x = layers.ReLU(6.0, name="dw_relu6")(x)
+    x = layers.Concatenate(name="cat")([x, b2])
     x = layers.GlobalAveragePooling2D(name="gap")(x)
     out = layers.Dense(5, activation="softmax", name="predictions")(x)
     return keras.Model(inp, out, name="residual")

@@ -144,7 +144,8 @@ static void test_keras_files(void **state) {
         model_free(&mm);
     }
     // A Functional residual network (tools/keras_residual_fixture.py): a graph of two Adds, one
-    // with a strided 1x1 shortcut, batchnorms in inference, Keras's probabilities with its
+    // with a strided 1x1 shortcut, a depthwise convolution (Keras's (K,K,C,M) kernel, M = 2),
+    // ReLU(6) and a Concatenate, batchnorms in inference: Keras's probabilities with its
     // weights.
     {
         model mr;

@@ -461,6 +461,7 @@ static void test_net_activations(void **state) {
         {.kind = LAYER_DROPOUT, .rate = 0.25f},
         {.kind = LAYER_MAXPOOL, .k = 2},                                             // 20x4x4
         {.kind = LAYER_GELU},
+        {.kind = LAYER_RELU6, .alpha = 0.5f, .alpha_set = 1},
         {.kind = LAYER_CONV2D, .filters = 6, .k = 3, .pad = 1, .w_init = INIT_GLOROT_UNIFORM},
         {.kind = LAYER_ELU, .alpha = 0.7f, .alpha_set = 1},
         {.kind = LAYER_HARD_SIGMOID},
