@@ -87,6 +87,8 @@ const char *klayer_graph_name(json_object *layer);
 // list's last entry. A class that is a layer kind (layer_kinds.h's Keras class column) is read
 // by its family's keras_<family> below; InputLayer, Flatten and Activation here.
 int keras_read_layer(kctx *k, model *m, json_object *layer, int last);
+// Keras's SeparableConv2D (dwconv_keras.c): a depthwise and a 1x1 convolution.
+int keras_read_separable(kctx *k, model *m, json_object *cfg, const char *kname, int last);
 // The layer kind whose Keras class (layer_kinds.h's column) cls is, or -1.
 int keras_class_kind(const char *cls);
 

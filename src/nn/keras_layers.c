@@ -33,7 +33,8 @@ static const char *keras_class_list(void) {
     for (int k = 0; k < LAYER_KIND_COUNT && n < sizeof list; k++)
         if (layer_descs[k].keras_class && keras_family_of[k]->read)
             n += (size_t)snprintf(list + n, sizeof list - n, ", %s", layer_descs[k].keras_class);
-    if (n < sizeof list) snprintf(list + n, sizeof list - n, ", Flatten, Reshape, Activation");
+    if (n < sizeof list)
+        snprintf(list + n, sizeof list - n, ", SeparableConv2D, Flatten, Reshape, Activation");
     return list;
 }
 
@@ -158,6 +159,7 @@ int keras_read_layer(kctx *k, model *m, json_object *layer, int last) {
     }
     if (!strcmp(cls, "Flatten")) return read_flatten(k, m, cfg, kname);
     if (!strcmp(cls, "Reshape")) return read_reshape(k, m, cfg);
+    if (!strcmp(cls, "SeparableConv2D")) return keras_read_separable(k, m, cfg, kname, last);
     if (!strcmp(cls, "Activation")) return read_activation(k, m, cfg, kname, last);
     if (!strcmp(cls, "Sequential") || !strcmp(cls, "Functional") || !strcmp(cls, "Model"))
         return kfail(k, "a model inside the model is not supported; hetrain reads one list of "

@@ -297,13 +297,15 @@ static void test_errors(void **state) {
                  "bad.json: layer 2 \"lstm_1\" (LSTM): not supported; hetrain reads InputLayer, "
                  "Conv2D, MaxPooling2D, Dense, ReLU, Dropout, Softmax, AveragePooling2D, "
                  "GlobalAveragePooling2D, LeakyReLU, ELU, BatchNormalization, ZeroPadding2D, "
-                 "Add, Concatenate, DepthwiseConv2D, Flatten, Reshape, Activation");
+                 "Add, Concatenate, DepthwiseConv2D, SeparableConv2D, Flatten, Reshape, "
+                 "Activation");
     // the JSON's strings never break the line
     keras_expect_error(seq("{\"class_name\": \"A\\nB\", \"config\": {\"name\": \"x\\\"y\"}}"),
                  "bad.json: layer 1 \"x\\\"y\" (A\\x0aB): not supported; hetrain reads "
                  "InputLayer, Conv2D, MaxPooling2D, Dense, ReLU, Dropout, Softmax, "
                  "AveragePooling2D, GlobalAveragePooling2D, LeakyReLU, ELU, BatchNormalization, "
-                 "ZeroPadding2D, Add, Concatenate, DepthwiseConv2D, Flatten, Reshape, Activation");
+                 "ZeroPadding2D, Add, Concatenate, DepthwiseConv2D, SeparableConv2D, Flatten, Reshape, "
+                 "Activation");
     keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"re\\nlu\"}}"),
                  "bad.json: layer 2 \"d\" (Dense): activation \"re?lu\": hetrain has linear, relu, "
@@ -424,6 +426,37 @@ static void test_errors(void **state) {
 // shape from the first layer; ReLU/Activation/Softmax layers, use_bias and rank-1 inputs.
 static void test_variants(void **state) {
     (void)state;
+    // DepthwiseConv2D (depth_multiplier 2, ReLU(6) as its activation's cap) and
+    // SeparableConv2D (a depthwise convolution without bias, then a 1x1 one with it): Keras's
+    // counts, (K*K*C*M + C*M) and (K*K*C*M + C*M*F + F).
+    {
+        model m;
+        ht_error e = {{0}};
+        const char *json =
+            "{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
+            "\"DepthwiseConv2D\", \"config\": {\"name\": \"dw\", \"batch_input_shape\": [null, "
+            "8, 8, 3], \"kernel_size\": 3, \"depth_multiplier\": 2, \"padding\": \"same\"}}, "
+            "{\"class_name\": \"ReLU\", \"config\": {\"name\": \"r\", \"max_value\": 6.0}}, "
+            "{\"class_name\": \"SeparableConv2D\", \"config\": {\"name\": \"sep\", \"filters\": "
+            "5, \"kernel_size\": 3, \"strides\": 2, \"activation\": \"relu\"}}, " FLATTEN ", "
+            DENSE_SOFTMAX "]}}";
+        if (model_init_keras_text(&m, json, strlen(json), "ok.json", &e)) fail_msg("%s", e.msg);
+        const layer *dw = &m.layers[0], *r6 = &m.layers[1], *sd = &m.layers[2], *sp = &m.layers[3];
+        assert_int_equal(dw->kind, LAYER_DWCONV);
+        assert_int_equal(dw->oc, 6);
+        assert_int_equal(dw->n_w + dw->n_b, 3 * 3 * 6 + 6);
+        assert_int_equal(r6->kind, LAYER_RELU6);
+        assert_true(r6->alpha == 6.0f);
+        assert_int_equal(sd->kind, LAYER_DWCONV);
+        assert_string_equal(sd->name, "sep_dw");
+        assert_int_equal(sd->n_w + sd->n_b, 3 * 3 * 6);
+        assert_int_equal(sp->kind, LAYER_CONV2D);
+        assert_string_equal(sp->name, "sep");
+        assert_int_equal(sp->n_w + sp->n_b, 6 * 5 + 5);
+        assert_int_equal(sp->oh, 3); // (8 - 3) / 2 + 1
+        assert_int_equal(m.layers[4].kind, LAYER_RELU);
+        model_free(&m);
+    }
     keras_expect_ok("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
               "\"Conv2D\", \"config\": {\"name\": \"c\", \"batch_input_shape\": [null, 3, 10, 6], "
               "\"filters\": 2, \"kernel_size\": 3, \"data_format\": \"channels_first\"}}, "

@@ -31,7 +31,7 @@ static const struct {
     {"MobileNetV2", NULL},
     {"DenseNet121", NULL},
     {"EfficientNetB0", "\"block1a_se_excite\" (Multiply): merges 2 inputs"},
-    {"Xception", "\"block2_sepconv1\" (SeparableConv2D): not supported"},
+    {"Xception", NULL},
     {"MobileNetV3Small", "(Multiply): merges 2 inputs"},
     {"ConvNeXtTiny", "\"convnext_tiny_prestem_normalization\" (Normalization): not supported"},
 };
