@@ -159,7 +159,7 @@ static const layer_key act_keys[] = {
     ACT_PARAM_ROW("slope", NULL),
     ACT_PARAM_ROW("approximate", NULL),
     ACT_PARAM_ROW("max_value", NULL),
-    {NULL},
+    LK_END,
 };
 
 const layer_family family_act = {.name = "act", .flags = LF_ACTIVATION, .keys = act_keys,

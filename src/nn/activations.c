@@ -229,10 +229,10 @@ static double no_macs(const layer *L) {
     return 0;
 }
 
-static const layer_key no_keys[] = {{NULL}};
+static const layer_key no_keys[] = {LK_END};
 static const layer_key dropout_keys[] = {
     LK_ROW("rate", NULL, LK_FLOAT, LK_REQUIRED | LK_HI_OPEN, rate, 0, 1),
-    {NULL},
+    LK_END,
 };
 
 const layer_family family_relu = {.name = "relu", .flags = LF_IN_PLACE | LF_ACTIVATION,

@@ -265,7 +265,7 @@ static const layer_key bn_keys[] = {
     LK_ROW("center", NULL, LK_NOT_BOOL, 0, no_center, 0, 0),
     LK_ROW("scale", NULL, LK_NOT_BOOL, 0, no_scale, 0, 0),
     {"affine", NULL, LK_PARSE, 0, 0, 0, 0, 0, bn_affine_key},
-    {NULL},
+    LK_END,
 };
 static const char *const bn_sections[] = {"BatchNorm2d", "BatchNorm1d", NULL}; // PyTorch's
 

@@ -58,7 +58,7 @@ static double concat_macs(const layer *L) {
     return 0;
 }
 
-static const layer_key concat_keys[] = {{NULL}}; // its inputs: `from`, as every layer's
+static const layer_key concat_keys[] = {LK_END}; // its inputs: `from`, as every layer's
 
 const layer_family family_concat = {.name = "concat",
                                     .flags = LF_MERGE | LF_CONCAT | LF_SPATIAL,

@@ -640,7 +640,7 @@ static const layer_key conv_keys[] = {
     LK_ROW("stride", "strides", LK_INT, 0, stride, 1, 64),
     LK_ROW("pad", "padding", LK_PAD, 0, pad, 0, 64),
     LK_WEIGHT_ROWS,
-    {NULL},
+    LK_END,
 };
 static const char *const conv_sections[] = {"convolutional", NULL}; // darknet's
 static const layer_keras_var conv_keras_vars[] = {

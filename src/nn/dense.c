@@ -116,7 +116,7 @@ static double dense_macs(const layer *L) { return (double)L->c * L->oc; }
 static const layer_key dense_keys[] = {
     LK_ROW("units", NULL, LK_INT, LK_REQUIRED, units, 1, 65536),
     LK_WEIGHT_ROWS,
-    {NULL},
+    LK_END,
 };
 static const char *const dense_sections[] = {"connected", NULL}; // darknet's
 static const layer_keras_var dense_keras_vars[] = {

@@ -136,7 +136,7 @@ static const layer_key dwconv_keys[] = {
     LK_ROW("pad", "padding", LK_PAD, 0, pad, 0, 64),
     LK_ROW("multiplier", "depth_multiplier", LK_INT, 0, mult, 1, 65536),
     LK_WEIGHT_ROWS,
-    {NULL},
+    LK_END,
 };
 static const layer_keras_var dwconv_keras_vars[] = {
     {"depthwise_kernel", 0, TENSOR_TRAINABLE, LKW_DEPTHWISE, 1},

@@ -71,6 +71,8 @@ typedef struct layer_key {
     int (*parse)(layer_spec *s, const layer_key_in *in); // LK_PARSE: 0, or -1 with in->msg
 } layer_key;
 
+// The row that ends a family's keys.
+#define LK_END {.key = NULL}
 // A row of an int, float or flag field: LK_ROW(key, alias, LK_INT, flags, field, lo, hi).
 #define LK_ROW(key, alias, type, flags, field, lo, hi)                                         \
     {key, alias, type, flags, offsetof(layer_spec, field), 0, lo, hi, NULL}

@@ -30,7 +30,7 @@ static double merge_macs(const layer *L) {
     return 0;
 }
 
-static const layer_key merge_keys[] = {{NULL}}; // its inputs: `from`, as every layer's
+static const layer_key merge_keys[] = {LK_END}; // its inputs: `from`, as every layer's
 
 const layer_family family_merge = {.name = "merge", .flags = LF_MERGE, .keys = merge_keys,
                                    .shape = merge_shape, .macs = merge_macs};

@@ -86,7 +86,7 @@ static int permute_dims_key(layer_spec *s, const layer_key_in *in) {
 
 static const layer_key permute_keys[] = {
     {"dims", NULL, LK_PARSE, LK_REQUIRED, 0, 0, 0, 0, permute_dims_key},
-    {NULL},
+    LK_END,
 };
 
 const layer_family family_permute = {.name = "permute", .flags = LF_FLAT, .keys = permute_keys,

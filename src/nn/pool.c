@@ -254,9 +254,9 @@ static const layer_key pool_keys[] = {
     LK_ROW("size", "pool_size", LK_INT, LK_REQUIRED, k, 1, 64),
     LK_ROW("stride", "strides", LK_INT, 0, stride, 1, 64),
     LK_ROW("pad", "padding", LK_PAD, 0, pad, 0, 64),
-    {NULL},
+    LK_END,
 };
-static const layer_key no_keys[] = {{NULL}};
+static const layer_key no_keys[] = {LK_END};
 
 const layer_family family_pool = {.name = "pool", .flags = LF_SPATIAL | LF_WINDOW,
                                   .keys = pool_keys, .shape = pool_shape, .macs = no_macs};

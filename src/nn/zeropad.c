@@ -113,7 +113,7 @@ static const layer_key zeropad_keys[] = {
     LK_ROW("bottom", NULL, LK_INT, 0, pad_bottom, 0, MODEL_MAX_DIM),
     LK_ROW("left", NULL, LK_INT, 0, pad_left, 0, MODEL_MAX_DIM),
     LK_ROW("right", NULL, LK_INT, 0, pad_right, 0, MODEL_MAX_DIM),
-    {NULL},
+    LK_END,
 };
 
 const layer_family family_zeropad = {.name = "zeropad", .flags = LF_SPATIAL,
