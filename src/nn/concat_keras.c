@@ -6,10 +6,7 @@
 static int concat_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
                              const char *kname, int last) {
     (void)last;
-    if (k->n_from < 2)
-        return kfail(k, "merges %d input%s: a merge reads 2 to %d, in a Functional model",
-                     k->n_from, k->n_from == 1 ? "" : "s", MODEL_MAX_IN);
-    if (keras_need_image(k)) return -1;
+    if (keras_need_merge(k) || keras_need_image(k)) return -1;
     int axis;
     if (kget_int(k, cfg, "axis", -1, -4, 3, &axis)) return -1;
     const int channels = k->channels_first ? axis == 1 || axis == -3 : axis == 3 || axis == -1;

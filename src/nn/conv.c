@@ -595,26 +595,32 @@ void conv2d_nhwc_backward(float *din, float *dw, float *db, const float *dout,
 
 // ---- the conv family: its description (layer_desc.h) and the CPU path's ops (net_layers.h) ----
 
+// The window checks conv and dwconv share (layer_desc.h).
+int layer_kernel_window(layer *L, const layer_spec *s, const char *kname, int idx,
+                        ht_error *err) {
+    if (s->k < 1 || s->k > MODEL_MAX_K)
+        return ht_fail(err, "layer %d (%s): kernel size %d: expected 1..%d", idx, kname, s->k,
+                       MODEL_MAX_K);
+    int stride = s->stride ? s->stride : 1;
+    if (stride < 1 || stride > MODEL_MAX_K)
+        return ht_fail(err, "layer %d (%s): stride %d: expected 1..%d", idx, kname, stride,
+                       MODEL_MAX_K);
+    if (s->pad > MODEL_MAX_K)
+        return ht_fail(err, "layer %d (%s): pad %d: expected 0..%d", idx, kname, s->pad,
+                       MODEL_MAX_K);
+    if (s->pad >= 0 && (L->h + 2 * s->pad < s->k || L->w + 2 * s->pad < s->k))
+        return ht_fail(err, "layer %d (%s): kernel %d does not fit input %dx%d (pad %d)", idx,
+                       kname, s->k, L->h, L->w, s->pad);
+    return layer_window(L, idx, kname, s->k, stride, s->pad, err);
+}
+
 static int conv_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_classes, int idx,
                       ht_error *err) {
     (void)n_classes;
     if (s->filters < 1 || s->filters > MODEL_MAX_DIM)
         return ht_fail(err, "layer %d (conv): filters %d: expected 1..%d", idx, s->filters,
                        MODEL_MAX_DIM);
-    if (s->k < 1 || s->k > MODEL_MAX_K)
-        return ht_fail(err, "layer %d (conv): kernel size %d: expected 1..%d", idx, s->k,
-                       MODEL_MAX_K);
-    int stride = s->stride ? s->stride : 1;
-    if (stride < 1 || stride > MODEL_MAX_K)
-        return ht_fail(err, "layer %d (conv): stride %d: expected 1..%d", idx, stride,
-                       MODEL_MAX_K);
-    int pad = s->pad;
-    if (pad > MODEL_MAX_K)
-        return ht_fail(err, "layer %d (conv): pad %d: expected 0..%d", idx, pad, MODEL_MAX_K);
-    if (pad >= 0 && (L->h + 2 * pad < s->k || L->w + 2 * pad < s->k))
-        return ht_fail(err, "layer %d (conv): kernel %d does not fit input %dx%d (pad %d)", idx,
-                       s->k, L->h, L->w, pad);
-    if (layer_window(L, idx, d->name, s->k, stride, pad, err)) return -1;
+    if (layer_kernel_window(L, s, d->name, idx, err)) return -1;
     L->oc = s->filters;
     L->n_w = (size_t)L->oc * L->c * L->k * L->k;
     L->n_b = s->no_bias ? 0 : (size_t)L->oc;

@@ -97,20 +97,7 @@ static int dwconv_shape(layer *L, const layer_spec *s, const layer_desc *d, int 
     if (mult < 1 || (int64_t)mult * L->c > MODEL_MAX_DIM)
         return ht_fail(err, "layer %d (%s): multiplier %d: expected 1..%d for %d channels", idx,
                        d->name, mult, MODEL_MAX_DIM / L->c, L->c);
-    if (s->k < 1 || s->k > MODEL_MAX_K)
-        return ht_fail(err, "layer %d (%s): kernel size %d: expected 1..%d", idx, d->name, s->k,
-                       MODEL_MAX_K);
-    const int stride = s->stride ? s->stride : 1;
-    if (stride < 1 || stride > MODEL_MAX_K)
-        return ht_fail(err, "layer %d (%s): stride %d: expected 1..%d", idx, d->name, stride,
-                       MODEL_MAX_K);
-    if (s->pad > MODEL_MAX_K)
-        return ht_fail(err, "layer %d (%s): pad %d: expected 0..%d", idx, d->name, s->pad,
-                       MODEL_MAX_K);
-    if (s->pad >= 0 && (L->h + 2 * s->pad < s->k || L->w + 2 * s->pad < s->k))
-        return ht_fail(err, "layer %d (%s): kernel %d does not fit input %dx%d (pad %d)", idx,
-                       d->name, s->k, L->h, L->w, s->pad);
-    if (layer_window(L, idx, d->name, s->k, stride, s->pad, err)) return -1;
+    if (layer_kernel_window(L, s, d->name, idx, err)) return -1;
     L->mult = mult;
     L->oc = L->c * mult;
     L->n_w = (size_t)L->oc * L->k * L->k;

@@ -5,24 +5,34 @@
 
 #include <string.h>
 
+// The depthwise window DepthwiseConv2D and SeparableConv2D share: kernel_size, strides,
+// depth_multiplier, padding valid or same, dilation_rate 1.
+static int read_depthwise_window(kctx *k, json_object *cfg, int *kk, int *stride, int *mult,
+                                 int *same) {
+    int dil = 1;
+    const char *pad = "valid";
+    if (kget_pair(k, cfg, "kernel_size", NO_DEFAULT, 1, 64, kk) ||
+        kget_pair(k, cfg, "strides", 1, 1, 64, stride) ||
+        kget_pair(k, cfg, "dilation_rate", 1, 1, 64, &dil) ||
+        kget_int(k, cfg, "depth_multiplier", 1, 1, 65536, mult) ||
+        kget_str(k, cfg, "padding", "valid", &pad))
+        return -1;
+    if (dil != 1) return kfail(k, "dilation_rate %d: hetrain's convolutions are dense (1)", dil);
+    *same = !strcmp(pad, "same");
+    if (!*same && strcmp(pad, "valid"))
+        return kfail(k, "padding \"%.40s\": expected valid or same", pad);
+    return 0;
+}
+
 static int dwconv_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
                              const char *kname, int last) {
-    int kk = 0, stride = 1, dil = 1, mult = 1, act = 0, c, h, w;
-    const char *pad = "valid";
+    int kk = 0, stride = 1, mult = 1, same = 0, act = 0, c, h, w;
     layer_spec s = {.kind = kind};
     char buf[32];
     int other = keras_need_image(k) ? -1 : keras_other_format(k, cfg);
-    if (other < 0 || kget_pair(k, cfg, "kernel_size", NO_DEFAULT, 1, 64, &kk) ||
-        kget_pair(k, cfg, "strides", 1, 1, 64, &stride) ||
-        kget_pair(k, cfg, "dilation_rate", 1, 1, 64, &dil) ||
-        kget_int(k, cfg, "depth_multiplier", 1, 1, 65536, &mult) ||
-        kget_str(k, cfg, "padding", "valid", &pad) ||
+    if (other < 0 || read_depthwise_window(k, cfg, &kk, &stride, &mult, &same) ||
         keras_read_weights_of(k, cfg, "depthwise", &s, &act))
         return -1;
-    if (dil != 1) return kfail(k, "dilation_rate %d: hetrain's convolutions are dense (1)", dil);
-    int same = !strcmp(pad, "same");
-    if (!same && strcmp(pad, "valid"))
-        return kfail(k, "padding \"%.40s\": expected valid or same", pad);
     if (other && keras_add_permute(k, m, kname, "_in", 0)) return -1;
     keras_cur_shape(k, m, &c, &h, &w);
     if (!same && (h < kk || w < kk))
@@ -46,24 +56,16 @@ const keras_family keras_dwconv = {dwconv_keras_read, NULL};
 // `filters` with the bias, as Keras computes it (its count, K*K*C*M + C*M*F + F, is the two
 // layers'); named <name>_dw and <name>. The activation follows the second.
 int keras_read_separable(kctx *k, model *m, json_object *cfg, const char *kname, int last) {
-    int filters = 0, kk = 0, stride = 1, dil = 1, mult = 1, act = 0, c, h, w, use_bias = 1;
-    const char *pad = "valid";
+    int filters = 0, kk = 0, stride = 1, mult = 1, same = 0, act = 0, c, h, w, use_bias = 1;
     layer_spec dw = {.kind = LAYER_DWCONV}, pw = {.kind = LAYER_CONV2D};
     char buf[32], buf2[32];
     if (keras_need_image(k)) return -1;
     int other = keras_other_format(k, cfg);
     if (other < 0 || kget_int(k, cfg, "filters", NO_DEFAULT, 1, 65536, &filters) ||
-        kget_pair(k, cfg, "kernel_size", NO_DEFAULT, 1, 64, &kk) ||
-        kget_pair(k, cfg, "strides", 1, 1, 64, &stride) ||
-        kget_pair(k, cfg, "dilation_rate", 1, 1, 64, &dil) ||
-        kget_int(k, cfg, "depth_multiplier", 1, 1, 65536, &mult) ||
-        kget_str(k, cfg, "padding", "valid", &pad) || kget_bool(k, cfg, "use_bias", 1, &use_bias))
+        read_depthwise_window(k, cfg, &kk, &stride, &mult, &same) ||
+        kget_bool(k, cfg, "use_bias", 1, &use_bias))
         return -1;
     if (other) return kfail(k, "data_format: hetrain reads a SeparableConv2D of its model's");
-    if (dil != 1) return kfail(k, "dilation_rate %d: hetrain's convolutions are dense (1)", dil);
-    int same = !strcmp(pad, "same");
-    if (!same && strcmp(pad, "valid"))
-        return kfail(k, "padding \"%.40s\": expected valid or same", pad);
     // The depthwise kernel's arguments are depthwise_*, the pointwise one's pointwise_*; the
     // bias is the pointwise convolution's.
     int no_act;

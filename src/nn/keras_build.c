@@ -41,6 +41,12 @@ int keras_add(kctx *k, model *m, const layer_spec *s) {
     return kfail(k, "%s", msg);
 }
 
+int keras_need_merge(kctx *k) {
+    if (k->n_from >= 2) return 0;
+    return kfail(k, "merges %d input%s: a merge reads 2 to %d, in a Functional model", k->n_from,
+                 k->n_from == 1 ? "" : "s", MODEL_MAX_IN);
+}
+
 // Keras's output size along one axis.
 int keras_out(int in, int kk, int stride, int same) {
     return same ? (in + stride - 1) / stride : (in - kk) / stride + 1;

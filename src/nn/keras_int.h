@@ -123,6 +123,8 @@ int keras_check_layer(kctx *k, const model *m, int oc, int oh, int ow, size_t pa
 int keras_shape(const kctx *k, const model *m, int64_t d[3]);
 // Fails unless the running tensor is an image.
 int keras_need_image(kctx *k);
+// Fails unless the layer being read is given 2 or more inputs (kctx.from): a merge's.
+int keras_need_merge(kctx *k);
 // The running output size of the model (before the layer being read).
 void keras_cur_shape(const kctx *k, const model *m, int *c, int *h, int *w);
 // The layer's data_format against the model's: 0 the same, 1 the other, -1 an error.

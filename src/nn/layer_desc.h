@@ -181,6 +181,11 @@ static inline int layer_window(layer *L, int idx, const char *kname, int k, int 
     return 0;
 }
 
+// A convolution's window from s (conv, dwconv): its kernel size, stride (0: 1) and pad in
+// range and the kernel fitting the padded input, then layer_window.
+int layer_kernel_window(layer *L, const layer_spec *s, const char *kname, int idx,
+                        ht_error *err);
+
 static inline const layer_desc *layer_desc_of(layer_kind k) { return &layer_descs[k]; }
 static inline unsigned layer_flags(layer_kind k) { return layer_descs[k].family->flags; }
 

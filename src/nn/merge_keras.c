@@ -6,9 +6,7 @@
 static int merge_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
                             const char *kname, int last) {
     (void)cfg, (void)last;
-    if (k->n_from < 2)
-        return kfail(k, "merges %d input%s: a merge reads 2 to %d, in a Functional model",
-                     k->n_from, k->n_from == 1 ? "" : "s", MODEL_MAX_IN);
+    if (keras_need_merge(k)) return -1;
     int c, h, w;
     keras_cur_shape(k, m, &c, &h, &w);
     char buf[32];

@@ -190,6 +190,11 @@ static void input_shape(const model *m, int from, int *c, int *h, int *w) {
     }
 }
 
+// What an input is called in messages.
+static const char *input_name(const model *m, int from) {
+    return from == MODEL_INPUT ? "the model's input" : m->layers[from].name;
+}
+
 // L's inputs from s (the layer before unless s names them) and its input shape; a merge's
 // inputs must all have that shape.
 static int set_inputs(const model *m, layer *L, const layer_spec *s, int idx, const char *kname,
@@ -225,15 +230,13 @@ static int set_inputs(const model *m, layer *L, const layer_spec *s, int idx, co
         if (concat && (h != L->h || w != L->w))
             return ht_fail(err, "layer %d (%s): input %d (%s) is %dx%d, input 1 (%s) %dx%d: "
                            "the inputs of %s must have one height and width", idx, kname, k + 1,
-                           L->in[k] < 0 ? "the model's input" : m->layers[L->in[k]].name, h, w,
-                           L->in[0] < 0 ? "the model's input" : m->layers[L->in[0]].name, L->h,
-                           L->w, kname);
+                           input_name(m, L->in[k]), h, w, input_name(m, L->in[0]), L->h, L->w,
+                           kname);
         if (!concat && (c != L->c || h != L->h || w != L->w))
             return ht_fail(err, "layer %d (%s): input %d (%s) is %dx%dx%d, input 1 (%s) "
                            "%dx%dx%d: the inputs of %s must have one shape", idx, kname, k + 1,
-                           L->in[k] < 0 ? "the model's input" : m->layers[L->in[k]].name, c, h,
-                           w, L->in[0] < 0 ? "the model's input" : m->layers[L->in[0]].name,
-                           L->c, L->h, L->w, kname);
+                           input_name(m, L->in[k]), c, h, w, input_name(m, L->in[0]), L->c,
+                           L->h, L->w, kname);
     }
     return 0;
 }

@@ -133,18 +133,16 @@ int schedule_build_nodes(schedule *s, const sched_spec *spec, int n, ht_error *e
         N->backward = any;
         if (any && i < s->reach) s->reach = i;
     }
+    s->max_add = 0;
     for (int i = n - 1; i >= 0; i--) {
         sched_node *N = &s->node[i];
+        int adds = 0;
         for (int k = 0; k < N->n_in; k++) {
             int at = N->in[k] == SCHED_INPUT ? n : N->in[k];
             N->grad_add[k] = seen[at];
+            adds += seen[at];
             seen[at] = 1;
         }
-    }
-    s->max_add = 0;
-    for (int i = 0; i < n; i++) {
-        int adds = 0;
-        for (int k = 0; k < s->node[i].n_in; k++) adds += s->node[i].grad_add[k];
         if (adds > s->max_add) s->max_add = adds;
     }
     free(up), free(seen);
