@@ -112,14 +112,14 @@ static int relu_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
 static int dropout_fwd(const ocl_call *c, ht_error *e) {
     if (c->keys)
         return ocl_dropout(c->o, c->out, c->in, c->B, layer_out_size(c->L), c->L->rate,
-                           c->keys[c->l], c->ids, e);
+                           c->keys[c->l], layer_dropout_emask(c->L), c->ids, e);
     return c->out != c->in ? ocl_copy(c->o, c->in, 0, c->out, 0, out_floats(c) * sizeof(float), e)
                            : 0;
 }
 static int dropout_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
     *din = c->dout;
     return ocl_dropout(c->o, c->dout, c->dout, c->B, layer_out_size(c->L), c->L->rate,
-                       c->keys[c->l], c->ids, e);
+                       c->keys[c->l], layer_dropout_emask(c->L), c->ids, e);
 }
 
 // ---- softmax + cross-entropy: its gradient goes to the spare buffer, even as a first layer ----

@@ -697,7 +697,7 @@ int ocl_act_backward(ocl_ops *o, int f, float alpha, cl_mem din, cl_mem dout, cl
 }
 
 int ocl_dropout(ocl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, uint64_t key,
-                 cl_mem ids, ht_error *e) {
+                uint32_t emask, cl_mem ids, ht_error *e) {
     if (B == 0 || N == 0) return 0;
     if (check_dims(o, "dropout", e, 1, B) ||
         check_fits(o, "dropout", "tensor", (double)B * (double)N, e))
@@ -706,7 +706,8 @@ int ocl_dropout(ocl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, 
     float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
     cl_uint n32 = (cl_uint)N;
     cl_ulong k64 = key;
-    karg a[] = {KA(out), KA(in), KA(B), KA(n32), KA(rate), KA(scale), KA(k64), KA(ids)};
+    cl_uint m32 = emask;
+    karg a[] = {KA(out), KA(in), KA(B), KA(n32), KA(rate), KA(scale), KA(k64), KA(m32), KA(ids)};
     return launch_1d(o, "dropout", a, NARGS(a), (size_t)B * N, e);
 }
 

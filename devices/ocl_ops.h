@@ -242,7 +242,7 @@ int ocl_act_backward(ocl_ops *o, int f, float alpha, cl_mem din, cl_mem dout, cl
 // Forward and backward are the same mask-and-scale: element e of sample i kept when
 // ht_rng_uniform(key, ids[i], e) >= rate (src/core/rng.h, bit for bit). ids: uint32 (B).
 int ocl_dropout(ocl_ops *o, cl_mem out, cl_mem in, int B, size_t N, float rate, uint64_t key,
-                 cl_mem ids, ht_error *e);
+                uint32_t emask, cl_mem ids, ht_error *e);
 
 // Batch normalisation (ocl_bn.c, kernels/batchnorm.cl; the CPU's is src/nn/batchnorm.c) of
 // x (B,C,P), P positions a sample. The layer's tensors in the flat buffers: gamma at w_off and

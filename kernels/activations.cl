@@ -25,15 +25,15 @@ float ht_rng_uniform(ulong key, uint sample_id, uint element) {
 }
 
 // Inverted dropout (forward and backward alike): element e of sample i is kept, times scale,
-// when ht_rng_uniform(key, ids[i], e) >= rate. scale = 1/(1-rate) is computed on the host,
-// as the CPU does, so kept values match bit for bit.
+// when ht_rng_uniform(key, ids[i], e & emask) >= rate (emask 0: one draw a sample). scale =
+// 1/(1-rate) is computed on the host, as the CPU does, so kept values match bit for bit.
 __kernel void dropout(__global float *out, __global const float *in, const int B,
                       const uint N, const float rate, const float scale, const ulong key,
-                      __global const uint *ids) {
+                      const uint emask, __global const uint *ids) {
     const uint k = (uint)get_global_id(0);
     if (k >= (uint)B * N) return;
     const uint i = k / N, e = k - i * N;
-    out[k] = ht_rng_uniform(key, ids[i], e) >= rate ? in[k] * scale : 0.0f;
+    out[k] = ht_rng_uniform(key, ids[i], e & emask) >= rate ? in[k] * scale : 0.0f;
 }
 
 // One work-item per sample: probs = softmax(logits) with the maximum subtracted; when
@@ -137,6 +137,7 @@ float act_f(int f, float a, float x) {
     case ACT_SOFTPLUS: return x > 0.0f ? x + log1p(exp(-x)) : log1p(exp(x));
     case ACT_HARD_SIGMOID: return clamp(a * x + 0.5f, 0.0f, 1.0f);
     case ACT_RELU6: return x > 0.0f ? fmin(x, a) : 0.0f;
+    case ACT_HARD_SWISH: return x * clamp(a * x + 0.5f, 0.0f, 1.0f);
     case ACT_GELU:
         if (a != 0.0f) return 0.5f * x * (1.0f + tanh(GELU_K * (x + GELU_C * x * x * x)));
         return 0.5f * x * (1.0f + erf(x * INV_SQRT2));
@@ -167,6 +168,10 @@ float act_df(int f, float a, float x) {
         return z > 0.0f && z < 1.0f ? a : 0.0f;
     }
     case ACT_RELU6: return x > 0.0f && x < a ? 1.0f : 0.0f;
+    case ACT_HARD_SWISH: {
+        const float z = a * x + 0.5f;
+        return z <= 0.0f ? 0.0f : z >= 1.0f ? 1.0f : z + a * x;
+    }
     case ACT_GELU:
         if (a != 0.0f) {
             const float t = tanh(GELU_K * (x + GELU_C * x * x * x));

@@ -37,6 +37,10 @@ static inline float act_f(act_fn kind, float a, float x) {
         return y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
     }
     case ACT_RELU6: return x > 0.0f ? (x < a ? x : a) : 0.0f;
+    case ACT_HARD_SWISH: {
+        float y = a * x + 0.5f;
+        return x * (y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y);
+    }
     case ACT_GELU:
         if (a != 0.0f) return 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
         return 0.5f * x * (1.0f + erff(x * INV_SQRT2));
@@ -69,6 +73,10 @@ static inline float act_df(act_fn kind, float a, float x) {
         return z > 0.0f && z < 1.0f ? a : 0.0f;
     }
     case ACT_RELU6: return x > 0.0f && x < a ? 1.0f : 0.0f;
+    case ACT_HARD_SWISH: { // h(x) + x h'(x), h = hard_sigmoid
+        float z = a * x + 0.5f;
+        return z <= 0.0f ? 0.0f : z >= 1.0f ? 1.0f : z + a * x;
+    }
     case ACT_GELU:
         if (a != 0.0f) {
             float u = GELU_K * (x + GELU_C * x * x * x), t = tanhf(u);
@@ -137,7 +145,7 @@ static int act_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_c
                        d->name, a);
     if (L->kind == LAYER_RELU6 && !(a > 0))
         return ht_fail(err, "layer %d (%s): max_value %g: expected a number > 0", idx, d->name, a);
-    if (L->kind == LAYER_HARD_SIGMOID && !(a > 0))
+    if ((L->kind == LAYER_HARD_SIGMOID || L->kind == LAYER_HARD_SWISH) && !(a > 0))
         return ht_fail(err, "layer %d (%s): slope %g: expected a number > 0", idx, d->name, a);
     L->alpha = (float)a;
     L->oc = L->c, L->oh = L->h, L->ow = L->w;

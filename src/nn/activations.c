@@ -38,6 +38,11 @@ void relu_dropout_backward(float *din, const float *dout, const float *out, size
 // (key, sample id, element), never of the batch position.
 void dropout_forward(float *out, const float *in, int B, size_t N, float rate, uint64_t key,
                      const uint32_t *ids, int nthreads) {
+    dropout_forward_mask(out, in, B, N, rate, key, ~0u, ids, nthreads);
+}
+
+void dropout_forward_mask(float *out, const float *in, int B, size_t N, float rate,
+                          uint64_t key, uint32_t emask, const uint32_t *ids, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     const float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
     const size_t total = (size_t)B * N, nblk = (N + DROPOUT_BLOCK - 1) / DROPOUT_BLOCK;
@@ -52,7 +57,7 @@ void dropout_forward(float *out, const float *in, int B, size_t N, float rate, u
             float *y = out + (size_t)i * N;
             const uint32_t id = ids[i];
             for (size_t e = lo; e < hi; e++)
-                y[e] = ht_rng_uniform(key, id, (uint32_t)e) >= rate ? x[e] * scale : 0.0f;
+                y[e] = ht_rng_uniform(key, id, (uint32_t)e & emask) >= rate ? x[e] * scale : 0.0f;
         }
     }
 }
@@ -123,7 +128,7 @@ void softmax_xent_backward(float *dlogits, const float *probs, const uint8_t *la
 // ---- channels-last (NHWC) tensors ----
 
 void dropout_nhwc_apply(float *out, const float *in, int B, int C, int Cs, int HW, float rate,
-                        uint64_t key, const uint32_t *ids, int nthreads) {
+                        uint64_t key, uint32_t emask, const uint32_t *ids, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     const float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
 #pragma omp parallel for num_threads(nthreads) schedule(static) \
@@ -132,7 +137,7 @@ void dropout_nhwc_apply(float *out, const float *in, int B, int C, int Cs, int H
         for (int p = 0; p < HW; p++) {
             const size_t k = ((size_t)i * HW + p) * Cs;
             for (int c = 0; c < C; c++) {
-                const uint32_t e = (uint32_t)c * (uint32_t)HW + (uint32_t)p;
+                const uint32_t e = ((uint32_t)c * (uint32_t)HW + (uint32_t)p) & emask;
                 out[k + c] = ht_rng_uniform(key, ids[i], e) >= rate ? in[k + c] * scale : 0.0f;
             }
             for (int c = C; c < Cs; c++) out[k + c] = 0.0f;
@@ -186,6 +191,7 @@ static int dropout_shape(layer *L, const layer_spec *s, const layer_desc *d, int
         return ht_fail(err, "layer %d (%s): rate %g: expected 0 <= rate < 1", idx, d->name,
                        (double)s->rate);
     L->rate = s->rate;
+    L->drop_sample = s->drop_sample;
     return same_shape(L);
 }
 
@@ -232,6 +238,7 @@ static double no_macs(const layer *L) {
 static const layer_key no_keys[] = {LK_END};
 static const layer_key dropout_keys[] = {
     LK_ROW("rate", NULL, LK_FLOAT, LK_REQUIRED | LK_HI_OPEN, rate, 0, 1),
+    LK_ROW("per_sample", NULL, LK_INT, 0, drop_sample, 0, 1),
     LK_END,
 };
 
@@ -266,10 +273,11 @@ static void dropout_apply(const net_call *c, float *out, const float *in) {
     const layer *L = c->L;
     uint64_t key = ht_rng_key(c->drop->seed, c->drop->epoch, (uint32_t)c->l);
     if (c->p->out_nhwc)
-        dropout_nhwc_apply(out, in, c->B, L->oc, c->p->out_cs, L->oh * L->ow, L->rate, key, c->ids,
-                           c->nt);
+        dropout_nhwc_apply(out, in, c->B, L->oc, c->p->out_cs, L->oh * L->ow, L->rate, key,
+                           layer_dropout_emask(L), c->ids, c->nt);
     else
-        dropout_forward(out, in, c->B, layer_out_size(L), L->rate, key, c->ids, c->nt);
+        dropout_forward_mask(out, in, c->B, layer_out_size(L), L->rate, key,
+                             layer_dropout_emask(L), c->ids, c->nt);
 }
 static void dropout_fwd(const net_call *c) {
     if (c->drop) dropout_apply(c, c->out, c->in);

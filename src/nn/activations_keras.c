@@ -33,13 +33,27 @@ static int dropout_keras_read(kctx *k, model *m, json_object *cfg, layer_kind ki
     (void)last;
     char buf[32];
     double rate = 0;
-    static const char *const extras[] = {"noise_shape", NULL};
-    if (kcheck_nulls(k, cfg, extras, "hetrain drops each element on its own") ||
-        kget_num(k, cfg, "rate", &rate))
-        return -1;
+    if (kget_num(k, cfg, "rate", &rate)) return -1;
     if (!(rate >= 0 && rate < 1)) return kfail(k, "rate %g: expected 0 <= rate < 1", rate);
+    // noise_shape: none (each element on its own), or null and then 1 on every other axis
+    // ((None, 1, 1, 1): one draw a sample, EfficientNet's stochastic depth).
+    int per_sample = 0;
+    json_object *ns = kget(cfg, "noise_shape");
+    if (ns) {
+        int ok = json_object_is_type(ns, json_type_array) && json_object_array_length(ns) >= 2;
+        for (size_t i = 0; ok && i < json_object_array_length(ns); i++) {
+            json_object *d = kidx(ns, i);
+            ok = i == 0 ? d == NULL
+                        : json_object_is_type(d, json_type_int) && json_object_get_int64(d) == 1;
+        }
+        if (!ok)
+            return kfail(k, "noise_shape %.60s: hetrain drops each element on its own (none) "
+                         "or whole samples ([null, 1, 1, 1])",
+                         json_object_to_json_string_ext(ns, JSON_C_TO_STRING_PLAIN));
+        per_sample = 1;
+    }
     layer_spec s = {.kind = kind, .name = klayer_name(kname, "", buf, sizeof buf),
-                    .rate = (float)rate};
+                    .rate = (float)rate, .drop_sample = per_sample};
     return keras_add(k, m, &s);
 }
 

@@ -19,8 +19,9 @@
 //   bn_group = 32             samples per group of batchnorm statistics (--bn-group)
 //   [conv]     filters (required), size (required), stride = 1, pad = 0 | valid | same,
 //              activation = linear | relu | sigmoid | tanh | leaky_relu | elu | selu | swish |
-//              softplus | hard_sigmoid | gelu | softmax (appends a layer of that kind, with
-//              its default parameter; silu is swish),
+//              softplus | hard_sigmoid | hard_swish | gelu | relu6 | softmax (appends a
+//              layer of that kind, with its default parameter; silu is swish, hard_silu
+//              hard_swish),
 //              init = glorot_uniform, init_arg, bias = 1, bias_init = zeros, bias_arg
 //   [dense]    units (required), activation, init = lecun_uniform, init_arg, bias = 1,
 //              bias_init, bias_arg
@@ -28,12 +29,15 @@
 //   [avgpool]  size (required), stride = size, pad = 0 | same (the mean of the window's
 //              inputs; padding is not counted)
 //   [globalavgpool]  each channel's mean over the whole plane: CxHxW -> Cx1x1
-//   [dropout]  rate (required, 0 <= rate < 1)
+//   [dropout]  rate (required, 0 <= rate < 1), per_sample = 0 (1: one draw a sample, all its
+//              elements dropped or kept together: Keras's noise_shape (None, 1, 1, 1))
 //   [relu]  [sigmoid]  [tanh]  [selu]  [swish]  [softplus]
 //   [leaky_relu]    alpha = 0.3: slope below 0 (Keras's LeakyReLU; negative_slope too)
 //   [elu]           alpha = 1
 //   [hard_sigmoid]  slope = 0.1666..: clamp(slope x + 0.5, 0, 1) (Keras 3 and PyTorch's;
 //                   Keras 2's is 0.2)
+//   [hard_swish]    slope = 0.1666..: x hard_sigmoid(x) (Keras 3's hard_silu, PyTorch's
+//                   Hardswish)
 //   [gelu]          approximate = 0: x Phi(x) with erf; 1: its tanh approximation
 //   [permute]  dims = a,b,c (required): the axes (1 C, 2 H, 3 W) reordered, as PyTorch's
 //              x.permute(0, a, b, c): output axis i is input axis dims[i]
@@ -41,7 +45,11 @@
 //              channel), activation, init, bias, ...: a depthwise convolution (Keras's
 //              DepthwiseConv2D)
 //   [relu6]    max_value = 6: min(max(x, 0), max_value)
-//   [add]      the sum of 2..4 inputs of one shape (Keras's Add), named by `from`
+//   [add]      the sum of 2..4 inputs of one shape (Keras's Add), named by `from`; after the
+//              first, an input of 1x1 with its channels is broadcast over its height and width
+//   [subtract] [multiply] [average] [maximum]  the same for Keras's Subtract (2 inputs: the
+//              first minus the second), Multiply, Average and Maximum
+//   [rescale]  scale = 1, offset = 0: x * scale + offset (Keras's Rescaling)
 //   [concat]   2..4 inputs of one height and width, their channels one after another (Keras's
 //              Concatenate on the channel axis), named by `from`
 //   [zeropad]  padding = N | (H, W) | ((TOP, BOTTOM), (LEFT, RIGHT)) as Keras's ZeroPadding2D
@@ -522,7 +530,8 @@ static int section_key(cfg_ctx *c, const layer_key *row, const char *key, const 
             if (layer_flags((layer_kind)k) & LF_ACTIVATION)
                 names[n] = layer_desc_of((layer_kind)k)->name, kinds[n++] = k;
         names[n] = NULL;
-        if (!strcmp(v, "silu")) v = "swish"; // Keras 3's name for it
+        if (!strcmp(v, "silu")) v = "swish"; // Keras 3's names for them
+        if (!strcmp(v, "hard_silu")) v = "hard_swish";
         if (parse_choice(c, key, v, names, &i)) return -1;
         c->act_after = kinds[i];
         return 0;

@@ -204,9 +204,15 @@ int keras_graph_inputs(kctx *k, json_object *cfg, json_object *layers,
             for (int j = 0; j < n_in && j < KIN_MAX && at < sizeof names; j++)
                 at += (size_t)snprintf(names + at, sizeof names - at, "%s\"%.30s\"",
                                        j ? ", " : "", in[j].layer);
-            return kfail(k, "merges %d inputs (%s%s): hetrain merges with Add and Concatenate "
-                         "(Multiply and the other merges are not read yet)", n_in, names,
-                         n_in > KIN_MAX ? ", ..." : "");
+            char merges[160];
+            at = 0;
+            merges[0] = 0;
+            for (int q = 0; q < LAYER_KIND_COUNT && at < sizeof merges; q++)
+                if ((layer_flags((layer_kind)q) & LF_MERGE) && layer_desc_of(q)->keras_class)
+                    at += (size_t)snprintf(merges + at, sizeof merges - at, "%s%s",
+                                           at ? ", " : "", layer_desc_of(q)->keras_class);
+            return kfail(k, "merges %d inputs (%s%s): %s is no merge; hetrain merges with %s",
+                         n_in, names, n_in > KIN_MAX ? ", ..." : "", k->lclass, merges);
         }
         if (n_in > MODEL_MAX_IN)
             return kfail(k, "merges %d inputs: hetrain merges at most %d", n_in, MODEL_MAX_IN);

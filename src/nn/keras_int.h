@@ -89,6 +89,12 @@ const char *klayer_graph_name(json_object *layer);
 int keras_read_layer(kctx *k, model *m, json_object *layer, int last);
 // Keras's SeparableConv2D (dwconv_keras.c): a depthwise and a 1x1 convolution.
 int keras_read_separable(kctx *k, model *m, json_object *cfg, const char *kname, int last);
+// Whether the layer entry is one of Keras 3's operations (module keras.src.ops.*: `x + 3.0`);
+// keras_read_op reads one (rescale_keras.c: a tensor and a number as the rescale family, two
+// tensors as the merge of the same name).
+int keras_is_op(json_object *layer);
+int keras_read_op(kctx *k, model *m, json_object *layer, json_object *cfg, const char *kname,
+                  int last);
 // The layer kind whose Keras class (layer_kinds.h's column) cls is, or -1.
 int keras_class_kind(const char *cls);
 

@@ -147,6 +147,7 @@ int keras_read_layer(kctx *k, model *m, json_object *layer, int last) {
     if (k->frozen && kf && kf->frozen) return kfail(k, "trainable false: %s", kf->frozen);
     if (strcmp(cls, "InputLayer") && check_build_config(k, m, layer)) return -1;
 
+    if (keras_is_op(layer)) return keras_read_op(k, m, layer, cfg, kname, last);
     if (kf && kf->read) return kf->read(k, m, cfg, (layer_kind)kind, kname, last);
     if (!strcmp(cls, "InputLayer")) {
         int flag;

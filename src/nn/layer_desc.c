@@ -13,13 +13,17 @@ const layer_desc layer_descs[LAYER_KIND_COUNT] = {
 #undef LAYER_DESC_ROW
 };
 
-int layer_act_fn(layer_kind k) {
-    // act_fn lists the act family's kinds in layer_kinds.h's order: k's is their count before it.
-    if (layer_descs[k].family != &family_act) return -1;
+// act_fn and merge_op list their family's kinds in layer_kinds.h's order: k's is the count of
+// its family's kinds before it.
+static int family_index(layer_kind k, const layer_family *f) {
+    if (layer_descs[k].family != f) return -1;
     int n = 0;
-    for (int i = 0; i < (int)k; i++) n += layer_descs[i].family == &family_act;
+    for (int i = 0; i < (int)k; i++) n += layer_descs[i].family == f;
     return n;
 }
+
+int layer_act_fn(layer_kind k) { return family_index(k, &family_act); }
+int layer_merge_op(layer_kind k) { return family_index(k, &family_merge); }
 
 int layer_kind_by_name(const char *name, int keras) {
     for (int k = 0; name && k < LAYER_KIND_COUNT; k++)
@@ -32,6 +36,7 @@ int layer_kind_by_name(const char *name, int keras) {
 int layer_kind_by_activation(const char *name) {
     if (!strcmp(name, "linear")) return -1;
     if (!strcmp(name, "silu")) return LAYER_SWISH; // Keras 3's name, swish its alias
+    if (!strcmp(name, "hard_silu")) return LAYER_HARD_SWISH; // Keras 3's name for hard_swish
     int k = layer_kind_by_name(name, 0);
     return k >= 0 && (layer_flags((layer_kind)k) & LF_ACTIVATION) ? k : -2;
 }

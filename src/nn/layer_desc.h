@@ -18,7 +18,8 @@ enum {
     LF_ACTIVATION = 1 << 5, // elementwise; `activation = <name>` appends it after conv/dense
     LF_WINDOW = 1 << 6,     // a conv or pooling window: k, stride, pad
     LF_KERNEL = 1 << 7,     // its weight is a kernel, which weight decay applies to
-    LF_MERGE = 1 << 8,      // takes 2..MODEL_MAX_IN inputs of one shape (add)
+    LF_MERGE = 1 << 8,      // takes 2..MODEL_MAX_IN inputs of one shape (add, multiply, ...),
+                            // or after the first of 1x1 with its channels (broadcast)
     LF_CONCAT = 1 << 9,     // with LF_MERGE: inputs of one height and width, whose channels it
                             // puts one after another (concat)
 };
@@ -191,6 +192,8 @@ static inline unsigned layer_flags(layer_kind k) { return layer_descs[k].family-
 
 // The act family's function of kind k (layer_kinds.h's act_fn), or -1 for another family.
 int layer_act_fn(layer_kind k);
+// The merge family's operation of kind k (layer_kinds.h's merge_op), or -1 for another family.
+int layer_merge_op(layer_kind k);
 
 // The kind whose name (or, when keras is nonzero, also Keras class) is `name`; -1 if none.
 int layer_kind_by_name(const char *name, int keras);

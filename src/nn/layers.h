@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "nn/layer_kinds.h"
+#include "nn/model.h"
 
 // Output size of a convolution or pooling window along one axis.
 static inline int conv_out_dim(int in, int k, int stride, int pad) {
@@ -79,6 +80,10 @@ void act_nhwc_backward(act_fn f, float alpha, float *din, const float *dout, con
 // on the gradient: the same mask and scale.
 void dropout_forward(float *out, const float *in, int B, size_t N, float rate, uint64_t key,
                      const uint32_t *ids, int nthreads);
+// The same with the element's number masked, ht_rng_uniform(key, ids[i], e & emask): ~0 is
+// dropout_forward, 0 one draw a sample for all its elements (layer_dropout_emask).
+void dropout_forward_mask(float *out, const float *in, int B, size_t N, float rate,
+                          uint64_t key, uint32_t emask, const uint32_t *ids, int nthreads);
 
 // logits (B,NC) -> probs (B,NC) by a numerically stable softmax; when labels is not NULL,
 // loss[i] = -log(probs[i][labels[i]]) computed as logsumexp - logit (stable for large logits).
@@ -126,8 +131,31 @@ void concat_forward(float *out, int out_cs, const float *const *ins, const int *
 void concat_backward(float *const *dins, const int *in_c, const int *in_cs, int n_in,
                      const float *dout, int out_cs, size_t rows, int nthreads);
 
-// The merge family's add: out = ins[0] + ... + ins[n_in - 1] over n floats, in input order.
-void merge_add_forward(float *out, const float *const *ins, int n_in, size_t n, int nthreads);
+// The merge family's element-wise merges over B samples: out = ins[0] op ins[1] op ... in
+// input order (Average: the sum over n_in). The output and every full input are (B,H,W,cs)
+// channels-last or (B,C,H,W); input k with bit k of bcast is (B,1,1,C) with its channels
+// bcs[k] floats apart, broadcast over H and W. The backward writes each wanted input's
+// gradient (dins[k] not NULL; a broadcast input's summed over the positions, pads zero).
+typedef struct merge_geom {
+    merge_op op;
+    int n_in;
+    int C, HW;      // the output's channels and positions
+    int nhwc, cs;   // its layout: channels-last with channel stride cs, or NCHW
+    unsigned bcast; // inputs broadcast over H and W, as bits
+    int bcs[MODEL_MAX_IN];
+} merge_geom;
+size_t merge_floats(const merge_geom *g); // floats of one sample of the output
+void merge_forward(float *out, const float *const *ins, int B, const merge_geom *g,
+                   int nthreads);
+void merge_backward(float *const *dins, const float *dout, const float *const *ins, int B,
+                    const merge_geom *g, int nthreads);
+
+// The rescale family: rows of Cs floats, y = x * s + o in the first C of each and 0 in the
+// rest (a channels-last tensor's pad channels); the backward din = dout * s the same way.
+void rescale_forward(float *out, const float *in, size_t rows, int C, int Cs, float s, float o,
+                     int nthreads);
+void rescale_backward(float *din, const float *dout, size_t rows, int C, int Cs, float s,
+                      int nthreads);
 
 // ---- channels-last (NHWC), the layout net.c keeps spatial activations in ----
 // A spatial tensor is (B,H,W,Cs): channel stride Cs >= C. Convolutions write Cs =
@@ -229,9 +257,9 @@ void gavgpool_nhwc_backward_one(float *din, const float *dout, int Cs, int HW);
 
 // Inverted dropout as dropout_forward on (B,HW,Cs) tensors, forward and backward: channel
 // c < C of position p is element c*HW + p of its sample, so masks match the NCHW layout's.
-// Pad channels are set to zero.
+// Pad channels are set to zero. emask as dropout_forward_mask's.
 void dropout_nhwc_apply(float *out, const float *in, int B, int C, int Cs, int HW, float rate,
-                        uint64_t key, const uint32_t *ids, int nthreads);
+                        uint64_t key, uint32_t emask, const uint32_t *ids, int nthreads);
 
 // Layout changes: (B,C,HW) <-> (B,HW,Cs); to_nhwc zeroes the pad channels.
 void nchw_to_nhwc(float *dst, const float *src, int B, int C, int Cs, int HW, int nthreads);

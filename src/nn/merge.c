@@ -1,6 +1,9 @@
-// The merge family: layers of several inputs of one shape combined element by element (Keras's
-// Add). Its inputs reach it in one layout (the CPU path's channels-last with the inputs' channel
-// stride, whose pad channels are zero in each, or NCHW), which its output keeps.
+// The merge family: layers of several inputs combined element by element (Keras's Add,
+// Subtract, Multiply, Average and Maximum). Every input has the first's shape, or after the
+// first is 1x1 with its channels, broadcast over its height and width (squeeze-and-excite's
+// (C,1,1) scale). The full inputs reach it in one layout (the CPU path's channels-last with
+// the inputs' channel stride, whose pad channels are zero in each, or NCHW), which its output
+// keeps; a 1x1 input in any.
 #include "nn/layers.h"
 
 #include <string.h>
@@ -8,19 +11,156 @@
 #include "nn/layer_desc.h"
 #include "nn/net_layers.h"
 
-void merge_add_forward(float *out, const float *const *ins, int n_in, size_t n, int nthreads) {
+// v op x, as Keras folds its inputs left to right (Average divides the sum at the end;
+// Maximum keeps the earlier input on a tie, as TensorFlow's gradient does).
+static inline float fold(merge_op op, float v, float x) {
+    switch (op) {
+    case MERGE_ADD:
+    case MERGE_AVERAGE: return v + x;
+    case MERGE_SUBTRACT: return v - x;
+    case MERGE_MULTIPLY: return v * x;
+    case MERGE_MAXIMUM: return x > v ? x : v;
+    case MERGE_OP_COUNT: break;
+    }
+    return v;
+}
+
+// d out / d x[k] at one element whose inputs are x[0..n).
+static inline float deriv(merge_op op, const float *x, int n, int k) {
+    switch (op) {
+    case MERGE_ADD: return 1.0f;
+    case MERGE_SUBTRACT: return k ? -1.0f : 1.0f;
+    case MERGE_AVERAGE: return 1.0f / (float)n;
+    case MERGE_MULTIPLY: {
+        float p = 1.0f;
+        for (int j = 0; j < n; j++)
+            if (j != k) p *= x[j];
+        return p;
+    }
+    case MERGE_MAXIMUM: {
+        int arg = 0;
+        for (int j = 1; j < n; j++)
+            if (x[j] > x[arg]) arg = j;
+        return arg == k ? 1.0f : 0.0f;
+    }
+    case MERGE_OP_COUNT: break;
+    }
+    return 0.0f;
+}
+
+size_t merge_floats(const merge_geom *g) {
+    return (size_t)g->HW * (g->nhwc ? g->cs : g->C);
+}
+
+// The loops below run over a sample as (outer, inner): channels-last positions then channels,
+// or NCHW channels then positions; element j = o * inner + i is channel ch.
+static void loop_dims(const merge_geom *g, int *outer, int *inner) {
+    *outer = g->nhwc ? g->HW : g->C;
+    *inner = g->nhwc ? g->cs : g->HW;
+}
+
+// Input k's value at element j (channel ch) of sample b: a broadcast input's is its channel's,
+// and 0 in the pad channels.
+static inline float in_at(const merge_geom *g, const float *const *ins, int k, size_t b,
+                          size_t n, size_t j, int ch) {
+    if (!((g->bcast >> k) & 1)) return ins[k][b * n + j];
+    return ch < g->C ? ins[k][b * (size_t)g->bcs[k] + ch] : 0.0f;
+}
+
+void merge_forward(float *out, const float *const *ins, int B, const merge_geom *g,
+                   int nthreads) {
     if (nthreads < 1) nthreads = 1;
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= 65536)
-    for (size_t i = 0; i < n; i++) {
-        float v = ins[0][i];
-        for (int k = 1; k < n_in; k++) v += ins[k][i];
-        out[i] = v;
+    const size_t n = merge_floats(g), total = n * (size_t)B;
+    const merge_op op = g->op;
+    const int avg = op == MERGE_AVERAGE;
+    if (!g->bcast) {
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (total >= 65536)
+        for (size_t i = 0; i < total; i++) {
+            float v = ins[0][i];
+            for (int k = 1; k < g->n_in; k++) v = fold(op, v, ins[k][i]);
+            out[i] = avg ? v / (float)g->n_in : v;
+        }
+        return;
+    }
+    int outer, inner;
+    loop_dims(g, &outer, &inner);
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (total >= 65536)
+    for (int b = 0; b < B; b++)
+        for (int o = 0; o < outer; o++)
+            for (int i = 0; i < inner; i++) {
+                const size_t j = (size_t)o * inner + i;
+                const int ch = g->nhwc ? i : o;
+                float v = in_at(g, ins, 0, (size_t)b, n, j, ch);
+                for (int k = 1; k < g->n_in; k++)
+                    v = fold(op, v, in_at(g, ins, k, (size_t)b, n, j, ch));
+                out[(size_t)b * n + j] = avg ? v / (float)g->n_in : v;
+            }
+}
+
+// Input k's gradient, not broadcast: dout times the derivative, element by element.
+static void grad_full(float *d, const float *dout, const float *const *ins, int B,
+                      const merge_geom *g, int k, int nthreads) {
+    const size_t n = merge_floats(g), total = n * (size_t)B;
+    if (g->op == MERGE_ADD || (g->op == MERGE_SUBTRACT && !k)) {
+        memcpy(d, dout, sizeof(float) * total);
+        return;
+    }
+    int outer, inner;
+    loop_dims(g, &outer, &inner);
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (total >= 65536)
+    for (int b = 0; b < B; b++)
+        for (int o = 0; o < outer; o++)
+            for (int i = 0; i < inner; i++) {
+                const size_t j = (size_t)o * inner + i, at = (size_t)b * n + j;
+                const int ch = g->nhwc ? i : o;
+                float x[MODEL_MAX_IN];
+                for (int q = 0; q < g->n_in; q++) x[q] = in_at(g, ins, q, (size_t)b, n, j, ch);
+                d[at] = dout[at] * deriv(g->op, x, g->n_in, k);
+            }
+}
+
+// A broadcast input's gradient: each channel's sum over the positions, in double, position
+// by position; its pad channels zero.
+static void grad_bcast(float *d, const float *dout, const float *const *ins, int B,
+                       const merge_geom *g, int k, int nthreads) {
+    const size_t n = merge_floats(g);
+    int outer, inner;
+    loop_dims(g, &outer, &inner);
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (n * (size_t)B >= 65536)
+    for (int b = 0; b < B; b++) {
+        float *db = d + (size_t)b * g->bcs[k];
+        double acc[g->C];
+        memset(acc, 0, sizeof acc);
+        for (int o = 0; o < outer; o++)
+            for (int i = 0; i < inner; i++) {
+                const int ch = g->nhwc ? i : o;
+                if (ch >= g->C) continue;
+                const size_t j = (size_t)o * inner + i;
+                float x[MODEL_MAX_IN];
+                for (int q = 0; q < g->n_in; q++) x[q] = in_at(g, ins, q, (size_t)b, n, j, ch);
+                acc[ch] += (double)dout[(size_t)b * n + j] * deriv(g->op, x, g->n_in, k);
+            }
+        for (int ch = 0; ch < g->C; ch++) db[ch] = (float)acc[ch];
+        for (int ch = g->C; ch < g->bcs[k]; ch++) db[ch] = 0.0f;
+    }
+}
+
+void merge_backward(float *const *dins, const float *dout, const float *const *ins, int B,
+                    const merge_geom *g, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    for (int k = 0; k < g->n_in; k++) {
+        if (!dins[k]) continue;
+        if ((g->bcast >> k) & 1) grad_bcast(dins[k], dout, ins, B, g, k, nthreads);
+        else grad_full(dins[k], dout, ins, B, g, k, nthreads);
     }
 }
 
 static int merge_shape(layer *L, const layer_spec *s, const layer_desc *d, int n_classes,
                        int idx, ht_error *err) {
-    (void)s, (void)d, (void)n_classes, (void)idx, (void)err;
+    (void)s, (void)n_classes;
+    if (L->kind == LAYER_SUBTRACT && L->n_in != 2)
+        return ht_fail(err, "layer %d (%s): subtracts its second input from its first: given "
+                       "%d inputs, expected 2", idx, d->name, L->n_in);
     L->oc = L->c, L->oh = L->h, L->ow = L->w; // model_add checked the inputs' shapes
     return 0;
 }
@@ -35,15 +175,24 @@ static const layer_key merge_keys[] = {LK_END}; // its inputs: `from`, as every 
 const layer_family family_merge = {.name = "merge", .flags = LF_MERGE, .keys = merge_keys,
                                    .shape = merge_shape, .macs = merge_macs};
 
-static void merge_fwd(const net_call *c) {
-    merge_add_forward(c->out, c->ins, c->n_in, net_out_floats(c->L, c->p) * (size_t)c->B, c->nt);
+// The geometry of a call as net.c planned it.
+static merge_geom geom_of(const net_call *c) {
+    const layer *L = c->L;
+    merge_geom g = {.op = (merge_op)c->op, .n_in = c->n_in, .C = L->oc,
+                    .HW = L->oh * L->ow, .nhwc = c->p->out_nhwc, .cs = c->p->out_cs};
+    for (int k = 1; k < c->n_in; k++)
+        if (L->in_hw[k] == 1) g.bcast |= 1u << k, g.bcs[k] = c->p->ins_cs[k];
+    return g;
 }
 
-// Each input's gradient is the output's.
+static void merge_fwd(const net_call *c) {
+    merge_geom g = geom_of(c);
+    merge_forward(c->out, c->ins, c->B, &g, c->nt);
+}
+
 static float *merge_bwd(const net_call *c) {
-    const size_t n = net_out_floats(c->L, c->p) * (size_t)c->B;
-    for (int k = 0; k < c->n_in; k++)
-        if (c->dins[k]) memcpy(c->dins[k], c->dout, sizeof(float) * n);
+    merge_geom g = geom_of(c);
+    merge_backward((float *const *)c->dins, c->dout, c->ins, c->B, &g, c->nt);
     return c->dins[0];
 }
 

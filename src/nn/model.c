@@ -222,21 +222,27 @@ static int set_inputs(const model *m, layer *L, const layer_spec *s, int idx, co
         return ht_fail(err, "layer %d (%s): takes one input, given %d", idx, kname, L->n_in);
     input_shape(m, L->in[0], &L->c, &L->h, &L->w);
     L->in_ch[0] = L->c;
+    L->in_hw[0] = L->h * L->w;
     const int concat = (layer_flags(s->kind) & LF_CONCAT) != 0;
     for (int k = 1; k < L->n_in; k++) {
         int c, h, w;
         input_shape(m, L->in[k], &c, &h, &w);
         L->in_ch[k] = c;
+        L->in_hw[k] = h * w;
         if (concat && (h != L->h || w != L->w))
             return ht_fail(err, "layer %d (%s): input %d (%s) is %dx%d, input 1 (%s) %dx%d: "
                            "the inputs of %s must have one height and width", idx, kname, k + 1,
                            input_name(m, L->in[k]), h, w, input_name(m, L->in[0]), L->h, L->w,
                            kname);
-        if (!concat && (c != L->c || h != L->h || w != L->w))
+        // An element-wise merge broadcasts a 1x1 input with the first's channels over its
+        // height and width, as Keras's merges broadcast (N,1,1,C) against (N,H,W,C).
+        const int bcast = h == 1 && w == 1 && c == L->c;
+        if (!concat && !bcast && (c != L->c || h != L->h || w != L->w))
             return ht_fail(err, "layer %d (%s): input %d (%s) is %dx%dx%d, input 1 (%s) "
-                           "%dx%dx%d: the inputs of %s must have one shape", idx, kname, k + 1,
-                           input_name(m, L->in[k]), c, h, w, input_name(m, L->in[0]), L->c,
-                           L->h, L->w, kname);
+                           "%dx%dx%d: the inputs of %s must have one shape, or after the first "
+                           "be 1x1 with its channels (broadcast over its height and width)", idx,
+                           kname, k + 1, input_name(m, L->in[k]), c, h, w,
+                           input_name(m, L->in[0]), L->c, L->h, L->w, kname);
     }
     return 0;
 }

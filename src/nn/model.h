@@ -110,6 +110,9 @@ extern const char *const conv_algo_names[];
        one row/column more after, as oh/ow imply (layers.h) */                               \
     int k, stride, pad;                                                                        \
     float rate;  /* dropout drop probability */                                                \
+    /* dropout: 1 draws once a sample, dropping all its elements or none (Keras's noise_shape \
+       (None, 1, 1, 1): EfficientNet's stochastic depth) */                                    \
+    int drop_sample;                                                                           \
     float alpha; /* the act family's parameter (layer_kinds.h) */                              \
     init_kind w_init, b_init;                                                                  \
     float w_arg, b_arg; /* init parameters (init_kind says which) */                           \
@@ -129,7 +132,9 @@ extern const char *const conv_algo_names[];
     /* zeropad: rows of zeros added at the top and bottom, columns at the left and right */     \
     int pad_top, pad_bottom, pad_left, pad_right;                                               \
     /* dwconv: output channels per input channel (Keras's depth_multiplier) */                 \
-    int mult;
+    int mult;                                                                                  \
+    /* rescale: x * scale + offset (Keras's Rescaling) */                                      \
+    float scale, offset;
 
 typedef struct layer {
     layer_kind kind;
@@ -142,6 +147,9 @@ typedef struct layer {
     int n_in;
     int in[MODEL_MAX_IN];
     int in_ch[MODEL_MAX_IN]; // a merge's inputs' channels (c is the first's)
+    // A merge's inputs' positions: h * w, or 1 for an input of 1x1 that an element-wise merge
+    // broadcasts over the first input's height and width (squeeze-and-excite's (C,1,1) scale).
+    int in_hw[MODEL_MAX_IN];
     LAYER_HPARAMS
     size_t w_off, b_off; // offsets into the flat parameter buffer, LAYER_NO_PARAM if none
     size_t n_w, n_b;
@@ -238,9 +246,12 @@ typedef struct model {
 static inline size_t layer_in_size(const layer *L) { return (size_t)L->c * L->h * L->w; }
 // Floats per sample of input k (a merge's inputs: their own channels).
 static inline size_t layer_in_size_k(const layer *L, int k) {
-    return (size_t)(L->n_in > 1 ? L->in_ch[k] : L->c) * L->h * L->w;
+    return L->n_in > 1 ? (size_t)L->in_ch[k] * L->in_hw[k] : layer_in_size(L);
 }
 static inline size_t layer_out_size(const layer *L) { return (size_t)L->oc * L->oh * L->ow; }
+// The mask of a dropout's element numbers in its draws: every element its own, or one draw a
+// sample (drop_sample).
+static inline uint32_t layer_dropout_emask(const layer *L) { return L->drop_sample ? 0u : ~0u; }
 
 // Names of the built-in presets, NULL-terminated.
 extern const char *const model_preset_names[];

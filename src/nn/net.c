@@ -144,13 +144,13 @@ static ws_sizes ws_measure(const model *m, const schedule *s, int max_batch, int
 
         size_t in = in_floats(m, s, n, f);
         bf[N->buf] = plan_layer(m, s, n, f, &p);
-        // A merge's other inputs come as they are: an element-wise one's in input 0's layout, a
-        // concat's channels-last (any channel stride).
+        // A merge's other inputs come as they are: an element-wise one's in input 0's layout
+        // (a 1x1 one, broadcast, in any), a concat's channels-last (any channel stride).
         p.ins_cs[0] = p.in_cs;
         for (int k = 1; k < N->n_in; k++) {
             const fmt g = bf[N->in_buf[k]];
-            const int ok = (layer_flags(L->kind) & LF_CONCAT)
-                               ? as_nhwc(g, L->in_ch[k], L->h * L->w, &p.ins_cs[k])
+            const int ok = (layer_flags(L->kind) & LF_CONCAT) || L->in_hw[k] == 1
+                               ? as_nhwc(g, L->in_ch[k], L->in_hw[k], &p.ins_cs[k])
                                : g.nhwc == f.nhwc && g.cs == f.cs && (p.ins_cs[k] = g.cs, 1);
             if (!ok && !z.mixed) z.mixed = n + 1;
         }
@@ -533,7 +533,7 @@ static void trunk_forward(net_ws *ws, const model *m, const float *params, const
                 const layer *L = &m->layers[N->layer];
                 const net_lplan *p = &ws->plan[n];
                 net_call c = {.L = L, .p = p, .l = N->layer, .B = 1, .nt = 1,
-                              .act = layer_act_fn(L->kind), .params = params,
+                              .act = layer_act_fn(L->kind), .op = layer_merge_op(L->kind), .params = params,
                               .in = trunk_input(ws, m, x, n, s),
                               .out = ws->act[n] + s * out_floats(L, p),
                               .scratch = mine + p->scr_off, .pack = ws->pack + p->pack_off,
@@ -588,7 +588,7 @@ static void trunk_backward(net_ws *ws, const model *m, const float *params, floa
                                  ? tg + (size_t)S->buf[N->in_buf[0]].gslot * ws->tgrad_n
                                  : NULL;
                 net_call c = {.L = L, .p = p, .l = N->layer, .B = 1, .nt = 1,
-                              .act = layer_act_fn(L->kind), .params = params,
+                              .act = layer_act_fn(L->kind), .op = layer_merge_op(L->kind), .params = params,
                               .in = trunk_input(ws, m, x, n, s),
                               .out = ws->act[n] + s * out_floats(L, p), .dout = dout,
                               .din = din, .scratch = mine + p->scr_off,
@@ -627,7 +627,7 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
         double t = ws->prof ? ht_now() : 0;
         const float *lin = layer_input(ws, m, n, node_in(ws, n, x), B);
         net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt,
-                      .act = layer_act_fn(L->kind), .params = params, .in = lin,
+                      .act = layer_act_fn(L->kind), .op = layer_merge_op(L->kind), .params = params, .in = lin,
                       .n_in = N->n_in, .ins = {lin},
                       .out = ws->act[n], .scratch = ws->conv_ws, .drop = drop,
                       .ids = drop ? drop->ids : NULL, .y = y, .loss = ws->loss,
@@ -685,7 +685,7 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
         const float *in = p->cvt ? ws->cvt[n] : node_in(ws, n, x);
         float *dout = grad_of(ws, N->buf), *dslot[SCHED_MAX_IN];
         net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt,
-                      .act = layer_act_fn(L->kind), .params = params, .grads = grads,
+                      .act = layer_act_fn(L->kind), .op = layer_merge_op(L->kind), .params = params, .grads = grads,
                       .beta = overwrite == NET_GRAD_WRITE ? 0.0f : 1.0f, .in = in,
                       .n_in = N->n_in, .out = ws->act[n], .dout = dout,
                       .scratch = ws->conv_ws, .drop = drop, .ids = drop ? drop->ids : NULL,

@@ -20,6 +20,7 @@ typedef struct net_call {
     const net_lplan *p;
     int l, B, nt;
     int act;                 // the act family's function (act_fn), -1 for another family
+    int op;                  // the merge family's operation (merge_op), -1 for another family
     const float *params;
     float *grads;            // backward: parameter gradients, added to (dense: by beta)
     float beta;              // dense's weight gradient: 0 overwrites, 1 adds

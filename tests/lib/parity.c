@@ -163,6 +163,13 @@ static const parity_case parity_cases_dropout[] = {
      NET("37x1x1") "[dense]\nunits = 21\n[dropout]\nrate = 0.25\n" HEAD, 6, 0, 0},
     {"after pooling, pad channels", NET("2x8x8") PRE(5)
      "[maxpool]\nsize = 2\n[dropout]\nrate = 0.1\n" HEAD, 6, 0, 0},
+    // Stochastic depth: whole samples dropped (half of the 8), a residual branch's as
+    // EfficientNet drops it, in the trunk's layout with pad channels and flat.
+    {"whole samples, a residual branch's", NET("2x5x5") PRE(20)
+     "[conv]\nfilters = 20\nsize = 3\npad = same\n[dropout]\nrate = 0.5\nper_sample = 1\n"
+     "[add]\nfrom = -1, conv1\n" HEAD, 8, 0, 0},
+    {"whole samples, flat", NET("37x1x1") "[dense]\nunits = 21\n[dropout]\nrate = 0.5\n"
+     "per_sample = 1\n" HEAD, 8, 0, 0},
     {0},
 };
 
@@ -255,7 +262,8 @@ static const parity_case parity_cases_zeropad[] = {
 
 // Merges: residual blocks (a buffer read by a convolution and by the add, whose gradients add
 // up; a relu that cannot work in place, since the add reads its input too), three inputs, an
-// input read twice, the model's input as an input, and adds after dense layers.
+// input read twice, the model's input as an input, adds after dense layers, and every other
+// element-wise merge: multiply with a broadcast scale, subtract, maximum, average.
 static const parity_case parity_cases_merge[] = {
     {"an identity residual block", NET("4x6x6")
      "[conv]\nfilters = 8\nsize = 3\npad = same\nactivation = relu\n"
@@ -274,6 +282,20 @@ static const parity_case parity_cases_merge[] = {
      "[add]\nfrom = -1, -1\n" HEAD, 3, 0, 0},
     {"after dense layers", NET("20x1x1") "[dense]\nunits = 12\n[relu]\n[dense]\nunits = 12\n"
      "[add]\nfrom = fc1, fc2\n" HEAD, 5, 0, 0},
+    // Squeeze-and-excite: a (C,1,1) scale from global pooling and two dense layers multiplies
+    // the block's output, broadcast over its height and width (20 channels: pad channels on
+    // the CPU path), and its gradient is summed over the positions.
+    {"a squeeze-and-excite block: multiply by a 1x1 scale", NET("3x5x6") PRE(20)
+     "[relu]\n[globalavgpool]\n[dense]\nunits = 4\nactivation = relu\n[dense]\nunits = 20\n"
+     "activation = sigmoid\n[multiply]\nfrom = relu1, -1\n[conv]\nfilters = 3\nsize = 1\n" HEAD,
+     4, 0, 0},
+    {"subtract, a maximum of three, an average", NET("3x5x5")
+     "[conv]\nname = a\nfilters = 4\nsize = 3\npad = same\n"
+     "[conv]\nname = b\nfilters = 4\nsize = 1\nfrom = input\n[subtract]\nfrom = a, b\n"
+     "[maximum]\nfrom = -1, a, b\n[average]\nfrom = -1, b, a\n" HEAD, 3, 0, 0},
+    {"multiply of three full inputs, one read twice", NET("2x4x5") PRE(5)
+     "[tanh]\n[conv]\nfilters = 5\nsize = 3\npad = same\n[multiply]\nfrom = -1, -2, -2\n"
+     HEAD, 3, 0, 0},
     {0},
 };
 
@@ -304,6 +326,17 @@ static const parity_case parity_cases_dwconv[] = {
      "[dwconv]\nsize = 3\nstride = 2\npad = same\nmultiplier = 2\nbias = 0\n" HEAD, 2, 0, 0},
     {"5x5 valid, 20 channels", NET("2x9x9") PRE(20) "[dwconv]\nsize = 5\n" HEAD, 2, 0, 0},
     {"first layer", NET("3x6x6") "[dwconv]\nsize = 3\npad = 1\n" HEAD, 3, 0, 0},
+    {0},
+};
+
+// Rescaling: pixels of 0..255 to -1..1 as the first layer (MobileNetV3's), and after a
+// convolution with pad channels on the CPU path (20), where the offset must not reach them.
+static const parity_case parity_cases_rescale[] = {
+    {"first layer: 1/127.5, offset -1", NET("3x5x5")
+     "[rescale]\nscale = 0.00784313725490196\noffset = -1\n"
+     "[conv]\nfilters = 4\nsize = 3\npad = same\n" HEAD, 3, 0, 0},
+    {"after a convolution, 20 channels, into a pool", NET("2x6x6") PRE(20)
+     "[rescale]\nscale = -0.5\noffset = 0.25\n[maxpool]\nsize = 2\n" HEAD, 2, 0, 0},
     {0},
 };
 
@@ -555,6 +588,7 @@ static void run_table(parity_backend *b, const char *fam, const parity_case *tab
             // gelu: also the tanh form; the others a value of their parameter unlike the default
             const double other = k == LAYER_GELU           ? 1.0
                                  : k == LAYER_HARD_SIGMOID ? 0.2
+                                 : k == LAYER_HARD_SWISH   ? 0.2
                                  : k == LAYER_RELU6        ? 2.0
                                                            : 0.05;
             for (int v = 0; v < (d->param_key ? 2 : 1); v++) {

@@ -392,6 +392,7 @@ static double act_value(act_fn f, double a, double x) {
     case ACT_SOFTPLUS: return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
     case ACT_HARD_SIGMOID: return fmin(1.0, fmax(0.0, a * x + 0.5));
     case ACT_RELU6: return x > 0 ? fmin(x, a) : 0;
+    case ACT_HARD_SWISH: return x * fmin(1.0, fmax(0.0, a * x + 0.5));
     case ACT_GELU:
         if (a != 0) return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
         return 0.5 * x * (1 + erf(x / sqrt(2.0)));
@@ -411,6 +412,7 @@ static double act_slope(act_fn f, double a, double x) {
     case ACT_SOFTPLUS: return ref_sigm(x);
     case ACT_HARD_SIGMOID: return a * x + 0.5 > 0 && a * x + 0.5 < 1 ? a : 0;
     case ACT_RELU6: return x > 0 && x < a ? 1 : 0;
+    case ACT_HARD_SWISH: return a * x + 0.5 <= 0 ? 0 : a * x + 0.5 >= 1 ? 1 : 2 * a * x + 0.5;
     case ACT_GELU:
         if (a != 0) {
             double k = sqrt(2 / M_PI), t = tanh(k * (x + 0.044715 * x * x * x));
@@ -593,8 +595,9 @@ static void relu_b(const ref_call *c) {
 static void dropout_any(const ref_call *c, float *out, const float *in) {
     const size_t ni = layer_in_size(c->L);
     if (c->drop)
-        dropout_forward(out, in, c->B, ni, c->L->rate,
-                        ht_rng_key(c->drop->seed, c->drop->epoch, (uint32_t)c->l), c->drop->ids, 1);
+        dropout_forward_mask(out, in, c->B, ni, c->L->rate,
+                             ht_rng_key(c->drop->seed, c->drop->epoch, (uint32_t)c->l),
+                             layer_dropout_emask(c->L), c->drop->ids, 1);
     else
         memcpy(out, in, ni * (size_t)c->B * sizeof *out);
 }
@@ -741,18 +744,77 @@ static void zeropad_b(const ref_call *c) {
                 }
 }
 
-// Merges by the definition: the sum of the inputs; each input's gradient is the output's.
+// Element-wise merges by the definition, in double: input k's value at element (b, ch, pos)
+// is its own, or for a 1x1 input broadcast over the positions its channel's.
+static double merge_x(const ref_call *c, int k, size_t b, size_t ch, size_t i) {
+    const layer *L = c->L;
+    return L->in_hw[k] == 1 && k ? c->ins[k][b * L->oc + ch] : c->ins[k][i];
+}
 static void merge_f(const ref_call *c) {
-    const size_t n = layer_out_size(c->L) * (size_t)c->B;
-    for (size_t i = 0; i < n; i++) {
-        double v = 0;
-        for (int k = 0; k < c->n_in; k++) v += c->ins[k][i];
-        c->out[i] = (float)v;
+    const layer *L = c->L;
+    const size_t hw = (size_t)L->oh * L->ow, n = layer_out_size(L);
+    for (size_t i = 0; i < n * (size_t)c->B; i++) {
+        const size_t b = i / n, ch = i % n / hw;
+        double v = merge_x(c, 0, b, ch, i);
+        for (int k = 1; k < c->n_in; k++) {
+            const double x = merge_x(c, k, b, ch, i);
+            switch (L->kind) {
+            case LAYER_SUBTRACT: v -= x; break;
+            case LAYER_MULTIPLY: v *= x; break;
+            case LAYER_MAXIMUM: v = x > v ? x : v; break;
+            default: v += x; // add, average
+            }
+        }
+        c->out[i] = (float)(L->kind == LAYER_AVERAGE ? v / c->n_in : v);
     }
 }
+// Each input's gradient: the output's times the derivative, a broadcast input's summed over
+// the positions (maximum: the first of the largest inputs takes it).
 static void merge_b(const ref_call *c) {
+    const layer *L = c->L;
+    const size_t hw = (size_t)L->oh * L->ow, n = layer_out_size(L);
+    double *acc[MODEL_MAX_IN] = {NULL}; // the broadcast inputs' sums
+    for (int k = 1; k < c->n_in; k++)
+        if (L->in_hw[k] == 1) acc[k] = calloc((size_t)c->B * L->oc, sizeof(double));
+    for (size_t i = 0; i < n * (size_t)c->B; i++) {
+        const size_t b = i / n, ch = i % n / hw;
+        double x[MODEL_MAX_IN];
+        int arg = 0;
+        for (int k = 0; k < c->n_in; k++) {
+            x[k] = merge_x(c, k, b, ch, i);
+            if (x[k] > x[arg]) arg = k;
+        }
+        for (int k = 0; k < c->n_in; k++) {
+            double d = 1;
+            switch (L->kind) {
+            case LAYER_SUBTRACT: d = k ? -1 : 1; break;
+            case LAYER_AVERAGE: d = 1.0 / c->n_in; break;
+            case LAYER_MAXIMUM: d = k == arg; break;
+            case LAYER_MULTIPLY:
+                for (int j = 0; j < c->n_in; j++)
+                    if (j != k) d *= x[j];
+                break;
+            default: break;
+            }
+            if (acc[k]) acc[k][b * L->oc + ch] += c->g[i] * d;
+            else c->dins[k][i] = (float)(c->g[i] * d);
+        }
+    }
+    for (int k = 1; k < c->n_in; k++) {
+        for (size_t j = 0; acc[k] && j < (size_t)c->B * L->oc; j++) c->dins[k][j] = (float)acc[k][j];
+        free(acc[k]);
+    }
+}
+
+// Rescaling by the definition, in double: x * scale + offset; the gradient times the scale.
+static void rescale_f(const ref_call *c) {
     const size_t n = layer_out_size(c->L) * (size_t)c->B;
-    for (int k = 0; k < c->n_in; k++) memcpy(c->dins[k], c->g, sizeof(float) * n);
+    for (size_t i = 0; i < n; i++)
+        c->out[i] = (float)((double)c->in[i] * c->L->scale + c->L->offset);
+}
+static void rescale_b(const ref_call *c) {
+    const size_t n = layer_in_size(c->L) * (size_t)c->B;
+    for (size_t i = 0; c->din && i < n; i++) c->din[i] = (float)((double)c->g[i] * c->L->scale);
 }
 
 // Concatenation by the definition: input k's channels after those of the inputs before it.
@@ -831,7 +893,7 @@ static const ref_ops ref_conv = {conv_f, conv_b}, ref_bn = {bn_f, bn_b}, ref_bce
                      ref_softmax = {softmax_f, softmax_b}, ref_act = {act_f, act_b},
                      ref_permute = {permute_f, permute_b}, ref_zeropad = {zeropad_f, zeropad_b},
                      ref_merge = {merge_f, merge_b}, ref_concat = {concat_f, concat_b},
-                     ref_dwconv = {dwconv_f, dwconv_b};
+                     ref_dwconv = {dwconv_f, dwconv_b}, ref_rescale = {rescale_f, rescale_b};
 
 static const ref_ops ref_ops_of[LAYER_KIND_COUNT] = {
 #define REF_OPS_ROW(id, fam, name, prefix, keras, key, dflt) [LAYER_##id] = ref_##fam,

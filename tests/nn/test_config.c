@@ -152,7 +152,7 @@ static void test_config_errors(void **state) {
     expect_cfg_error(NET "[dense]\n[softmax]\n", "bad.cfg:4: [dense] needs units");
     expect_cfg_error(NET "[dense]\nunits = 4\nactivation = mish\n",
                      "bad.cfg:6: [dense] activation: expected linear|relu|softmax|sigmoid|tanh|"
-                     "leaky_relu|elu|selu|swish|softplus|hard_sigmoid|gelu|relu6, found \"mish\"");
+                     "leaky_relu|elu|selu|swish|softplus|hard_sigmoid|gelu|relu6|hard_swish, found \"mish\"");
     expect_cfg_error(NET "[dense]\nunits = 4\nname = fc.x\n" "[softmax]\n",
                      "bad.cfg:4: layer 0 (dense): name \"fc.x\"");
 
@@ -205,7 +205,7 @@ static void test_config_activations(void **state) {
                      "bad.cfg:4: layer 0 (hard_sigmoid): slope 0: expected a number > 0");
     expect_cfg_error(NET "[Activation]\nactivation = mish\n" TAIL,
                      "bad.cfg:5: [Activation] activation: expected linear|relu|softmax|sigmoid|"
-                     "tanh|leaky_relu|elu|selu|swish|softplus|hard_sigmoid|gelu|relu6, found \"mish\"");
+                     "tanh|leaky_relu|elu|selu|swish|softplus|hard_sigmoid|gelu|relu6|hard_swish, found \"mish\"");
 }
 
 static void test_config_sections(void **state) {

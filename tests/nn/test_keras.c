@@ -297,20 +297,20 @@ static void test_errors(void **state) {
                  "bad.json: layer 2 \"lstm_1\" (LSTM): not supported; hetrain reads InputLayer, "
                  "Conv2D, MaxPooling2D, Dense, ReLU, Dropout, Softmax, AveragePooling2D, "
                  "GlobalAveragePooling2D, LeakyReLU, ELU, BatchNormalization, ZeroPadding2D, "
-                 "Add, Concatenate, DepthwiseConv2D, SeparableConv2D, Flatten, Reshape, "
-                 "Activation");
+                 "Add, Subtract, Multiply, Average, Maximum, Concatenate, DepthwiseConv2D, "
+                 "Rescaling, SeparableConv2D, Flatten, Reshape, Activation");
     // the JSON's strings never break the line
     keras_expect_error(seq("{\"class_name\": \"A\\nB\", \"config\": {\"name\": \"x\\\"y\"}}"),
                  "bad.json: layer 1 \"x\\\"y\" (A\\x0aB): not supported; hetrain reads "
                  "InputLayer, Conv2D, MaxPooling2D, Dense, ReLU, Dropout, Softmax, "
                  "AveragePooling2D, GlobalAveragePooling2D, LeakyReLU, ELU, BatchNormalization, "
-                 "ZeroPadding2D, Add, Concatenate, DepthwiseConv2D, SeparableConv2D, Flatten, Reshape, "
-                 "Activation");
+                 "ZeroPadding2D, Add, Subtract, Multiply, Average, Maximum, Concatenate, "
+                 "DepthwiseConv2D, Rescaling, SeparableConv2D, Flatten, Reshape, Activation");
     keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"re\\nlu\"}}"),
                  "bad.json: layer 2 \"d\" (Dense): activation \"re?lu\": hetrain has linear, relu, "
                  "sigmoid, tanh, leaky_relu, elu, selu, swish, softplus, hard_sigmoid, gelu, "
-                 "relu6, softmax (softmax as the last step)");
+                 "relu6, hard_swish, softmax (softmax as the last step)");
     // activity regularizer, constraint (weight regularizers: test_keras_train.c)
     keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"softmax\", \"activity_regularizer\": "
@@ -359,7 +359,7 @@ static void test_errors(void **state) {
                      "\"units\": 4, \"activation\": \"mish\"}}"),
                  "bad.json: layer 2 \"d\" (Dense): activation \"mish\": hetrain has linear, relu, "
                  "sigmoid, tanh, leaky_relu, elu, selu, swish, softplus, hard_sigmoid, gelu, "
-                 "relu6, softmax (softmax as the last step)");
+                 "relu6, hard_swish, softmax (softmax as the last step)");
     keras_expect_error(seq("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                      "\"kernel_size\": 3, \"dilation_rate\": [2, 2]}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): dilation_rate 2: hetrain's convolutions are "

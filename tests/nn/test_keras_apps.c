@@ -30,9 +30,9 @@ static const struct {
     {"MobileNet", NULL},
     {"MobileNetV2", NULL},
     {"DenseNet121", NULL},
-    {"EfficientNetB0", "\"block1a_se_excite\" (Multiply): merges 2 inputs"},
+    {"EfficientNetB0", "\"normalization\" (Normalization): not supported"},
     {"Xception", NULL},
-    {"MobileNetV3Small", "(Multiply): merges 2 inputs"},
+    {"MobileNetV3Small", NULL},
     {"ConvNeXtTiny", "\"convnext_tiny_prestem_normalization\" (Normalization): not supported"},
 };
 

@@ -186,6 +186,95 @@ static char *functional3(const char *layers, const char *inputs, const char *out
     return buf;
 }
 
+// A Keras 3 layer `name` of class `cls` (module: a layer's or an operation's) called on args.
+static void layer3(char *buf, size_t cap, const char *module, const char *cls, const char *name,
+                   const char *cfg, const char *args) {
+    snprintf(buf, cap, "{\"module\": \"%s\", \"class_name\": \"%s\", \"name\": \"%s\", "
+             "\"config\": {\"name\": \"%s\"%s}, \"inbound_nodes\": [{\"args\": [%s], "
+             "\"kwargs\": {}}]}", module, cls, name, name, cfg, args);
+}
+
+// in -> layer `cls` (cfg, its call's args around the tensor: pre, post) -> Dense softmax.
+static char *one_layer(const char *module, const char *cls, const char *cfg, const char *pre,
+                       const char *post) {
+    static char layers[4096];
+    char t[256], args[512], x[1024], d[1024];
+    tensor3(t, sizeof t, "in");
+    snprintf(args, sizeof args, "%s%s%s", pre, t, post);
+    layer3(x, sizeof x, module, cls, "x", cfg, args);
+    dense3(d, sizeof d, "d", "x", 4, "softmax", "");
+    snprintf(layers, sizeof layers, "%s, %s, %s", input3, x, d);
+    return functional3(layers, "[\"in\", 0, 0]", "[\"d\", 0, 0]");
+}
+
+// Keras 3's operations of a tensor and a number (x + 3.0, x * (1 / 6), as MobileNetV3's hard
+// sigmoid) and Rescaling read as the rescale family; their refusals; Dropout's noise_shape.
+static void test_ops_rescale_dropout(void **state) {
+    (void)state;
+    static const char ops[] = "keras.src.ops.numpy", lay[] = "keras.layers";
+    static const struct {
+        const char *module, *cls, *cfg, *pre, *post;
+        float scale, offset;
+    } ok[] = {
+        {lay, "Rescaling", ", \"scale\": 0.00784313725490196, \"offset\": -1.0", "", "",
+         0.00784313725490196f, -1.0f},
+        {lay, "Rescaling", ", \"scale\": 2", "", "", 2.0f, 0.0f},
+        {ops, "Add", "", "", ", 3.0", 1.0f, 3.0f},
+        {ops, "Add", "", "3, ", "", 1.0f, 3.0f},
+        {ops, "Multiply", "", "", ", 0.16666666666666666", 1.0f / 6, 0.0f},
+        {ops, "Subtract", "", "", ", 0.5", 1.0f, -0.5f},
+        {ops, "Subtract", "", "0.5, ", "", -1.0f, 0.5f},
+        {ops, "TrueDivide", "", "", ", 4.0", 0.25f, 0.0f},
+        {ops, "Divide", "", "", ", -2", -0.5f, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        const char *json = one_layer(ok[i].module, ok[i].cls, ok[i].cfg, ok[i].pre, ok[i].post);
+        model m;
+        ht_error e = {{0}};
+        if (model_init_keras_text(&m, json, strlen(json), "ok.json", &e) < 0)
+            fail_msg("%s: %s", ok[i].cls, e.msg);
+        assert_int_equal(m.layers[0].kind, LAYER_RESCALE);
+        if (m.layers[0].scale != ok[i].scale || m.layers[0].offset != ok[i].offset)
+            fail_msg("%s (case %zu): x * %g + %g, want x * %g + %g", ok[i].cls, i,
+                     (double)m.layers[0].scale, (double)m.layers[0].offset,
+                     (double)ok[i].scale, (double)ok[i].offset);
+        assert_int_equal(m.n_params, 8 * 4 + 4);
+        model_free(&m);
+    }
+    keras_expect_error(one_layer(ops, "Divide", "", "2.0, ", ""),
+                       "bad.json: layer 1 \"x\" (Divide): Divide of a number by a tensor is not "
+                       "supported; hetrain divides a tensor by a number");
+    keras_expect_error(one_layer(ops, "Divide", "", "", ", 0"), "bad.json: layer 1 \"x\" (Divide): "
+                       "Divide by 0");
+    keras_expect_error(one_layer(ops, "Power", "", "", ", 2.0"),
+                       "bad.json: layer 1 \"x\" (Power): the operation Power is not supported; "
+                       "hetrain reads Add, Subtract, Multiply and Divide of a tensor and a number, "
+                       "and Add, Subtract and Multiply of two tensors");
+    keras_expect_error(one_layer(ops, "Add", "", "1.0, ", ", 2.0"),
+                       "bad.json: layer 1 \"x\" (Add): Add: expected a tensor and one finite "
+                       "number");
+    keras_expect_error(one_layer(lay, "Rescaling", ", \"scale\": [1, 2]", "", ""),
+                       "bad.json: layer 1 \"x\" (Rescaling): scale: expected a number (hetrain "
+                       "rescales every channel alike), found [1,2]");
+    // Dropout: one draw a sample for noise_shape (None, 1, ...), else refused.
+    const char *json = one_layer(lay, "Dropout", ", \"rate\": 0.2, \"noise_shape\": [null, 1]",
+                                 "", "");
+    model m;
+    ht_error e = {{0}};
+    if (model_init_keras_text(&m, json, strlen(json), "ok.json", &e) < 0) fail_msg("%s", e.msg);
+    assert_int_equal(m.layers[0].kind, LAYER_DROPOUT);
+    assert_int_equal(m.layers[0].drop_sample, 1);
+    model_free(&m);
+    json = one_layer(lay, "Dropout", ", \"rate\": 0.2, \"noise_shape\": null", "", "");
+    if (model_init_keras_text(&m, json, strlen(json), "ok.json", &e) < 0) fail_msg("%s", e.msg);
+    assert_int_equal(m.layers[0].drop_sample, 0);
+    model_free(&m);
+    keras_expect_error(one_layer(lay, "Dropout", ", \"rate\": 0.2, \"noise_shape\": [null, 8]",
+                                 "", ""),
+                       "bad.json: layer 1 \"x\" (Dropout): noise_shape [null,8]: hetrain drops "
+                       "each element on its own (none) or whole samples ([null, 1, 1, 1])");
+}
+
 static void test_graph_errors(void **state) {
     (void)state;
     char a[1024], b[1024], layers[4096];
@@ -337,6 +426,7 @@ int main(void) {
         cmocka_unit_test(test_functional),
         cmocka_unit_test(test_refused_fixtures),
         cmocka_unit_test(test_graph_errors),
+        cmocka_unit_test(test_ops_rescale_dropout),
         cmocka_unit_test(test_mixed_format),
         cmocka_unit_test(test_mixed_fixtures),
     };

@@ -290,7 +290,7 @@ static double act_loss(void *ctx) {
 
 // The reference's act functions (ref.h), every kind of the family with its default parameter
 // and another: their derivatives against central differences of their values, at inputs across
-// +-[0.4, 4] kept two steps off the kinks (hard_sigmoid's clamps); truncation adds an error of
+// +-[0.4, 4] kept two steps off the kinks (hard_sigmoid's and hard_swish's clamps); truncation adds an error of
 // FD_EPS^2/6 |f'''| (< 1e-4 here) to the float rounding the tolerance covers. The CPU's and the
 // OpenCL kernels' activations are checked against these in the parity tests.
 static void test_act_grad_fd(void **state) {
@@ -305,6 +305,7 @@ static void test_act_grad_fd(void **state) {
             if (v)
                 alpha = k == LAYER_GELU           ? 1.0f
                         : k == LAYER_HARD_SIGMOID ? 0.2f
+                        : k == LAYER_HARD_SWISH   ? 0.2f
                         : k == LAYER_RELU6        ? 2.0f
                                                   : 0.05f;
             act_case a = {.f = (act_fn)layer_act_fn((layer_kind)k), .alpha = alpha, .n = 200};
@@ -313,7 +314,7 @@ static void test_act_grad_fd(void **state) {
                 a.in[i] *= 4.0f;
                 if (k == LAYER_RELU6 && fabsf(a.in[i] - alpha) < 4 * FD_EPS) // its cap's kink
                     a.in[i] = alpha + (a.in[i] >= alpha ? 0.5f : -0.5f);
-                if (k != LAYER_HARD_SIGMOID) continue;
+                if (k != LAYER_HARD_SIGMOID && k != LAYER_HARD_SWISH) continue;
                 for (int side = -1; side <= 1; side += 2) { // kinks where alpha x + 0.5 = 0, 1
                     float kink = side * 0.5f / alpha;
                     if (fabsf(a.in[i] - kink) < 4 * FD_EPS)
@@ -357,6 +358,9 @@ static void test_act_known_values(void **state) {
         {LAYER_HARD_SIGMOID, 1.0f / 6, 1.5f, 0.75f},  // Keras 3: relu6(x + 3) / 6
         {LAYER_HARD_SIGMOID, 0.2f, 1.5f, 0.8f},       // Keras 2: 0.2 x + 0.5
         {LAYER_HARD_SIGMOID, 0.2f, 3.0f, 1.0f},
+        {LAYER_HARD_SWISH, 1.0f / 6, 1.5f, 1.125f},   // Keras 3's hard_silu: x relu6(x + 3) / 6
+        {LAYER_HARD_SWISH, 1.0f / 6, -3.5f, 0.0f},
+        {LAYER_HARD_SWISH, 1.0f / 6, 4.0f, 4.0f},
         {LAYER_GELU, 0, 1.0f, 0.8413447460685429f},   // x * Phi(x)
         {LAYER_GELU, 1, 1.0f, 0.8411919906082768f},   // the tanh form
     };

@@ -1,5 +1,6 @@
-// Graph models, the merge family (add), concat and dwconv: the reference's gradients through a
-// residual network and a dense block with a depthwise convolution by finite differences (a
+// Graph models, the merge family (add, subtract, multiply, average, maximum), concat and
+// dwconv: the reference's gradients through a residual network, a dense block with a depthwise
+// convolution and a squeeze-and-excite block with the other merges by finite differences (a
 // buffer two layers read: its gradient the sum of theirs), the schedule a
 // graph config makes, the config's `from` and its errors, and the summary's "Connected to".
 // Every backend against the reference on graphs is the parity suite's (parity_cases_merge).
@@ -61,6 +62,27 @@ static const char dense_block[] = "[net]\ninput = 2x6x6\nclasses = 3\n"
                                   "[avgpool]\nsize = 2\n[concat]\nfrom = tanh2, -1\n"
                                   "[dense]\nunits = 3\n[softmax]\n";
 
+// Squeeze-and-excite, smooth: conv1 -> tanh1 -> gap -> dense (tanh) -> dense (sigmoid) ->
+// multiply(tanh1, the (3,1,1) scale) as se, then the other merges of two smooth branches:
+// subtract(multiply, conv2(tanh1)), an average of three, a maximum of it and conv2, and the
+// dense head. tanh1's output is read by the pooling, the multiply and conv3. The scale's
+// second dense layer and the head have weights up to 2 and conv1 a bias of 1 (the pooled means away from 0), so
+// that their gradients through the sigmoid are not small.
+static const char squeeze_excite[] = "[net]\ninput = 2x5x4\nclasses = 3\n"
+                                     "[conv]\nfilters = 3\nsize = 3\npad = same\n"
+                                     "bias_init = constant(value = 1)\n[tanh]\n"
+                                     "[globalavgpool]\n[dense]\nunits = 2\nactivation = tanh\n"
+                                     "[dense]\nunits = 3\nactivation = sigmoid\n"
+                                     "init = random_uniform(minval = -2, maxval = 2)\n"
+                                     "[multiply]\nname = se\nfrom = tanh1, -1\n"
+                                     "[conv]\nfilters = 3\nsize = 1\nfrom = tanh1\n"
+                                     "[subtract]\nfrom = se, -1\n"
+                                     "[average]\nfrom = -1, conv2, se\n"
+                                     "[maximum]\nfrom = -1, conv2\n"
+                                     "[dense]\nunits = 3\n"
+                                     "init = random_uniform(minval = -2, maxval = 2)\n"
+                                     "[softmax]\n";
+
 // The reference's input and weight gradients of the network in text against central
 // differences of its loss.
 static void graph_ref_fd(const char *text, int in_floats, const char *what) {
@@ -110,6 +132,11 @@ static void test_dense_block_ref_fd(void **state) {
     graph_ref_fd(dense_block, 2 * 6 * 6, "dense block with a depthwise convolution");
 }
 
+static void test_squeeze_excite_ref_fd(void **state) {
+    (void)state;
+    graph_ref_fd(squeeze_excite, 2 * 5 * 4, "squeeze-and-excite and the other merges");
+}
+
 // The schedule of the residual config: each add's inputs, who writes and who adds each
 // gradient (the later reader going backward writes), and no in-place relu over a shared buffer.
 static void test_residual_schedule(void **state) {
@@ -156,6 +183,13 @@ static void test_graph_errors(void **state) {
         {"[conv]\nfilters = 2\nsize = 3\n[add]\nfrom = -1, -1, -1, -1, -1\n", "graph.cfg:8",
          "more than 4 inputs"},
         {"[conv]\nfilters = 2\nsize = 3\n[add]\nfrom = \n", "graph.cfg:8", "found nothing"},
+        {"[conv]\nfilters = 2\nsize = 3\n[subtract]\nfrom = -1, -1, -1\n", "subtract",
+         "given 3 inputs, expected 2"},
+        // A 1x1 input broadcasts after the first only, and with the first's channels.
+        {"[conv]\nfilters = 2\nsize = 3\n[globalavgpool]\n[multiply]\nfrom = -1, -2\n",
+         "input 2 (conv1) is 2x4x4", "after the first be 1x1 with its channels"},
+        {"[conv]\nfilters = 2\nsize = 3\n[globalavgpool]\n[dense]\nunits = 3\n"
+         "[multiply]\nfrom = conv1, -1\n", "input 2 (fc1) is 3x1x1", "must have one shape"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char text[512];
@@ -210,6 +244,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_residual_ref_fd),
         cmocka_unit_test(test_dense_block_ref_fd),
+        cmocka_unit_test(test_squeeze_excite_ref_fd),
         cmocka_unit_test(test_residual_schedule),
         cmocka_unit_test(test_graph_errors),
         cmocka_unit_test(test_summary_connections),

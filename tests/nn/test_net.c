@@ -465,6 +465,7 @@ static void test_net_activations(void **state) {
         {.kind = LAYER_CONV2D, .filters = 6, .k = 3, .pad = 1, .w_init = INIT_GLOROT_UNIFORM},
         {.kind = LAYER_ELU, .alpha = 0.7f, .alpha_set = 1},
         {.kind = LAYER_HARD_SIGMOID},
+        {.kind = LAYER_HARD_SWISH},
         {.kind = LAYER_AVGPOOL, .k = 2},                                             // 6x2x2
         {.kind = LAYER_SELU},
         {.kind = LAYER_DENSE, .units = 9, .w_init = INIT_LECUN_UNIFORM},
