@@ -67,18 +67,32 @@ static inline float in_at(const merge_geom *g, const float *const *ins, int k, s
     return ch < g->C ? ins[k][b * (size_t)g->bcs[k] + ch] : 0.0f;
 }
 
+// Every input's value at element j (channel ch) of sample b, into x[0..n_in) (n_in >= 2).
+static inline void load(const merge_geom *g, const float *const *ins, size_t b, size_t n,
+                        size_t j, int ch, float *x) {
+    x[0] = in_at(g, ins, 0, b, n, j, ch);
+    for (int k = 1; k < g->n_in; k++) x[k] = in_at(g, ins, k, b, n, j, ch);
+}
+
+// The output at one element whose inputs are x[0..n_in): folded left to right (Average: the
+// sum over n_in).
+static inline float combine(const merge_geom *g, const float *x) {
+    float v = x[0];
+    for (int k = 1; k < g->n_in; k++) v = fold(g->op, v, x[k]);
+    return g->op == MERGE_AVERAGE ? v / (float)g->n_in : v;
+}
+
 void merge_forward(float *out, const float *const *ins, int B, const merge_geom *g,
                    int nthreads) {
     if (nthreads < 1) nthreads = 1;
     const size_t n = merge_floats(g), total = n * (size_t)B;
-    const merge_op op = g->op;
-    const int avg = op == MERGE_AVERAGE;
     if (!g->bcast) {
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (total >= 65536)
         for (size_t i = 0; i < total; i++) {
-            float v = ins[0][i];
-            for (int k = 1; k < g->n_in; k++) v = fold(op, v, ins[k][i]);
-            out[i] = avg ? v / (float)g->n_in : v;
+            float x[MODEL_MAX_IN];
+            x[0] = ins[0][i];
+            for (int k = 1; k < g->n_in; k++) x[k] = ins[k][i];
+            out[i] = combine(g, x);
         }
         return;
     }
@@ -89,11 +103,9 @@ void merge_forward(float *out, const float *const *ins, int B, const merge_geom 
         for (int o = 0; o < outer; o++)
             for (int i = 0; i < inner; i++) {
                 const size_t j = (size_t)o * inner + i;
-                const int ch = g->nhwc ? i : o;
-                float v = in_at(g, ins, 0, (size_t)b, n, j, ch);
-                for (int k = 1; k < g->n_in; k++)
-                    v = fold(op, v, in_at(g, ins, k, (size_t)b, n, j, ch));
-                out[(size_t)b * n + j] = avg ? v / (float)g->n_in : v;
+                float x[MODEL_MAX_IN];
+                load(g, ins, (size_t)b, n, j, g->nhwc ? i : o, x);
+                out[(size_t)b * n + j] = combine(g, x);
             }
 }
 
@@ -112,9 +124,8 @@ static void grad_full(float *d, const float *dout, const float *const *ins, int 
         for (int o = 0; o < outer; o++)
             for (int i = 0; i < inner; i++) {
                 const size_t j = (size_t)o * inner + i, at = (size_t)b * n + j;
-                const int ch = g->nhwc ? i : o;
                 float x[MODEL_MAX_IN];
-                for (int q = 0; q < g->n_in; q++) x[q] = in_at(g, ins, q, (size_t)b, n, j, ch);
+                load(g, ins, (size_t)b, n, j, g->nhwc ? i : o, x);
                 d[at] = dout[at] * deriv(g->op, x, g->n_in, k);
             }
 }
@@ -137,7 +148,7 @@ static void grad_bcast(float *d, const float *dout, const float *const *ins, int
                 if (ch >= g->C) continue;
                 const size_t j = (size_t)o * inner + i;
                 float x[MODEL_MAX_IN];
-                for (int q = 0; q < g->n_in; q++) x[q] = in_at(g, ins, q, (size_t)b, n, j, ch);
+                load(g, ins, (size_t)b, n, j, ch, x);
                 acc[ch] += (double)dout[(size_t)b * n + j] * deriv(g->op, x, g->n_in, k);
             }
         for (int ch = 0; ch < g->C; ch++) db[ch] = (float)acc[ch];
