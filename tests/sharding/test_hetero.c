@@ -1,5 +1,6 @@
 // Heterogeneous data parallelism: the reduced gradient of a batch is the same whatever mix of
-// devices and weights computes it (dropout included; a residual graph with batchnorm too; and,
+// devices and weights computes it (dropout included; a residual graph with batchnorm and a
+// squeeze-and-excite graph with per-sample dropout too; and,
 // on a 3-channel network, with the training batches augmented by random crops and flips), and
 // a short run over a PoCL pthread
 // device, a PoCL basic (single-threaded) device and a CPU worker splits its batches by the
@@ -154,6 +155,43 @@ static void test_sharding_invariance_residual(void **state) {
     if (model_init(&m, HT_SOURCE_DIR "/models/residual.cfg", &e) < 0) fail_msg("%s", e.msg);
     invariance_over_mixes(&m);
     model_free(&m);
+}
+
+// Squeeze-and-excite graphs as models/squeeze_excite.cfg builds them (rescale, depthwise
+// convolutions, hard_swish, multiplies by a broadcast (C,1,1) gate, a residual branch dropped
+// whole for a sample at a time), on the same mixes. Unlike the example, block 1's output goes
+// through an activation: there, a batchnorm (beta 0 at the start) and a bias-free 1x1
+// convolution before the next batchnorm make that one's group means exactly 0, whose rounding
+// (1e-10 against inputs near 1) no relative comparison measures.
+static const char se_cfg[] =
+    "[net]\ninput = 1x28x28\nclasses = 10\n"
+    "[rescale]\nscale = 2\noffset = -1\n"
+    "[conv]\nfilters = 16\nsize = 3\nstride = 2\npad = same\nbias = 0\n[batchnorm]\n"
+    "[hard_swish]\n"
+    "[conv]\nfilters = 32\nsize = 1\nbias = 0\n[batchnorm]\n[relu]\n"
+    "[dwconv]\nsize = 3\nstride = 2\npad = same\nbias = 0\n[batchnorm]\n[relu]\nname = b1_dw\n"
+    "[globalavgpool]\n[dense]\nunits = 8\nactivation = relu\n"
+    "[dense]\nunits = 32\nactivation = hard_sigmoid\n[multiply]\nfrom = b1_dw, -1\n"
+    "[conv]\nfilters = 24\nsize = 1\nbias = 0\n[batchnorm]\n[hard_swish]\nname = b1_out\n"
+    "[conv]\nfilters = 48\nsize = 1\nbias = 0\n[batchnorm]\n[hard_swish]\n"
+    "[dwconv]\nsize = 3\npad = same\nbias = 0\n[batchnorm]\n[hard_swish]\nname = b2_dw\n"
+    "[globalavgpool]\n[dense]\nunits = 12\nactivation = relu\n"
+    "[dense]\nunits = 48\nactivation = hard_sigmoid\n[multiply]\nfrom = b2_dw, -1\n"
+    "[conv]\nfilters = 24\nsize = 1\nbias = 0\n[batchnorm]\n"
+    "[dropout]\nrate = 0.1\nper_sample = 1\n[add]\nfrom = -1, b1_out\n"
+    "[globalavgpool]\n[dense]\nunits = 10\n[softmax]\n";
+
+static void test_sharding_invariance_squeeze_excite(void **state) {
+    (void)state;
+    ht_error e;
+    model m;
+    char *dir = test_tmpdir("hetero-se");
+    char *cfg = test_write_file(dir, "se.cfg", se_cfg, sizeof se_cfg - 1);
+    if (model_init(&m, cfg, &e) < 0) fail_msg("%s", e.msg);
+    invariance_over_mixes(&m);
+    model_free(&m);
+    free(cfg);
+    free(dir);
 }
 
 // A small 3-channel network (conv, max-pool, conv, dense) and 240 random 3x12x12 images.
@@ -377,6 +415,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharding_invariance),
         cmocka_unit_test(test_sharding_invariance_residual),
+        cmocka_unit_test(test_sharding_invariance_squeeze_excite),
         cmocka_unit_test(test_sharding_invariance_augmented),
         cmocka_unit_test(test_three_devices_balance_and_match),
         cmocka_unit_test(test_resting_device),
