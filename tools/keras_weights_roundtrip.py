@@ -19,7 +19,8 @@ every (image, label) pair.
             (pip install tensorflow-cpu tf-keras)
 
   Fixtures: the same with --write-fixtures tests/fixtures/keras (once per Keras version)
-            writes weights_k3.* or weights_k2.* for tests/io/test_kerash5.c instead.
+            writes weights_k3.* or weights_k2.* (and with Keras 3 normalize_k3.*) for
+            tests/io/test_kerash5.c instead.
 
 With --keras 2 Keras's own weights go to hetrain in Keras 2's layout (save_weights("x.h5")) and
 hetrain's come back as the .weights.h5 that tf_keras loads. A tool only: nothing in the build
@@ -111,6 +112,40 @@ def tiny_network(keras):
     ], name="tiny")
 
 
+def normalize_network(keras):
+    """EfficientNet's first layers (Rescaling, then Normalization over the channels, whose mean,
+    variance and count are variables), and one inverted, for the normalize family's fixture."""
+    L = keras.layers
+    return keras.Sequential([
+        keras.Input(shape=(6, 6, 3)), L.Rescaling(1 / 255.0, name="scale"),
+        L.Normalization(axis=-1, name="standardise"), L.Conv2D(4, 3, name="features"),
+        L.Normalization(axis=-1, invert=True, name="restore"), L.GlobalAveragePooling2D(),
+        L.Dense(3, activation="softmax", name="head"),
+    ], name="norm")
+
+
+def write_fixture(keras, model, stem, x, k2):
+    """stem.json, its weights as this Keras saves them and Keras's probabilities for x."""
+    p = model.predict(x, verbose=0)
+    with open(stem + ".json", "w") as f:
+        f.write(model.to_json(indent=1) + "\n")
+    weights = stem + (".h5" if k2 else ".weights.h5")
+    if os.path.exists(weights):
+        os.remove(weights)
+    model.save_weights(weights)
+    xc = x.transpose(0, 3, 1, 2)  # hetrain's (N,C,H,W)
+    with open(stem + ".txt", "w") as f:
+        f.write(f"# Keras {keras.__version__}"
+                f"{'' if k2 else ' (' + keras.backend.backend() + ')'}: class probabilities of "
+                f"{os.path.basename(stem)}.json with {os.path.basename(weights)}\n"
+                "# for x, given in hetrain's (N,C,H,W) order (Keras's input is its NHWC "
+                "transpose); written by tools/keras_weights_roundtrip.py --write-fixtures\n")
+        f.write("n %d c %d h %d w %d classes %d\n" % (xc.shape + (p.shape[1],)))
+        f.write("x " + " ".join("%.9g" % t for t in xc.reshape(-1)) + "\n")
+        f.write("p " + " ".join("%.9g" % t for t in p.reshape(-1)) + "\n")
+    print(f"wrote {stem}.json, {weights}, {stem}.txt ({model.count_params()} parameters)")
+
+
 def write_fixtures(keras, k2, out):
     """tests/fixtures/keras/weights_k{2,3}: the tiny model's JSON, its weights as this Keras
     saves them (Keras 3: .weights.h5; Keras 2: save_weights("x.h5"), the legacy layout) and
@@ -130,26 +165,30 @@ def write_fixtures(keras, k2, out):
             vals.append(rng.normal(0, 0.3, shape))
     model.set_weights([x.astype("float32") for x in vals])
     x = rng.uniform(0, 1, (3, 7, 7, 2)).astype("float32")
-    p = model.predict(x, verbose=0)
-    v = "k2" if k2 else "k3"
-    stem = os.path.join(out, "weights_" + v)
-    with open(stem + ".json", "w") as f:
-        f.write(model.to_json(indent=1) + "\n")
-    weights = stem + (".h5" if k2 else ".weights.h5")
-    if os.path.exists(weights):
-        os.remove(weights)
-    model.save_weights(weights)
-    xc = x.transpose(0, 3, 1, 2)  # hetrain's (N,C,H,W)
-    with open(stem + ".txt", "w") as f:
-        f.write(f"# Keras {keras.__version__}"
-                f"{'' if k2 else ' (' + keras.backend.backend() + ')'}: class probabilities of "
-                f"{os.path.basename(stem)}.json with {os.path.basename(weights)}\n"
-                "# for x, given in hetrain's (N,C,H,W) order (Keras's input is its NHWC "
-                "transpose); written by tools/keras_weights_roundtrip.py --write-fixtures\n")
-        f.write("n %d c %d h %d w %d classes %d\n" % (xc.shape + (p.shape[1],)))
-        f.write("x " + " ".join("%.9g" % t for t in xc.reshape(-1)) + "\n")
-        f.write("p " + " ".join("%.9g" % t for t in p.reshape(-1)) + "\n")
-    print(f"wrote {stem}.json, {weights}, {stem}.txt ({model.count_params()} parameters)")
+    write_fixture(keras, model, os.path.join(out, "weights_" + ("k2" if k2 else "k3")), x, k2)
+    if k2:
+        return
+    # normalize_k3: the mean and variance as adapt() leaves them (a count of its samples), the
+    # inverted layer's around the convolution's outputs.
+    keras.backend.clear_session()
+    model = normalize_network(keras)
+    vals = []
+    for v in model.weights:
+        shape = tuple(int(d) for d in v.shape)
+        if v.name == "count":
+            vals.append(np.array(1000, "int64"))
+        elif v.name == "mean":
+            vals.append(rng.uniform(-0.5, 1.0, shape).astype("float32"))
+        elif v.name == "variance":
+            vals.append(rng.uniform(0.05, 2.0, shape).astype("float32"))
+        else:
+            vals.append(rng.normal(0, 0.3, shape).astype("float32"))
+    model.set_weights(vals)
+    for layer in model.layers:  # set_weights leaves the layer's own copies (load_weights not)
+        if isinstance(layer, keras.layers.Normalization):
+            layer.finalize_state()
+    x = rng.uniform(0, 255, (3, 6, 6, 3)).astype("float32")
+    write_fixture(keras, model, os.path.join(out, "normalize_k3"), x, k2)
 
 
 def main():

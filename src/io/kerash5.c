@@ -100,6 +100,8 @@ static void add_var(kh5_layer *K, const char *name, const model_tensor *t,
         v->oc = t->shape[0];
         v->ndim = 2;
         v->dims[0] = t->shape[1], v->dims[1] = t->shape[0];
+    } else if (order == LKW_SCALAR) { // a count: shape (), an integer in Keras's files
+        v->ndim = 0;
     } else {
         v->ndim = 1;
         v->dims[0] = t->n;
@@ -292,10 +294,12 @@ static int put_var(hid_t vars, int i, const kh5_var *v, const float *params, flo
     for (size_t k = 0; k < v->t->n; k++) buf[keras_index(v, k)] = src[k];
     char name[16];
     snprintf(name, sizeof name, "%d", i);
-    hid_t s = H5Screate_simple(v->ndim, v->dims, NULL), d = -1;
+    const int count = v->order == LKW_SCALAR; // Keras's int64 scalar
+    hid_t s = count ? H5Screate(H5S_SCALAR) : H5Screate_simple(v->ndim, v->dims, NULL), d = -1;
     int rc = -1;
     if (s >= 0 &&
-        (d = H5Dcreate2(vars, name, H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) >= 0)
+        (d = H5Dcreate2(vars, name, count ? H5T_STD_I64LE : H5T_IEEE_F32LE, s, H5P_DEFAULT,
+                        H5P_DEFAULT, H5P_DEFAULT)) >= 0)
         rc = H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0 ? -1 : 0;
     if (d >= 0) H5Dclose(d);
     if (s >= 0) H5Sclose(s);
@@ -503,7 +507,8 @@ static int read_var(kh5_in *in, hid_t loc, const char *dname, const char *where,
                 v->name, lname, K->cls, h5_why(why));
         goto done;
     }
-    if (H5Tget_class(t) != H5T_FLOAT) {
+    // A count (LKW_SCALAR) is an integer; anything else floats.
+    if (H5Tget_class(t) != H5T_FLOAT && !(v->order == LKW_SCALAR && H5Tget_class(t) == H5T_INTEGER)) {
         ht_fail(in->e, "%s: %s, the %s of layer \"%s\" (%s): holds %s, expected floats",
                 in->path, where, v->name, lname, K->cls,
                 H5Tget_class(t) == H5T_INTEGER ? "integers"

@@ -41,23 +41,7 @@ static int bn_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
         return kfail(k, "moving_variance_initializer %s: hetrain starts the moving variance at "
                      "ones (Keras's default)", init_kind_names[vi.kind]);
 
-    // The axis normalised over: the channels of an image, the features of a vector. Keras 2
-    // writes the built layer's axis as a list of one.
-    json_object *ax = kget(cfg, "axis");
-    if (ax && json_object_is_type(ax, json_type_array) && json_object_array_length(ax) == 1)
-        ax = kidx(ax, 0);
-    if (ax && !json_object_is_type(ax, json_type_int))
-        return kfail(k, "axis: expected an integer or a list of one, found %s", ktype_name(ax));
-    int64_t axis = ax ? json_object_get_int64(ax) : -1;
-    if (k->rank == 2)
-        return kfail(k, "an input of 2 axes (height, width): hetrain normalises the channels of "
-                     "an image or the features of a vector");
-    int ok = k->rank == 1 ? axis == -1 || axis == 1
-             : k->channels_first ? axis == 1 || axis == -3 : axis == -1 || axis == 3;
-    if (!ok)
-        return kfail(k, "axis %lld: hetrain normalises over the %s (axis %s)", (long long)axis,
-                     k->rank == 1 ? "features" : "channels",
-                     k->rank == 1 ? "-1 or 1" : k->channels_first ? "1" : "-1 or 3");
+    if (keras_channel_axis(k, cfg)) return -1;
     keras_cur_shape(k, m, &c, &h, &w);
     if (k->rank == 1 && (h > 1 || w > 1))
         return kfail(k, "after Flatten of a %dx%dx%d (CxHxW) output: Keras normalises each of "

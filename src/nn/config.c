@@ -50,6 +50,8 @@
 //   [subtract] [multiply] [average] [maximum]  the same for Keras's Subtract (2 inputs: the
 //              first minus the second), Multiply, Average and Maximum
 //   [rescale]  scale = 1, offset = 0: x * scale + offset (Keras's Rescaling)
+//   [normalize] invert = 0: each channel (x - mean) / max(sqrt(variance), 1e-7) by the mean and
+//              variance of its state (Keras's Normalization; 1: mean + x * that)
 //   [concat]   2..4 inputs of one height and width, their channels one after another (Keras's
 //              Concatenate on the channel axis), named by `from`
 //   [zeropad]  padding = N | (H, W) | ((TOP, BOTTOM), (LEFT, RIGHT)) as Keras's ZeroPadding2D

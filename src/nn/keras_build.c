@@ -64,6 +64,26 @@ int keras_check_layer(kctx *k, const model *m, int oc, int oh, int ow, size_t pa
     return 0;
 }
 
+int keras_channel_axis(kctx *k, json_object *cfg) {
+    // Keras 2 writes the built layer's axis as a list of one, Keras 3 always.
+    json_object *ax = kget(cfg, "axis");
+    if (ax && json_object_is_type(ax, json_type_array) && json_object_array_length(ax) == 1)
+        ax = kidx(ax, 0);
+    if (ax && !json_object_is_type(ax, json_type_int))
+        return kfail(k, "axis: expected an integer or a list of one, found %s", ktype_name(ax));
+    int64_t axis = ax ? json_object_get_int64(ax) : -1;
+    if (k->rank == 2)
+        return kfail(k, "an input of 2 axes (height, width): hetrain normalises the channels of "
+                     "an image or the features of a vector");
+    int ok = k->rank == 1 ? axis == -1 || axis == 1
+             : k->channels_first ? axis == 1 || axis == -3 : axis == -1 || axis == 3;
+    if (!ok)
+        return kfail(k, "axis %lld: hetrain normalises over the %s (axis %s)", (long long)axis,
+                     k->rank == 1 ? "features" : "channels",
+                     k->rank == 1 ? "-1 or 1" : k->channels_first ? "1" : "-1 or 3");
+    return 0;
+}
+
 // The current output as Keras shapes it (without the batch axis), for build_config.
 int keras_shape(const kctx *k, const model *m, int64_t d[3]) {
     int c, h, w;

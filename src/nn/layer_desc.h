@@ -100,6 +100,7 @@ typedef enum layer_keras_layout {
     LKW_CONV,  // Keras (K,K,C,OC), hetrain (OC,C,K,K): a kernel of rank 4
     LKW_DEPTHWISE, // Keras (K,K,C,M), hetrain (C*M,1,K,K): a depthwise kernel
     LKW_DENSE, // Keras (IN,OUT) with IN in (H,W,C) order, hetrain (OUT,IN) in (C,H,W) order
+    LKW_SCALAR, // Keras () integer, hetrain one float: a count
     LKW_NONE,  // no Keras counterpart: a load from Keras's file zeroes it
 } layer_keras_layout;
 

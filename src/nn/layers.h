@@ -157,6 +157,16 @@ void rescale_forward(float *out, const float *in, size_t rows, int C, int Cs, fl
 void rescale_backward(float *din, const float *dout, size_t rows, int C, int Cs, float s,
                       int nthreads);
 
+// The normalize family: rows of Cs floats, channel c of the first C of each standardised,
+// (x - mean[c]) / normalize_std(var[c]) (invert: mean[c] + x * normalize_std(var[c])), the rest 0;
+// the backward din = dout / normalize_std(var[c]) (invert: times) the same way.
+#define NORMALIZE_MIN_STD 1e-7f // Keras's epsilon, below which a deviation counts as this
+float normalize_std(float var);
+void normalize_forward(float *out, const float *in, size_t rows, int C, int Cs, const float *mean,
+                       const float *var, int invert, int nthreads);
+void normalize_backward(float *din, const float *dout, size_t rows, int C, int Cs,
+                        const float *var, int invert, int nthreads);
+
 // ---- channels-last (NHWC), the layout net.c keeps spatial activations in ----
 // A spatial tensor is (B,H,W,Cs): channel stride Cs >= C. Convolutions write Cs =
 // conv_cpad(OC), a multiple of CONV_CPAD, and keep the pad channels at zero; weights stay in

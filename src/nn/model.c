@@ -311,7 +311,7 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
         L.b_init = s->b_init, L.b_arg = s->b_arg, L.b_arg2 = s->b_arg2, L.b_vs = s->b_vs;
         L.b_off = m->n_params - m->n_state;
     }
-    L.frozen = s->frozen;
+    L.frozen |= s->frozen; // or the family made it so (normalize: constants)
     if ((int64_t)(m->n_params + L.n_w + L.n_b + L.n_s) >= MODEL_MAX_ELEMS)
         return ht_fail(err, "layer %d (%s): %zu parameters take the total to 2^31 or more", idx,
                        kname, L.n_w + L.n_b + L.n_s);
@@ -794,6 +794,28 @@ size_t model_frozen_params(const model *m) {
     return n;
 }
 
+// A state tensor's values when Keras's weight files have no variable for it, else 0.
+static size_t keras_uncounted(const model *m, const model_tensor *t) {
+    if (t->state == TENSOR_TRAINABLE) return 0;
+    const layer_family *f = layer_desc_of(m->layers[t->layer].kind)->family;
+    for (int r = 0; r < f->n_keras_vars; r++)
+        if (f->keras_vars[r].state == t->state && f->keras_vars[r].layout != LKW_NONE) return 0;
+    return t->n;
+}
+
+size_t model_keras_uncounted(const model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_tensors; i++) n += keras_uncounted(m, &m->tensors[i]);
+    return n;
+}
+
+size_t model_layer_keras_uncounted(const model *m, int l) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].layer == l) n += keras_uncounted(m, &m->tensors[i]);
+    return n;
+}
+
 // Whether some layer reads other than the one layer before it: the summary then says what
 // each reads, as Keras's does for a Functional model ("Connected to").
 static int model_is_graph(const model *m) {
@@ -824,7 +846,7 @@ void model_print_summary(const model *m, FILE *f) {
         snprintf(label, sizeof label, "%s (%s)", L->name, model_kind_name(L->kind));
         snprintf(shape, sizeof shape, "(%d, %d, %d)", L->oc, L->oh, L->ow);
         fprintf(f, "%-4d %-*s %-18s %12s %14s", l, lw, label, shape,
-                group_digits(L->n_w + L->n_b + (L->n_s ? L->n_s - 1 : 0), num),
+                group_digits(L->n_w + L->n_b + L->n_s - model_layer_keras_uncounted(m, l), num),
                 group_digits((size_t)model_layer_macs(m, l, 0), macs));
         for (int k = 0; graph && k < (L->n_in ? L->n_in : 1); k++) {
             const int from = L->n_in ? L->in[k] : l - 1;
@@ -836,8 +858,7 @@ void model_print_summary(const model *m, FILE *f) {
     fputc('\n', f);
     // Keras's counts: a batchnorm's moving mean and variance are non-trainable parameters; its
     // update count (PyTorch's num_batches_tracked) is hetrain's own, and not counted.
-    size_t counts = 0;
-    for (int l = 0; l < m->n_layers; l++) counts += m->layers[l].n_s > 0;
+    const size_t counts = model_keras_uncounted(m);
     // A frozen layer's parameters are non-trainable too.
     size_t frozen = model_frozen_params(m);
     fprintf(f, "Total params: %s\n", group_digits(m->n_params - counts, num));

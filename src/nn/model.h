@@ -134,7 +134,9 @@ extern const char *const conv_algo_names[];
     /* dwconv: output channels per input channel (Keras's depth_multiplier) */                 \
     int mult;                                                                                  \
     /* rescale: x * scale + offset (Keras's Rescaling) */                                      \
-    float scale, offset;
+    float scale, offset;                                                                       \
+    /* normalize: 1 computes mean + x * sqrt(variance) instead (Keras's invert) */             \
+    int invert;
 
 typedef struct layer {
     layer_kind kind;
@@ -300,6 +302,11 @@ double model_reg_penalty(const model *m, const float *params);
 // [0, n_trainable)) frozen layers hold.
 int model_has_reg(const model *m);
 size_t model_frozen_params(const model *m);
+// The state values Keras's summary does not count (a batchnorm's count of updates, which
+// Keras does not keep: its family's Keras variables have no such row), of the model and of
+// layer l.
+size_t model_keras_uncounted(const model *m);
+size_t model_layer_keras_uncounted(const model *m, int l);
 
 // Forward multiply-adds per sample, for GFLOP/s reports.
 double model_forward_macs(const model *m);

@@ -668,6 +668,8 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
     // frozen layers below the reach, which the pass does not reach, get zeros, statistics too.
     for (int n = 0; overwrite == NET_GRAD_WRITE && n < S->n_nodes; n++) {
         const layer *L = node_layer(m, S, n);
+        // A frozen layer's statistics (a normalize layer's constants) have no sums to give.
+        if (L->n_s && L->frozen) memset(grads + L->s_off, 0, sizeof(float) * L->n_s);
         if (!(net_layer_ops_of[L->kind]->flags & NET_OP_GRAD_ADDS) && S->node[n].backward) continue;
         if (L->n_w) memset(grads + L->w_off, 0, sizeof(float) * L->n_w);
         if (L->n_b) memset(grads + L->b_off, 0, sizeof(float) * L->n_b);

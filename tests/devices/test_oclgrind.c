@@ -41,13 +41,14 @@ static const char net_cfg[] = "[net]\ninput = 1x28x28\n"
                               "[dense]\nunits = 10\n[softmax]\n";
 
 // The kinds the first network lacks, on 1x12x12: batch normalisation after a convolution and
-// (frozen: its moving statistics in training too) after a dense layer, a max pool whose windows tile its input (maxpool_bwd_tiled) and one whose
-// windows overlap (maxpool_bwd), uneven zero padding, a permute and its inverse, global average
-// pooling, and every activation of the act family, each after its own dense layer; a rescale
-// first, a dropout of whole samples, a squeeze-and-excite multiply (a broadcast 1x1 input) and
-// a maximum after the concatenation.
+// (frozen: its moving statistics in training too) after a dense layer, a max pool whose windows
+// tile its input (maxpool_bwd_tiled) and one whose windows overlap (maxpool_bwd), uneven zero
+// padding, a permute and its inverse, global average pooling, and every activation of the act
+// family, each after its own dense layer; a rescale and a normalize first, a dropout of whole
+// samples, a squeeze-and-excite multiply (a broadcast 1x1 input) and a maximum after the
+// concatenation.
 static const char all_cfg[] = "[net]\ninput = 1x12x12\nconv_algo = winograd\n"
-                              "[rescale]\nscale = 0.5\noffset = -0.25\n"
+                              "[rescale]\nscale = 0.5\noffset = -0.25\n[normalize]\n"
                               "[conv]\nfilters = 4\nsize = 3\npad = same\nactivation = relu\n"
                               "[batchnorm]\n[maxpool]\nsize = 2\n"
                               "[zeropad]\npadding = ((0, 1), (2, 0))\n"

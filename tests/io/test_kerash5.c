@@ -309,6 +309,63 @@ static void test_round_trip(void **state) {
     free(dir);
 }
 
+// A scalar integer dataset's value (Keras's count), or fails.
+static long long scalar_int(const char *path, const char *ds) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = f >= 0 ? H5Dopen2(f, ds, H5P_DEFAULT) : -1;
+    if (d < 0) fail_msg("%s: no dataset %s", path, ds);
+    hid_t s = H5Dget_space(d), t = H5Dget_type(d);
+    assert_int_equal(H5Sget_simple_extent_ndims(s), 0);
+    assert_int_equal(H5Tget_class(t), H5T_INTEGER);
+    long long v = -1;
+    assert_true(H5Dread(d, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v) >= 0);
+    H5Tclose(t);
+    H5Sclose(s);
+    H5Dclose(d);
+    H5Fclose(f);
+    return v;
+}
+
+// Keras's Normalization (tests/fixtures/keras/normalize_k3.*: EfficientNet's Rescaling then
+// Normalization, and an inverted one after a convolution): its mean, variance and integer
+// count read from Keras's file give Keras's probabilities (a variable misplaced, or the count
+// taken for a variance, moves them far past TOL_KERAS_PROB); saved, the file holds Keras's
+// datasets (the count a scalar integer, as Keras's), and reads back to the same bits.
+static void test_normalize(void **state) {
+    (void)state;
+    model m;
+    float *p = load_model(&m, KDIR "normalize_k3.json", KDIR "normalize_k3.weights.h5");
+    expect_keras_outputs(&m, p, KDIR "normalize_k3.txt", "Keras 3 Normalization");
+    const model_tensor *ts;
+    const int nt = model_tensors(&m, &ts);
+    int counts = 0;
+    for (int i = 0; i < nt; i++)
+        if (ts[i].state == TENSOR_NUM_BATCHES) {
+            assert_float_equal(p[ts[i].off], 1000.0f, 0);
+            counts++;
+        }
+    assert_int_equal(counts, 2);
+    char *dir = test_tmpdir("kh5-normalize");
+    char path[1024];
+    ht_error e;
+    snprintf(path, sizeof path, "%s/norm.weights.h5", dir);
+    if (kerash5_save(path, &m, p, &e)) fail_msg("%s", e.msg);
+    static const char *const ds[] = {"layers/normalization/vars/0", "layers/normalization/vars/1",
+                                     "layers/normalization_1/vars/0",
+                                     "layers/normalization_1/vars/1", "layers/conv2d/vars/0"};
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+        expect_same_dataset(KDIR "normalize_k3.weights.h5", path, ds[i]);
+    assert_int_equal(scalar_int(path, "layers/normalization/vars/2"), 1000);
+    float *back = malloc(m.n_params * sizeof *back);
+    assert_non_null(back);
+    if (kerash5_load(path, &m, back, &e)) fail_msg("%s", e.msg);
+    assert_memory_equal(back, p, m.n_params * sizeof *back);
+    free(back);
+    free(p);
+    free(dir);
+    model_free(&m);
+}
+
 // ---- refusals --------------------------------------------------------------------------------
 
 // Copies src to dir/name and returns the malloc'd path.
@@ -547,6 +604,7 @@ static void test_cli(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keras_files), cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_normalize),
         cmocka_unit_test(test_load_errors), cmocka_unit_test(test_save_errors),
         cmocka_unit_test(test_is_path),     cmocka_unit_test(test_cli),
     };

@@ -340,6 +340,20 @@ static const parity_case parity_cases_rescale[] = {
     {0},
 };
 
+// Normalization by the stored mean and variance (which the cases set away from 0 and 1):
+// EfficientNet's first two layers, after a convolution with pad channels on the CPU path (20),
+// inverted, and flat after a dense layer.
+static const parity_case parity_cases_normalize[] = {
+    {"after a rescale, first", NET("3x5x5")
+     "[rescale]\nscale = 0.5\n[normalize]\n[conv]\nfilters = 4\nsize = 3\npad = same\n" HEAD,
+     3, 0, 0},
+    {"after a convolution, 20 channels, into a pool", NET("2x6x6") PRE(20)
+     "[normalize]\n[maxpool]\nsize = 2\n" HEAD, 2, 0, 0},
+    {"inverted, flat after dense", NET("12x1x1") "[dense]\nunits = 7\n[normalize]\ninvert = 1\n"
+     HEAD, 4, 0, 0},
+    {0},
+};
+
 // The table of cases, indexed by kind: a family without its parity_cases_<family> above is an
 // undeclared identifier here, so a new family does not compile until it has cases. The kinds
 // of a family share its table, which must hold a model of each (parity_run_cases checks).

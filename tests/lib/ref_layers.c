@@ -2,6 +2,7 @@
 // loops by each layer's definition, accumulating in double where they sum.
 #include "tests/lib/ref_int.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,6 +144,33 @@ static void rescale_b(const ref_call *c) {
     for (size_t i = 0; c->din && i < n; i++) c->din[i] = (float)((double)c->g[i] * c->L->scale);
 }
 
+// Normalization by Keras's definition, in double: (x - mean) / max(sqrt(var), 1e-7), or with
+// invert mean + x * max(sqrt(var), 1e-7), over NCHW; the gradient divided (times) by the same.
+static double normalize_std_ref(double var) {
+    const double s = sqrt(var);
+    return s > 1e-7 ? s : 1e-7;
+}
+static void normalize_f(const ref_call *c) {
+    const layer *L = c->L;
+    const float *mean = c->params + L->s_off, *var = mean + L->c;
+    const size_t P = (size_t)L->h * L->w, n = layer_out_size(L) * (size_t)c->B;
+    for (size_t i = 0; i < n; i++) {
+        const size_t ch = i / P % (size_t)L->c;
+        const double s = normalize_std_ref(var[ch]);
+        c->out[i] = (float)(L->invert ? mean[ch] + (double)c->in[i] * s
+                                      : ((double)c->in[i] - mean[ch]) / s);
+    }
+}
+static void normalize_b(const ref_call *c) {
+    const layer *L = c->L;
+    const float *var = c->params + L->s_off + L->c;
+    const size_t P = (size_t)L->h * L->w, n = layer_in_size(L) * (size_t)c->B;
+    for (size_t i = 0; c->din && i < n; i++) {
+        const double s = normalize_std_ref(var[i / P % (size_t)L->c]);
+        c->din[i] = (float)(L->invert ? c->g[i] * s : c->g[i] / s);
+    }
+}
+
 // Concatenation by the definition: input k's channels after those of the inputs before it.
 static void concat_f(const ref_call *c) {
     const layer *L = c->L;
@@ -215,4 +243,5 @@ static void dwconv_b(const ref_call *c) {
 
 const ref_ops ref_permute = {permute_f, permute_b}, ref_zeropad = {zeropad_f, zeropad_b},
               ref_merge = {merge_f, merge_b}, ref_concat = {concat_f, concat_b},
-              ref_dwconv = {dwconv_f, dwconv_b}, ref_rescale = {rescale_f, rescale_b};
+              ref_dwconv = {dwconv_f, dwconv_b}, ref_rescale = {rescale_f, rescale_b},
+              ref_normalize = {normalize_f, normalize_b};

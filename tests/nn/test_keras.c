@@ -298,14 +298,15 @@ static void test_errors(void **state) {
                  "Conv2D, MaxPooling2D, Dense, ReLU, Dropout, Softmax, AveragePooling2D, "
                  "GlobalAveragePooling2D, LeakyReLU, ELU, BatchNormalization, ZeroPadding2D, "
                  "Add, Subtract, Multiply, Average, Maximum, Concatenate, DepthwiseConv2D, "
-                 "Rescaling, SeparableConv2D, Flatten, Reshape, Activation");
+                 "Rescaling, Normalization, SeparableConv2D, Flatten, Reshape, Activation");
     // the JSON's strings never break the line
     keras_expect_error(seq("{\"class_name\": \"A\\nB\", \"config\": {\"name\": \"x\\\"y\"}}"),
                  "bad.json: layer 1 \"x\\\"y\" (A\\x0aB): not supported; hetrain reads "
                  "InputLayer, Conv2D, MaxPooling2D, Dense, ReLU, Dropout, Softmax, "
                  "AveragePooling2D, GlobalAveragePooling2D, LeakyReLU, ELU, BatchNormalization, "
                  "ZeroPadding2D, Add, Subtract, Multiply, Average, Maximum, Concatenate, "
-                 "DepthwiseConv2D, Rescaling, SeparableConv2D, Flatten, Reshape, Activation");
+                 "DepthwiseConv2D, Rescaling, Normalization, SeparableConv2D, Flatten, Reshape, "
+                 "Activation");
     keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"re\\nlu\"}}"),
                  "bad.json: layer 2 \"d\" (Dense): activation \"re?lu\": hetrain has linear, relu, "

@@ -208,7 +208,8 @@ static char *one_layer(const char *module, const char *cls, const char *cfg, con
 }
 
 // Keras 3's operations of a tensor and a number (x + 3.0, x * (1 / 6), as MobileNetV3's hard
-// sigmoid) and Rescaling read as the rescale family; their refusals; Dropout's noise_shape.
+// sigmoid) and Rescaling read as the rescale family; their refusals; Dropout's noise_shape;
+// Normalization.
 static void test_ops_rescale_dropout(void **state) {
     (void)state;
     static const char ops[] = "keras.src.ops.numpy", lay[] = "keras.layers";
@@ -273,6 +274,24 @@ static void test_ops_rescale_dropout(void **state) {
                                  "", ""),
                        "bad.json: layer 1 \"x\" (Dropout): noise_shape [null,8]: hetrain drops "
                        "each element on its own (none) or whole samples ([null, 1, 1, 1])");
+    // Normalization over the features: its mean, variance and count are state Keras counts.
+    json = one_layer(lay, "Normalization", ", \"axis\": [-1], \"invert\": true, \"mean\": null",
+                     "", "");
+    if (model_init_keras_text(&m, json, strlen(json), "ok.json", &e) < 0) fail_msg("%s", e.msg);
+    assert_int_equal(m.layers[0].kind, LAYER_NORMALIZE);
+    assert_int_equal(m.layers[0].invert, 1);
+    assert_int_equal(m.n_state, 2 * 8 + 1);
+    assert_int_equal(model_keras_uncounted(&m), 0);
+    assert_true(m.layers[0].frozen); // constants: no step changes them
+    model_free(&m);
+    keras_expect_error(one_layer(lay, "Normalization", ", \"axis\": [0]", "", ""),
+                       "bad.json: layer 1 \"x\" (Normalization): axis 0: hetrain normalises over "
+                       "the features (axis -1 or 1)");
+    keras_expect_error(one_layer(lay, "Normalization", ", \"mean\": [1, 2], \"variance\": [3, 4]",
+                                 "", ""),
+                       "bad.json: layer 1 \"x\" (Normalization): mean: not supported (hetrain's "
+                       "normalize layer takes its mean and variance from the weights (Keras's "
+                       "adapt() and weight files), as EfficientNet has them)");
 }
 
 static void test_graph_errors(void **state) {
