@@ -24,6 +24,19 @@ static double rel_diff(const float *a, const float *b, size_t off, size_t n, dou
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+// A batchnorm's sums of its groups' means count relative to at least ENGINE_SELF_CHECK_FLOOR
+// of the groups' spread: sqrt(groups * the sum of their variances). A channel whose mean is 0
+// in exact arithmetic (a batchnorm's output, which has mean beta = 0 over its group, through a
+// bias-free 1x1 convolution: MobileNetV2's blocks) has a mean of rounding noise, which no
+// relative measure of its own can judge.
+static double mean_floor(const model *m, const model_tensor *t, const float *ref) {
+    const layer *L = &m->layers[t->layer];
+    const float *var = ref + L->s_off + L->oc, groups = var[L->oc];
+    double sum = 0;
+    for (int c = 0; c < L->oc; c++) sum += var[c] > 0 ? var[c] : 0;
+    return groups > 0 ? ENGINE_SELF_CHECK_FLOOR * sqrt(groups * sum) : 0;
+}
+
 // Compares device slot s's probe results with the reference's; drops it with an event when
 // they differ beyond the ENGINE_SELF_CHECK_TOL_* bounds.
 // ref_norm: the L2 norm of the reference's gradient over the trainable parameters.
@@ -45,6 +58,7 @@ static void check_one(engine *g, int d, const float *ref_grad, double ref_norm,
         double tol = ts[k].output ? ENGINE_SELF_CHECK_TOL_OUT : ENGINE_SELF_CHECK_TOL_BRANCH;
         size_t wj;
         double floor = ts[k].state ? 0 : ENGINE_SELF_CHECK_FLOOR * ref_norm;
+        if (ts[k].state == TENSOR_RUNNING_MEAN) floor = mean_floor(g->m, &ts[k], ref_grad);
         double rel = rel_diff(w->grad_sum, ref_grad, ts[k].off, ts[k].n, floor, &wj);
         if (!(rel / tol <= excess)) {
             excess = isnan(rel) ? INFINITY : rel / tol;

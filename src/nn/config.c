@@ -107,10 +107,12 @@
 #include <ini.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nn/keras.h"
 #include "nn/layer_desc.h"
@@ -787,6 +789,24 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
+// The folders of the models hetrain ships (models/*.cfg): installed beside the binary
+// (<exe>/../share/hetrain/models), or the source tree's.
+static int model_dirs(char dirs[][PATH_MAX]) {
+    int n = 0;
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        snprintf(dirs[n++], PATH_MAX, "%.4000s/../share/hetrain/models", exe);
+    }
+#ifdef HT_SOURCE_DIR
+    snprintf(dirs[n++], PATH_MAX, "%s/models", HT_SOURCE_DIR);
+#endif
+    return n;
+}
+
 int model_init(model *m, const char *name_or_path, ht_error *err) {
     memset(m, 0, sizeof *m);
     if (!name_or_path) return model_init_preset(m, NULL, err); // names the presets
@@ -794,5 +814,23 @@ int model_init(model *m, const char *name_or_path, ht_error *err) {
     if (ends_with(name_or_path, ".cfg") || ends_with(name_or_path, ".ini") ||
         strchr(name_or_path, '/'))
         return model_init_config(m, name_or_path, err);
-    return model_init_preset(m, name_or_path, err);
+    // A name that is no built-in preset: models/<name>.cfg (resnet20, mobilenetv2, ...).
+    int preset = 0;
+    for (int i = 0; model_preset_names[i]; i++)
+        preset |= !strcmp(name_or_path, model_preset_names[i]) ||
+                  !strcmp(name_or_path, model_preset_aliases[i]);
+    char dirs[2][PATH_MAX], path[PATH_MAX + 80];
+    const int nd = preset ? 0 : model_dirs(dirs);
+    for (int i = 0; i < nd && strlen(name_or_path) <= 64; i++) {
+        snprintf(path, sizeof path, "%.4000s/%.64s.cfg", dirs[i], name_or_path);
+        if (access(path, R_OK) == 0) return model_init_config(m, path, err);
+    }
+    if (model_init_preset(m, name_or_path, err) == 0) return 0;
+    if (nd) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        ht_fail(err, "%s, or the name of a model in %s (resnet20, mobilenetv2, ...)", why,
+                dirs[nd - 1]);
+    }
+    return -1;
 }

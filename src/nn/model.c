@@ -80,6 +80,7 @@ const char *const model_preset_names[] = {
     "cnn2d_2layer_full_connected_2layer",
     NULL,
 };
+const char *const model_preset_aliases[] = {"cnn3", "cnn2", NULL};
 
 static int fail_unknown_preset(ht_error *err, const char *name) {
     char list[256] = "";

@@ -255,8 +255,9 @@ static inline size_t layer_out_size(const layer *L) { return (size_t)L->oc * L->
 // sample (drop_sample).
 static inline uint32_t layer_dropout_emask(const layer *L) { return L->drop_sample ? 0u : ~0u; }
 
-// Names of the built-in presets, NULL-terminated.
+// Names of the built-in presets, NULL-terminated, and their short aliases in the same order.
 extern const char *const model_preset_names[];
+extern const char *const model_preset_aliases[];
 
 // Builds the preset `name`. Returns -1 with err when the name is unknown.
 int model_init_preset(model *m, const char *name, ht_error *err);
@@ -264,8 +265,9 @@ int model_init_preset(model *m, const char *name, ht_error *err);
 // Loads an INI-style config (see docs in config.c). Errors name the file and line.
 int model_init_config(model *m, const char *path, ht_error *err);
 
-// A preset name, a Keras model JSON (a path ending in .json, keras.h), or a path to a config
-// file (anything else ending in .cfg/.ini or containing '/').
+// A preset name, a Keras model JSON (a path ending in .json, keras.h), a path to a config
+// file (anything else ending in .cfg/.ini or containing '/'), or the name of a config hetrain
+// ships (models/<name>.cfg, installed in <exe>/../share/hetrain/models: "resnet20").
 int model_init(model *m, const char *name_or_path, ht_error *err);
 
 void model_free(model *m);

@@ -167,6 +167,34 @@ static void test_rgb_trains_on_cpu_and_pocl(void **state) {
     free(d.dir);
 }
 
+// The graph presets models/resnet20.cfg and models/mobilenetv2.cfg, by name: He et al.'s
+// ResNet-20 count (272,474), Keras's MobileNetV2 counts (keras.applications, 32x32, 10
+// classes: tests/fixtures/keras/applications/counts.txt); each trains an epoch of CIFAR-10
+// records and predicts its test set.
+static void test_graph_presets(void **state) {
+    (void)state;
+    free(test_expect_cli("summary --model resnet20", 0, "Trainable params: 272,474"));
+    static const char *const mnv2[] = {"Total params: 2,270,794", "Trainable params: 2,236,682",
+                                       "Non-trainable params: 34,112"};
+    for (int i = 0; i < 3; i++) free(test_expect_cli("summary --model mobilenetv2", 0, mnv2[i]));
+    rgb_data d;
+    rgb_data_init(&d);
+    static const char *const nets[] = {"resnet20", "mobilenetv2"};
+    for (int i = 0; i < 2; i++) {
+        char args[4000], path[1300];
+        snprintf(args, sizeof args, "train --model %s --data '%s' --epochs 1 --limit 64 --batch 32 "
+                 "--devices cpu --out '%s' --name %s --no-progress", nets[i], d.cifar, d.out,
+                 nets[i]);
+        free(test_expect_cli(args, 0, "epoch 1/1"));
+        snprintf(path, sizeof path, "%s/%s.metrics.csv", d.out, nets[i]);
+        double loss = test_metrics_value(path, 0, "loss");
+        assert_true(loss > 0 && loss < 20);
+        snprintf(path, sizeof path, "%s/%s.predictions.csv", d.out, nets[i]);
+        assert_int_equal(count_lines(path), 30 + 1);
+    }
+    free(d.dir);
+}
+
 // Nothing under out/ (the run's files are opened only once the data fits).
 static void assert_nothing_written(const char *out) {
     struct stat st;
@@ -286,6 +314,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rgb_trains_on_cpu_and_pocl),
         cmocka_unit_test(test_rgb_errors),
+        cmocka_unit_test(test_graph_presets),
         cmocka_unit_test(test_resume_keeps_augment),
         cmocka_unit_test(test_resume_augments_the_same),
     };
