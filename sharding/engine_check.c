@@ -24,6 +24,12 @@ static double rel_diff(const float *a, const float *b, size_t off, size_t n, dou
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+double engine_self_check_depth(const model *m) {
+    int weighted = 0;
+    for (int l = 0; l < m->n_layers; l++) weighted += m->layers[l].n_w > 0;
+    return weighted > ENGINE_SELF_CHECK_DEPTH ? (double)weighted / ENGINE_SELF_CHECK_DEPTH : 1.0;
+}
+
 // A batchnorm's sums of its groups' means count relative to at least ENGINE_SELF_CHECK_FLOOR
 // of the groups' spread: sqrt(groups * the sum of their variances). A channel whose mean is 0
 // in exact arithmetic (a batchnorm's output, which has mean beta = 0 over its group, through a
@@ -52,10 +58,11 @@ static void check_one(engine *g, int d, const float *ref_grad, double ref_norm,
     double excess = 0, rel_at = 0, tol_at = 0;
     const model_tensor *bad = NULL;
     size_t wi = 0;
+    const double depth = engine_self_check_depth(g->m);
     for (int k = 0; k < nt; k++) {
         // A frozen layer's gradient is never used; a device may leave it uncomputed.
         if (g->m->layers[ts[k].layer].frozen) continue;
-        double tol = ts[k].output ? ENGINE_SELF_CHECK_TOL_OUT : ENGINE_SELF_CHECK_TOL_BRANCH;
+        double tol = ts[k].output ? ENGINE_SELF_CHECK_TOL_OUT * depth : ENGINE_SELF_CHECK_TOL_BRANCH;
         size_t wj;
         double floor = ts[k].state ? 0 : ENGINE_SELF_CHECK_FLOOR * ref_norm;
         if (ts[k].state == TENSOR_RUNNING_MEAN) floor = mean_floor(g->m, &ts[k], ref_grad);
@@ -73,7 +80,7 @@ static void check_one(engine *g, int d, const float *ref_grad, double ref_norm,
         double dl = fabs((double)w->loss[i] - ref_loss[i]);
         if (!(dl <= lworst)) lworst = dl;
     }
-    if (excess <= 1 && lworst <= ENGINE_SELF_CHECK_TOL_LOSS) return;
+    if (excess <= 1 && lworst <= ENGINE_SELF_CHECK_TOL_LOSS * depth) return;
     const device *dev = g->slots[d].dev;
     engine_drop(g, d);
     engine_event(g, "self-check: device %s (%s) excluded: its gradient of %s differs from the "
@@ -81,7 +88,7 @@ static void check_one(engine *g, int d, const float *ref_grad, double ref_norm,
              "%.6g; largest loss difference %.3g (tolerance %.3g)",
           dev->spec, dev->name, bad ? bad->name : "(no tensor)", rel_at, tol_at,
           bad ? wi - bad->off : 0, (double)w->grad_sum[wi],
-          (double)ref_grad[wi], lworst, ENGINE_SELF_CHECK_TOL_LOSS);
+          (double)ref_grad[wi], lworst, ENGINE_SELF_CHECK_TOL_LOSS * depth);
 }
 
 int engine_self_check(engine *g, device *ref, const dataset *ds, const uint32_t *idx, int n,

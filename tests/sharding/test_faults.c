@@ -166,6 +166,19 @@ static void test_self_check_excludes_corrupt_device(void **state) {
     }
 }
 
+// The output layer's and the losses' bounds grow with depth past ENGINE_SELF_CHECK_DEPTH
+// layers with weights: 1 for the 3-layer network (5), 43/8 for ResNet-20 (21 convolutions, 21
+// batchnorms, a dense layer), whose correct CPU device passes (test_rgb_cli's presets).
+static void test_self_check_depth(void **state) {
+    (void)state;
+    assert_true(engine_self_check_depth(&net) == 1.0);
+    model m;
+    ht_error e;
+    if (model_init(&m, "resnet20", &e) < 0) fail_msg("%s", e.msg);
+    assert_true(fabs(engine_self_check_depth(&m) - 43.0 / ENGINE_SELF_CHECK_DEPTH) < 1e-12);
+    model_free(&m);
+}
+
 // One of three devices fails at step 2 (an error, or no answer): the run goes on, and every
 // step, the failure step included, gives the gradient and update of a run where that device's
 // shards went to the others from step 2.
@@ -348,6 +361,7 @@ int main(void) {
         cmocka_unit_test(test_micro_batches_equal_whole_shard),
         cmocka_unit_test(test_injected_oom_shrinks_micro_batch),
         cmocka_unit_test(test_self_check_excludes_corrupt_device),
+        cmocka_unit_test(test_self_check_depth),
         cmocka_unit_test(test_failure_mid_run),
         cmocka_unit_test(test_non_finite_values),
         cmocka_unit_test(test_memory_limits_same_curve),
