@@ -2,7 +2,7 @@
 // process over cpu:1,cpu:1,cpu:1 (the same plan: equal capacities, the same device order): the
 // mean gradient and the update agree tensor by tensor (check_step_grad's tolerances), on every
 // rank, and every position's loss comes back to every rank; with augmented batches too (each
-// rank augments its own samples, from their ids).
+// rank augments its own samples, from their ids); batchnorm and graph models over the ranks.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -336,6 +336,52 @@ static void test_bn_ranks(void **state) {
     model_free(&m);
 }
 
+// Graphs over the ranks: models/residual.cfg (identity and strided residual blocks) and the
+// float64 PyTorch parity graph (tests/fixtures/torch_graph/graph.cfg: a residual block, a
+// squeeze-and-excite broadcast multiply, a depthwise convolution concatenated with its input),
+// batchnorm throughout: 3 ranks of one cpu:1 each give the bits of one process over the same
+// three devices, and one device's step within the invariance tolerances.
+static void test_graph_ranks(void **state) {
+    (void)state;
+    static const char *const cfgs[] = {HT_SOURCE_DIR "/models/residual.cfg",
+                                       HT_SOURCE_DIR "/tests/fixtures/torch_graph/graph.cfg"};
+    ht_error e;
+    dataset ds;
+    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
+                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
+        fail_msg("%s", e.msg);
+    dataset_limit(&ds, 300);
+    for (int k = 0; k < 2; k++) {
+        model m;
+        if (model_init(&m, cfgs[k], &e) < 0) fail_msg("%s", e.msg);
+        m.setup.conv_algo = CONV_ALGO_DIRECT;
+        m.setup.bn_group = 8;
+        float *init = malloc(sizeof(float) * m.n_params);
+        model_init_params(&m, init, 9);
+        uint32_t idx[B];
+        for (int i = 0; i < B; i++) idx[i] = (uint32_t)((i * 41 + 7) % ds.n);
+        test_rig mpi, one, single;
+        test_rig_open(&mpi, &m, "cpu:1", NULL, init, B, 3, 0);
+        engine_config alone = {.m = &m, .params = init, .max_batch = B, .seed = 3, .alone = 1};
+        test_rig_open_with(&one, "cpu:1,cpu:1,cpu:1", NULL, 0, &alone);
+        test_rig_open_with(&single, "cpu:1", NULL, 0, &alone);
+        if (engine_train_step(mpi.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0 ||
+            engine_train_step(one.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0 ||
+            engine_train_step(single.g, &ds, idx, B, 0, NULL, NULL, NULL, &e) < 0)
+            fail_msg("%s", e.msg);
+        assert_memory_equal(engine_grad(mpi.g), engine_grad(one.g), sizeof(float) * m.n_params);
+        assert_memory_equal(engine_params(mpi.g), engine_params(one.g),
+                            sizeof(float) * m.n_params);
+        assert_true(check_step_grad(&m, engine_grad(mpi.g), engine_grad(single.g), cfgs[k]));
+        test_rig_close(&mpi);
+        test_rig_close(&one);
+        test_rig_close(&single);
+        free(init);
+        model_free(&m);
+    }
+    dataset_free(&ds);
+}
+
 int main(int argc, char **argv) {
     ht_error e;
     if (ranks_init(&argc, &argv, &e) < 0) {
@@ -350,6 +396,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_factored_device_fails),
         cmocka_unit_test(test_mixed_ranks_equal_one_process),
         cmocka_unit_test(test_bn_ranks),
+        cmocka_unit_test(test_graph_ranks),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ranks_finalize();
