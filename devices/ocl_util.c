@@ -349,11 +349,7 @@ char *ocl_kernel_source(char *origin, size_t origin_len, ht_error *e) {
     const char *env = getenv("HETRAIN_KERNELS");
     if (env && *env) snprintf(cand[nc++], PATH_MAX, "%s", env);
     char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) {
-        exe[len] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = 0;
+    if (ht_exe_dir(exe, sizeof exe) == 0) {
         snprintf(cand[nc++], PATH_MAX, "%.4000s/../share/hetrain/kernels", exe);
         snprintf(cand[nc++], PATH_MAX, "%.4000s/kernels", exe);
         snprintf(cand[nc++], PATH_MAX, "%.4000s/../kernels", exe);

@@ -6,7 +6,8 @@ a 32x32x3 input, 10 classes), on Fashion-MNIST padded to 32x32 with its gray cop
 channels (pixels 0..1, as hetrain's and this script's arrays hold them):
 (a) Keras builds the model, gives its Normalization and batchnorm statistics of the training
     images (adapt(); the moving averages of one batch), writes its JSON and these initial
-    weights (.weights.h5) and labels the first N test images; `hetrain predict` of the JSON with those weights must give Keras's
+    weights (.weights.h5; the batchnorms' momentum --bn-momentum) and labels the first N test
+    images; `hetrain predict` of the JSON with those weights must give Keras's
     labels;
 (b) hetrain trains the model from those weights for a short run (--train-samples, one epoch
     of SGD) and saves its weights as .weights.h5; Keras loads them (model.load_weights) and labels the
@@ -20,7 +21,6 @@ in different orders); the script prints each and exits 1 on a miss.
 A tool only: nothing in the build or tests needs it.
 """
 import argparse
-import gzip
 import os
 import subprocess
 import sys
@@ -28,17 +28,12 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from keras_weights_roundtrip import idx  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 NETS = ["ResNet50", "MobileNetV2", "EfficientNetB0", "DenseNet121"]
-
-
-def idx(path):
-    with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as f:
-        data = f.read()
-    nd = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * nd).reshape(dims)
 
 
 def fashion32(folder, part, n):
@@ -86,10 +81,9 @@ def main():
     ap.add_argument("--n", type=int, default=1000, help="test images labelled")
     ap.add_argument("--train-samples", type=int, default=2000, help="hetrain's training run")
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=0.001, help="hetrain's SGD step: small enough "
-                    "that the moving averages still fit the weights (at 0.01 EfficientNetB0's "
-                    "inference outputs reach 1e6 in Keras's own training too, and rounding "
-                    "then decides their labels)")
+    ap.add_argument("--bn-momentum", type=float, default=0.9,
+                    help="the batchnorms' momentum in the JSON both sides read")
+    ap.add_argument("--lr", type=float, default=0.01, help="hetrain's SGD step")
     ap.add_argument("--devices", default="cpu")
     ap.add_argument("--work", default="/tmp/keras-apps-labels")
     ap.add_argument("--min", type=float, default=0.999)
@@ -116,12 +110,15 @@ def main():
                 layer.adapt(x_train[:512])
         bns = [layer for layer in model.layers
                if isinstance(layer, keras.layers.BatchNormalization)]
-        momenta = [layer.momentum for layer in bns]
         for layer in bns:
             layer.momentum = 0.0
         model(x_train[:256], training=True)
-        for layer, mom in zip(bns, momenta):
-            layer.momentum = mom
+        # Keras's momentum 0.99 leaves the moving averages at their start for hundreds of
+        # steps, while the weights move: inference from them then saturates (EfficientNetB0's
+        # outputs reach 1e5 after one epoch of Keras's own training), and rounding decides the
+        # labels. Both sides read this JSON.
+        for layer in bns:
+            layer.momentum = a.bn_momentum
         w = lambda ext: os.path.join(a.work, f"{net}.{ext}")  # noqa: E731
         with open(w("json"), "w") as f:
             f.write(model.to_json())

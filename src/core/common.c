@@ -1,4 +1,4 @@
-// Error formatting, checked allocation and the clock.
+// Error formatting, checked allocation, the clock and the executable's folder.
 #include "core/common.h"
 
 #include <stdarg.h>
@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int ht_fail(ht_error *e, const char *fmt, ...) {
     if (e) {
@@ -90,4 +91,16 @@ double ht_thread_cpu(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int ht_exe_dir(char *out, size_t cap) {
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (cap) out[0] = 0;
+    if (len <= 0 || !cap) return -1;
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    snprintf(out, cap, "%s", exe);
+    return 0;
 }

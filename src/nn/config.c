@@ -794,13 +794,8 @@ static int ends_with(const char *s, const char *suffix) {
 static int model_dirs(char dirs[][PATH_MAX]) {
     int n = 0;
     char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) {
-        exe[len] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = 0;
+    if (ht_exe_dir(exe, sizeof exe) == 0)
         snprintf(dirs[n++], PATH_MAX, "%.4000s/../share/hetrain/models", exe);
-    }
 #ifdef HT_SOURCE_DIR
     snprintf(dirs[n++], PATH_MAX, "%s/models", HT_SOURCE_DIR);
 #endif
