@@ -126,6 +126,48 @@ def forward(w, x, train):
     return h @ w["fc2.weight"].t() + w["fc2.bias"]
 
 
+def hetrain_samples(batch, steps, seed):
+    """The first samples of Fashion-MNIST's training set that a hetrain run of `steps` steps at
+    `batch` with --val-split VAL takes (n_all of them, split by its seeded split): (n_all,
+    (x_train, y_train, x_val, y_val)) as float64 and int64 tensors."""
+    n_all = round(batch * steps / (1 - VAL))
+    (x_all, y_all), _ = tc.load_idx_dir(DATA, want_train=True, want_test=False)
+    x_all, y_all = x_all[:n_all], y_all[:n_all]
+    tr, va = tc.split_indices(len(x_all), VAL, seed)
+    if len(tr) != batch * steps:
+        sys.exit(f"{len(tr)} training samples, not {batch * steps}")
+    return n_all, (torch.from_numpy(np.ascontiguousarray(x_all[tr])).double(),
+                   torch.from_numpy(y_all[tr].astype(np.int64)),
+                   torch.from_numpy(np.ascontiguousarray(x_all[va])).double(),
+                   torch.from_numpy(y_all[va].astype(np.int64)))
+
+
+def sgd_steps(w, forward, data, batch, steps, seed, lr):
+    """`steps` steps of plain SGD on the weights w (updated in place; the running statistics
+    are forward's to keep) in hetrain's epoch order: the mean training loss (each batch's before
+    its update) and the validation loss after them."""
+    xt, yt, xv, yv = data
+    trainable = [k for k in w if k.split(".")[-1] not in ("running_mean", "running_var",
+                                                          "num_batches_tracked")]
+    for k in trainable:
+        w[k].requires_grad_(True)
+    order = tc.epoch_order(len(xt), seed, 0)
+    lsum = 0.0
+    for s in range(steps):
+        sel = torch.from_numpy(order[s * batch:(s + 1) * batch].astype(np.int64))
+        loss = F.cross_entropy(forward(w, xt[sel], True), yt[sel], reduction="none")
+        for k in trainable:
+            w[k].grad = None
+        loss.mean().backward()
+        lsum += float(loss.detach().sum())
+        with torch.no_grad():
+            for k in trainable:
+                w[k] -= lr * w[k].grad
+    with torch.no_grad():
+        val_loss = float(F.cross_entropy(forward(w, xv, False), yv))
+    return lsum / len(xt), val_loss
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hetrain", default=os.path.join(HERE, "..", "build", "hetrain"))
@@ -138,41 +180,14 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(2)
     B, steps = a.batch, a.steps
-    n_all = round(B * steps / (1 - VAL))
-    (x_all, y_all), _ = tc.load_idx_dir(DATA, want_train=True, want_test=False)
-    x_all, y_all = x_all[:n_all], y_all[:n_all]
-    tr, va = tc.split_indices(len(x_all), VAL, a.seed)
-    if len(tr) != B * steps:
-        sys.exit(f"reference_torch_bn: {len(tr)} training samples, not {B * steps}")
-    xt = torch.from_numpy(np.ascontiguousarray(x_all[tr])).double()
-    yt = torch.from_numpy(y_all[tr].astype(np.int64))
-    xv = torch.from_numpy(np.ascontiguousarray(x_all[va])).double()
-    yv = torch.from_numpy(y_all[va].astype(np.int64))
+    n_all, data = hetrain_samples(B, steps, a.seed)
 
     work = a.keep or tempfile.mkdtemp(prefix="bn-parity-")
     os.makedirs(work, exist_ok=True)
     w = init_weights(torch.Generator().manual_seed(a.seed))
     init = os.path.join(work, "init.st")
     write_st(init, w)
-    trainable = [k for k in w if not (k.endswith("running_mean") or k.endswith("running_var")
-                                      or k.endswith("num_batches_tracked"))]
-    for k in trainable:
-        w[k].requires_grad_(True)
-    order = tc.epoch_order(len(tr), a.seed, 0)
-    lsum = 0.0
-    for s in range(steps):
-        sel = torch.from_numpy(order[s * B:(s + 1) * B].astype(np.int64))
-        loss = F.cross_entropy(forward(w, xt[sel], True), yt[sel], reduction="none")
-        for k in trainable:
-            w[k].grad = None
-        loss.mean().backward()
-        lsum += float(loss.detach().sum())
-        with torch.no_grad():
-            for k in trainable:
-                w[k] -= a.lr * w[k].grad
-    with torch.no_grad():
-        val_loss = float(F.cross_entropy(forward(w, xv, False), yv))
-    loss = lsum / len(tr)
+    loss, val_loss = sgd_steps(w, forward, data, B, steps, a.seed, a.lr)
 
     out = os.path.join(work, "out.st")
     if os.path.exists(out):

@@ -35,7 +35,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_common as tc  # noqa: E402
-from reference_torch_bn import bn, read_st, write_st  # noqa: E402
+from reference_torch_bn import (DATA, VAL, bn, hetrain_samples, read_st, sgd_steps,  # noqa: E402
+                                write_st)
 
 # Measured over seeds 1-4 (20 steps each): losses 4e-7 apart, or 1.8e-5 where a ReLU input
 # within rounding of 0 went the other way on one side (seed 3); weights and statistics 3e-7, or
@@ -46,8 +47,6 @@ TOL_LOSS = 1e-4
 TOL_WEIGHT = 1e-3
 HERE = os.path.dirname(os.path.abspath(__file__))
 CFG = os.path.join(HERE, "..", "tests", "fixtures", "torch_graph", "graph.cfg")
-DATA = "/usr/share/datasets/fashion-mnist"
-VAL = 0.2
 LR = 0.01
 BNS = ["bn1", "bn2", "bn3"]  # 8 channels each, Keras's momentum 0.99 and epsilon 1e-3
 
@@ -93,38 +92,11 @@ def forward(w, x, train):
 
 def torch_run(a, work):
     """PyTorch's float64 run: writes init.safetensors; returns its final values and losses."""
-    B, steps = a.batch, a.steps
-    n_all = round(B * steps / (1 - VAL))
-    (x_all, y_all), _ = tc.load_idx_dir(DATA, want_train=True, want_test=False)
-    x_all, y_all = x_all[:n_all], y_all[:n_all]
-    tr, va = tc.split_indices(len(x_all), VAL, a.seed)
-    if len(tr) != B * steps:
-        sys.exit(f"reference_torch_graph: {len(tr)} training samples, not {B * steps}")
-    xt = torch.from_numpy(np.ascontiguousarray(x_all[tr])).double()
-    yt = torch.from_numpy(y_all[tr].astype(np.int64))
-    xv = torch.from_numpy(np.ascontiguousarray(x_all[va])).double()
-    yv = torch.from_numpy(y_all[va].astype(np.int64))
+    n_all, data = hetrain_samples(a.batch, a.steps, a.seed)
     w = init_weights(torch.Generator().manual_seed(a.seed))
     write_st(os.path.join(work, "init.safetensors"), w)
-    trainable = [k for k in w if not k.split(".")[-1] in ("running_mean", "running_var",
-                                                            "num_batches_tracked")]
-    for k in trainable:
-        w[k].requires_grad_(True)
-    order = tc.epoch_order(len(tr), a.seed, 0)
-    lsum = 0.0
-    for s in range(steps):
-        sel = torch.from_numpy(order[s * B:(s + 1) * B].astype(np.int64))
-        loss = F.cross_entropy(forward(w, xt[sel], True), yt[sel], reduction="none")
-        for k in trainable:
-            w[k].grad = None
-        loss.mean().backward()
-        lsum += float(loss.detach().sum())
-        with torch.no_grad():
-            for k in trainable:
-                w[k] -= a.lr * w[k].grad
-    with torch.no_grad():
-        val_loss = float(F.cross_entropy(forward(w, xv, False), yv))
-    return {k: v.detach() for k, v in w.items()}, lsum / len(tr), val_loss, n_all
+    loss, val_loss = sgd_steps(w, forward, data, a.batch, a.steps, a.seed, a.lr)
+    return {k: v.detach() for k, v in w.items()}, loss, val_loss, n_all
 
 
 def main():
