@@ -1,6 +1,7 @@
-// Graph models, the merge family (add, subtract, multiply, average, maximum), concat and
-// dwconv: the reference's gradients through a residual network, a dense block with a depthwise
-// convolution and a squeeze-and-excite block with the other merges by finite differences (a
+// Graph models, the merge family (add, subtract, multiply, average, maximum), concat, dwconv,
+// rescale and normalize: the reference's gradients through a residual network, a dense block
+// with a depthwise convolution, a squeeze-and-excite block with the other merges and a network
+// of rescale and normalize layers by finite differences (a
 // buffer two layers read: its gradient the sum of theirs), the schedule a
 // graph config makes, the config's `from` and its errors, and the summary's "Connected to".
 // Every backend against the reference on graphs is the parity suite's (parity_cases_merge).
@@ -83,8 +84,19 @@ static const char squeeze_excite[] = "[net]\ninput = 2x5x4\nclasses = 3\n"
                                      "init = random_uniform(minval = -2, maxval = 2)\n"
                                      "[softmax]\n";
 
+// Rescale and normalize (a stored mean and variance, inverted too), smooth: rescale ->
+// normalize -> conv1 -> tanh -> normalize (inverted) as inv -> conv2 (1x1) -> add(conv2, inv)
+// -> dense. inv's output is read by conv2 and the add.
+static const char normalized[] = "[net]\ninput = 2x5x5\nclasses = 3\n"
+                                 "[rescale]\nscale = 0.5\noffset = 0.25\n[normalize]\n"
+                                 "[conv]\nfilters = 3\nsize = 3\npad = same\n[tanh]\n"
+                                 "[normalize]\nname = inv\ninvert = 1\n"
+                                 "[conv]\nfilters = 3\nsize = 1\n[add]\nfrom = -1, inv\n"
+                                 "[dense]\nunits = 3\n[softmax]\n";
+
 // The reference's input and weight gradients of the network in text against central
-// differences of its loss.
+// differences of its loss. Stored means and variances (normalize's) are set away from 0 and
+// 1, where the layer would be the identity.
 static void graph_ref_fd(const char *text, int in_floats, const char *what) {
     model m;
     ht_error e;
@@ -94,6 +106,12 @@ static void graph_ref_fd(const char *text, int in_floats, const char *what) {
     c.x = fill_away_from_zero(2 * in, 31);
     c.p = malloc(sizeof(float) * m.n_params);
     model_init_params(&m, c.p, 32);
+    const model_tensor *ts;
+    const int nt = model_tensors(&m, &ts);
+    for (int t = 0; t < nt; t++)
+        for (size_t i = 0; i < ts[t].n && ts[t].state != TENSOR_NUM_BATCHES; i++)
+            if (ts[t].state == TENSOR_RUNNING_MEAN) c.p[ts[t].off + i] = 0.3f - 0.2f * (float)i;
+            else if (ts[t].state == TENSOR_RUNNING_VAR) c.p[ts[t].off + i] = 0.25f + 1.5f * (float)i;
     ref_net_init(&c.r, &m, 2);
     float *g = calloc(m.n_params, sizeof(float));
     ref_forward(&c.r, &m, c.p, c.x, c.y, 2, NULL);
@@ -130,6 +148,11 @@ static void test_residual_ref_fd(void **state) {
 static void test_dense_block_ref_fd(void **state) {
     (void)state;
     graph_ref_fd(dense_block, 2 * 6 * 6, "dense block with a depthwise convolution");
+}
+
+static void test_normalize_ref_fd(void **state) {
+    (void)state;
+    graph_ref_fd(normalized, 2 * 5 * 5, "rescale, normalize and an inverted normalize");
 }
 
 static void test_squeeze_excite_ref_fd(void **state) {
@@ -245,6 +268,7 @@ int main(void) {
         cmocka_unit_test(test_residual_ref_fd),
         cmocka_unit_test(test_dense_block_ref_fd),
         cmocka_unit_test(test_squeeze_excite_ref_fd),
+        cmocka_unit_test(test_normalize_ref_fd),
         cmocka_unit_test(test_residual_schedule),
         cmocka_unit_test(test_graph_errors),
         cmocka_unit_test(test_summary_connections),
