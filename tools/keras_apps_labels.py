@@ -22,14 +22,12 @@ A tool only: nothing in the build or tests needs it.
 """
 import argparse
 import os
-import subprocess
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from keras_weights_roundtrip import idx  # noqa: E402
+from keras_weights_roundtrip import idx, labels_csv, run  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -47,22 +45,6 @@ def fashion32(folder, part, n):
     y = idx(find(f"{part}-labels-idx1-ubyte"))[:n].astype("int64")
     x = np.pad(x, ((0, 0), (2, 2), (2, 2)))
     return np.repeat(x[..., None], 3, axis=3), y
-
-
-def run(cmd):
-    print("$", " ".join(cmd), flush=True)
-    t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        sys.exit(f"failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-    lines = r.stdout.strip().splitlines()
-    print(f"  ({time.time() - t0:.1f} s) {lines[-1] if lines else ''}", flush=True)
-
-
-def labels_csv(path):
-    with open(path) as f:
-        rows = f.read().split()[1:]
-    return np.array([int(r.split(",")[1]) for r in rows])
 
 
 def agreement(what, a, b, need):

@@ -83,7 +83,8 @@ def run(cmd):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-    print(f"  ({time.time() - t0:.1f} s) " + r.stdout.strip().splitlines()[-1])
+    lines = r.stdout.strip().splitlines()
+    print(f"  ({time.time() - t0:.1f} s) {lines[-1] if lines else ''}", flush=True)
     return r.stdout
 
 

@@ -168,6 +168,39 @@ def sgd_steps(w, forward, data, batch, steps, seed, lr):
     return lsum / len(xt), val_loss
 
 
+def hetrain_run(a, cfg, n_all, init, work, extra=()):
+    """hetrain's run of the same steps from init (a: the script's arguments): its metrics
+    row as a dict and its final tensors (read_st)."""
+    out = os.path.join(work, "out.st")
+    if os.path.exists(out):
+        os.remove(out)
+    cmd = [a.hetrain, "train", "--model", cfg, "--data", DATA, "--limit", str(n_all),
+           "--epochs", "1", "--batch", str(a.batch), "--bn-group", str(a.batch), "--val-split",
+           str(VAL), "--seed", str(a.seed), "--optimizer", f"sgd:lr={a.lr},momentum=0", "--load",
+           init, "--save", out, "--devices", a.devices, "--balance", "static", "--no-self-check",
+           "--out", work, "--name", "hetrain", "--quiet", "--no-progress", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: hetrain failed ({r.returncode}):\n"
+                 f"{r.stdout}{r.stderr}")
+    with open(os.path.join(work, "hetrain.metrics.csv")) as f:
+        head, row = f.readline().strip().split(","), f.readline().strip().split(",")
+    return dict(zip(head, row)), read_st(out)
+
+
+def losses_match(hm, loss, val_loss, tol):
+    """Prints hetrain's training and validation losses beside PyTorch's; whether both are
+    within tol."""
+    ok = True
+    for what, mine, theirs in (("training loss", float(hm["loss"]), loss),
+                               ("validation loss", float(hm["val_loss"]), val_loss)):
+        d = abs(mine - theirs)
+        ok &= d <= tol
+        print(f"{what}: hetrain {mine:.6f}  torch float64 {theirs:.6f}  |diff| {d:.2e} "
+              f"(tolerance {tol:g})")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hetrain", default=os.path.join(HERE, "..", "build", "hetrain"))
@@ -189,28 +222,8 @@ def main():
     write_st(init, w)
     loss, val_loss = sgd_steps(w, forward, data, B, steps, a.seed, a.lr)
 
-    out = os.path.join(work, "out.st")
-    if os.path.exists(out):
-        os.remove(out)
-    cmd = [a.hetrain, "train", "--model", CFG, "--data", DATA, "--limit", str(n_all),
-           "--epochs", "1", "--batch", str(B), "--bn-group", str(B), "--val-split", str(VAL),
-           "--seed", str(a.seed), "--optimizer", f"sgd:lr={a.lr},momentum=0", "--load", init,
-           "--save", out, "--devices", a.devices, "--balance", "static", "--no-self-check",
-           "--out", work, "--name", "hetrain", "--quiet", "--no-progress"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        sys.exit(f"reference_torch_bn: hetrain failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-    with open(os.path.join(work, "hetrain.metrics.csv")) as f:
-        head, row = f.readline().strip().split(","), f.readline().strip().split(",")
-    hm = dict(zip(head, row))
-    ht = read_st(out)
-    ok = True
-    for what, mine, theirs in (("training loss", float(hm["loss"]), loss),
-                               ("validation loss", float(hm["val_loss"]), val_loss)):
-        d = abs(mine - theirs)
-        ok &= d <= TOL_LOSS
-        print(f"{what}: hetrain {mine:.6f}  torch float64 {theirs:.6f}  |diff| {d:.2e} "
-              f"(tolerance {TOL_LOSS:g})")
+    hm, ht = hetrain_run(a, CFG, n_all, init, work)
+    ok = losses_match(hm, loss, val_loss, TOL_LOSS)
     worst = 0.0
     for name, _, _, _ in BNS:
         for k in ("running_mean", "running_var"):

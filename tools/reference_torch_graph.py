@@ -25,7 +25,6 @@ A tool only: nothing in the build or tests needs it (numpy and torch; python3-to
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -35,8 +34,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_common as tc  # noqa: E402
-from reference_torch_bn import (DATA, VAL, bn, hetrain_samples, read_st, sgd_steps,  # noqa: E402
-                                write_st)
+from reference_torch_bn import (VAL, bn, hetrain_run, hetrain_samples, losses_match,  # noqa: E402
+                                sgd_steps, write_st)
 
 # Measured over seeds 1-4 (20 steps each): losses 4e-7 apart, or 1.8e-5 where a ReLU input
 # within rounding of 0 went the other way on one side (seed 3); weights and statistics 3e-7, or
@@ -124,29 +123,9 @@ def main():
             f.write(f"loss {loss!r}\nval_loss {val_loss!r}\n")
         print(f"wrote {work}: loss {loss:.6f}, val_loss {val_loss:.6f}")
         return 0
-    out = os.path.join(work, "out.safetensors")
-    if os.path.exists(out):
-        os.remove(out)
-    cmd = [a.hetrain, "train", "--model", CFG, "--data", DATA, "--limit", str(n_all),
-           "--epochs", "1", "--batch", str(a.batch), "--bn-group", str(a.batch), "--val-split",
-           str(VAL), "--seed", str(a.seed), "--optimizer", f"sgd:lr={a.lr},momentum=0", "--load",
-           os.path.join(work, "init.safetensors"), "--save", out, "--devices", a.devices,
-           "--balance", "static", "--no-self-check", "--conv-algo", "direct", "--out", work,
-           "--name", "hetrain", "--quiet", "--no-progress"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        sys.exit(f"reference_torch_graph: hetrain failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-    with open(os.path.join(work, "hetrain.metrics.csv")) as f:
-        head, row = f.readline().strip().split(","), f.readline().strip().split(",")
-    hm = dict(zip(head, row))
-    ok = True
-    for what, mine, theirs in (("training loss", float(hm["loss"]), loss),
-                               ("validation loss", float(hm["val_loss"]), val_loss)):
-        d = abs(mine - theirs)
-        ok &= d <= TOL_LOSS
-        print(f"{what}: hetrain {mine:.6f}  torch float64 {theirs:.6f}  |diff| {d:.2e} "
-              f"(tolerance {TOL_LOSS:g})")
-    ht = read_st(out)
+    hm, ht = hetrain_run(a, CFG, n_all, os.path.join(work, "init.safetensors"), work,
+                         ("--conv-algo", "direct"))
+    ok = losses_match(hm, loss, val_loss, TOL_LOSS)
     worst, at = 0.0, ""
     for name, t in w.items():
         d = float(np.max(np.abs(ht[name].astype(np.float64) - t.numpy()) /

@@ -32,12 +32,12 @@ char *ht_escape(char *out, size_t cap, const void *s, size_t n);
 
 // Monotonic wall clock in seconds.
 double ht_now(void);
+// CPU time of the calling thread in seconds: what a short timing on a shared machine should
+// count (time the thread spent waiting for a core is not its own).
+double ht_thread_cpu(void);
 
 // The folder of the running executable (/proc/self/exe's, resolved) into out; 0, or -1 where
 // it cannot be read (out is then "").
 int ht_exe_dir(char *out, size_t cap);
-// CPU time of the calling thread in seconds: what a short timing on a shared machine should
-// count (time the thread spent waiting for a core is not its own).
-double ht_thread_cpu(void);
 
 #endif

@@ -41,12 +41,8 @@ static int bn_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
         return kfail(k, "moving_variance_initializer %s: hetrain starts the moving variance at "
                      "ones (Keras's default)", init_kind_names[vi.kind]);
 
-    if (keras_channel_axis(k, cfg)) return -1;
+    if (keras_channel_axis(k, m, cfg)) return -1;
     keras_cur_shape(k, m, &c, &h, &w);
-    if (k->rank == 1 && (h > 1 || w > 1))
-        return kfail(k, "after Flatten of a %dx%dx%d (CxHxW) output: Keras normalises each of "
-                     "its %lld features, hetrain each channel; put BatchNormalization before "
-                     "Flatten", c, h, w, (long long)c * h * w);
 
     layer_spec s = {.kind = LAYER_BATCHNORM, .name = klayer_name(kname, "", buf, sizeof buf),
                     .momentum = (float)mom, .momentum_set = 1, .eps = (float)eps,

@@ -810,12 +810,8 @@ int model_init(model *m, const char *name_or_path, ht_error *err) {
         strchr(name_or_path, '/'))
         return model_init_config(m, name_or_path, err);
     // A name that is no built-in preset: models/<name>.cfg (resnet20, mobilenetv2, ...).
-    int preset = 0;
-    for (int i = 0; model_preset_names[i]; i++)
-        preset |= !strcmp(name_or_path, model_preset_names[i]) ||
-                  !strcmp(name_or_path, model_preset_aliases[i]);
     char dirs[2][PATH_MAX], path[PATH_MAX + 80];
-    const int nd = preset ? 0 : model_dirs(dirs);
+    const int nd = model_is_preset(name_or_path) ? 0 : model_dirs(dirs);
     for (int i = 0; i < nd && strlen(name_or_path) <= 64; i++) {
         snprintf(path, sizeof path, "%.4000s/%.64s.cfg", dirs[i], name_or_path);
         if (access(path, R_OK) == 0) return model_init_config(m, path, err);

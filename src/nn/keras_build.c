@@ -64,7 +64,7 @@ int keras_check_layer(kctx *k, const model *m, int oc, int oh, int ow, size_t pa
     return 0;
 }
 
-int keras_channel_axis(kctx *k, json_object *cfg) {
+int keras_channel_axis(kctx *k, const model *m, json_object *cfg) {
     // Keras 2 writes the built layer's axis as a list of one, Keras 3 always.
     json_object *ax = kget(cfg, "axis");
     if (ax && json_object_is_type(ax, json_type_array) && json_object_array_length(ax) == 1)
@@ -81,6 +81,12 @@ int keras_channel_axis(kctx *k, json_object *cfg) {
         return kfail(k, "axis %lld: hetrain normalises over the %s (axis %s)", (long long)axis,
                      k->rank == 1 ? "features" : "channels",
                      k->rank == 1 ? "-1 or 1" : k->channels_first ? "1" : "-1 or 3");
+    int c, h, w;
+    keras_cur_shape(k, m, &c, &h, &w);
+    if (k->rank == 1 && (h > 1 || w > 1))
+        return kfail(k, "after Flatten of a %dx%dx%d (CxHxW) output: Keras normalises each of "
+                     "its %lld features, hetrain each channel; put %s before Flatten", c, h, w,
+                     (long long)c * h * w, k->lclass);
     return 0;
 }
 

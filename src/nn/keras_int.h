@@ -134,9 +134,10 @@ int keras_need_merge(kctx *k);
 // The running output size of the model (before the layer being read).
 void keras_cur_shape(const kctx *k, const model *m, int *c, int *h, int *w);
 // A layer's axis (its config's "axis": an integer or a list of one; absent: -1) is the
-// channels of an image or the features of a vector, what batchnorm and normalize work over; or
+// channels of an image or the features of a vector, what batchnorm and normalize work over,
+// and not the features of a flattened image (Keras normalises each, hetrain each channel); or
 // the message saying what hetrain normalises over.
-int keras_channel_axis(kctx *k, json_object *cfg);
+int keras_channel_axis(kctx *k, const model *m, json_object *cfg);
 // The layer's data_format against the model's: 0 the same, 1 the other, -1 an error.
 int keras_other_format(kctx *k, json_object *cfg);
 // A layer whose data_format is not the model's runs between two permutes: inverse 0 adds the

@@ -80,7 +80,15 @@ const char *const model_preset_names[] = {
     "cnn2d_2layer_full_connected_2layer",
     NULL,
 };
-const char *const model_preset_aliases[] = {"cnn3", "cnn2", NULL};
+
+// The preset of that name or alias, or NULL.
+static const preset *find_preset(const char *name) {
+    for (int i = 0; name && i < N_PRESETS; i++)
+        if (!strcmp(name, presets[i].name) || !strcmp(name, presets[i].alias)) return &presets[i];
+    return NULL;
+}
+
+int model_is_preset(const char *name) { return find_preset(name) != NULL; }
 
 static int fail_unknown_preset(ht_error *err, const char *name) {
     char list[256] = "";
@@ -94,9 +102,7 @@ static int fail_unknown_preset(ht_error *err, const char *name) {
 
 int model_init_preset(model *m, const char *name, ht_error *err) {
     memset(m, 0, sizeof *m);
-    const preset *p = NULL;
-    for (int i = 0; name && i < N_PRESETS; i++)
-        if (!strcmp(name, presets[i].name) || !strcmp(name, presets[i].alias)) p = &presets[i];
+    const preset *p = find_preset(name);
     if (!p) return fail_unknown_preset(err, name);
     if (model_begin(m, p->name, 1, 28, 28, 10, err)) goto fail;
     m->setup = *p->setup;

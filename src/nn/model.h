@@ -255,9 +255,10 @@ static inline size_t layer_out_size(const layer *L) { return (size_t)L->oc * L->
 // sample (drop_sample).
 static inline uint32_t layer_dropout_emask(const layer *L) { return L->drop_sample ? 0u : ~0u; }
 
-// Names of the built-in presets, NULL-terminated, and their short aliases in the same order.
+// Names of the built-in presets, NULL-terminated.
 extern const char *const model_preset_names[];
-extern const char *const model_preset_aliases[];
+// Whether name is a built-in preset's name or alias ("cnn3").
+int model_is_preset(const char *name);
 
 // Builds the preset `name`. Returns -1 with err when the name is unknown.
 int model_init_preset(model *m, const char *name, ht_error *err);

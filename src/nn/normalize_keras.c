@@ -7,7 +7,7 @@ static int normalize_keras_read(kctx *k, model *m, json_object *cfg, layer_kind 
     (void)last;
     int invert = 0, c, h, w;
     char buf[32];
-    if (keras_channel_axis(k, cfg) || kget_bool(k, cfg, "invert", 0, &invert)) return -1;
+    if (keras_channel_axis(k, m, cfg) || kget_bool(k, cfg, "invert", 0, &invert)) return -1;
     // keras.applications' ConvNeXt gives ImageNet's mean and variance as constants of the
     // layer, which Keras then keeps as no variable at all.
     static const char *const consts[] = {"mean", "variance", NULL};
@@ -16,10 +16,6 @@ static int normalize_keras_read(kctx *k, model *m, json_object *cfg, layer_kind 
                      "them"))
         return -1;
     keras_cur_shape(k, m, &c, &h, &w);
-    if (k->rank == 1 && (h > 1 || w > 1))
-        return kfail(k, "after Flatten of a %dx%dx%d (CxHxW) output: Keras normalises each of "
-                     "its %lld features, hetrain each channel; put Normalization before Flatten",
-                     c, h, w, (long long)c * h * w);
     layer_spec s = {.kind = kind, .name = klayer_name(kname, "", buf, sizeof buf),
                     .invert = invert};
     return keras_add(k, m, &s) || keras_check_layer(k, m, c, h, w, 0) ? -1 : 0;

@@ -42,10 +42,7 @@ static void test_step_matches_cpu(void **state) {
     const char *nets[] = {"cnn2d_3layer_fullconnected_3layer", "cnn2d_2layer_full_connected_2layer"};
     dataset ds;
     ht_error e;
-    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&ds, 300);
+    test_fashion_set(&ds, FASHION_TEST, 300);
     for (int k = 0; k < 2; k++) {
         model m;
         if (model_init_preset(&m, nets[k], &e) < 0) fail_msg("%s", e.msg);

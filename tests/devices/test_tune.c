@@ -489,10 +489,7 @@ static void test_tuned_gradient_matches(void **state) {
     ht_error e;
     if (model_init_preset(&m, "cnn3", &e) < 0) fail_msg("%s", e.msg);
     dataset ds;
-    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&ds, BATCH);
+    test_fashion_set(&ds, FASHION_TEST, BATCH);
     float *init = malloc(sizeof(float) * m.n_params);
     model_init_params(&m, init, 3);
     uint32_t idx[BATCH];

@@ -300,6 +300,11 @@ static int load_fashion(dataset *d, int set) {
     return -1;
 }
 
+void test_fashion_set(dataset *d, int set, int n) {
+    if (load_fashion(d, set) < 0) fail_msg("Fashion-MNIST (%s) cannot be read", FASHION_DIR);
+    if (n > 0) dataset_limit(d, n);
+}
+
 char *test_fashion_csv(const char *dir, int set, int n, int with_labels) {
     const char *name = set == FASHION_TEST ? "test.csv" : "train.csv";
     dataset d;

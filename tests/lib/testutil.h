@@ -24,6 +24,7 @@ int check_tensor(const float *a, const float *b, size_t n, float tol, float floo
 // norm is the honest measure. On failure prints the tensor ("what: conv3.weight"), its error
 // and its worst element.
 struct model;
+struct dataset;
 int check_params(const struct model *m, const float *a, const float *b, float tol,
                  const char *what);
 
@@ -114,6 +115,10 @@ int test_run_cli(const char *args, char **out);
 // malloc'd path; NULL on failure.
 enum { FASHION_TRAIN, FASHION_TEST };
 char *test_fashion_csv(const char *dir, int set, int n, int with_labels);
+
+// Fashion-MNIST's training or test set into d, its first n samples (0: all); fails the test
+// when it cannot be read.
+void test_fashion_set(struct dataset *d, int set, int n);
 
 // The first n samples of Fashion-MNIST's training or test set as NumPy files for a multi-label
 // head: dir/<set>_x.npy (n, 28, 28) uint8 and dir/<set>_y.npy (n, FASHION_LABELS) uint8 of 0

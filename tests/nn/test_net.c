@@ -517,10 +517,7 @@ static void test_engine_two_devices_equal_one(void **state) {
     dataset ds;
     ht_error e;
     if (model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
-    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&ds, 200);
+    test_fashion_set(&ds, FASHION_TEST, 200);
     float *one = malloc(sizeof(float) * m.n_params), *two = malloc(sizeof(float) * m.n_params);
     float *init = malloc(sizeof(float) * m.n_params);
     model_init_params(&m, init, 1);
@@ -551,10 +548,7 @@ static void test_engine_restore_continues_exactly(void **state) {
     const char *nets[] = {"cnn3", "cnn2"};
     dataset ds;
     ht_error e;
-    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&ds, 400);
+    test_fashion_set(&ds, FASHION_TEST, 400);
     enum { B = 32, BEFORE = 3, AFTER = 2 };
     for (int k = 0; k < 2; k++) {
         model m;

@@ -641,9 +641,7 @@ static void step_vs_direct(const char *preset, const conv_algo *algos, int n) {
     model m;
     if (model_init_preset(&m, preset, &e) < 0) fail_msg("%s", e.msg);
     dataset tr;
-    if (dataset_load_idx(&tr, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
+    test_fashion_set(&tr, FASHION_TEST, 0);
     float *params = malloc(m.n_params * sizeof *params);
     model_init_params(&m, params, 7);
     uint32_t ids[N];

@@ -111,14 +111,10 @@ static void free_ref(reference *r) {
 static void test_bn_same_on_any_split(void **state) {
     (void)state;
     find_pocl();
-    ht_error e;
     model m;
     dataset ds;
     test_bn_model(&m, GROUP);
-    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&ds, 500);
+    test_fashion_set(&ds, FASHION_TEST, 500);
     // Micro-batches of two groups: the memory of a workspace of 2 groups and a bit.
     uint64_t two_groups = 2 * sizeof(float) * m.n_params + net_ws_bytes(&m, 2 * GROUP + 3, 1);
     const int batches[] = {64, 60}; // 8 groups; 7 and a short one of 4

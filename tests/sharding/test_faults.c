@@ -30,10 +30,7 @@ static int setup(void **state) {
     (void)state;
     ht_error e;
     if (model_init_preset(&net, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
-    if (dataset_load_idx(&data, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&data, 1000);
+    test_fashion_set(&data, FASHION_TEST, 1000);
     have_cl = test_have_opencl("OpenCL cases are skipped");
     return 0;
 }

@@ -110,12 +110,8 @@ static void run_mix(const model *m, const dataset *ds, const char *spec, int bal
 static void invariance_over_mixes(const model *m) {
     int have_cl = find_pocl();
     if (!have_cl) printf("no PoCL pthread+basic devices: checking CPU mixes only\n");
-    ht_error e;
     dataset ds;
-    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&ds, 500);
+    test_fashion_set(&ds, FASHION_TEST, 500);
     reference ref = {0};
     run_mix(m, &ds, "cpu", 0, NULL, &ref);
     char mixes[6][128];
@@ -371,10 +367,7 @@ static void test_resting_device(void **state) {
     model m;
     dataset ds;
     if (model_init_preset(&m, "cnn2d_3layer_fullconnected_3layer", &e) < 0) fail_msg("%s", e.msg);
-    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&ds, 500);
+    test_fashion_set(&ds, FASHION_TEST, 500);
     float *p = malloc(sizeof(float) * m.n_params);
     model_init_params(&m, p, 3);
     test_rig rig;

@@ -27,10 +27,7 @@ static float *preset_fixture(const char *preset, model *m, dataset *ds, uint64_t
     ht_error e;
     if (model_init_preset(m, preset, &e) < 0) fail_msg("%s", e.msg);
     m->setup.conv_algo = CONV_ALGO_DIRECT;
-    if (dataset_load_idx(ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(ds, 300);
+    test_fashion_set(ds, FASHION_TEST, 300);
     float *init = malloc(sizeof(float) * m->n_params);
     model_init_params(m, init, seed);
     return init;
@@ -301,10 +298,7 @@ static void test_bn_ranks(void **state) {
     test_bn_model(&m, 8);
     // Each rank's process would time auto's choice itself; the comparison wants one algorithm.
     m.setup.conv_algo = CONV_ALGO_DIRECT;
-    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&ds, 300);
+    test_fashion_set(&ds, FASHION_TEST, 300);
     float *init = malloc(sizeof(float) * m.n_params);
     model_init_params(&m, init, 5);
     enum { NB = 62 };
@@ -347,10 +341,7 @@ static void test_graph_ranks(void **state) {
                                        HT_SOURCE_DIR "/tests/fixtures/torch_graph/graph.cfg"};
     ht_error e;
     dataset ds;
-    if (dataset_load_idx(&ds, FASHION_DIR "/t10k-images-idx3-ubyte.gz",
-                         FASHION_DIR "/t10k-labels-idx1-ubyte.gz", 10, &e) < 0)
-        fail_msg("%s", e.msg);
-    dataset_limit(&ds, 300);
+    test_fashion_set(&ds, FASHION_TEST, 300);
     for (int k = 0; k < 2; k++) {
         model m;
         if (model_init(&m, cfgs[k], &e) < 0) fail_msg("%s", e.msg);
