@@ -1,5 +1,6 @@
 // The normalize family on an OpenCL device (ocl_layers.h): kernels/normalize.cl, one work-item
-// an element, the mean and variance read from the parameters' state.
+// an element, the mean and variance read from the parameters' state or given as the layer's
+// constants.
 #include "devices/ocl_layers.h"
 
 #include <limits.h>
@@ -10,13 +11,17 @@ static int normalize_launch(const ocl_call *c, const char *kernel, cl_mem out, c
                             ht_error *e) {
     const layer *L = c->L;
     const double elems = (double)c->B * L->c * L->h * L->w;
-    if (elems > INT_MAX || L->s_off > (size_t)UINT_MAX - 2 * (size_t)L->c)
+    if (elems > INT_MAX || (!L->n_const && L->s_off > (size_t)UINT_MAX - 2 * (size_t)L->c))
         return ht_fail(e, "normalize %s on %s: %.0f elements or its state's offset exceed the "
                        "kernels' indices; use a smaller micro-batch", L->name, c->o->label, elems);
-    cl_uint s_off = (cl_uint)L->s_off;
+    cl_uint s_off = L->n_const ? 0 : (cl_uint)L->s_off;
     cl_int invert = L->invert, n = (cl_int)elems, C = L->c, P = L->h * L->w;
+    cl_int consts = L->n_const > 0;
+    cl_float4 cm = {{0}}, cv = {{0}}; // its constants, where it has them
+    for (int k = 0; k < L->n_const; k++) cm.s[k] = L->c_mean[k], cv.s[k] = L->c_var[k];
     ocl_karg a[] = {OCL_KA(out),    OCL_KA(in), OCL_KA(c->params), OCL_KA(s_off),
-                    OCL_KA(invert), OCL_KA(n),  OCL_KA(C),         OCL_KA(P)};
+                    OCL_KA(invert), OCL_KA(n),  OCL_KA(C),         OCL_KA(P),
+                    OCL_KA(consts), OCL_KA(cm), OCL_KA(cv)};
     return n ? ocl_launch_1d(c->o, kernel, a, (int)(sizeof a / sizeof a[0]), (size_t)n, e) : 0;
 }
 

@@ -19,7 +19,8 @@ every (image, label) pair.
             (pip install tensorflow-cpu tf-keras)
 
   Fixtures: the same with --write-fixtures tests/fixtures/keras (once per Keras version)
-            writes weights_k3.* or weights_k2.* (and with Keras 3 normalize_k3.*) for
+            writes weights_k3.* or weights_k2.* (and with Keras 3 normalize_k3.* and
+            convnext_k3.*, with Keras 2 tfop_k2.*) for
             tests/io/test_kerash5.c instead.
 
 With --keras 2 Keras's own weights go to hetrain in Keras 2's layout (save_weights("x.h5")) and
@@ -125,6 +126,43 @@ def normalize_network(keras):
     ], name="norm")
 
 
+def convnext_network(keras):
+    """ConvNeXt's families, as keras.applications' ConvNeXt builds them, small: Normalization
+    with its mean and variance as constants, a Sequential stem inside the model (a 2x2 stride-2
+    Conv2D and LayerNormalization), a block (Conv2D with groups = channels, LayerNormalization,
+    Dense on the image's channels, gelu, Dense, LayerScale, Add) and the head's
+    LayerNormalization on a vector, for the layernorm and layerscale families' fixture."""
+    from keras.src.applications.convnext import LayerScale
+    L = keras.layers
+    inp = keras.Input(shape=(8, 8, 3), name="image")
+    x = L.Normalization(axis=-1, mean=[120.0, 110.0, 100.0], variance=[3400.0, 3200.0, 3300.0],
+                        name="prestem")(inp)
+    x = keras.Sequential([keras.Input(shape=(8, 8, 3)), L.Conv2D(6, 2, strides=2, name="stem_conv"),
+                          L.LayerNormalization(epsilon=1e-6, name="stem_ln")], name="stem")(x)
+    y = L.Conv2D(6, 3, padding="same", groups=6, name="dw")(x)
+    y = L.LayerNormalization(epsilon=1e-6, name="ln")(y)
+    y = L.Dense(12, name="pw1")(y)
+    y = L.Activation("gelu", name="gelu")(y)
+    y = L.Dense(6, name="pw2")(y)
+    y = LayerScale(1e-6, 6, name="ls")(y)
+    x = L.Add(name="add")([x, y])
+    x = L.GlobalAveragePooling2D(name="gap")(x)
+    x = L.LayerNormalization(epsilon=1e-6, name="head_ln")(x)
+    return keras.Model(inp, L.Dense(3, activation="softmax", name="head")(x), name="cnx")
+
+
+def tfop_network(keras):
+    """tf.keras's operations on tensors (TFOpLambda): `a + b` of two convolutions, then
+    `x * 0.5` and `x - 0.25`, for the Keras 2 reader's fixture."""
+    L = keras.layers
+    inp = keras.Input(shape=(6, 6, 2), name="image")
+    a = L.Conv2D(3, 3, padding="same", activation="relu", name="a")(inp)
+    b = L.Conv2D(3, 1, name="b")(inp)
+    x = (a + b) * 0.5 - 0.25
+    x = L.GlobalAveragePooling2D(name="gap")(x)
+    return keras.Model(inp, L.Dense(3, activation="softmax", name="head")(x), name="tfop")
+
+
 def write_fixture(keras, model, stem, x, k2):
     """stem.json, its weights as this Keras saves them and Keras's probabilities for x."""
     p = model.predict(x, verbose=0)
@@ -168,6 +206,12 @@ def write_fixtures(keras, k2, out):
     x = rng.uniform(0, 1, (3, 7, 7, 2)).astype("float32")
     write_fixture(keras, model, os.path.join(out, "weights_" + ("k2" if k2 else "k3")), x, k2)
     if k2:
+        keras.backend.clear_session()
+        model = tfop_network(keras)
+        model.set_weights([rng.normal(0, 0.5, tuple(int(d) for d in v.shape)).astype("float32")
+                           for v in model.weights])
+        x = rng.uniform(0, 1, (3, 6, 6, 2)).astype("float32")
+        write_fixture(keras, model, os.path.join(out, "tfop_k2"), x, k2)
         return
     # normalize_k3: the mean and variance as adapt() leaves them (a count of its samples), the
     # inverted layer's around the convolution's outputs.
@@ -190,6 +234,20 @@ def write_fixtures(keras, k2, out):
             layer.finalize_state()
     x = rng.uniform(0, 255, (3, 6, 6, 3)).astype("float32")
     write_fixture(keras, model, os.path.join(out, "normalize_k3"), x, k2)
+    # convnext_k3: the gammas around 1 (the layer scale's too, so that the block counts), the
+    # other weights around 0, pixels of 0..255.
+    keras.backend.clear_session()
+    model = convnext_network(keras)
+    vals = []
+    for v in model.weights:
+        shape = tuple(int(d) for d in v.shape)
+        if v.name == "gamma":
+            vals.append(rng.uniform(0.5, 1.5, shape).astype("float32"))
+        else:
+            vals.append(rng.normal(0, 0.3, shape).astype("float32"))
+    model.set_weights(vals)
+    x = rng.uniform(0, 255, (3, 8, 8, 3)).astype("float32")
+    write_fixture(keras, model, os.path.join(out, "convnext_k3"), x, k2)
 
 
 def main():

@@ -34,7 +34,7 @@ typedef struct kh5_var {
 typedef struct kh5_layer {
     int l;                     // index into m->layers
     const char *cls;           // Keras's class
-    char path[48];             // Keras 3's group: "conv2d_1"
+    char path[80];             // Keras 3's group: "conv2d_1", "sequential/layers/conv2d"
     int pos;                   // its place among the model's layers of its class, from 0
     int nv;
     kh5_var v[KH5_MAX_VARS];
@@ -133,7 +133,16 @@ static int plan_build(const char *path, const model *m, kh5_plan *p, ht_error *e
     int nt;
     if (safetensors_tensors(path, m, &ts, &nt, e)) return -1;
     if (!(p->L = ht_calloc((size_t)m->n_layers + 1, sizeof *p->L, e))) return -1;
-    int seen[LAYER_KIND_COUNT] = {0};
+    // Keras numbers each class's layers within their container: the model's own layers, and
+    // each Sequential inside it (model.h: keras_seq) apart.
+    int n_seq = 0;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].keras_seq > n_seq) n_seq = m->layers[l].keras_seq;
+    int (*seen)[LAYER_KIND_COUNT] = ht_calloc((size_t)n_seq + 1, sizeof *seen, e);
+    if (!seen) {
+        plan_free(p);
+        return -1;
+    }
     for (int l = 0; l < m->n_layers; l++) {
         const model_tensor *wt = NULL, *bt = NULL, *st[4] = {NULL};
         int any = 0;
@@ -148,19 +157,34 @@ static int plan_build(const char *path, const model *m, kh5_plan *p, ht_error *e
         const layer *L = &m->layers[l];
         if (!kh5_holds(L->kind)) {
             plan_free(p);
+            free(seen);
             return ht_fail(e, "%s: layer %d \"%s\" (%s) has weights but no Keras layer to hold "
                               "them (Keras weight files hold %s)", path, l, L->name,
                            model_kind_name(L->kind), kh5_class_list());
         }
         const layer_desc *d = layer_desc_of(L->kind);
+        // Keras's class: its kind's, or the one it was read as (model.h: keras_as).
+        const int as = L->keras_as ? L->keras_as - 1 : (int)L->kind;
+        const char *cls = layer_desc_of((layer_kind)as)->keras_class;
+        if (L->keras_seq < 0) {
+            plan_free(p);
+            free(seen);
+            return ht_fail(e, "%s: layer %d \"%s\" (%s) is in a Sequential inside a Sequential "
+                              "inside the Keras model: hetrain reads and writes the weights of "
+                              "one level of Sequentials inside a model", path, l, L->name,
+                           model_kind_name(L->kind));
+        }
         kh5_layer *K = &p->L[p->n++];
-        char snake[40];
-        snake_case(d->keras_class, snake, sizeof snake);
+        char snake[40], within[40] = "";
+        snake_case(cls, snake, sizeof snake);
         K->l = l;
-        K->cls = d->keras_class;
-        if (seen[L->kind]) snprintf(K->path, sizeof K->path, "%s_%d", snake, seen[L->kind]);
-        else snprintf(K->path, sizeof K->path, "%s", snake);
-        K->pos = seen[L->kind]++;
+        K->cls = cls;
+        const int q = L->keras_seq, nth = seen[q][as];
+        if (q > 1) snprintf(within, sizeof within, "sequential_%d/layers/", q - 1);
+        else if (q == 1) snprintf(within, sizeof within, "sequential/layers/");
+        if (nth) snprintf(K->path, sizeof K->path, "%s%s_%d", within, snake, nth);
+        else snprintf(K->path, sizeof K->path, "%s%s", within, snake);
+        K->pos = seen[q][as]++;
         // The family's variables in Keras's order, each the layer's tensor it names.
         for (int r = 0; r < d->family->n_keras_vars; r++) {
             const layer_keras_var *kv = &d->family->keras_vars[r];
@@ -170,6 +194,7 @@ static int plan_build(const char *path, const model *m, kh5_plan *p, ht_error *e
                                                                                   : 0;
             if (kv->required && (!t || (rank && t->ndim != rank))) {
                 plan_free(p);
+                free(seen);
                 return ht_fail(e, "%s: layer %d \"%s\" (%s) has no %s of Keras's rank", path, l,
                                L->name, model_kind_name(L->kind), kv->name ? kv->name : "tensor");
             }
@@ -178,18 +203,27 @@ static int plan_build(const char *path, const model *m, kh5_plan *p, ht_error *e
                 K->count = t;
                 continue;
             }
-            add_var(K, kv->name, t, kv->layout);
+            // A dwconv read from Conv2D: Conv2D's "kernel".
+            add_var(K, L->keras_as && kv->layout == LKW_DEPTHWISE ? "kernel" : kv->name, t,
+                    kv->layout);
             if (kv->layout == LKW_DENSE) dense_input(m, l, &K->v[K->nv - 1]);
             if (kv->layout == LKW_DEPTHWISE) { // (C*M,1,K,K) -> (K,K,C,M)
                 kh5_var *v = &K->v[K->nv - 1];
                 v->oc = (size_t)L->mult, v->c = (size_t)L->c, v->h = v->w = (size_t)L->k;
                 v->ndim = 4;
                 v->dims[0] = v->h, v->dims[1] = v->w, v->dims[2] = v->c, v->dims[3] = v->oc;
+                if (L->keras_as == 1 + LAYER_CONV2D) // Conv2D's (K,K,1,C*M): the same order
+                    v->dims[2] = 1, v->dims[3] = v->c * v->oc;
+            }
+            if (kv->layout == LKW_CONV && L->keras_as == 1 + LAYER_DENSE) {
+                kh5_var *v = &K->v[K->nv - 1]; // Dense's (C,OC) of a 1x1: the same order
+                v->ndim = 2, v->dims[0] = v->c, v->dims[1] = v->oc;
             }
         }
         for (int i = 0; i < K->nv; i++)
             if (K->v[i].t->n > p->max_n) p->max_n = K->v[i].t->n;
     }
+    free(seen);
     return 0;
 }
 
@@ -309,7 +343,14 @@ static int put_var(hid_t vars, int i, const kh5_var *v, const float *params, flo
 // One layer's layers/<path>/vars group with its variables.
 static int put_layer(hid_t layers, const kh5_layer *K, const model *m, const float *params,
                      float *buf) {
-    hid_t g = H5Gcreate2(layers, K->path, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), vars = -1;
+    // A layer of a Sequential inside the model: its groups ("sequential/layers") made on the way.
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    if (lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0) {
+        if (lcpl >= 0) H5Pclose(lcpl);
+        return -1;
+    }
+    hid_t g = H5Gcreate2(layers, K->path, lcpl, H5P_DEFAULT, H5P_DEFAULT), vars = -1;
+    H5Pclose(lcpl);
     int rc = -1;
     if (g >= 0 && (vars = H5Gcreate2(g, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
         put_name(vars, m->layers[K->l].name) == 0) {
@@ -551,8 +592,15 @@ static int count_links(hid_t g, hsize_t *n) {
     return 0;
 }
 
-// 1 when loc has a group at name (one component), 0 when not.
+// 1 when loc has a group at name (components separated by '/', each checked in turn, as
+// H5Lexists needs), 0 when not.
 static int has_group(hid_t loc, const char *name) {
+    char part[96];
+    for (const char *slash = strchr(name, '/'); slash; slash = strchr(slash + 1, '/')) {
+        if ((size_t)(slash - name) >= sizeof part) return 0;
+        snprintf(part, sizeof part, "%.*s", (int)(slash - name), name);
+        if (H5Lexists(loc, part, H5P_DEFAULT) <= 0) return 0;
+    }
     if (H5Lexists(loc, name, H5P_DEFAULT) <= 0) return 0;
     // H5Oget_info's signature differs between libhdf5 1.10 and 1.12; opening it does not.
     hid_t o = H5Oopen(loc, name, H5P_DEFAULT);
@@ -614,7 +662,10 @@ static int read_keras3(kh5_in *in, hid_t f, const char *prefix, const kh5_plan *
                                H5P_DEFAULT) < 0)
             continue;
         int known = 0;
-        for (int i = 0; i < p->n && !known; i++) known = !strcmp(name, p->L[i].path);
+        const size_t len = strlen(name);
+        for (int i = 0; i < p->n && !known; i++) // the layer's group, or its Sequential's
+            known = !strcmp(name, p->L[i].path) ||
+                    (!strncmp(name, p->L[i].path, len) && p->L[i].path[len] == '/');
         if (known || !has_group(top, name)) continue;
         hid_t g = H5Gopen2(top, name, H5P_DEFAULT);
         hsize_t nv = 0;

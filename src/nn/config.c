@@ -51,7 +51,14 @@
 //              first minus the second), Multiply, Average and Maximum
 //   [rescale]  scale = 1, offset = 0: x * scale + offset (Keras's Rescaling)
 //   [normalize] invert = 0: each channel (x - mean) / max(sqrt(variance), 1e-7) by the mean and
-//              variance of its state (Keras's Normalization; 1: mean + x * that)
+//              variance of its state (Keras's Normalization; 1: mean + x * that); or mean =
+//              M1, M2, .. and variance = V1, V2, .. as constants (one each for up to 4
+//              channels, or one for all; Keras keeps no variable then)
+//   [layernorm] epsilon = 1e-3, center = 1, scale = 1: each position's channels (a vector's
+//              features) standardised by their own mean and variance, times gamma plus beta
+//              (Keras's LayerNormalization over the last axis)
+//   [layerscale] init_values = 1e-6: each channel times a trainable factor that starts there
+//              (ConvNeXt's LayerScale; init = another initializer)
 //   [concat]   2..4 inputs of one height and width, their channels one after another (Keras's
 //              Concatenate on the channel axis), named by `from`
 //   [zeropad]  padding = N | (H, W) | ((TOP, BOTTOM), (LEFT, RIGHT)) as Keras's ZeroPadding2D

@@ -22,7 +22,6 @@ static int conv_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
         kget_str(k, cfg, "padding", "valid", &pad) || keras_read_weights(k, cfg, &s, &act))
         return -1;
     if (dil != 1) return kfail(k, "dilation_rate %d: hetrain's convolutions are dense (1)", dil);
-    if (groups != 1) return kfail(k, "groups %d: hetrain's convolutions have one group", groups);
     int same = !strcmp(pad, "same");
     if (!same && strcmp(pad, "valid"))
         return kfail(k, "padding \"%.40s\": expected valid or same", pad);
@@ -34,9 +33,19 @@ static int conv_keras_read(kctx *k, model *m, json_object *cfg, layer_kind kind,
     keras_cur_shape(k, m, &c, &h, &w);
     if (!same && (h < kk || w < kk))
         return kfail(k, "kernel %d does not fit its %dx%d input", kk, h, w);
+    // groups = channels (ConvNeXt's 7x7) is a depthwise convolution, filters / groups outputs
+    // a channel; Keras's (K, K, 1, filters) kernel holds DepthwiseConv2D's (K, K, C, M) values
+    // in the same order.
+    if (groups != 1 && (groups != c || filters % groups))
+        return kfail(k, "groups %d of %d input channels and %d filters: hetrain's grouped "
+                     "convolution is the depthwise one (groups = input channels, filters a "
+                     "multiple of them)", groups, c, filters);
     s.name = klayer_name(kname, "", buf, sizeof buf);
     s.filters = filters, s.k = kk, s.stride = stride, s.pad = same ? -1 : 0;
-    size_t params = (size_t)kk * kk * c * filters + (s.no_bias ? 0 : (size_t)filters);
+    if (groups != 1)
+        s.kind = LAYER_DWCONV, s.filters = 0, s.mult = filters / groups,
+        s.keras_as = 1 + LAYER_CONV2D;
+    size_t params = (size_t)kk * kk * (c / groups) * filters + (s.no_bias ? 0 : (size_t)filters);
     if (keras_add(k, m, &s) ||
         keras_check_layer(k, m, filters, keras_out(h, kk, stride, same), keras_out(w, kk, stride, same),
                     params))

@@ -112,8 +112,12 @@ static int dwconv_weight_shape(const layer *L, int64_t *shape) {
 
 static double dwconv_macs(const layer *L) { return (double)L->oc * L->oh * L->ow * L->k * L->k; }
 
-// Keras's fans of a (K, K, C, M) kernel.
+// Keras's fans of a (K, K, C, M) kernel, or of Conv2D's (K, K, 1, C * M) with groups = C.
 static void dwconv_fans(const layer *L, double *fan_in, double *fan_out) {
+    if (L->keras_as == 1 + LAYER_CONV2D) {
+        *fan_in = (double)L->k * L->k, *fan_out = (double)L->oc * L->k * L->k;
+        return;
+    }
     *fan_in = (double)L->c * L->k * L->k, *fan_out = (double)L->mult * L->k * L->k;
 }
 

@@ -182,8 +182,24 @@ static int build(kctx *k, model *m, json_object *root) {
             if (klayer_heading(k, layers, i, &L) || keras_read_layer(k, m, L, i == n - 1))
                 return -1;
         }
-    } else if (read_graph(k, m, cfg, layers) < 0) {
-        return -1;
+    } else {
+        // Models inside the model, however deep, in their places.
+        json_object *flat = json_object_get(layers);
+        for (int depth = 0; flat && depth < 8; depth++) {
+            int nested = 0;
+            for (size_t i = 0; i < json_object_array_length(flat); i++) {
+                json_object *cn = kget(kidx(flat, i), "class_name");
+                nested |= cn && json_object_is_type(cn, json_type_string) &&
+                          !strcmp(json_object_get_string(cn), "Sequential");
+            }
+            if (!nested) break;
+            json_object *next = keras_graph_inline(k, flat);
+            json_object_put(flat);
+            flat = next;
+        }
+        int rc = flat ? read_graph(k, m, cfg, flat) : -1;
+        json_object_put(flat);
+        if (rc < 0) return -1;
     }
     const layer *last = m->n_layers ? &m->layers[m->n_layers - 1] : NULL;
     if (!last || (last->kind != LAYER_SOFTMAX_XENT && last->kind != LAYER_SIGMOID_BCE))

@@ -35,6 +35,7 @@ int keras_add(kctx *k, model *m, const layer_spec *s) {
         memcpy(with.from, k->from, sizeof with.from);
     }
     k->n_from = 0;
+    with.keras_seq = k->seq;
     if (model_add(m, &with, &e) == 0) return 0;
     const char *msg = e.msg, *cut = strstr(msg, "): ");
     if (!strncmp(msg, "layer ", 6) && cut) msg = cut + 3;

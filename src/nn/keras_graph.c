@@ -64,6 +64,32 @@ static int find_tensors(kctx *k, json_object *v, kin *in, int *n) {
 // Keras 3's recorded training is replaced by fit's and predict's own, so it is let be.
 static int read_call(kctx *k, json_object *node, kin *in, int *n) {
     *n = 0;
+    // tf.keras's TFOpLambda (`x + y` in a Keras 2 model): the call is one entry, [x's layer,
+    // node, tensor, {"y": y, "name": null}], y another tensor's [layer, node, tensor] or a
+    // number (keras_read_op's).
+    if (json_object_is_type(node, json_type_array) &&
+        json_object_is_type(kidx(node, 0), json_type_string)) {
+        json_object *kw = kidx(node, 3);
+        if (!is_int(kidx(node, 1)) || !is_int(kidx(node, 2)) ||
+            (kw && !json_object_is_type(kw, json_type_object)))
+            return kfail(k, "inbound_nodes: expected [layer, node, tensor, kwargs]");
+        kin_add(in, n, json_object_get_string(kidx(node, 0)), json_object_get_int64(kidx(node, 1)),
+                json_object_get_int64(kidx(node, 2)));
+        json_object_object_foreach(kw, key, val) {
+            if (!val || (!strcmp(key, "y") && !json_object_is_type(val, json_type_array))) continue;
+            json_object *v0 = kidx(val, 0);
+            if (!strcmp(key, "y") && json_object_array_length(val) >= 3 &&
+                json_object_is_type(v0, json_type_string) && is_int(kidx(val, 1)) &&
+                is_int(kidx(val, 2))) {
+                kin_add(in, n, json_object_get_string(v0), json_object_get_int64(kidx(val, 1)),
+                        json_object_get_int64(kidx(val, 2)));
+                continue;
+            }
+            return kfail(k, "called with %.40s=%.40s: hetrain reads TFOpLambda's x and y", key,
+                         json_object_to_json_string_ext(val, JSON_C_TO_STRING_PLAIN));
+        }
+        return 0;
+    }
     if (json_object_is_type(node, json_type_array)) {
         for (size_t i = 0; i < json_object_array_length(node); i++) {
             json_object *e = kidx(node, i);
@@ -197,7 +223,9 @@ int keras_graph_inputs(kctx *k, json_object *cfg, json_object *layers,
                                                          : "a second input");
         if (read_call(k, kidx(nodes, 0), in, &n_in)) return -1;
         int kind = keras_class_kind(k->lclass);
-        int merge = kind >= 0 && (layer_flags((layer_kind)kind) & LF_MERGE);
+        // TFOpLambda of two tensors: a merge (keras_read_op reads its function).
+        int merge = (kind >= 0 && (layer_flags((layer_kind)kind) & LF_MERGE)) ||
+                    !strcmp(k->lclass, "TFOpLambda");
         if (n_in > 1 && !merge) {
             char names[160];
             size_t at = 0;
@@ -252,4 +280,115 @@ int keras_graph_inputs(kctx *k, json_object *cfg, json_object *layers,
         }
     }
     return 0;
+}
+
+// ---- models inside the model ------------------------------------------------------------------
+
+// Replaces element 0 of every inbound entry that names `from` (Keras 3's keras_history, Keras
+// 2's [layer, node, tensor, kwargs]) by `to`, however deep in v.
+static void rename_inbound(json_object *v, const char *from, const char *to) {
+    if (json_object_is_type(v, json_type_array)) {
+        json_object *e0 = kidx(v, 0);
+        size_t n = json_object_array_length(v);
+        if (n >= 3 && json_object_is_type(e0, json_type_string) &&
+            !strcmp(json_object_get_string(e0), from)) {
+            json_object_array_put_idx(v, 0, json_object_new_string(to));
+            return;
+        }
+        for (size_t i = 0; i < n; i++) rename_inbound(kidx(v, i), from, to);
+        return;
+    }
+    if (!json_object_is_type(v, json_type_object)) return;
+    json_object_object_foreach(v, key, val) {
+        (void)key;
+        if (val) rename_inbound(val, from, to);
+    }
+}
+
+// An inbound_nodes list of one call on the output of layer `name`, in the generation of
+// `like` (a call as Keras 3 or Keras 2 writes it).
+static json_object *call_on(const char *name, json_object *like) {
+    json_object *hist = json_object_new_array();
+    json_object_array_add(hist, json_object_new_string(name));
+    json_object_array_add(hist, json_object_new_int(0));
+    json_object_array_add(hist, json_object_new_int(0));
+    json_object *call;
+    if (json_object_is_type(like, json_type_array)) { // Keras 2: [[name, 0, 0, {}]]
+        json_object_array_add(hist, json_object_new_object());
+        call = json_object_new_array();
+        json_object_array_add(call, hist);
+    } else { // Keras 3: {"args": [tensor], "kwargs": {}}
+        json_object *tcfg = json_object_new_object(), *t = json_object_new_object();
+        json_object_object_add(tcfg, "keras_history", hist);
+        json_object_object_add(t, "class_name", json_object_new_string("__keras_tensor__"));
+        json_object_object_add(t, "config", tcfg);
+        json_object *args = json_object_new_array();
+        json_object_array_add(args, t);
+        call = json_object_new_object();
+        json_object_object_add(call, "args", args);
+        json_object_object_add(call, "kwargs", json_object_new_object());
+    }
+    json_object *nodes = json_object_new_array();
+    json_object_array_add(nodes, call);
+    return nodes;
+}
+
+json_object *keras_graph_inline(kctx *k, json_object *layers) {
+    json_object *out = json_object_new_array();
+    const int n = (int)json_object_array_length(layers);
+    int n_seq = 0; // the Sequentials of this list so far: Keras's weight files number them
+    for (int i = 0; i < n; i++) {
+        json_object *L;
+        if (klayer_heading(k, layers, i, &L)) goto fail;
+        if (strcmp(k->lclass, "Sequential")) {
+            json_object_array_add(out, json_object_get(L));
+            continue;
+        }
+        // A Sequential called once, on one tensor: its layers in its place, the first called
+        // on its input, each next on the one before, and its readers reading its last.
+        json_object *inner = kget(kget(L, "config"), "layers"), *nodes = kget(L, "inbound_nodes");
+        const char *name = klayer_graph_name(L);
+        if (!name || !inner || !json_object_is_type(inner, json_type_array) || !nodes ||
+            !json_object_is_type(nodes, json_type_array) || json_object_array_length(nodes) != 1) {
+            kfail(k, "a Sequential inside the model: expected its name, its layers and one call");
+            goto fail;
+        }
+        json_object *call = kidx(nodes, 0);
+        const char *prev = NULL;
+        // Where its layers' weights are in Keras 3's files: under its group, the n_seq-th
+        // Sequential's (KERAS_SEQ_KEY); one inside another Sequential's layers, deeper (-1).
+        json_object *outer = kget(L, KERAS_SEQ_KEY);
+        const int seq = outer ? -1 : ++n_seq;
+        int trainable = 1;
+        if (kget_bool(k, kget(L, "config"), "trainable", 1, &trainable)) goto fail;
+        for (size_t j = 0; j < json_object_array_length(inner); j++) {
+            json_object *I = kidx(inner, j), *cn = kget(I, "class_name");
+            const char *iname = klayer_graph_name(I);
+            if (!cn || !json_object_is_type(cn, json_type_string) || !iname) {
+                kfail(k, "its layer %zu: expected a layer object with a class_name and a name", j);
+                goto fail;
+            }
+            if (!strcmp(json_object_get_string(cn), "InputLayer")) continue;
+            json_object_object_add(I, "inbound_nodes",
+                                   prev ? call_on(prev, call) : json_object_get(nodes));
+            json_object_object_add(I, KERAS_SEQ_KEY, json_object_new_int(seq));
+            // A frozen Sequential's layers are frozen, as Keras trains them.
+            json_object *icfg = kget(I, "config");
+            if (!trainable && icfg && json_object_is_type(icfg, json_type_object))
+                json_object_object_add(icfg, "trainable", json_object_new_boolean(0));
+            // Keras 3's Functional names a layer at its top ("name"), as klayer_graph_name reads.
+            json_object_array_add(out, json_object_get(I));
+            prev = iname;
+        }
+        if (!prev) {
+            kfail(k, "a Sequential inside the model without layers");
+            goto fail;
+        }
+        for (int j = i + 1; j < n; j++)
+            rename_inbound(kget(kidx(layers, (size_t)j), "inbound_nodes"), name, prev);
+    }
+    return out;
+fail:
+    json_object_put(out);
+    return NULL;
 }

@@ -38,6 +38,7 @@ typedef struct kctx {
     // adds for it (n_from 0 after), and the shapes the readers see are from[0]'s.
     int n_from;
     int from[MODEL_MAX_IN];
+    int seq; // the layer being read came from a Sequential inside the model (KERAS_SEQ_KEY)
 } kctx;
 
 // ---- keras_json.c ----------------------------------------------------------------------------
@@ -171,5 +172,14 @@ int keras_read_weights_of(kctx *k, json_object *cfg, const char *kernel, layer_s
 // hetrain cannot compute.
 int keras_graph_inputs(kctx *k, json_object *cfg, json_object *layers,
                        int (*in_of)[MODEL_MAX_IN], int *n_in_of);
+// The layer list with each Sequential inside it (keras.applications' ConvNeXt's stem and
+// downsampling blocks) replaced by its layers, called in a chain as the Sequential runs them
+// (its inner layers' inbound_nodes are written, its readers renamed to read its last layer;
+// a Sequential inside those is left for the next call). A new reference, or NULL after kfail.
+json_object *keras_graph_inline(kctx *k, json_object *layers);
+// The key keras_graph_inline marks each layer it moves out of a Sequential with: the number of
+// that Sequential among its list's (1, 2, ...; -1: a Sequential inside a Sequential), which the
+// reader keeps in the layers it adds (model.h: keras_seq).
+#define KERAS_SEQ_KEY "__hetrain_sequential"
 
 #endif

@@ -142,6 +142,8 @@ int keras_read_layer(kctx *k, model *m, json_object *layer, int last) {
     if (kget_bool(k, cfg, "trainable", 1, &trainable) || kcheck_dtype(k, cfg)) return -1;
     // A frozen layer's parameters are not updated (read_weights); one without any is as it was.
     k->frozen = !trainable;
+    json_object *seq = kget(layer, KERAS_SEQ_KEY);
+    k->seq = seq ? json_object_get_int(seq) : 0;
     int kind = keras_class_kind(cls);
     const keras_family *kf = kind >= 0 ? keras_family_of[kind] : NULL;
     if (k->frozen && kf && kf->frozen) return kfail(k, "trainable false: %s", kf->frozen);
@@ -164,6 +166,6 @@ int keras_read_layer(kctx *k, model *m, json_object *layer, int last) {
     if (!strcmp(cls, "Activation")) return read_activation(k, m, cfg, kname, last);
     if (!strcmp(cls, "Sequential") || !strcmp(cls, "Functional") || !strcmp(cls, "Model"))
         return kfail(k, "a model inside the model is not supported; hetrain reads one list of "
-                     "layers");
+                     "layers, and Sequential models inside a Functional one");
     return kfail(k, "not supported; hetrain reads %s", keras_class_list());
 }

@@ -6,7 +6,8 @@
 //
 // ID gives LAYER_<ID>. The family names the ops every backend implements for it
 // (`<backend>_<family>`: conv, pool, gap, dense, relu, dropout, softmax, act, bn, bce, permute,
-// zeropad, merge, concat, dwconv, rescale, normalize); kinds of one family share them. name is the config section and what `summary` and messages call the
+// zeropad, merge, concat, dwconv, rescale, normalize, layernorm, layerscale); kinds of one
+// family share them. name is the config section and what `summary` and messages call the
 // kind; for the kinds that can be an activation (relu, softmax, the act family) it is also the
 // config's and Keras's activation name. The Keras class is the layer class that is this kind
 // alone (NULL: none; Keras writes the activations as Activation("name") too). The act family
@@ -55,7 +56,9 @@
     X(CONCAT,         concat,  "concat",        "concat",   "Concatenate",            NULL, 0)      \
     X(DWCONV,         dwconv,  "dwconv",        "dwconv",   "DepthwiseConv2D",        NULL, 0)      \
     X(RESCALE,        rescale, "rescale",       "rescale",  "Rescaling",              NULL, 0)      \
-    X(NORMALIZE,      normalize, "normalize",   "norm",     "Normalization",          NULL, 0)
+    X(NORMALIZE,      normalize, "normalize",   "norm",     "Normalization",          NULL, 0)    \
+    X(LAYERNORM,      layernorm, "layernorm",   "ln",       "LayerNormalization",     NULL, 0)    \
+    X(LAYERSCALE,     layerscale, "layerscale", "ls",       "LayerScale",             NULL, 0)
 
 typedef enum layer_kind {
 #define LAYER_KIND_ENUM(id, fam, name, prefix, keras, key, dflt) LAYER_##id,
@@ -84,6 +87,8 @@ typedef enum layer_kind {
 #define LAYER_ACT_FN_dwconv(id)
 #define LAYER_ACT_FN_rescale(id)
 #define LAYER_ACT_FN_normalize(id)
+#define LAYER_ACT_FN_layernorm(id)
+#define LAYER_ACT_FN_layerscale(id)
 
 #define LAYER_ACT_FN_ENTRY(id, fam, name, prefix, keras, key, dflt) LAYER_ACT_FN_##fam(id)
 typedef enum act_fn { LAYER_KINDS(LAYER_ACT_FN_ENTRY) ACT_FN_COUNT } act_fn;
@@ -107,6 +112,8 @@ typedef enum act_fn { LAYER_KINDS(LAYER_ACT_FN_ENTRY) ACT_FN_COUNT } act_fn;
 #define LAYER_MERGE_OP_dwconv(id)
 #define LAYER_MERGE_OP_rescale(id)
 #define LAYER_MERGE_OP_normalize(id)
+#define LAYER_MERGE_OP_layernorm(id)
+#define LAYER_MERGE_OP_layerscale(id)
 
 #define LAYER_MERGE_OP_ENTRY(id, fam, name, prefix, keras, key, dflt) LAYER_MERGE_OP_##fam(id)
 typedef enum merge_op { LAYER_KINDS(LAYER_MERGE_OP_ENTRY) MERGE_OP_COUNT } merge_op;

@@ -167,6 +167,24 @@ void normalize_forward(float *out, const float *in, size_t rows, int C, int Cs, 
 void normalize_backward(float *din, const float *dout, size_t rows, int C, int Cs,
                         const float *var, int invert, int nthreads);
 
+// The layernorm family: rows of Cs floats, the first C of each standardised by the row's own
+// mean and variance, (x - mean) / sqrt(var + eps) * gamma[c] + beta[c] (gamma, beta NULL: 1,
+// 0), the rest 0. The backward writes din (skipped when NULL) and adds the rows' sums to dgamma
+// and dbeta (each NULL: not wanted); -1 when out of memory for the threads' sums.
+void layernorm_forward(float *out, const float *in, size_t rows, int C, int Cs,
+                       const float *gamma, const float *beta, float eps, int nthreads);
+int layernorm_backward(float *din, float *dgamma, float *dbeta, const float *dout,
+                       const float *in, size_t rows, int C, int Cs, const float *gamma,
+                       float eps, int nthreads);
+
+// The layerscale family: rows of Cs floats, y = x * gamma[c] in the first C of each, 0 in the
+// rest; the backward writes din (skipped when NULL) and adds sum(dy * x) to dgamma; -1 when
+// out of memory for the threads' sums.
+void layerscale_forward(float *out, const float *in, size_t rows, int C, int Cs,
+                        const float *gamma, int nthreads);
+int layerscale_backward(float *din, float *dgamma, const float *dout, const float *in,
+                        size_t rows, int C, int Cs, const float *gamma, int nthreads);
+
 // ---- channels-last (NHWC), the layout net.c keeps spatial activations in ----
 // A spatial tensor is (B,H,W,Cs): channel stride Cs >= C. Convolutions write Cs =
 // conv_cpad(OC), a multiple of CONV_CPAD, and keep the pad channels at zero; weights stay in

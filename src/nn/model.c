@@ -319,6 +319,7 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
         L.b_off = m->n_params - m->n_state;
     }
     L.frozen |= s->frozen; // or the family made it so (normalize: constants)
+    L.keras_as = s->keras_as, L.keras_seq = s->keras_seq;
     if ((int64_t)(m->n_params + L.n_w + L.n_b + L.n_s) >= MODEL_MAX_ELEMS)
         return ht_fail(err, "layer %d (%s): %zu parameters take the total to 2^31 or more", idx,
                        kname, L.n_w + L.n_b + L.n_s);

@@ -104,6 +104,7 @@ extern const char *const conv_algo_names[];
 // A layer's hyperparameters, declared once for what gives them (layer_spec: presets, the config
 // reader, the Keras reader) and what keeps them (layer); a family's new parameter is a line
 // here. model_add copies those its family has.
+#define NORMALIZE_MAX_CONST 4 // channels of a normalize layer with constants (an image's)
 #define LAYER_HPARAMS                                                                           \
     /* conv2d and pooling: the window; layer_spec's pad as given (< 0: Keras "same", any     \
        stride; pooling: 0 or "same"), the layer's the before-pad (top/left): "same" may pad  \
@@ -136,7 +137,19 @@ extern const char *const conv_algo_names[];
     /* rescale: x * scale + offset (Keras's Rescaling) */                                      \
     float scale, offset;                                                                       \
     /* normalize: 1 computes mean + x * sqrt(variance) instead (Keras's invert) */             \
-    int invert;
+    int invert;                                                                                \
+    /* normalize: the mean and variance as constants of the layer (Keras's Normalization with  \
+       mean and variance in its config: ConvNeXt's), n_const of them (1: every channel's),    \
+       0: they are its state */                                                                \
+    int n_const;                                                                               \
+    float c_mean[NORMALIZE_MAX_CONST], c_var[NORMALIZE_MAX_CONST];                             \
+    /* The Keras class the layer was read as when not its kind's, as 1 + the layer kind whose  \
+       class it is (0: its kind's): Conv2D with groups = channels is a dwconv, Dense on an    \
+       image's channels a 1x1 conv. Keras's weight files name and shape it as that class. */  \
+    int keras_as;                                                                              \
+    /* Read from the keras_seq-th Sequential inside a Keras model (ConvNeXt's stem): Keras's   \
+       weight files hold it in that Sequential's group; 0: at the top; -1: deeper. */         \
+    int keras_seq;
 
 typedef struct layer {
     layer_kind kind;

@@ -37,25 +37,58 @@ const keras_family keras_rescale = {rescale_keras_read, NULL};
 // Multiply, Divide or TrueDivide whose call's args are the tensor and a number. Such an
 // operation is the rescale family; one of two tensors is the merge of that name.
 int keras_is_op(json_object *layer) {
-    json_object *mod = kget(layer, "module");
-    return mod && json_object_is_type(mod, json_type_string) &&
-           !strncmp(json_object_get_string(mod), "keras.src.ops.", 14);
+    json_object *mod = kget(layer, "module"), *cls = kget(layer, "class_name");
+    return (mod && json_object_is_type(mod, json_type_string) &&
+            !strncmp(json_object_get_string(mod), "keras.src.ops.", 14)) ||
+           (cls && json_object_is_type(cls, json_type_string) &&
+            !strcmp(json_object_get_string(cls), "TFOpLambda"));
+}
+
+// tf.keras's TFOpLambda (a Keras 2 model's `x + y`, `x * 0.5`): its function as the operation
+// class Keras 3 would write, or NULL.
+static const char *tfop_class(json_object *cfg) {
+    static const char *const fns[][2] = {
+        {"__operators__.add", "Add"},      {"math.add", "Add"},
+        {"math.subtract", "Subtract"},     {"__operators__.sub", "Subtract"},
+        {"math.multiply", "Multiply"},     {"__operators__.mul", "Multiply"},
+        {"math.truediv", "TrueDivide"},    {"__operators__.truediv", "TrueDivide"},
+        {"math.divide", "Divide"},
+    };
+    json_object *f = kget(cfg, "function");
+    if (!f || !json_object_is_type(f, json_type_string)) return NULL;
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+        if (!strcmp(json_object_get_string(f), fns[i][0])) return fns[i][1];
+    return NULL;
 }
 
 int keras_read_op(kctx *k, model *m, json_object *layer, json_object *cfg, const char *kname,
                   int last) {
     static const char *const ops[] = {"Add", "Subtract", "Multiply", "Divide", "TrueDivide",
                                       NULL};
+    const int tfop = !strcmp(k->lclass, "TFOpLambda");
+    const char *cls = tfop ? tfop_class(cfg) : k->lclass;
+    if (!cls) {
+        json_object *f = kget(cfg, "function");
+        return kfail(k, "function %.60s is not supported; hetrain reads TFOpLambda's "
+                     "__operators__.add, math.add, math.subtract, math.multiply and "
+                     "math.truediv", f ? json_object_to_json_string_ext(f, JSON_C_TO_STRING_PLAIN)
+                                       : "(none)");
+    }
     int op = 0;
-    while (ops[op] && strcmp(ops[op], k->lclass)) op++;
+    while (ops[op] && strcmp(ops[op], cls)) op++;
     if (!ops[op])
         return kfail(k, "the operation %s is not supported; hetrain reads Add, Subtract, "
                      "Multiply and Divide of a tensor and a number, and Add, Subtract and "
                      "Multiply of two tensors", k->lclass);
-    // The call's positional arguments: the numbers among them, and where.
-    json_object *args = kget(kidx(kget(layer, "inbound_nodes"), 0), "args");
+    // The call's positional arguments: the numbers among them, and where. TFOpLambda's call
+    // is [x's layer, node, tensor, {"y": ...}]: y, second, a number or a tensor.
+    json_object *node = kidx(kget(layer, "inbound_nodes"), 0);
+    json_object *args = tfop ? NULL : kget(node, "args");
     int n_num = 0, num_at = -1;
     double c = 0;
+    json_object *y = tfop ? kget(kidx(node, 3), "y") : NULL;
+    if (y && (json_object_is_type(y, json_type_double) || json_object_is_type(y, json_type_int)))
+        n_num = 1, num_at = 1, c = json_object_get_double(y);
     for (size_t i = 0; args && json_object_is_type(args, json_type_array) &&
                        i < json_object_array_length(args); i++) {
         json_object *a = kidx(args, i);
@@ -66,11 +99,11 @@ int keras_read_op(kctx *k, model *m, json_object *layer, json_object *cfg, const
         static const layer_kind merges[] = {LAYER_ADD, LAYER_SUBTRACT, LAYER_MULTIPLY};
         if (op > 2)
             return kfail(k, "%s of two tensors is not supported; hetrain divides by a number",
-                         k->lclass);
+                         cls);
         return keras_merge.read(k, m, cfg, merges[op], kname, last);
     }
     if (n_num > 1 || !isfinite(c))
-        return kfail(k, "%s: expected a tensor and one finite number", k->lclass);
+        return kfail(k, "%s: expected a tensor and one finite number", cls);
     double scale = 1, offset = 0;
     switch (op) {
     case 0: offset = c; break;                                    // x + c
@@ -79,8 +112,8 @@ int keras_read_op(kctx *k, model *m, json_object *layer, json_object *cfg, const
     default:                                                      // x / c
         if (num_at == 0)
             return kfail(k, "%s of a number by a tensor is not supported; hetrain divides a "
-                         "tensor by a number", k->lclass);
-        if (c == 0) return kfail(k, "%s by 0", k->lclass);
+                         "tensor by a number", cls);
+        if (c == 0) return kfail(k, "%s by 0", cls);
         scale = 1 / c;
     }
     char buf[32];

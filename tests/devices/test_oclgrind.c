@@ -44,17 +44,21 @@ static const char net_cfg[] = "[net]\ninput = 1x28x28\n"
 // (frozen: its moving statistics in training too) after a dense layer, a max pool whose windows
 // tile its input (maxpool_bwd_tiled) and one whose windows overlap (maxpool_bwd), uneven zero
 // padding, a permute and its inverse, global average pooling, and every activation of the act
-// family, each after its own dense layer; a rescale and a normalize first, a dropout of whole
-// samples, a squeeze-and-excite multiply (a broadcast 1x1 input) and a maximum after the
-// concatenation.
+// family, each after its own dense layer; a rescale and two normalizes first (the second's mean
+// and variance constants), layer normalisation over an image's channels and over a vector, a
+// layerscale on a residual branch, a dropout of whole samples, a squeeze-and-excite multiply (a
+// broadcast 1x1 input) and a maximum after the concatenation.
 static const char all_cfg[] = "[net]\ninput = 1x12x12\nconv_algo = winograd\n"
                               "[rescale]\nscale = 0.5\noffset = -0.25\n[normalize]\n"
+                              "[normalize]\nmean = 0.25\nvariance = 2\n"
                               "[conv]\nfilters = 4\nsize = 3\npad = same\nactivation = relu\n"
                               "[batchnorm]\n[maxpool]\nsize = 2\n"
                               "[zeropad]\npadding = ((0, 1), (2, 0))\n"
                               "[permute]\ndims = 2,3,1\n[permute]\ndims = 3,1,2\n"
                               "[conv]\nfilters = 4\nsize = 3\npad = same\nbias = 0\nactivation = tanh\n"
-                              "[conv]\nfilters = 4\nsize = 3\npad = same\n[add]\nfrom = -1, -2\n"
+                              "[layernorm]\n"
+                              "[conv]\nfilters = 4\nsize = 3\npad = same\n"
+                              "[layerscale]\ninit_values = 0.5\n[add]\nfrom = -1, -3\n"
                               "[concat]\nname = cat\nfrom = -1, -3\n"
                               "[dropout]\nrate = 0.25\nper_sample = 1\n"
                               "[globalavgpool]\n[dense]\nunits = 8\nactivation = sigmoid\n"
@@ -69,7 +73,7 @@ static const char all_cfg[] = "[net]\ninput = 1x12x12\nconv_algo = winograd\n"
                               "[dense]\nunits = 8\nactivation = softplus\n"
                               "[dense]\nunits = 8\nactivation = hard_sigmoid\n"
                               "[dense]\nunits = 8\nactivation = hard_swish\n"
-                              "[dense]\nunits = 8\nactivation = gelu\n"
+                              "[dense]\nunits = 8\nactivation = gelu\n[layernorm]\n"
                               "[batchnorm]\ntrainable = 0\n[dropout]\nrate = 0.25\n"
                               "[dense]\nunits = 10\n[softmax]\n";
 

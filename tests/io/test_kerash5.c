@@ -366,6 +366,73 @@ static void test_normalize(void **state) {
     model_free(&m);
 }
 
+// ConvNeXt's families (tests/fixtures/keras/convnext_k3.*): Normalization of constants, a
+// Sequential stem inside the model (its weights under layers/sequential/layers/), Conv2D with
+// groups = channels (a dwconv, Conv2D's (3,3,1,6) kernel), Dense on the image's channels (a 1x1
+// conv, Dense's (6,12) kernel), LayerNormalization and LayerScale: read from Keras's file they
+// give Keras's probabilities; saved, the file holds Keras's datasets at Keras's paths, and reads
+// back to the same bits.
+static void test_convnext(void **state) {
+    (void)state;
+    model m;
+    float *p = load_model(&m, KDIR "convnext_k3.json", KDIR "convnext_k3.weights.h5");
+    expect_keras_outputs(&m, p, KDIR "convnext_k3.txt", "Keras 3 ConvNeXt families");
+    char *dir = test_tmpdir("kh5-convnext");
+    char path[1024];
+    ht_error e;
+    snprintf(path, sizeof path, "%s/cnx.weights.h5", dir);
+    if (kerash5_save(path, &m, p, &e)) fail_msg("%s", e.msg);
+    static const char *const ds[] = {
+        "layers/sequential/layers/conv2d/vars/0",
+        "layers/sequential/layers/layer_normalization/vars/1",
+        "layers/conv2d/vars/0", "layers/layer_normalization/vars/0", "layers/dense/vars/0",
+        "layers/dense_1/vars/1", "layers/layer_scale/vars/0", "layers/layer_normalization_1/vars/1",
+        "layers/dense_2/vars/0"};
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+        expect_same_dataset(KDIR "convnext_k3.weights.h5", path, ds[i]);
+    float *back = malloc(m.n_params * sizeof *back);
+    assert_non_null(back);
+    if (kerash5_load(path, &m, back, &e)) fail_msg("%s", e.msg);
+    assert_memory_equal(back, p, m.n_params * sizeof *back);
+    free(back);
+    free(p);
+    free(dir);
+    model_free(&m);
+}
+
+// tf.keras's operations on tensors (tests/fixtures/keras/tfop_k2.*: TFOpLambda's
+// __operators__.add of two convolutions, math.multiply and math.subtract by numbers): the
+// graph reads as an add merge and two rescales, and Keras 2's .h5 weights give Keras's
+// probabilities.
+static void test_tfop(void **state) {
+    (void)state;
+    model m;
+    float *p = load_model(&m, KDIR "tfop_k2.json", KDIR "tfop_k2.h5");
+    int adds = 0, rescales = 0;
+    for (int l = 0; l < m.n_layers; l++) {
+        adds += m.layers[l].kind == LAYER_ADD && m.layers[l].n_in == 2;
+        rescales += m.layers[l].kind == LAYER_RESCALE;
+    }
+    assert_int_equal(adds, 1);
+    assert_int_equal(rescales, 2);
+    expect_keras_outputs(&m, p, KDIR "tfop_k2.txt", "tf.keras TFOpLambda");
+    free(p);
+    model_free(&m);
+    // Another function is refused naming it.
+    size_t len;
+    char *json = test_read_file(KDIR "tfop_k2.json", &len);
+    assert_non_null(json);
+    char *at = strstr(json, "\"math.multiply\"");
+    assert_non_null(at);
+    memcpy(at, "\"math.maximum\" ", 15);
+    ht_error e;
+    assert_int_equal(model_init_keras_text(&m, json, len, "tfop.json", &e), -1);
+    test_expect_frags(e.msg, 1, "(TFOpLambda): function \"math.maximum\" is not supported; "
+                      "hetrain reads TFOpLambda's __operators__.add, math.add, math.subtract, "
+                      "math.multiply and math.truediv", NULL);
+    free(json);
+}
+
 // ---- refusals --------------------------------------------------------------------------------
 
 // Copies src to dir/name and returns the malloc'd path.
@@ -604,7 +671,8 @@ static void test_cli(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keras_files), cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_normalize),
+        cmocka_unit_test(test_normalize),   cmocka_unit_test(test_convnext),
+        cmocka_unit_test(test_tfop),
         cmocka_unit_test(test_load_errors), cmocka_unit_test(test_save_errors),
         cmocka_unit_test(test_is_path),     cmocka_unit_test(test_cli),
     };

@@ -77,17 +77,23 @@ typedef double (*loss_fn)(void *ctx);
 
 // num[j] = dL/dp[j] by central differences. Ends with a forward pass at the unperturbed point,
 // so the context's outputs are current again.
-static inline void fd_grad(float *num, float *p, size_t n, loss_fn f, void *ctx) {
+// The same with differences of step h (a function curving sharply at FD_EPS's scale, such as a
+// layer normalisation over a few channels of small spread).
+static inline void fd_grad_step(float *num, float *p, size_t n, loss_fn f, void *ctx, double h) {
     for (size_t j = 0; j < n; j++) {
         const float x = p[j];
-        p[j] = (float)(x + FD_EPS);
+        p[j] = (float)(x + h);
         const double hp = p[j], lp = f(ctx);
-        p[j] = (float)(x - FD_EPS);
+        p[j] = (float)(x - h);
         const double hm = p[j], lm = f(ctx);
         p[j] = x;
         num[j] = (float)((lp - lm) / (hp - hm));
     }
     f(ctx);
+}
+
+static inline void fd_grad(float *num, float *p, size_t n, loss_fn f, void *ctx) {
+    fd_grad_step(num, p, n, f, ctx, FD_EPS);
 }
 
 // Compares analytic with numeric, and refuses a vacuous check where both are ~0.

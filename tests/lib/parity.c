@@ -342,7 +342,7 @@ static const parity_case parity_cases_rescale[] = {
 
 // Normalization by the stored mean and variance (which the cases set away from 0 and 1):
 // EfficientNet's first two layers, after a convolution with pad channels on the CPU path (20),
-// inverted, and flat after a dense layer.
+// inverted, flat after a dense layer, and given as constants of the layer.
 static const parity_case parity_cases_normalize[] = {
     {"after a rescale, first", NET("3x5x5")
      "[rescale]\nscale = 0.5\n[normalize]\n[conv]\nfilters = 4\nsize = 3\npad = same\n" HEAD,
@@ -350,6 +350,34 @@ static const parity_case parity_cases_normalize[] = {
     {"after a convolution, 20 channels, into a pool", NET("2x6x6") PRE(20)
      "[normalize]\n[maxpool]\nsize = 2\n" HEAD, 2, 0, 0},
     {"inverted, flat after dense", NET("12x1x1") "[dense]\nunits = 7\n[normalize]\ninvert = 1\n"
+     HEAD, 4, 0, 0},
+    {"constants, first (ConvNeXt's)", NET("3x5x5")
+     "[normalize]\nmean = 0.5, -0.25, 1\nvariance = 4, 0.25, 2\n"
+     "[conv]\nfilters = 4\nsize = 3\npad = same\n" HEAD, 3, 0, 0},
+    {0},
+};
+
+// Layer normalisation over each position's channels: ConvNeXt's block (a depthwise 7x7, then
+// layernorm), after a convolution with pad channels on the CPU path (20), without gamma and
+// beta, and flat after global pooling (ConvNeXt's head).
+static const parity_case parity_cases_layernorm[] = {
+    {"after a depthwise 5x5, into a pointwise conv", NET("3x6x6") PRE(6)
+     "[dwconv]\nsize = 5\npad = same\n[layernorm]\nepsilon = 1e-6\n"
+     "[conv]\nfilters = 8\nsize = 1\nactivation = gelu\n" HEAD, 3, 0, 0},
+    {"20 channels, no center or scale, into a pool", NET("2x6x6") PRE(20)
+     "[layernorm]\ncenter = 0\nscale = 0\n[maxpool]\nsize = 2\n" HEAD, 2, 0, 0},
+    {"flat after global pooling", NET("3x5x5") PRE(9) "[globalavgpool]\n[layernorm]\n" HEAD,
+     4, 0, 0},
+    {0},
+};
+
+// A channel times its trainable factor: ConvNeXt's residual branch (layerscale before the add,
+// its factors away from 1e-6 so that the branch counts), and flat after a dense layer.
+static const parity_case parity_cases_layerscale[] = {
+    {"a residual branch", NET("3x6x6") PRE(6)
+     "[conv]\nfilters = 6\nsize = 3\npad = same\nactivation = relu\n"
+     "[layerscale]\ninit_values = 0.5\n[add]\nfrom = -1, -3\n" HEAD, 3, 0, 0},
+    {"flat after dense", NET("10x1x1") "[dense]\nunits = 7\n[layerscale]\ninit = glorot_uniform\n"
      HEAD, 4, 0, 0},
     {0},
 };

@@ -1,6 +1,7 @@
 // What the reference's walker (ref.c) hands each family's ops, and the ops of the families
 // that live in ref_layers.c: the ones that shape or combine tensors (permute, zeropad, the
-// merges, rescale, concat, normalize) and the depthwise convolution, each by its definition in double.
+// merges, rescale, concat, normalize, layernorm, layerscale) and the depthwise convolution,
+// each by its definition in double.
 #ifndef HETRAIN_TESTS_REF_INT_H
 #define HETRAIN_TESTS_REF_INT_H
 
@@ -30,6 +31,6 @@ typedef struct ref_ops {
 } ref_ops;
 
 extern const ref_ops ref_permute, ref_zeropad, ref_merge, ref_rescale, ref_concat, ref_dwconv,
-    ref_normalize;
+    ref_normalize, ref_layernorm, ref_layerscale;
 
 #endif

@@ -152,7 +152,8 @@ static double normalize_std_ref(double var) {
 }
 static void normalize_f(const ref_call *c) {
     const layer *L = c->L;
-    const float *mean = c->params + L->s_off, *var = mean + L->c;
+    const float *mean = L->n_const ? L->c_mean : c->params + L->s_off;
+    const float *var = L->n_const ? L->c_var : mean + L->c;
     const size_t P = (size_t)L->h * L->w, n = layer_out_size(L) * (size_t)c->B;
     for (size_t i = 0; i < n; i++) {
         const size_t ch = i / P % (size_t)L->c;
@@ -163,12 +164,82 @@ static void normalize_f(const ref_call *c) {
 }
 static void normalize_b(const ref_call *c) {
     const layer *L = c->L;
-    const float *var = c->params + L->s_off + L->c;
+    const float *var = L->n_const ? L->c_var : c->params + L->s_off + L->c;
     const size_t P = (size_t)L->h * L->w, n = layer_in_size(L) * (size_t)c->B;
     for (size_t i = 0; c->din && i < n; i++) {
         const double s = normalize_std_ref(var[i / P % (size_t)L->c]);
         c->din[i] = (float)(L->invert ? c->g[i] * s : c->g[i] / s);
     }
+}
+
+// Layer normalisation by the definition, in double: position p of sample b standardised over
+// its C channels, times gamma plus beta; the backward through the same formula's derivative,
+// dx = r * (g - mean(g) - xh * mean(g * xh)) with g = dy * gamma.
+static void ln_stats(const layer *L, const float *x, size_t base, size_t P, double *mu,
+                     double *r) {
+    double s = 0, v = 0;
+    for (int ch = 0; ch < L->c; ch++) s += x[base + ch * P];
+    *mu = s / L->c;
+    for (int ch = 0; ch < L->c; ch++) v += (x[base + ch * P] - *mu) * (x[base + ch * P] - *mu);
+    *r = 1 / sqrt(v / L->c + (double)L->eps);
+}
+static double ln_gamma(const ref_call *c, int ch) {
+    return c->L->n_w ? c->params[c->L->w_off + ch] : 1.0;
+}
+static void layernorm_f(const ref_call *c) {
+    const layer *L = c->L;
+    const size_t P = (size_t)L->h * L->w;
+    for (size_t i = 0; i < (size_t)c->B * P; i++) {
+        const size_t base = i / P * L->c * P + i % P;
+        double mu, r;
+        ln_stats(L, c->in, base, P, &mu, &r);
+        for (int ch = 0; ch < L->c; ch++)
+            c->out[base + ch * P] =
+                (float)((c->in[base + ch * P] - mu) * r * ln_gamma(c, ch) +
+                        (L->n_b ? c->params[L->b_off + ch] : 0.0));
+    }
+}
+static void layernorm_b(const ref_call *c) {
+    const layer *L = c->L;
+    const size_t P = (size_t)L->h * L->w;
+    for (size_t i = 0; i < (size_t)c->B * P; i++) {
+        const size_t base = i / P * L->c * P + i % P;
+        double mu, r, m1 = 0, m2 = 0;
+        ln_stats(L, c->in, base, P, &mu, &r);
+        for (int ch = 0; ch < L->c; ch++) {
+            const double xh = (c->in[base + ch * P] - mu) * r, dy = c->g[base + ch * P];
+            m1 += dy * ln_gamma(c, ch), m2 += dy * ln_gamma(c, ch) * xh;
+            if (L->n_w) c->grads[L->w_off + ch] += (float)(dy * xh);
+            if (L->n_b) c->grads[L->b_off + ch] += (float)dy;
+        }
+        m1 /= L->c, m2 /= L->c;
+        for (int ch = 0; c->din && ch < L->c; ch++) {
+            const double xh = (c->in[base + ch * P] - mu) * r;
+            const double g = c->g[base + ch * P] * ln_gamma(c, ch);
+            c->din[base + ch * P] = (float)(r * (g - m1 - xh * m2));
+        }
+    }
+}
+
+// A channel times its factor.
+static void layerscale_f(const ref_call *c) {
+    const layer *L = c->L;
+    const size_t P = (size_t)L->h * L->w, n = layer_out_size(L) * (size_t)c->B;
+    for (size_t i = 0; i < n; i++)
+        c->out[i] = (float)((double)c->in[i] * c->params[L->w_off + i / P % (size_t)L->c]);
+}
+static void layerscale_b(const ref_call *c) {
+    const layer *L = c->L;
+    const size_t P = (size_t)L->h * L->w, n = layer_in_size(L) * (size_t)c->B;
+    double *dg = calloc((size_t)L->c, sizeof *dg);
+    if (!dg) abort();
+    for (size_t i = 0; i < n; i++) {
+        const size_t ch = i / P % (size_t)L->c;
+        dg[ch] += (double)c->g[i] * c->in[i];
+        if (c->din) c->din[i] = (float)((double)c->g[i] * c->params[L->w_off + ch]);
+    }
+    for (int ch = 0; ch < L->c; ch++) c->grads[L->w_off + ch] += (float)dg[ch];
+    free(dg);
 }
 
 // Concatenation by the definition: input k's channels after those of the inputs before it.
@@ -244,4 +315,6 @@ static void dwconv_b(const ref_call *c) {
 const ref_ops ref_permute = {permute_f, permute_b}, ref_zeropad = {zeropad_f, zeropad_b},
               ref_merge = {merge_f, merge_b}, ref_concat = {concat_f, concat_b},
               ref_dwconv = {dwconv_f, dwconv_b}, ref_rescale = {rescale_f, rescale_b},
-              ref_normalize = {normalize_f, normalize_b};
+              ref_normalize = {normalize_f, normalize_b},
+              ref_layernorm = {layernorm_f, layernorm_b},
+              ref_layerscale = {layerscale_f, layerscale_b};

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <zlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -483,4 +484,23 @@ double test_state_err(const model *m, const float *a, const float *b) {
         n += (double)b[i] * b[i];
     }
     return n > 0 ? sqrt(d / n) : sqrt(d);
+}
+
+char *test_read_gz(const char *path, size_t *len) {
+    gzFile f = gzopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    int got;
+    while (buf && (got = gzread(f, buf + n, (unsigned)(cap - n))) > 0) {
+        n += (size_t)got;
+        if (n == cap) {
+            char *more = realloc(buf, cap *= 2);
+            if (!more) free(buf);
+            buf = more;
+        }
+    }
+    gzclose(f);
+    *len = n;
+    return buf;
 }

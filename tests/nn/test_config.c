@@ -301,6 +301,63 @@ static void test_config_new_keys(void **state) {
     model_free(&m);
 }
 
+// ConvNeXt's families in the config: normalize with constant means and variances (one for
+// all, or one a channel), layernorm (epsilon, center, scale), layerscale (init_values), and
+// what is refused of them.
+static void test_config_convnext_keys(void **state) {
+    (void)state;
+    static const char text[] = "[net]\ninput = 3x4x4\nclasses = 4\n"
+                               "[normalize]\nmean = 1, 2.5, -3\nvariance = 4, 0.25, 9\n"
+                               "[layernorm]\nepsilon = 1e-6\ncenter = 0\n"
+                               "[layerscale]\ninit_values = 0.5\n"
+                               "[normalize]\nmean = 2\nvariance = 3\n"
+                               "[globalavgpool]\n[layernorm]\n" TAIL;
+    model m;
+    ht_error err = {{0}};
+    if (load_text(&m, "cnx.cfg", text, &err)) fail_msg("%s", err.msg);
+    const layer *L = m.layers;
+    assert_int_equal(L[0].n_const, 3);
+    assert_int_equal(L[0].n_s, 0);
+    assert_float_equal(L[0].c_mean[2], -3.0f, 0);
+    assert_float_equal(L[0].c_var[1], 0.25f, 0);
+    assert_int_equal(L[1].kind, LAYER_LAYERNORM);
+    assert_float_equal(L[1].eps, 1e-6f, 0);
+    assert_int_equal(L[1].n_w, 3);
+    assert_int_equal(L[1].n_b, 0);
+    assert_int_equal(L[2].kind, LAYER_LAYERSCALE);
+    assert_int_equal(L[2].n_w, 3);
+    assert_int_equal(L[3].n_const, 3); // one for all
+    assert_float_equal(L[3].c_var[2], 3.0f, 0);
+    assert_float_equal(L[5].eps, 1e-3f, 0); // Keras's default
+    float *p = malloc(sizeof(float) * m.n_params);
+    assert_non_null(p);
+    model_init_params(&m, p, 1);
+    for (int c = 0; c < 3; c++) {
+        assert_float_equal(p[L[1].w_off + c], 1.0f, 0);   // gamma: ones
+        assert_float_equal(p[L[2].w_off + c], 0.5f, 0);   // init_values
+    }
+    free(p);
+    model_free(&m);
+    expect_cfg_error("[net]\ninput = 3x4x4\nclasses = 4\n[normalize]\nmean = 1, 2\n"
+                     "variance = 1, 2, 3\n" TAIL,
+                     "bad.cfg:6: variance = 1, 2, 3: expected 2 numbers, as many as the other of "
+                     "mean and variance gave");
+    expect_cfg_error("[net]\ninput = 3x4x4\nclasses = 4\n[normalize]\nmean = 1, x\n" TAIL,
+                     "bad.cfg:5: mean = 1, x: expected 1 to 4 numbers, separated by commas");
+    expect_cfg_error("[net]\ninput = 3x4x4\nclasses = 4\n[normalize]\nmean = 1, 2, 3\n" TAIL,
+                     "the mean without the variance: give both as constants, or neither");
+    expect_cfg_error("[net]\ninput = 3x4x4\nclasses = 4\n[normalize]\nmean = 1, 2\n"
+                     "variance = 1, 2\n" TAIL,
+                     "2 means and variances for 3 channels: expected one for each channel, or "
+                     "one for all");
+    expect_cfg_error("[net]\ninput = 3x4x4\nclasses = 4\n[normalize]\nmean = 1\n"
+                     "variance = -1\n" TAIL,
+                     "channel 0's mean 1 and variance -1: expected finite numbers, the variance "
+                     "0 or more");
+    expect_cfg_error(NET "[layernorm]\nepsilon = 0\n" TAIL,
+                     "bad.cfg:5: [layernorm] epsilon: expected a number in (0, 1], found \"0\"");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_files_match_presets),
@@ -308,6 +365,7 @@ int main(void) {
         cmocka_unit_test(test_config_sections),
         cmocka_unit_test(test_config_activations),
         cmocka_unit_test(test_config_new_keys),
+        cmocka_unit_test(test_config_convnext_keys),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

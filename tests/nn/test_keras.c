@@ -298,15 +298,16 @@ static void test_errors(void **state) {
                  "Conv2D, MaxPooling2D, Dense, ReLU, Dropout, Softmax, AveragePooling2D, "
                  "GlobalAveragePooling2D, LeakyReLU, ELU, BatchNormalization, ZeroPadding2D, "
                  "Add, Subtract, Multiply, Average, Maximum, Concatenate, DepthwiseConv2D, "
-                 "Rescaling, Normalization, SeparableConv2D, Flatten, Reshape, Activation");
+                 "Rescaling, Normalization, LayerNormalization, LayerScale, SeparableConv2D, "
+                 "Flatten, Reshape, Activation");
     // the JSON's strings never break the line
     keras_expect_error(seq("{\"class_name\": \"A\\nB\", \"config\": {\"name\": \"x\\\"y\"}}"),
                  "bad.json: layer 1 \"x\\\"y\" (A\\x0aB): not supported; hetrain reads "
                  "InputLayer, Conv2D, MaxPooling2D, Dense, ReLU, Dropout, Softmax, "
                  "AveragePooling2D, GlobalAveragePooling2D, LeakyReLU, ELU, BatchNormalization, "
                  "ZeroPadding2D, Add, Subtract, Multiply, Average, Maximum, Concatenate, "
-                 "DepthwiseConv2D, Rescaling, Normalization, SeparableConv2D, Flatten, Reshape, "
-                 "Activation");
+                 "DepthwiseConv2D, Rescaling, Normalization, LayerNormalization, LayerScale, "
+                 "SeparableConv2D, Flatten, Reshape, Activation");
     keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", "
                      "\"units\": 4, \"activation\": \"re\\nlu\"}}"),
                  "bad.json: layer 2 \"d\" (Dense): activation \"re?lu\": hetrain has linear, relu, "
@@ -394,12 +395,13 @@ static void test_errors(void **state) {
                      "\"kernel_size\": 3}}"),
                  "bad.json: layer 1 \"c\" (Conv2D): a custom layer (registered as my>Conv2D) is "
                  "not supported");
-    // shapes Keras and hetrain would read differently
+    // shapes Keras and hetrain would read differently; Dense on an image is Keras's on each
+    // position's channels (a 1x1 convolution), whose softmax is no loss head
     keras_expect_error(seq("{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 4, "
                      "\"activation\": \"softmax\"}}"),
-                 "bad.json: layer 1 \"d\" (Dense): input of 3 axes: Keras applies Dense to the "
-                 "last axis alone, hetrain to the whole input; put Flatten or "
-                 "GlobalAveragePooling2D before it");
+                 "bad.json: layer 1 \"d\" (Dense): softmax over a 4x8x8 (CxHxW) output: "
+                 "hetrain's is over one vector of classes; put Flatten or GlobalAveragePooling2D "
+                 "before it");
     keras_expect_error(seq(FLATTEN ", {\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", "
                      "\"filters\": 2, \"kernel_size\": 3}}"),
                  "bad.json: layer 2 \"c\" (Conv2D): expects an image (height, width, channels), "

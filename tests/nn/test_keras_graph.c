@@ -287,11 +287,23 @@ static void test_ops_rescale_dropout(void **state) {
     keras_expect_error(one_layer(lay, "Normalization", ", \"axis\": [0]", "", ""),
                        "bad.json: layer 1 \"x\" (Normalization): axis 0: hetrain normalises over "
                        "the features (axis -1 or 1)");
+    // Its mean and variance given as constants (ConvNeXt's): an image's channels' (test_keras_apps
+    // reads ConvNeXtTiny's), or refused naming what is wrong.
     keras_expect_error(one_layer(lay, "Normalization", ", \"mean\": [1, 2], \"variance\": [3, 4]",
                                  "", ""),
-                       "bad.json: layer 1 \"x\" (Normalization): mean: not supported (hetrain's "
-                       "normalize layer takes its mean and variance from the weights (Keras's "
-                       "adapt() and weight files), as EfficientNet has them)");
+                       "bad.json: layer 1 \"x\" (Normalization): 2 means and variances for 8 "
+                       "channels: expected one for each channel, or one for all");
+    keras_expect_error(one_layer(lay, "Normalization", ", \"mean\": 0.5, \"variance\": 4", "", ""),
+                       "bad.json: layer 1 \"x\" (Normalization): 8 channels: a normalize layer "
+                       "with constants takes up to 4 (an image's); give its mean and variance as "
+                       "weights");
+    keras_expect_error(one_layer(lay, "Normalization", ", \"mean\": [1, 2]", "", ""),
+                       "bad.json: layer 1 \"x\" (Normalization): 2 means and 0 variances: Keras "
+                       "takes both or neither");
+    keras_expect_error(one_layer(lay, "Normalization",
+                                 ", \"mean\": [1, \"a\"], \"variance\": [1, 2]", "", ""),
+                       "bad.json: layer 1 \"x\" (Normalization): mean: expected a number or a "
+                       "list of numbers, found [1,\"a\"]");
 }
 
 static void test_graph_errors(void **state) {
@@ -375,8 +387,47 @@ static void test_graph_errors(void **state) {
              "\"config\": {\"name\": \"s\", \"layers\": []}, \"inbound_nodes\": [{\"args\": "
              "[%s]}]}", input3, t);
     keras_expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"s\", 0, 0]"),
-                 "bad.json: layer 1 \"s\" (Sequential): a model inside the model is not "
-                 "supported; hetrain reads one list of layers");
+                 "bad.json: layer 1 \"s\" (Sequential): a Sequential inside the model without "
+                 "layers");
+    snprintf(layers, sizeof layers, "%s, {\"class_name\": \"Functional\", \"name\": \"s\", "
+             "\"config\": {\"name\": \"s\", \"layers\": []}, \"inbound_nodes\": [{\"args\": "
+             "[%s]}]}", input3, t);
+    keras_expect_error(functional3(layers, "[\"in\", 0, 0]", "[\"s\", 0, 0]"),
+                 "bad.json: layer 1 \"s\" (Functional): a model inside the model is not "
+                 "supported; hetrain reads one list of layers, and Sequential models inside a "
+                 "Functional one");
+    // A Sequential inside (ConvNeXt's stem): its layers in its place, in a chain, its reader
+    // reading its last; a second one reading the first.
+    char d[1024];
+    static const char inner[] =
+        "{\"module\": \"keras.layers\", \"class_name\": \"InputLayer\", \"config\": {\"name\": "
+        "\"%s_in\", \"batch_shape\": [null, 8]}}, {\"module\": \"keras.layers\", \"class_name\": "
+        "\"Dense\", \"config\": {\"name\": \"%s_a\", \"units\": 8, \"activation\": \"relu\"}}, "
+        "{\"module\": \"keras.layers\", \"class_name\": \"Dense\", \"config\": {\"name\": "
+        "\"%s_b\", \"units\": 6}}";
+    char in1[1024], in2[1024], t2[256];
+    snprintf(in1, sizeof in1, inner, "s", "s", "s");
+    snprintf(in2, sizeof in2, inner, "u", "u", "u");
+    tensor3(t2, sizeof t2, "s");
+    dense3(d, sizeof d, "d", "u", 4, "softmax", "");
+    snprintf(layers, sizeof layers, "%s, {\"class_name\": \"Sequential\", \"name\": \"s\", "
+             "\"config\": {\"name\": \"s\", \"layers\": [%s]}, \"inbound_nodes\": [{\"args\": "
+             "[%s]}]}, {\"class_name\": \"Sequential\", \"name\": \"u\", \"config\": {\"name\": "
+             "\"u\", \"layers\": [{\"class_name\": \"Sequential\", \"config\": {\"name\": \"v\", "
+             "\"layers\": [%s]}}]}, \"inbound_nodes\": [{\"args\": [%s]}]}, %s", input3, in1, t,
+             in2, t2, d);
+    model m;
+    ht_error e = {{0}};
+    const char *json = functional3(layers, "[\"in\", 0, 0]", "[\"d\", 0, 0]");
+    if (model_init_keras_text(&m, json, strlen(json), "ok.json", &e) < 0) fail_msg("%s", e.msg);
+    // s_a, relu, s_b, u_a, relu, u_b, d, softmax: a chain, each reading the one before.
+    assert_int_equal(m.n_layers, 8);
+    assert_string_equal(m.layers[2].name, "s_b");
+    assert_string_equal(m.layers[3].name, "u_a");
+    assert_int_equal(m.layers[3].in[0], 2);
+    assert_int_equal(m.layers[6].in[0], 5);
+    assert_int_equal(m.n_params, 8 * 8 + 8 + 8 * 6 + 6 + 6 * 8 + 8 + 8 * 6 + 6 + 6 * 4 + 4);
+    model_free(&m);
     keras_expect_error("{\"class_name\": \"Functional\", \"config\": [1]}",
                  "bad.json: config: expected an object with \"layers\", \"input_layers\" and "
                  "\"output_layers\"");
