@@ -87,8 +87,8 @@ def main():
         # Statistics of real images where a fresh model has 0 and 1, so that its labels differ
         # from image to image: Normalization adapted (EfficientNet's), each batchnorm's moving
         # averages those of one training batch (momentum 0 for one call in training mode).
-        for layer in model.layers:
-            if isinstance(layer, keras.layers.Normalization):
+        for layer in model.layers:  # ConvNeXt's has its mean and variance as constants
+            if isinstance(layer, keras.layers.Normalization) and layer.input_mean is None:
                 layer.adapt(x_train[:512])
         bns = [layer for layer in model.layers
                if isinstance(layer, keras.layers.BatchNormalization)]

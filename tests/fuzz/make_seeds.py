@@ -250,7 +250,7 @@ for name in ("mnist_small_k3", "mnist_small_k2", "cnn3_k2old", "cifar_k3", "cifa
              "activations_k3", "activations_k2", "functional_k3", "functional_k2", "add_k3",
              "shared_k2", "two_outputs_k3", "mixed_k2", "reg_k3", "reg_k2", "frozen_k3",
              "mixed_cl_k3", "mixed_cf_k3", "multilabel_k3", "multilabel_k2", "add_k2",
-             "frozen_bn_k3"):
+             "frozen_bn_k3", "convnext_k3", "tfop_k2"):
     with open(os.path.join(ROOT, "tests", "fixtures", "keras", name + ".json")) as f:
         put("keras", name + ".json", json.dumps(json.load(f), separators=(",", ":")))
 # The ten keras.applications graphs (residual, dense, depthwise, squeeze-excite).

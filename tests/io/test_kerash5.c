@@ -326,6 +326,24 @@ static long long scalar_int(const char *path, const char *ds) {
     return v;
 }
 
+// m's parameters p saved as <tmpdir tag>/saved.weights.h5 (the folder returned) hold Keras's
+// file's datasets ds[0..n) and read back to the same bits.
+static char *expect_saved_as_keras(const model *m, const float *p, const char *keras_file,
+                                   const char *tag, const char *const *ds, size_t n) {
+    char *dir = test_tmpdir(tag);
+    char path[1024];
+    ht_error e;
+    snprintf(path, sizeof path, "%s/saved.weights.h5", dir);
+    if (kerash5_save(path, m, p, &e)) fail_msg("%s", e.msg);
+    for (size_t i = 0; i < n; i++) expect_same_dataset(keras_file, path, ds[i]);
+    float *back = malloc(m->n_params * sizeof *back);
+    assert_non_null(back);
+    if (kerash5_load(path, m, back, &e)) fail_msg("%s", e.msg);
+    assert_memory_equal(back, p, m->n_params * sizeof *back);
+    free(back);
+    return dir;
+}
+
 // Keras's Normalization (tests/fixtures/keras/normalize_k3.*: EfficientNet's Rescaling then
 // Normalization, and an inverted one after a convolution): its mean, variance and integer
 // count read from Keras's file give Keras's probabilities (a variable misplaced, or the count
@@ -345,22 +363,14 @@ static void test_normalize(void **state) {
             counts++;
         }
     assert_int_equal(counts, 2);
-    char *dir = test_tmpdir("kh5-normalize");
-    char path[1024];
-    ht_error e;
-    snprintf(path, sizeof path, "%s/norm.weights.h5", dir);
-    if (kerash5_save(path, &m, p, &e)) fail_msg("%s", e.msg);
     static const char *const ds[] = {"layers/normalization/vars/0", "layers/normalization/vars/1",
                                      "layers/normalization_1/vars/0",
                                      "layers/normalization_1/vars/1", "layers/conv2d/vars/0"};
-    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
-        expect_same_dataset(KDIR "normalize_k3.weights.h5", path, ds[i]);
+    char *dir = expect_saved_as_keras(&m, p, KDIR "normalize_k3.weights.h5", "kh5-normalize", ds,
+                                      sizeof ds / sizeof ds[0]);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/saved.weights.h5", dir);
     assert_int_equal(scalar_int(path, "layers/normalization/vars/2"), 1000);
-    float *back = malloc(m.n_params * sizeof *back);
-    assert_non_null(back);
-    if (kerash5_load(path, &m, back, &e)) fail_msg("%s", e.msg);
-    assert_memory_equal(back, p, m.n_params * sizeof *back);
-    free(back);
     free(p);
     free(dir);
     model_free(&m);
@@ -377,26 +387,15 @@ static void test_convnext(void **state) {
     model m;
     float *p = load_model(&m, KDIR "convnext_k3.json", KDIR "convnext_k3.weights.h5");
     expect_keras_outputs(&m, p, KDIR "convnext_k3.txt", "Keras 3 ConvNeXt families");
-    char *dir = test_tmpdir("kh5-convnext");
-    char path[1024];
-    ht_error e;
-    snprintf(path, sizeof path, "%s/cnx.weights.h5", dir);
-    if (kerash5_save(path, &m, p, &e)) fail_msg("%s", e.msg);
     static const char *const ds[] = {
         "layers/sequential/layers/conv2d/vars/0",
         "layers/sequential/layers/layer_normalization/vars/1",
         "layers/conv2d/vars/0", "layers/layer_normalization/vars/0", "layers/dense/vars/0",
         "layers/dense_1/vars/1", "layers/layer_scale/vars/0", "layers/layer_normalization_1/vars/1",
         "layers/dense_2/vars/0"};
-    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
-        expect_same_dataset(KDIR "convnext_k3.weights.h5", path, ds[i]);
-    float *back = malloc(m.n_params * sizeof *back);
-    assert_non_null(back);
-    if (kerash5_load(path, &m, back, &e)) fail_msg("%s", e.msg);
-    assert_memory_equal(back, p, m.n_params * sizeof *back);
-    free(back);
+    free(expect_saved_as_keras(&m, p, KDIR "convnext_k3.weights.h5", "kh5-convnext", ds,
+                               sizeof ds / sizeof ds[0]));
     free(p);
-    free(dir);
     model_free(&m);
 }
 
