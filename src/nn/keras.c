@@ -183,17 +183,10 @@ static int build(kctx *k, model *m, json_object *root) {
                 return -1;
         }
     } else {
-        // Models inside the model, however deep, in their places.
+        // Models inside the model, up to 8 deep, in their places (deeper ones stay, refused).
         json_object *flat = json_object_get(layers);
-        for (int depth = 0; flat && depth < 8; depth++) {
-            int nested = 0;
-            for (size_t i = 0; i < json_object_array_length(flat); i++) {
-                json_object *cn = kget(kidx(flat, i), "class_name");
-                nested |= cn && json_object_is_type(cn, json_type_string) &&
-                          !strcmp(json_object_get_string(cn), "Sequential");
-            }
-            if (!nested) break;
-            json_object *next = keras_graph_inline(k, flat);
+        for (int depth = 0, inlined = 1; flat && inlined && depth < 8; depth++) {
+            json_object *next = keras_graph_inline(k, flat, &inlined);
             json_object_put(flat);
             flat = next;
         }

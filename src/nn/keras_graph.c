@@ -333,8 +333,9 @@ static json_object *call_on(const char *name, json_object *like) {
     return nodes;
 }
 
-json_object *keras_graph_inline(kctx *k, json_object *layers) {
+json_object *keras_graph_inline(kctx *k, json_object *layers, int *inlined) {
     json_object *out = json_object_new_array();
+    *inlined = 0;
     const int n = (int)json_object_array_length(layers);
     int n_seq = 0; // the Sequentials of this list so far: Keras's weight files number them
     for (int i = 0; i < n; i++) {
@@ -384,6 +385,7 @@ json_object *keras_graph_inline(kctx *k, json_object *layers) {
             kfail(k, "a Sequential inside the model without layers");
             goto fail;
         }
+        (*inlined)++;
         for (int j = i + 1; j < n; j++)
             rename_inbound(kget(kidx(layers, (size_t)j), "inbound_nodes"), name, prev);
     }

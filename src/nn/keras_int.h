@@ -175,8 +175,9 @@ int keras_graph_inputs(kctx *k, json_object *cfg, json_object *layers,
 // The layer list with each Sequential inside it (keras.applications' ConvNeXt's stem and
 // downsampling blocks) replaced by its layers, called in a chain as the Sequential runs them
 // (its inner layers' inbound_nodes are written, its readers renamed to read its last layer;
-// a Sequential inside those is left for the next call). A new reference, or NULL after kfail.
-json_object *keras_graph_inline(kctx *k, json_object *layers);
+// a Sequential inside those is left for the next call), how many in *inlined. A new
+// reference, or NULL after kfail.
+json_object *keras_graph_inline(kctx *k, json_object *layers, int *inlined);
 // The key keras_graph_inline marks each layer it moves out of a Sequential with: the number of
 // that Sequential among its list's (1, 2, ...; -1: a Sequential inside a Sequential), which the
 // reader keeps in the layers it adds (model.h: keras_seq).

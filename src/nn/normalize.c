@@ -6,7 +6,8 @@
 // the model, which Keras sets by adapt() and its weight files carry, and training never changes
 // (the layer is frozen); or constants of the layer itself, given in the config (Keras keeps no
 // variable for them then: ConvNeXt's ImageNet mean and variance). The input's gradient is the
-// output's divided (or, inverted, times) by the same. Channels-last on the CPU path, pad channels kept zero.
+// output's divided (or, inverted, times) by the same. Channels-last on the CPU path, pad
+// channels kept zero.
 #include "nn/layers.h"
 
 #include <math.h>
