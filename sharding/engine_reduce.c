@@ -64,7 +64,8 @@ int engine_factors_init(engine *g, const device *devs, int n_devs, int off, ht_e
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
         const size_t in = layer_in_size(L), out = (size_t)L->oc;
-        if (!net_layer_factors(L) || !L->n_w || L->frozen || L->n_w != in * out ||
+        if (!net_layer_factors(L) || !L->n_w || L->frozen || layer_params_shared(L) ||
+            L->n_w != in * out ||
             (size_t)g->max_batch * (in + out) * 4 > in * out)
             continue;
         engine_fac *more = realloc(g->fac, sizeof *more * (size_t)(g->n_fac + 1));

@@ -12,7 +12,7 @@ tests/nn/test_keras_graph.c checks hetrain against.
   concat      two branches joined by Concatenate (refused)
   two_inputs  two inputs joined by Concatenate (refused)
   two_outputs one trunk, two softmax heads (refused)
-  shared      one Dense layer called twice in a row (refused)
+  shared      one Dense layer called twice in a row (a shared layer)
   mixed       a MaxPooling2D with data_format="channels_first" after a channels_last
               convolution (refused: Keras pools the tensor's width and channels; see
               docs/USAGE.md)

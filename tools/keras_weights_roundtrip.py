@@ -20,8 +20,8 @@ every (image, label) pair.
 
   Fixtures: the same with --write-fixtures tests/fixtures/keras (once per Keras version)
             writes weights_k3.* or weights_k2.* (and with Keras 3 normalize_k3.* and
-            convnext_k3.*, with Keras 2 tfop_k2.*) for
-            tests/io/test_kerash5.c instead.
+            convnext_k3.*, with Keras 2 tfop_k2.*; shared_conv_k3.* or shared_conv_k2.*
+            alone with --only-shared) for tests/io/test_kerash5.c instead.
 
 With --keras 2 Keras's own weights go to hetrain in Keras 2's layout (save_weights("x.h5")) and
 hetrain's come back as the .weights.h5 that tf_keras loads. A tool only: nothing in the build
@@ -163,6 +163,35 @@ def tfop_network(keras):
     return keras.Model(inp, L.Dense(3, activation="softmax", name="head")(x), name="tfop")
 
 
+def shared_network(keras):
+    """Shared layers: a Conv2D called three times (on a ReLU's output, on its own, on the stem's),
+    a ReLU called twice (its second call after layers listed after it) and a Dense twice (on
+    its own output), for both readers' fixtures."""
+    L = keras.layers
+    inp = keras.Input(shape=(6, 6, 2), name="image")
+    stem = L.Conv2D(3, 3, padding="same", name="stem")(inp)
+    conv = L.Conv2D(3, 3, padding="same", activation="tanh", name="shared_conv")
+    relu = L.ReLU(name="shared_relu")
+    a = conv(relu(stem))
+    x = L.Add(name="add")([conv(a), conv(stem)])
+    x = L.GlobalAveragePooling2D(name="gap")(relu(x))
+    d = L.Dense(3, activation="tanh", name="shared_dense")
+    return keras.Model(inp, L.Dense(3, activation="softmax", name="head")(d(d(x))),
+                       name="shared")
+
+
+def write_shared(keras, k2, out):
+    """shared_conv_k{2,3}: shared_network's weights around 0 and Keras's probabilities."""
+    keras.backend.clear_session()
+    rng = np.random.default_rng(35)
+    model = shared_network(keras)
+    model.set_weights([rng.normal(0, 0.6, tuple(int(d) for d in v.shape)).astype("float32")
+                       for v in model.weights])
+    x = rng.uniform(-1, 1, (3, 6, 6, 2)).astype("float32")
+    write_fixture(keras, model, os.path.join(out, "shared_conv_" + ("k2" if k2 else "k3")), x,
+                  k2)
+
+
 def write_fixture(keras, model, stem, x, k2):
     """stem.json, its weights as this Keras saves them and Keras's probabilities for x."""
     p = model.predict(x, verbose=0)
@@ -254,6 +283,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--write-fixtures", metavar="DIR", help="write tests/fixtures/keras's "
                     "weights_k2/weights_k3 fixtures to DIR instead, and stop")
+    ap.add_argument("--only-shared", action="store_true", help="with --write-fixtures: "
+                    "write the shared-layer fixture (shared_conv_k2/k3) alone")
     ap.add_argument("--keras", choices=("2", "3"), default="3")
     ap.add_argument("--model", default=os.path.join(ROOT, "tests/fixtures/keras/bn_k3.json"))
     ap.add_argument("--hetrain", default=os.path.join(ROOT, "build/hetrain"))
@@ -274,7 +305,9 @@ def main():
         import tf_keras as keras
         k2 = True
     if a.write_fixtures:
-        write_fixtures(keras, k2, a.write_fixtures)
+        if not a.only_shared:
+            write_fixtures(keras, k2, a.write_fixtures)
+        write_shared(keras, k2, a.write_fixtures)
         return 0
     keras.utils.set_random_seed(a.seed)
     os.makedirs(a.work, exist_ok=True)

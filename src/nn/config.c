@@ -86,7 +86,11 @@
 // Every layer section also takes `name` (default "conv1", "fc2", ...), and one with parameters
 // (conv, dense, batchnorm) `trainable` (default 1; 0 freezes it as Keras's trainable false
 // does: its parameters are not updated, and a batchnorm normalises with its moving averages in
-// training too and keeps them). An init is one of
+// training too and keeps them), and `share` (a layer before it, as `from` names one: this
+// layer is that one called again, computing with its parameters, which it takes with its
+// settings and activation; it adds none of its own, its gradients add to that layer's, and
+// only name, from and activation may be given with it; a batchnorm's state is not shared).
+// An init is one of
 // Keras's initialisers (model.h), by name ("he_normal", or Keras's class name "HeNormal")
 // with its arguments as Keras names them where it has any: zeros, ones, constant(value),
 // random_uniform(minval, maxval), random_normal(mean, stddev), truncated_normal(mean,
@@ -171,6 +175,9 @@ static const layer_key activation_row = {"activation", NULL, LK_ACTIVATION, 0, 0
 static const layer_key trainable_row = LK_ROW("trainable", NULL, LK_NOT_BOOL, 0, frozen, 0, 0);
 // Every layer section: its inputs (parse_from), by default the layer before.
 static const layer_key from_row = {"from", NULL, LK_PARSE, 0, 0, 0, 0, 0, NULL};
+// Every section of a family with parameters: the layer whose parameters it computes with
+// (parse_share), whose settings it then takes.
+static const layer_key share_row = {"share", NULL, LK_PARSE, 0, 0, 0, 0, 0, NULL};
 
 #define SEC_MAX_KEYS 24 // and below 32: `seen` has a bit per key
 
@@ -197,6 +204,13 @@ typedef struct cfg_ctx {
     unsigned seen;     // keys given, by index into keys
     layer_spec spec;
     char layer_name[64];
+    // The spec each layer section added its layer from, and the activation it appended (-1:
+    // none), by layer index (a shared layer's later calls take their first call's); n_specs.
+    struct kept_spec {
+        layer_spec s;
+        int act;
+    } *specs;
+    int n_specs;
     int act_after;    // the kind of the activation `activation =` appends, or -1
     int w_arg_set, b_arg_set; // init_arg/bias_arg given: applied after init/bias_init
     float w_arg, b_arg;
@@ -452,39 +466,65 @@ static int net_key(cfg_ctx *c, const char *key, const char *v) {
     return cfg_fail(c, c->line, "[%s] %s: not handled", c->sec_name, key); // table out of sync
 }
 
-// from = the layer's inputs, comma-separated: -N (the layer N before this one: -1 the layer
-// before), a layer's number (0, 1, ...: summary's #), a layer's name, or `input` (the model's).
+// An earlier layer as `from` and `share` name it (t trimmed): -N (the layer N before this one:
+// -1 the layer before), a layer's number (0, 1, ...: summary's #), a layer's name, or (from
+// alone) `input`, the model's: MODEL_INPUT.
+static int parse_layer_ref(cfg_ctx *c, const char *key, const char *t, int *out) {
+    const int idx = c->m->n_layers; // this section's layer, when it is added
+    const int input = !strcmp(key, "from");
+    char *end;
+    long k = strtol(t, &end, 10);
+    if (input && !strcmp(t, "input")) {
+        *out = MODEL_INPUT;
+    } else if (*t && !*end) {
+        if (k < 0 ? idx + k < (input ? MODEL_INPUT : 0) : k >= idx)
+            return cfg_fail(c, c->line, "[%s] %s: %s: expected an earlier layer (-1..-%d, or "
+                            "0..%d)%s", c->sec_name, key, t, idx + input, idx - 1,
+                            input ? ", or input" : "");
+        *out = k < 0 ? (int)(idx + k) : (int)k;
+    } else {
+        *out = -2;
+        for (int l = 0; l < idx && *out == -2; l++)
+            if (!strcmp(c->m->layers[l].name, t)) *out = l;
+        if (*out == -2)
+            return cfg_fail(c, c->line, "[%s] %s: no layer before this one is named \"%.40s\"",
+                            c->sec_name, key, t);
+    }
+    return 0;
+}
+
+static void trim_ends(char **t) {
+    while (**t == ' ' || **t == '\t') (*t)++;
+    size_t n = strlen(*t);
+    while (n && ((*t)[n - 1] == ' ' || (*t)[n - 1] == '\t')) (*t)[--n] = 0;
+}
+
+// share = the layer (parse_layer_ref) whose parameters this one computes with: a layer called
+// again, as Keras calls a shared layer. The section then takes that layer's settings.
+static int parse_share(cfg_ctx *c, const char *v) {
+    char t[64];
+    snprintf(t, sizeof t, "%s", v);
+    char *p = t;
+    trim_ends(&p);
+    int l;
+    if (parse_layer_ref(c, "share", p, &l)) return -1;
+    c->spec.share = l + 1;
+    return 0;
+}
+
+// from = the layer's inputs, comma-separated (parse_layer_ref's).
 static int parse_from(cfg_ctx *c, const char *v) {
     layer_spec *s = &c->spec;
-    const int idx = c->m->n_layers; // this section's layer, when it is added
     char list[512];
     snprintf(list, sizeof list, "%s", v);
     s->n_from = 0;
     for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        while (*t == ' ' || *t == '\t') t++;
-        size_t n = strlen(t);
-        while (n && (t[n - 1] == ' ' || t[n - 1] == '\t')) t[--n] = 0;
+        trim_ends(&t);
         if (s->n_from == MODEL_MAX_IN)
             return cfg_fail(c, c->line, "[%s] from: more than %d inputs", c->sec_name,
                             MODEL_MAX_IN);
-        int from = -2;
-        char *end;
-        long k = strtol(t, &end, 10);
-        if (!strcmp(t, "input")) {
-            from = MODEL_INPUT;
-        } else if (*t && !*end) {
-            if (k < 0 ? idx + k < MODEL_INPUT : k >= idx)
-                return cfg_fail(c, c->line, "[%s] from: %s: expected an earlier layer (-1..-%d, "
-                                "or 0..%d), or input", c->sec_name, t, idx + 1, idx - 1);
-            from = k < 0 ? (int)(idx + k) : (int)k;
-        } else {
-            for (int l = 0; l < idx && from == -2; l++)
-                if (!strcmp(c->m->layers[l].name, t)) from = l;
-            if (from == -2)
-                return cfg_fail(c, c->line, "[%s] from: no layer before this one is named "
-                                "\"%.40s\"", c->sec_name, t);
-        }
-        s->from[s->n_from++] = from;
+        if (parse_layer_ref(c, "from", t, &s->from[s->n_from])) return -1;
+        s->n_from++;
     }
     if (!s->n_from)
         return cfg_fail(c, c->line, "[%s] from: expected the layer's inputs (-1, a layer's name "
@@ -497,6 +537,7 @@ static int section_key(cfg_ctx *c, const layer_key *row, const char *key, const 
     layer_spec *s = &c->spec;
     int i;
     if (row == &from_row) return parse_from(c, v);
+    if (row == &share_row) return parse_share(c, v);
     if (!row) {
         if (!*v || strlen(v) > 31)
             return cfg_fail(c, c->line, "[%s] name: expected 1..31 characters, found \"%.40s\"",
@@ -574,6 +615,55 @@ static int section_key(cfg_ctx *c, const layer_key *row, const char *key, const 
     return cfg_fail(c, c->line, "[%s] %s: not handled", c->sec_name, key);
 }
 
+// Keeps the spec layer `at` was added from and its activation (share_spec's), its name not
+// kept (the section's buffer).
+static int keep_spec(cfg_ctx *c, int at, const layer_spec *s) {
+    if (at >= c->n_specs) {
+        struct kept_spec *grown = realloc(c->specs, sizeof *grown * (size_t)(at + 1));
+        if (!grown) return ht_fail(c->err, "out of memory");
+        memset(grown + c->n_specs, 0, sizeof *grown * (size_t)(at + 1 - c->n_specs));
+        c->specs = grown;
+        c->n_specs = at + 1;
+    }
+    c->specs[at] = (struct kept_spec){*s, c->act_after};
+    c->specs[at].s.name = NULL;
+    return 0;
+}
+
+// A section with share: the settings of the layer it shares and its activation, with its own
+// name and inputs (and its own activation, if given). Any other key is refused: the layer is
+// that layer called again.
+static int share_spec(cfg_ctx *c) {
+    layer_spec *s = &c->spec;
+    const int owner = s->share - 1;
+    int act_given = 0;
+    if (owner >= c->n_specs || c->m->layers[owner].kind != s->kind ||
+        c->specs[owner].s.kind != s->kind)
+        return cfg_fail(c, c->sec_line, "[%s] share = %s: a %s layer: a layer shares the "
+                        "parameters of a layer of its kind", c->sec_name,
+                        c->m->layers[owner].name, model_kind_name(c->m->layers[owner].kind));
+    for (int r = 0; c->keys[r]; r++) {
+        if (!(c->seen >> r & 1u) || !c->rows[r] || c->rows[r] == &from_row ||
+            c->rows[r] == &share_row)
+            continue;
+        if (c->rows[r]->type == LK_ACTIVATION) {
+            act_given = 1;
+            continue;
+        }
+        return cfg_fail(c, c->sec_line, "[%s] %s: a layer that shares another's parameters "
+                        "(share = %s) takes that layer's settings: give it name, from and "
+                        "activation alone", c->sec_name, c->keys[r], c->m->layers[owner].name);
+    }
+    layer_spec own = c->specs[owner].s;
+    if (!act_given) c->act_after = c->specs[owner].act;
+    own.name = s->name;
+    own.n_from = s->n_from;
+    memcpy(own.from, s->from, sizeof own.from);
+    own.share = s->share;
+    *s = own;
+    return 0;
+}
+
 // Applies the section that just ended: [net] starts the model, a layer section adds its layer.
 static int close_section(cfg_ctx *c) {
     ht_error *err = c->err;
@@ -607,8 +697,9 @@ static int close_section(cfg_ctx *c) {
         c->last_line = c->sec_line;
         return 0;
     }
+    if (s->share && share_spec(c)) return -1;
     // Every key the family requires was given ("needs filters and size").
-    for (int r = 0; c->keys[r]; r++) {
+    for (int r = 0; !s->share && c->keys[r]; r++) {
         if (!c->rows[r] || !(c->rows[r]->flags & LK_REQUIRED) || (c->seen >> r & 1u)) continue;
         char need[96] = "";
         for (int i = 0, n = 0; c->keys[i]; i++)
@@ -618,7 +709,9 @@ static int close_section(cfg_ctx *c) {
         return cfg_fail(c, c->sec_line, "[%s] needs %s", c->sec_name, need);
     }
     layer_spec after = {.kind = (layer_kind)(c->act_after >= 0 ? c->act_after : 0)};
-    if (model_add(m, s, err) || (c->act_after >= 0 && model_add(m, &after, err))) {
+    const int at = m->n_layers;
+    if (model_add(m, s, err) || keep_spec(c, at, s) ||
+        (c->act_after >= 0 && model_add(m, &after, err))) {
         c->failed = 1;
         return ht_wrap(err, "%s:%d", c->path, c->sec_line);
     }
@@ -660,6 +753,8 @@ static void section_keys(cfg_ctx *c) {
                 c->rows[n] = r, c->keys[n++] = r->key;
         if ((d->family->flags & LF_PARAMS) && n < SEC_MAX_KEYS)
             c->rows[n] = &trainable_row, c->keys[n++] = trainable_row.key;
+        if ((d->family->flags & LF_PARAMS) && n < SEC_MAX_KEYS)
+            c->rows[n] = &share_row, c->keys[n++] = share_row.key;
         if (n < SEC_MAX_KEYS) c->rows[n] = &from_row, c->keys[n++] = from_row.key;
     }
     c->keys[n] = NULL;
@@ -776,6 +871,7 @@ int model_init_config(model *m, const char *path, ht_error *err) {
     fclose(c.f);
     free(c.buf);
     if (!c.failed) close_section(&c);
+    free(c.specs);
     if (!c.failed && !c.have_net)
         cfg_fail(&c, c.line > 0 ? c.line : 1, "no [net] section: the file must start with [net]");
     if (!c.failed && rc != 0) // the reader checks what inih would reject; this is a backstop

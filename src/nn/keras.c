@@ -68,43 +68,55 @@ static void model_name(json_object *cfg, const char *path, char *out, size_t cap
     if (!out[0]) snprintf(out, cap, "model");
 }
 
-// A Functional model's layers, each given its inputs: the hetrain layer that holds each input
-// layer's output (a Keras layer may add several, or none: Flatten's is its input's) and its
-// Keras rank. A layer on the last layer added alone needs nothing: it follows it.
+// A Functional model's layer calls, each given its inputs: the hetrain layer that holds each
+// input call's output (a Keras layer may add several, or none: Flatten's is its input's) and
+// its Keras rank. A layer on the last layer added alone needs nothing: it follows it. A shared
+// layer's later call is read again, into layers sharing its first call's (kctx.node).
 static int read_graph(kctx *k, model *m, json_object *cfg, json_object *layers) {
-    const int n = (int)json_object_array_length(layers);
-    int (*in_of)[MODEL_MAX_IN] = calloc((size_t)n, sizeof *in_of);
-    int *n_in_of = calloc((size_t)n, sizeof *n_in_of), *out_of = calloc((size_t)n, sizeof *out_of);
-    int *rank_of = calloc((size_t)n, sizeof *rank_of), rc = -1;
-    if (!in_of || !n_in_of || !out_of || !rank_of) {
+    kcall *calls = NULL;
+    const int n = keras_graph_calls(k, cfg, layers, &calls);
+    if (n < 0) return -1;
+    int *out_of = calloc((size_t)n, sizeof *out_of), *rank_of = calloc((size_t)n, sizeof *rank_of);
+    int *first_of = calloc((size_t)n, sizeof *first_of), rc = -1;
+    if (!out_of || !rank_of || !first_of) {
         k->idx = -1;
-        kfail(k, "out of memory for %d layers", n);
+        kfail(k, "out of memory for %d layer calls", n);
         goto out;
     }
-    if (keras_graph_inputs(k, cfg, layers, in_of, n_in_of) < 0) goto out;
-    for (int i = 0; i < n; i++) {
+    for (int c = 0; c < n; c++) {
+        const kcall *C = &calls[c];
         json_object *L;
-        if (klayer_heading(k, layers, i, &L)) goto out;
+        if (klayer_heading(k, layers, C->layer, &L)) goto out;
         k->n_from = 0;
-        if (n_in_of[i]) {
-            const int merge = n_in_of[i] > 1;
-            k->rank = rank_of[in_of[i][0]];
-            if (merge || out_of[in_of[i][0]] != m->n_layers - 1) {
-                k->n_from = n_in_of[i];
-                for (int j = 0; j < n_in_of[i]; j++) k->from[j] = out_of[in_of[i][j]];
+        if (C->n_in) {
+            const int merge = C->n_in > 1;
+            k->rank = rank_of[C->in[0]];
+            if (merge || out_of[C->in[0]] != m->n_layers - 1) {
+                k->n_from = C->n_in;
+                for (int j = 0; j < C->n_in; j++) k->from[j] = out_of[C->in[j]];
             }
         }
         const int before = m->n_layers;
-        if (keras_read_layer(k, m, L, i == n - 1)) goto out;
-        out_of[i] = m->n_layers > before ? m->n_layers - 1
-                    : n_in_of[i]         ? out_of[in_of[i][0]]
+        first_of[c] = before; // call c's layers: [first_of[c], first_of[c + 1])
+        // A later call: its first's layers, which came before it (the order runs them first).
+        int first = -1;
+        for (int q = 0; C->node && q < c && first < 0; q++)
+            if (calls[q].layer == C->layer && calls[q].node == 0) first = q;
+        k->node = C->node;
+        k->call_first = before;
+        k->share_first = first >= 0 ? first_of[first] : 0;
+        k->share_n = first >= 0 ? first_of[first + 1] - first_of[first] : 0;
+        if (keras_read_layer(k, m, L, c == n - 1)) goto out;
+        out_of[c] = m->n_layers > before ? m->n_layers - 1
+                    : C->n_in            ? out_of[C->in[0]]
                                          : MODEL_INPUT;
-        rank_of[i] = k->rank;
+        rank_of[c] = k->rank;
         k->n_from = 0;
+        k->node = 0;
     }
     rc = 0;
 out:
-    free(in_of), free(n_in_of), free(out_of), free(rank_of);
+    free(calls), free(out_of), free(rank_of), free(first_of);
     return rc;
 }
 

@@ -36,6 +36,15 @@ int keras_add(kctx *k, model *m, const layer_spec *s) {
     }
     k->n_from = 0;
     with.keras_seq = k->seq;
+    char name[32];
+    if (k->node > 0) { // a shared layer called again (kctx.node)
+        const int i = m->n_layers - k->call_first, owner = k->share_first + i;
+        with.name = s->name && snprintf(name, sizeof name, "%s-%d", s->name, k->node) < 32
+                        ? name
+                        : NULL;
+        const layer *O = i < k->share_n ? &m->layers[owner] : NULL;
+        if (O && O->kind == s->kind && (O->n_w || O->n_b)) with.share = owner + 1;
+    }
     if (model_add(m, &with, &e) == 0) return 0;
     const char *msg = e.msg, *cut = strstr(msg, "): ");
     if (!strncmp(msg, "layer ", 6) && cut) msg = cut + 3;

@@ -1,7 +1,8 @@
 // The graph of a Functional model (Keras 3's and tf.keras 2.4+'s "Functional", older Keras 2's
-// "Model"): what each layer reads, for the reader to give the layers it adds their inputs. A
-// graph hetrain cannot compute is refused naming the first layer where it cannot: a layer
-// called more than once, a merge hetrain does not have, a second input or output.
+// "Model"): each layer's calls and what each reads, in an order they run in, for the reader to
+// give the layers it adds their inputs (a shared layer's later calls their first's
+// parameters). A graph hetrain cannot compute is refused naming the first layer where it
+// cannot: a merge hetrain does not have, a second input or output, a cycle.
 #include "nn/keras_int.h"
 
 #include "nn/layer_desc.h"
@@ -166,13 +167,33 @@ static int layer_index(json_object *layers, const char *name) {
     return -1;
 }
 
-// What each layer of the JSON's list reads, as indices into the list (layer 0, the InputLayer,
-// reads nothing): every other layer is called once, on earlier layers' outputs; a merge class
-// (Add) on 2..MODEL_MAX_IN of them, any other on one; one input, one output, the last layer;
-// every layer's output read by a later one. The first problem is refused under its layer.
-int keras_graph_inputs(kctx *k, json_object *cfg, json_object *layers,
-                       int (*in_of)[MODEL_MAX_IN], int *n_in_of) {
-    int n = (int)json_object_array_length(layers);
+// Why a layer is no merge of n inputs: the message naming them and hetrain's merges.
+static int not_a_merge(kctx *k, const kin *in, int n_in) {
+    char names[160];
+    size_t at = 0;
+    for (int j = 0; j < n_in && j < KIN_MAX && at < sizeof names; j++)
+        at += (size_t)snprintf(names + at, sizeof names - at, "%s\"%.30s\"", j ? ", " : "",
+                               in[j].layer);
+    char merges[160];
+    at = 0;
+    merges[0] = 0;
+    for (int q = 0; q < LAYER_KIND_COUNT && at < sizeof merges; q++)
+        if ((layer_flags((layer_kind)q) & LF_MERGE) && layer_desc_of(q)->keras_class)
+            at += (size_t)snprintf(merges + at, sizeof merges - at, "%s%s", at ? ", " : "",
+                                   layer_desc_of(q)->keras_class);
+    return kfail(k, "merges %d inputs (%s%s): %s is no merge; hetrain merges with %s", n_in,
+                 names, n_in > KIN_MAX ? ", ..." : "", k->lclass, merges);
+}
+
+// Each layer's calls: the layer's first call's index among all calls (in list order, the
+// InputLayer's one first), and how many.
+typedef struct kcalls_of {
+    int first, n;
+} kcalls_of;
+
+int keras_graph_calls(kctx *k, json_object *cfg, json_object *layers, kcall **out) {
+    const int n = (int)json_object_array_length(layers);
+    *out = NULL;
     kin in[KIN_MAX];
     int n_in;
     const char *ends[2];
@@ -199,65 +220,6 @@ int keras_graph_inputs(kctx *k, json_object *cfg, json_object *layers,
                      n_ends);
     }
     const char *output = ends[0];
-    for (int i = 0; i < n; i++) {
-        json_object *L;
-        if (klayer_heading(k, layers, i, &L)) return -1;
-        const char *name = klayer_graph_name(L);
-        json_object *nodes = kget(L, "inbound_nodes");
-        if (nodes && !json_object_is_type(nodes, json_type_array))
-            return kfail(k, "inbound_nodes: expected a list, found %s", ktype_name(nodes));
-        int calls = nodes ? (int)json_object_array_length(nodes) : 0;
-        n_in_of[i] = 0;
-        if (i == 0) {
-            if (strcmp(k->lclass, "InputLayer") || calls || !name || strcmp(name, input))
-                return kfail(k, "the first layer must be the model's input, \"%.40s\" (an "
-                             "InputLayer)", input);
-            continue;
-        }
-        if (calls > 1)
-            return kfail(k, "called %d times (a shared layer): hetrain reads layers called once",
-                         calls);
-        if (calls == 0)
-            return kfail(k, "%s: hetrain reads a Functional model of one input",
-                         strcmp(k->lclass, "InputLayer") ? "called on no input"
-                                                         : "a second input");
-        if (read_call(k, kidx(nodes, 0), in, &n_in)) return -1;
-        int kind = keras_class_kind(k->lclass);
-        // TFOpLambda of two tensors: a merge (keras_read_op reads its function).
-        int merge = (kind >= 0 && (layer_flags((layer_kind)kind) & LF_MERGE)) ||
-                    !strcmp(k->lclass, "TFOpLambda");
-        if (n_in > 1 && !merge) {
-            char names[160];
-            size_t at = 0;
-            for (int j = 0; j < n_in && j < KIN_MAX && at < sizeof names; j++)
-                at += (size_t)snprintf(names + at, sizeof names - at, "%s\"%.30s\"",
-                                       j ? ", " : "", in[j].layer);
-            char merges[160];
-            at = 0;
-            merges[0] = 0;
-            for (int q = 0; q < LAYER_KIND_COUNT && at < sizeof merges; q++)
-                if ((layer_flags((layer_kind)q) & LF_MERGE) && layer_desc_of(q)->keras_class)
-                    at += (size_t)snprintf(merges + at, sizeof merges - at, "%s%s",
-                                           at ? ", " : "", layer_desc_of(q)->keras_class);
-            return kfail(k, "merges %d inputs (%s%s): %s is no merge; hetrain merges with %s",
-                         n_in, names, n_in > KIN_MAX ? ", ..." : "", k->lclass, merges);
-        }
-        if (n_in > MODEL_MAX_IN)
-            return kfail(k, "merges %d inputs: hetrain merges at most %d", n_in, MODEL_MAX_IN);
-        for (int j = 0; j < n_in; j++) {
-            int from = layer_index(layers, in[j].layer);
-            if (from < 0 || from >= i)
-                return kfail(k, "its input \"%.40s\" is not a layer listed before it: hetrain "
-                             "reads a Functional model's layers in the order they run",
-                             in[j].layer);
-            if (in[j].node != 0 || in[j].tensor != 0)
-                return kfail(k, "its input is output %lld of call %lld of \"%.40s\": hetrain "
-                             "reads layers of one output, each called once",
-                             (long long)in[j].tensor, (long long)in[j].node, in[j].layer);
-            in_of[i][j] = from;
-        }
-        n_in_of[i] = n_in;
-    }
     const char *last = klayer_graph_name(kidx(layers, (size_t)n - 1));
     if (!last || strcmp(last, output)) {
         k->idx = -1;
@@ -267,19 +229,153 @@ int keras_graph_inputs(kctx *k, json_object *cfg, json_object *layers,
         return kfail(k, "the model's output is \"%.40s\", not its last layer: hetrain reads a "
                      "Functional model whose output is its last layer", output);
     }
-    // Every output is read, but the last layer's: the model's.
-    for (int i = 0; i < n - 1; i++) {
-        int read = 0;
-        for (int j = i + 1; j < n && !read; j++)
-            for (int t = 0; t < n_in_of[j]; t++) read |= in_of[j][t] == i;
+    // The layers' calls, numbered in list order.
+    kcalls_of *of = calloc((size_t)n, sizeof *of);
+    kcall *calls = NULL, *order = NULL;
+    int *done = NULL, *at = NULL, total = 0, rc = -1;
+    if (!of) goto oom;
+    for (int i = 0; i < n; i++) {
         json_object *L;
-        if (!read) {
-            if (klayer_heading(k, layers, i, &L)) return -1;
-            return kfail(k, "no layer reads its output, and it is not the model's: hetrain "
-                         "trains a model of one output");
+        if (klayer_heading(k, layers, i, &L)) goto out;
+        const char *name = klayer_graph_name(L);
+        json_object *nodes = kget(L, "inbound_nodes");
+        if (nodes && !json_object_is_type(nodes, json_type_array)) {
+            kfail(k, "inbound_nodes: expected a list, found %s", ktype_name(nodes));
+            goto out;
+        }
+        const int calls_i = nodes ? (int)json_object_array_length(nodes) : 0;
+        if (i == 0) {
+            if (strcmp(k->lclass, "InputLayer") || calls_i || !name || strcmp(name, input)) {
+                kfail(k, "the first layer must be the model's input, \"%.40s\" (an "
+                      "InputLayer)", input);
+                goto out;
+            }
+        } else if (calls_i == 0) {
+            kfail(k, "%s: hetrain reads a Functional model of one input",
+                  strcmp(k->lclass, "InputLayer") ? "called on no input" : "a second input");
+            goto out;
+        } else if (calls_i > 1 && i == n - 1) {
+            kfail(k, "the model's output layer, called %d times: hetrain reads a model whose "
+                  "output layer is called once", calls_i);
+            goto out;
+        }
+        of[i] = (kcalls_of){total, i ? calls_i : 1};
+        if (total + of[i].n > KERAS_MAX_CALLS) {
+            kfail(k, "more than %d layer calls in the model", KERAS_MAX_CALLS);
+            goto out;
+        }
+        total += of[i].n;
+    }
+    if (!(calls = calloc((size_t)total, sizeof *calls)) ||
+        !(order = calloc((size_t)total, sizeof *order)) ||
+        !(done = calloc((size_t)total, sizeof *done)) || !(at = calloc((size_t)total, sizeof *at)))
+        goto oom;
+    calls[0] = (kcall){.layer = 0};
+    for (int i = 1; i < n; i++) {
+        json_object *L;
+        if (klayer_heading(k, layers, i, &L)) goto out;
+        json_object *nodes = kget(L, "inbound_nodes");
+        const int kind = keras_class_kind(k->lclass);
+        // TFOpLambda of two tensors: a merge (keras_read_op reads its function).
+        const int merge = (kind >= 0 && (layer_flags((layer_kind)kind) & LF_MERGE)) ||
+                          !strcmp(k->lclass, "TFOpLambda");
+        for (int j = 0; j < of[i].n; j++) {
+            kcall *C = &calls[of[i].first + j];
+            *C = (kcall){.layer = i, .node = j};
+            if (read_call(k, kidx(nodes, (size_t)j), in, &n_in)) goto out;
+            if (n_in > 1 && !merge) {
+                not_a_merge(k, in, n_in);
+                goto out;
+            }
+            if (n_in > MODEL_MAX_IN) {
+                kfail(k, "merges %d inputs: hetrain merges at most %d", n_in, MODEL_MAX_IN);
+                goto out;
+            }
+            for (int t = 0; t < n_in; t++) {
+                const int from = layer_index(layers, in[t].layer);
+                if (from < 0) {
+                    kfail(k, "its input \"%.40s\" is no layer of the model", in[t].layer);
+                    goto out;
+                }
+                if (in[t].tensor != 0) {
+                    kfail(k, "its input is output %lld of \"%.40s\": hetrain reads layers of "
+                          "one output", (long long)in[t].tensor, in[t].layer);
+                    goto out;
+                }
+                if (in[t].node < 0 || in[t].node >= of[from].n) {
+                    kfail(k, "its input is call %lld of \"%.40s\", which is called %d time%s",
+                          (long long)in[t].node, in[t].layer, of[from].n,
+                          of[from].n == 1 ? "" : "s");
+                    goto out;
+                }
+                C->in[t] = of[from].first + (int)in[t].node;
+            }
+            C->n_in = n_in;
         }
     }
-    return 0;
+    // An order they run in: the list's, each call as soon as what it reads is done (a shared
+    // layer's later calls after the layers they read, listed after the layer itself).
+    int n_done = 0;
+    for (int progress = 1; progress && n_done < total;) {
+        progress = 0;
+        for (int c = 0; c < total; c++) {
+            if (done[c]) continue;
+            int ready = 1;
+            for (int t = 0; t < calls[c].n_in && ready; t++) ready = done[calls[c].in[t]];
+            if (!ready) continue;
+            done[c] = 1, at[c] = n_done, progress = 1;
+            order[n_done++] = calls[c];
+        }
+    }
+    if (n_done < total) {
+        for (int c = 0; c < total; c++) {
+            if (done[c]) continue;
+            json_object *L;
+            if (klayer_heading(k, layers, calls[c].layer, &L)) goto out;
+            kfail(k, "call %d reads what it computes itself (a cycle in the graph)",
+                  calls[c].node);
+            goto out;
+        }
+    }
+    // Inputs as positions in the order; every call's output read, but the model's, which
+    // nothing reads (so it is the last).
+    for (int c = 0; c < total; c++)
+        for (int t = 0; t < order[c].n_in; t++) order[c].in[t] = at[order[c].in[t]];
+    memset(done, 0, sizeof *done * (size_t)total);
+    for (int c = 0; c < total; c++)
+        for (int t = 0; t < order[c].n_in; t++) {
+            json_object *L;
+            if (order[order[c].in[t]].layer != n - 1) {
+                done[order[c].in[t]] = 1;
+                continue;
+            }
+            if (klayer_heading(k, layers, order[c].layer, &L)) goto out;
+            kfail(k, "its input \"%.40s\" is the model's output: hetrain reads a model whose "
+                  "output is its last step", output);
+            goto out;
+        }
+    for (int c = 0; c < total; c++) {
+        if (done[c] || order[c].layer == n - 1) continue;
+        json_object *L;
+        if (klayer_heading(k, layers, order[c].layer, &L)) goto out;
+        if (of[order[c].layer].n > 1)
+            kfail(k, "no layer reads the output of its call %d, and it is not the model's: "
+                  "hetrain trains a model of one output", order[c].node);
+        else
+            kfail(k, "no layer reads its output, and it is not the model's: hetrain trains a "
+                  "model of one output");
+        goto out;
+    }
+    *out = order;
+    order = NULL;
+    rc = total;
+    goto out;
+oom:
+    k->idx = -1;
+    kfail(k, "out of memory for the model's graph");
+out:
+    free(of), free(calls), free(order), free(done), free(at);
+    return rc;
 }
 
 // ---- models inside the model ------------------------------------------------------------------

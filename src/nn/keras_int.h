@@ -39,6 +39,11 @@ typedef struct kctx {
     int n_from;
     int from[MODEL_MAX_IN];
     int seq; // the layer being read came from a Sequential inside the model (KERAS_SEQ_KEY)
+    // A shared layer's later call (node >= 1, Keras's node index) is read as its first call
+    // was, into layers named "<name>-<node>" that compute with the first call's parameters:
+    // keras_add gives the layer it adds at call_first + i the share of layer share_first + i
+    // (i < share_n, of its kind, with parameters).
+    int node, call_first, share_first, share_n;
 } kctx;
 
 // ---- keras_json.c ----------------------------------------------------------------------------
@@ -167,11 +172,19 @@ int keras_read_weights_of(kctx *k, json_object *cfg, const char *kernel, layer_s
 
 // ---- keras_graph.c ---------------------------------------------------------------------------
 
-// What each layer of a Functional model's list reads (keras_graph.c): in_of[i][0..n_in_of[i])
-// are indices into the list (the InputLayer, 0, reads nothing). -1 with kfail for a graph
-// hetrain cannot compute.
-int keras_graph_inputs(kctx *k, json_object *cfg, json_object *layers,
-                       int (*in_of)[MODEL_MAX_IN], int *n_in_of);
+// One call of a layer of a Functional model's list: the layer (its index in the list), which
+// of its calls (its inbound_nodes' entry: Keras's node index; 1 and more are a shared layer's
+// later calls) and what it reads (n_in calls, as positions in keras_graph_calls's order).
+typedef struct kcall {
+    int layer, node, n_in;
+    int in[MODEL_MAX_IN];
+} kcall;
+#define KERAS_MAX_CALLS 8192
+// The calls of a Functional model's layers (keras_graph.c) in an order they can run in: the
+// list's, a call moved after what it reads (the InputLayer's one first, reading nothing; the
+// model's output, the last layer's only call, last). *out is malloc'd; returns the count, or
+// -1 with kfail for a graph hetrain cannot compute.
+int keras_graph_calls(kctx *k, json_object *cfg, json_object *layers, kcall **out);
 // The layer list with each Sequential inside it (keras.applications' ConvNeXt's stem and
 // downsampling blocks) replaced by its layers, called in a chain as the Sequential runs them
 // (its inner layers' inbound_nodes are written, its readers renamed to read its last layer;

@@ -254,6 +254,38 @@ static int set_inputs(const model *m, layer *L, const layer_spec *s, int idx, co
     return 0;
 }
 
+// A layer called again (s->share): it computes with the parameters of layer owner (or of the
+// layer that one shares), which must be of its kind and of the same shapes, and holds none.
+static int share_params(const model *m, layer *L, int owner, int idx, const char *kname,
+                        ht_error *err) {
+    if (owner < 0 || owner >= idx)
+        return ht_fail(err, "layer %d (%s): shares the parameters of layer %d: expected an "
+                       "earlier layer (0..%d)", idx, kname, owner, idx - 1);
+    if (m->layers[owner].share) owner = m->layers[owner].share - 1;
+    const layer *O = &m->layers[owner];
+    if (O->kind != L->kind)
+        return ht_fail(err, "layer %d (%s): shares the parameters of %s, a %s layer: a layer "
+                       "shares those of a layer of its kind", idx, kname, O->name,
+                       model_kind_name(O->kind));
+    if (!O->n_w && !O->n_b)
+        return ht_fail(err, "layer %d (%s): %s has no parameters to share", idx, kname, O->name);
+    if (O->n_s)
+        return ht_fail(err, "layer %d (%s): shares the parameters of %s, which keeps a state "
+                       "(its moving statistics): hetrain shares parameters, not a state", idx,
+                       kname, O->name);
+    if (L->n_w != O->n_w || L->n_b != O->n_b || L->oc != O->oc || L->k != O->k)
+        return ht_fail(err, "layer %d (%s): shares the parameters of %s (%zu weights, %d "
+                       "outputs) but would need %zu weights and %d outputs: a shared layer's "
+                       "inputs must have the first call's shape", idx, kname, O->name, O->n_w,
+                       O->oc, L->n_w, L->oc);
+    L->w_off = O->w_off, L->b_off = O->b_off;
+    L->w_init = O->w_init, L->b_init = O->b_init;
+    L->w_l1 = O->w_l1, L->w_l2 = O->w_l2, L->b_l1 = O->b_l1, L->b_l2 = O->b_l2;
+    L->frozen = O->frozen;
+    L->share = owner + 1;
+    return 0;
+}
+
 int model_add(model *m, const layer_spec *s, ht_error *err) {
     int idx = m->n_layers;
     if (m->in_c < 1) return ht_fail(err, "model_add before model_begin");
@@ -320,7 +352,9 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
     }
     L.frozen |= s->frozen; // or the family made it so (normalize: constants)
     L.keras_as = s->keras_as, L.keras_seq = s->keras_seq;
-    if ((int64_t)(m->n_params + L.n_w + L.n_b + L.n_s) >= MODEL_MAX_ELEMS)
+    if (s->share && share_params(m, &L, s->share - 1, idx, kname, err)) return -1;
+    const size_t own = L.share ? 0 : L.n_w + L.n_b + L.n_s; // a sharer's are its owner's
+    if ((int64_t)(m->n_params + own) >= MODEL_MAX_ELEMS)
         return ht_fail(err, "layer %d (%s): %zu parameters take the total to 2^31 or more", idx,
                        kname, L.n_w + L.n_b + L.n_s);
 
@@ -329,7 +363,8 @@ int model_add(model *m, const layer_spec *s, ht_error *err) {
     m->layers = grown;
     m->layers[idx] = L;
     m->n_layers = idx + 1;
-    m->n_params += L.n_w + L.n_b + L.n_s;
+    if (L.share) m->layers[L.share - 1].n_sharers++;
+    m->n_params += own;
     m->n_state += L.n_s;
     m->n_trainable = m->n_params - m->n_state;
     return 0;
@@ -404,6 +439,10 @@ static int build_tensors(model *m, ht_error *err) {
     int out = -1;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
+        if (L->share) { // its tensors are its owner's
+            out = L->share - 1;
+            continue;
+        }
         if (L->w_off != LAYER_NO_PARAM && L->n_w > 0 && add_tensor(m, l, 0, 0, err)) return -1;
         if (L->b_off != LAYER_NO_PARAM && L->n_b > 0 && add_tensor(m, l, 1, 0, err)) return -1;
         if (L->w_off != LAYER_NO_PARAM || L->b_off != LAYER_NO_PARAM) out = l;
@@ -595,7 +634,7 @@ void model_init_params(const model *m, float *params, uint64_t seed) {
             }
             params[L->s_off + 2 * L->oc] = 0.0f;
         }
-        if (L->w_off == LAYER_NO_PARAM && L->b_off == LAYER_NO_PARAM) continue;
+        if ((L->w_off == LAYER_NO_PARAM && L->b_off == LAYER_NO_PARAM) || L->share) continue;
         // One generator per layer, so adding or changing a layer leaves the others' draws alone.
         ht_rng r;
         ht_rng_seed(&r, ht_mix64(seed ^ (uint64_t)l));
@@ -779,6 +818,7 @@ double model_reg_penalty(const model *m, const float *params) {
     double total = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
+        if (L->share) continue; // its owner's, counted there
         if (L->n_w && (L->w_l1 > 0 || L->w_l2 > 0))
             total += reg_term(params + L->w_off, L->n_w, L->w_l1, L->w_l2);
         if (L->n_b && (L->b_l1 > 0 || L->b_l2 > 0))
@@ -798,7 +838,7 @@ int model_has_reg(const model *m) {
 size_t model_frozen_params(const model *m) {
     size_t n = 0;
     for (int l = 0; l < m->n_layers; l++)
-        if (m->layers[l].frozen) n += m->layers[l].n_w + m->layers[l].n_b;
+        if (m->layers[l].frozen && !m->layers[l].share) n += m->layers[l].n_w + m->layers[l].n_b;
     return n;
 }
 
@@ -853,13 +893,16 @@ void model_print_summary(const model *m, FILE *f) {
         const layer *L = &m->layers[l];
         snprintf(label, sizeof label, "%s (%s)", L->name, model_kind_name(L->kind));
         snprintf(shape, sizeof shape, "(%d, %d, %d)", L->oc, L->oh, L->ow);
-        fprintf(f, "%-4d %-*s %-18s %12s %14s", l, lw, label, shape,
-                group_digits(L->n_w + L->n_b + L->n_s - model_layer_keras_uncounted(m, l), num),
+        // A later call of a shared layer counts none: they are its first call's.
+        const size_t own =
+            L->share ? 0 : L->n_w + L->n_b + L->n_s - model_layer_keras_uncounted(m, l);
+        fprintf(f, "%-4d %-*s %-18s %12s %14s", l, lw, label, shape, group_digits(own, num),
                 group_digits((size_t)model_layer_macs(m, l, 0), macs));
         for (int k = 0; graph && k < (L->n_in ? L->n_in : 1); k++) {
             const int from = L->n_in ? L->in[k] : l - 1;
             fprintf(f, "%s%s", k ? ", " : "  ", from < 0 ? "input" : m->layers[from].name);
         }
+        if (L->share) fprintf(f, "  (the parameters of %s)", m->layers[L->share - 1].name);
         fputc('\n', f);
     }
     for (int i = 0; i < rule; i++) fputc('=', f);

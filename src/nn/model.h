@@ -149,7 +149,12 @@ extern const char *const conv_algo_names[];
     int keras_as;                                                                              \
     /* Read from the keras_seq-th Sequential inside a Keras model (ConvNeXt's stem): Keras's   \
        weight files hold it in that Sequential's group; 0: at the top; -1: deeper. */         \
-    int keras_seq;
+    int keras_seq;                                                                             \
+    /* 1 + the index of an earlier layer of its kind whose parameters it computes with (a      \
+       layer called again: Keras's shared layer; the config's share = NAME); 0: its own.     \
+       It holds none of its own: its w_off and b_off are that layer's, its gradients add to   \
+       that layer's, and the tensors, counts, initialisers and files are that layer's. */     \
+    int share;
 
 typedef struct layer {
     layer_kind kind;
@@ -172,7 +177,12 @@ typedef struct layer {
     // model_finish places it): running mean (oc), running variance (oc) and the count of
     // updates, at s_off (LAYER_NO_PARAM if none), n_s floats.
     size_t s_off, n_s;
+    int n_sharers; // later layers computing with its parameters (their share names it)
 } layer;
+
+// Whether more than one layer computes with L's parameters (it shares another's, or others
+// share its): their gradients add up over the calls (net.c, the devices).
+static inline int layer_params_shared(const layer *L) { return L->share || L->n_sharers; }
 
 // One parameter tensor in the flat parameter buffer, as safetensors and PyTorch name and shape
 // it: "<layer>.weight" conv [OC,C,K,K] and dense [OUT,IN], "<layer>.bias" [OC]; a weight of

@@ -664,13 +664,16 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
     const schedule *S = &ws->sched;
     int nt = ws->nthreads;
     // Overwriting: the dense layers' GEMMs write their weight gradients (beta 0), and the
-    // families that add to theirs (conv) are zeroed here and then added to as usual; the
-    // frozen layers below the reach, which the pass does not reach, get zeros, statistics too.
+    // families that add to theirs (conv) are zeroed here and then added to as usual, as are
+    // parameters that several layers compute with (a shared layer's calls add up); the frozen
+    // layers below the reach, which the pass does not reach, get zeros, statistics too.
     for (int n = 0; overwrite == NET_GRAD_WRITE && n < S->n_nodes; n++) {
         const layer *L = node_layer(m, S, n);
         // A frozen layer's statistics (a normalize layer's constants) have no sums to give.
         if (L->n_s && L->frozen) memset(grads + L->s_off, 0, sizeof(float) * L->n_s);
-        if (!(net_layer_ops_of[L->kind]->flags & NET_OP_GRAD_ADDS) && S->node[n].backward) continue;
+        if (!(net_layer_ops_of[L->kind]->flags & NET_OP_GRAD_ADDS) && S->node[n].backward &&
+            !layer_params_shared(L))
+            continue;
         if (L->n_w) memset(grads + L->w_off, 0, sizeof(float) * L->n_w);
         if (L->n_b) memset(grads + L->b_off, 0, sizeof(float) * L->n_b);
         if (L->n_s && !S->node[n].backward) memset(grads + L->s_off, 0, sizeof(float) * L->n_s);
@@ -688,7 +691,9 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
         float *dout = grad_of(ws, N->buf), *dslot[SCHED_MAX_IN];
         net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt,
                       .act = layer_act_fn(L->kind), .op = layer_merge_op(L->kind), .params = params, .grads = grads,
-                      .beta = overwrite == NET_GRAD_WRITE ? 0.0f : 1.0f, .in = in,
+                      .beta = overwrite == NET_GRAD_WRITE && !layer_params_shared(L) ? 0.0f
+                                                                                   : 1.0f,
+                      .in = in,
                       .n_in = N->n_in, .out = ws->act[n], .dout = dout,
                       .scratch = ws->conv_ws, .drop = drop, .ids = drop ? drop->ids : NULL,
                       .y = y, .bn_stats = ws->bn_stats[n], .group = ws->bn_group,

@@ -432,6 +432,32 @@ static void test_tfop(void **state) {
     free(json);
 }
 
+// Shared layers (tests/fixtures/keras/shared_conv_k{2,3}.*: a Conv2D called three times, a
+// ReLU twice, a Dense twice on its own output): both Keras generations' graphs read with one
+// set of parameters a shared layer, and Keras's files give Keras's probabilities; saved, the
+// Keras 3 file holds Keras's datasets (a shared layer's once) and reads back to the same bits.
+static void test_shared(void **state) {
+    (void)state;
+    model m;
+    float *p = load_model(&m, KDIR "shared_conv_k2.json", KDIR "shared_conv_k2.h5");
+    expect_keras_outputs(&m, p, KDIR "shared_conv_k2.txt", "tf.keras shared layers");
+    free(p);
+    model_free(&m);
+    p = load_model(&m, KDIR "shared_conv_k3.json", KDIR "shared_conv_k3.weights.h5");
+    int sharers = 0;
+    for (int l = 0; l < m.n_layers; l++) sharers += m.layers[l].share != 0;
+    assert_int_equal(sharers, 3);
+    assert_int_equal(m.n_params, 165);
+    expect_keras_outputs(&m, p, KDIR "shared_conv_k3.txt", "Keras 3 shared layers");
+    static const char *const ds[] = {"layers/conv2d/vars/0", "layers/conv2d_1/vars/0",
+                                     "layers/conv2d_1/vars/1", "layers/dense/vars/0",
+                                     "layers/dense_1/vars/1"};
+    free(expect_saved_as_keras(&m, p, KDIR "shared_conv_k3.weights.h5", "kh5-shared", ds,
+                               sizeof ds / sizeof ds[0]));
+    free(p);
+    model_free(&m);
+}
+
 // ---- refusals --------------------------------------------------------------------------------
 
 // Copies src to dir/name and returns the malloc'd path.
@@ -671,7 +697,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keras_files), cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_normalize),   cmocka_unit_test(test_convnext),
-        cmocka_unit_test(test_tfop),
+        cmocka_unit_test(test_tfop),        cmocka_unit_test(test_shared),
         cmocka_unit_test(test_load_errors), cmocka_unit_test(test_save_errors),
         cmocka_unit_test(test_is_path),     cmocka_unit_test(test_cli),
     };

@@ -403,6 +403,15 @@ static const parity_case parity_stacks[] = {
      "[maxpool]\nsize = 2\n"
      "[conv]\nfilters = 8\nsize = 5\npad = same\nactivation = relu\n[avgpool]\nsize = 2\n"
      "[dense]\nunits = 24\nactivation = tanh\n[dropout]\nrate = 0.5\n" HEAD, 10, 1, 0},
+    // Shared layers: a convolution called three times (on its own output, then on relu1's
+    // again) and a dense layer twice, their gradients added over the calls.
+    {"shared layers", NET("3x6x6")
+     "[conv]\nfilters = 4\nsize = 3\npad = same\nactivation = relu\n"
+     "[conv]\nname = shared\nfilters = 4\nsize = 3\npad = same\nactivation = relu\n"
+     "[conv]\nshare = shared\n[add]\nfrom = -1, relu1\n"
+     "[conv]\nshare = shared\nfrom = relu1\nactivation = linear\n[add]\nfrom = -1, add1\n"
+     "[globalavgpool]\n[dense]\nname = sq\nunits = 4\nactivation = tanh\n[dense]\n"
+     "share = sq\n" HEAD, 6, 1, 0},
     {0},
 };
 

@@ -105,6 +105,21 @@ static const char convnext_block[] = "[net]\ninput = 2x5x5\nclasses = 3\n"
                                      "[globalavgpool]\n[layernorm]\n[dense]\nunits = 3\n"
                                      "[softmax]\n";
 
+// Shared layers, smooth: a convolution called three times (on its own output, then on tanh1's
+// again) and a dense layer twice (on its own output), their gradients added over the calls.
+static const char shared_layers[] = "[net]\ninput = 2x5x5\nclasses = 3\n"
+                                    "[conv]\nfilters = 3\nsize = 3\npad = same\n[tanh]\n"
+                                    "[conv]\nname = shared\nfilters = 3\nsize = 3\n"
+                                    "pad = same\nactivation = tanh\n[conv]\nshare = shared\n"
+                                    "[add]\nfrom = -1, tanh1\n"
+                                    "[conv]\nshare = shared\nfrom = tanh1\n[add]\n"
+                                    "from = -1, add1\n[globalavgpool]\n"
+                                    "[dense]\nname = sq\nunits = 3\nactivation = tanh\n"
+                                    "init = random_uniform(minval = -1, maxval = 1)\n"
+                                    "[dense]\nshare = sq\n[dense]\nunits = 3\n"
+                                    "init = random_uniform(minval = -2, maxval = 2)\n"
+                                    "[softmax]\n";
+
 // The reference's input and weight gradients of the network in text against central
 // differences of its loss. Stored means and variances (normalize's) are set away from 0 and
 // 1, where the layer would be the identity.
@@ -141,7 +156,7 @@ static void graph_ref_fd_step(const char *text, int in_floats, const char *what,
     if (readers == 1) expect_grad(dx, num, 2 * in, TOL_CONV_FD, name);
     for (int l = 0; l < m.n_layers; l++) {
         const layer *L = &m.layers[l];
-        if (!L->n_w) continue;
+        if (!L->n_w || L->share) continue; // a shared layer's: its first call's
         snprintf(name, sizeof name, "%s: %s weight", what, L->name);
         fd_grad_step(num, c.p + L->w_off, L->n_w + L->n_b, fd_loss, &c, h);
         expect_grad(g + L->w_off, num, L->n_w + L->n_b, TOL_CONV_FD, name);
@@ -176,6 +191,11 @@ static void test_convnext_block_ref_fd(void **state) {
     // miss by 3% (the curvature), and the gradients agree within TOL_CONV_FD.
     graph_ref_fd_step(convnext_block, 2 * 5 * 5, "ConvNeXt block: layernorm and layerscale",
                       FD_EPS / 8);
+}
+
+static void test_shared_layers_ref_fd(void **state) {
+    (void)state;
+    graph_ref_fd(shared_layers, 2 * 5 * 5, "shared layers");
 }
 
 static void test_squeeze_excite_ref_fd(void **state) {
@@ -236,6 +256,19 @@ static void test_graph_errors(void **state) {
          "input 2 (conv1) is 2x4x4", "after the first be 1x1 with its channels"},
         {"[conv]\nfilters = 2\nsize = 3\n[globalavgpool]\n[dense]\nunits = 3\n"
          "[multiply]\nfrom = conv1, -1\n", "input 2 (fc1) is 3x1x1", "must have one shape"},
+        // A shared layer: of the kind of the layer it shares, with that layer's settings and
+        // input shape, and without a state.
+        {"[conv]\nfilters = 1\nsize = 3\n[dense]\nshare = conv1\n", "graph.cfg:7",
+         "a layer shares the parameters of a layer of its kind"},
+        {"[conv]\nfilters = 1\nsize = 3\n[conv]\nshare = conv1\nsize = 1\n", "[conv] size",
+         "takes that layer's settings"},
+        {"[conv]\nfilters = 2\nsize = 3\n[conv]\nshare = conv1\n", "layer 1 (conv)",
+         "inputs must have the first call's shape"},
+        {"[batchnorm]\n[batchnorm]\nshare = bn1\n", "layer 1 (batchnorm)", "not a state"},
+        {"[conv]\nfilters = 1\nsize = 3\n[conv]\nshare = conv9\n", "[conv] share",
+         "no layer before this one is named \"conv9\""},
+        {"[conv]\nfilters = 1\nsize = 3\n[conv]\nshare = 1\n", "[conv] share: 1",
+         "expected an earlier layer"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char text[512];
@@ -275,6 +308,42 @@ static void test_summary_connections(void **state) {
     model_free(&m);
 }
 
+// Shared layers hold their parameters once: the model's count, its tensors and the summary's
+// totals are the first calls', and the summary names whose parameters a later call uses.
+static void test_shared_layers_counts(void **state) {
+    (void)state;
+    model m;
+    ht_error e;
+    if (model_from_text(&m, shared_layers, &e) < 0) fail_msg("%s", e.msg);
+    // conv1 2->3 3x3, shared 3->3 3x3, sq 3->3, the head 3->3: weights and biases.
+    const size_t own = (2 * 9 * 3 + 3) + (3 * 9 * 3 + 3) + (3 * 3 + 3) + (3 * 3 + 3);
+    assert_int_equal(m.n_params, own);
+    const model_tensor *ts;
+    assert_int_equal(model_tensors(&m, &ts), 8);
+    const int sh = model_find_layer(&m, "shared"), sq = model_find_layer(&m, "sq");
+    int calls = 0;
+    for (int l = 0; l < m.n_layers; l++) {
+        const layer *L = &m.layers[l];
+        if (!L->share) continue;
+        calls++;
+        assert_true(L->share - 1 == sh || L->share - 1 == sq);
+        assert_int_equal(L->w_off, m.layers[L->share - 1].w_off);
+    }
+    assert_int_equal(calls, 3);
+    assert_int_equal(m.layers[sh].n_sharers, 2);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    model_print_summary(&m, f);
+    fclose(f);
+    char total[64];
+    snprintf(total, sizeof total, "Total params: %zu\n", own);
+    test_expect_frags(buf, 0, "(the parameters of shared)", "(the parameters of sq)", total,
+                      NULL);
+    free(buf);
+    model_free(&m);
+}
+
 static int setup(void **state) {
     (void)state;
     dir = test_tmpdir("merge");
@@ -293,9 +362,11 @@ int main(void) {
         cmocka_unit_test(test_squeeze_excite_ref_fd),
         cmocka_unit_test(test_normalize_ref_fd),
         cmocka_unit_test(test_convnext_block_ref_fd),
+        cmocka_unit_test(test_shared_layers_ref_fd),
         cmocka_unit_test(test_residual_schedule),
         cmocka_unit_test(test_graph_errors),
         cmocka_unit_test(test_summary_connections),
+        cmocka_unit_test(test_shared_layers_counts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
