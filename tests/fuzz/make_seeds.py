@@ -241,6 +241,9 @@ put("config", "permute_multilabel.cfg", "[net]\ninput = 2x6x5\nclasses = 3\n[per
 put("config", "graph.cfg", "[net]\ninput = 2x6x6\nclasses = 3\n[conv]\nname = a\nfilters = 2\n"
     "size = 3\npad = same\n[relu]\n[conv]\nfilters = 2\nsize = 3\npad = same\n[add]\n"
     "from = -1, a, 1\n[batchnorm]\ntrainable = 0\n[dense]\nunits = 3\n[softmax]\n")
+put("config", "shared.cfg", "[net]\ninput = 2x6x6\nclasses = 3\n[conv]\nname = s\nfilters = 2\n"
+    "size = 3\npad = same\nactivation = tanh\n[conv]\nshare = s\n[conv]\nshare = s\nfrom = s\n"
+    "activation = relu\n[add]\nfrom = -1, -3\n[dense]\nunits = 3\n[softmax]\n")
 put("config", "schedule.cfg", "[net]\ninput = 1x8x8\nclasses = 4\nlr_schedule = step:2:0.5\n"
     "weight_decay = 5e-4\nweight_decay_mode = decoupled\n[dense]\nunits = 4\n[softmax]\n")
 
@@ -250,7 +253,7 @@ for name in ("mnist_small_k3", "mnist_small_k2", "cnn3_k2old", "cifar_k3", "cifa
              "activations_k3", "activations_k2", "functional_k3", "functional_k2", "add_k3",
              "shared_k2", "two_outputs_k3", "mixed_k2", "reg_k3", "reg_k2", "frozen_k3",
              "mixed_cl_k3", "mixed_cf_k3", "multilabel_k3", "multilabel_k2", "add_k2",
-             "frozen_bn_k3", "convnext_k3", "tfop_k2"):
+             "frozen_bn_k3", "convnext_k3", "tfop_k2", "shared_conv_k3", "shared_conv_k2"):
     with open(os.path.join(ROOT, "tests", "fixtures", "keras", name + ".json")) as f:
         put("keras", name + ".json", json.dumps(json.load(f), separators=(",", ":")))
 # The ten keras.applications graphs (residual, dense, depthwise, squeeze-excite).

@@ -163,7 +163,8 @@ static void test_sharding_invariance_residual(void **state) {
 // whole for a sample at a time), on the same mixes. Unlike the example, block 1's output goes
 // through an activation: there, a batchnorm (beta 0 at the start) and a bias-free 1x1
 // convolution before the next batchnorm make that one's group means exactly 0, whose rounding
-// (1e-10 against inputs near 1) no relative comparison measures.
+// (1e-10 against inputs near 1) no relative comparison measures. A 1x1 convolution, mix, is
+// called twice in a row (a shared layer: its gradients add over the calls on every device).
 static const char se_cfg[] =
     "[net]\ninput = 1x28x28\nclasses = 10\n"
     "[rescale]\nscale = 2\noffset = -1\n"
@@ -174,6 +175,7 @@ static const char se_cfg[] =
     "[globalavgpool]\n[dense]\nunits = 8\nactivation = relu\n"
     "[dense]\nunits = 32\nactivation = hard_sigmoid\n[multiply]\nfrom = b1_dw, -1\n"
     "[conv]\nfilters = 24\nsize = 1\nbias = 0\n[batchnorm]\n[hard_swish]\nname = b1_out\n"
+    "[conv]\nname = mix\nfilters = 24\nsize = 1\nactivation = tanh\n[conv]\nshare = mix\n"
     "[conv]\nfilters = 48\nsize = 1\nbias = 0\n[batchnorm]\n[hard_swish]\n"
     "[dwconv]\nsize = 3\npad = same\nbias = 0\n[batchnorm]\n[hard_swish]\nname = b2_dw\n"
     "[globalavgpool]\n[dense]\nunits = 12\nactivation = relu\n"
