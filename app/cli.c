@@ -47,6 +47,15 @@ int cli_parse_float(const char *flag, const char *s, double lo, double hi, int h
     return 0;
 }
 
+int cli_parse_image_size(const char *cmd, const char *s, int *h, int *w) {
+    char tail;
+    if (sscanf(s, "%dx%d%c", h, w, &tail) == 2 && *h >= 1 && *w >= 1 && *h <= DATA_MAX_DIM &&
+        *w <= DATA_MAX_DIM)
+        return 0;
+    cli_usage_error(cmd, "--image-size: expected HxW (each 1..%d), found \"%s\"", DATA_MAX_DIM, s);
+    return -1;
+}
+
 int cli_parse_layout(const char *cmd, const char *s) {
     for (int i = 0; data_layout_names[i]; i++)
         if (!strcmp(s, data_layout_names[i])) return i;

@@ -13,7 +13,8 @@ enum {
     OPT_MEM_LIMIT, OPT_NO_SELF_CHECK, OPT_ON_NAN, OPT_DEVICE_TIMEOUT, OPT_CHECKPOINT_EVERY,
     OPT_RESUME, OPT_PROFILE, OPT_CONV_ALGO, OPT_BUDGET, OPT_LR_SCHEDULE, OPT_WEIGHT_DECAY,
     OPT_WD_MODE, OPT_BN_GROUP, OPT_TRAIN_LABELS, OPT_TEST_LABELS, OPT_LAYOUT, OPT_CIFAR_LABELS, OPT_AUGMENT,
-    OPT_OPTIMIZER, OPT_COMM_DTYPE
+    OPT_OPTIMIZER, OPT_COMM_DTYPE, OPT_VALIDATION, OPT_IMAGE_SIZE, OPT_CROP_ASPECT,
+    OPT_STRICT_IMAGES
 };
 
 // Prints "hetrain CMD: <message> (see 'hetrain CMD --help')" on stderr; returns EXIT_USAGE.
@@ -25,6 +26,8 @@ int cli_parse_float(const char *flag, const char *s, double lo, double hi, int h
                     double *out);
 // --layout's value as a data_layout (nhwc, nchw, auto), or -1 after printing the usage error.
 int cli_parse_layout(const char *cmd, const char *s);
+// --image-size HxW: 0 with *h and *w, or -1 after cli_usage_error.
+int cli_parse_image_size(const char *cmd, const char *s, int *h, int *w);
 // --cifar-labels' value: 1 coarse, 0 fine, -1 after printing the usage error.
 int cli_parse_cifar_labels(const char *cmd, const char *s);
 // --conv-algo's value as a conv_algo, or -1 after printing the usage error.

@@ -40,14 +40,31 @@ static const char *usage_train =
     "  --data DIR             IDX folder with train-/t10k- images and labels (.gz or raw), or a\n"
     "                         CIFAR binary folder: CIFAR-10 (data_batch_1..5.bin, test_batch.bin)\n"
     "                         or CIFAR-100 (train.bin, test.bin) [" TRAIN_DEFAULT_DATA "]\n"
-    "  --train FILE           training data instead of --data, by its name: Kaggle CSV\n"
+    "  --train FILE|DIR       training data instead of --data, by its name: Kaggle CSV\n"
     "                         (label,pixel0..), a CIFAR .bin, NumPy images .npy (with\n"
     "                         --train-labels) or .npz (x_train/y_train, else x/y; its\n"
-    "                         x_test/y_test, when there, are the test set unless --test says)\n"
+    "                         x_test/y_test, when there, are the test set unless --test says);\n"
+    "                         or a folder of class folders of images (DIR/<class>/*.jpg, .jpeg,\n"
+    "                         .png, .bmp, .gif; classes in byte order of their names, nested\n"
+    "                         folders followed, hidden files skipped), decoded once into a\n"
+    "                         cache under --cache-dir and resized to the model's input: a\n"
+    "                         Keras JSON model gets pixels of 0..255 (as Keras's\n"
+    "                         image_dataset_from_directory hands them over: its Rescaling\n"
+    "                         scales them), a preset or config model 0..1 (as from every\n"
+    "                         other format); 1 input channel reads grayscale, 3 RGB\n"
+    "  --validation DIR       the validation set as a folder of the training folder's classes\n"
+    "                         (instead of --val-split's share of the training set)\n"
+    "  --image-size HxW       the size images are resized to (bilinear, as Keras): the model's\n"
+    "                         input, which this must match [the model's]\n"
+    "  --crop-to-aspect-ratio crop each image's largest centred window of that ratio first\n"
+    "                         (Keras's crop_to_aspect_ratio) instead of stretching it\n"
+    "  --strict-images        a broken image file is an error (else it is named on stderr,\n"
+    "                         left out and counted in the run log)\n"
     "  --train-labels FILE.npy  labels of a .npy --train: uint8, int32 or int64, shape (N) or (N,1);\n"
     "                         for a multi-label head of k labels (N,k) of 0 and 1 (float32 too)\n"
-    "  --test FILE            test set to evaluate and predict (labels optional): CSV, .bin,\n"
-    "                         .npy (with --test-labels) or .npz (x_test/y_test, else x/y)\n"
+    "  --test FILE|DIR        test set to evaluate and predict (labels optional): CSV, .bin,\n"
+    "                         .npy (with --test-labels) or .npz (x_test/y_test, else x/y), or a\n"
+    "                         folder of the training folder's classes\n"
     "  --test-labels FILE.npy labels of a .npy --test\n"
     "  --layout nhwc|nchw     axis order of 4-D NumPy images; by default the axis holding the\n"
     "                         model's channel count decides ((N,32,32,3) is NHWC for a 3-channel\n"
@@ -228,6 +245,10 @@ int cli_train(int argc, char **argv) {
         {"cifar-labels", required_argument, 0, OPT_CIFAR_LABELS},
         {"augment", required_argument, 0, OPT_AUGMENT},
         {"optimizer", required_argument, 0, OPT_OPTIMIZER},
+        {"validation", required_argument, 0, OPT_VALIDATION},
+        {"image-size", required_argument, 0, OPT_IMAGE_SIZE},
+        {"crop-to-aspect-ratio", no_argument, 0, OPT_CROP_ASPECT},
+        {"strict-images", no_argument, 0, OPT_STRICT_IMAGES},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
     train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1,
                     .weight_decay = -1, .wd_mode = -1, .layout = -1, .coarse = -1};
@@ -243,6 +264,16 @@ int cli_train(int argc, char **argv) {
         case OPT_TEST: o.test_csv = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_TEST); break;
         case OPT_TRAIN_LABELS: o.train_labels = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_TRAIN_LABELS); break;
         case OPT_TEST_LABELS: o.test_labels = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_TEST_LABELS); break;
+        case OPT_VALIDATION: o.validation = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_VALIDATION); break;
+        case OPT_IMAGE_SIZE: {
+            int h, w;
+            if (cli_parse_image_size("train", optarg, &h, &w) < 0) return EXIT_USAGE;
+            o.image_size = optarg;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_IMAGE_SIZE);
+            break;
+        }
+        case OPT_CROP_ASPECT: o.crop_aspect = 1; o.given |= RUN_OPT_GIVEN(RUN_OPT_CROP_ASPECT); break;
+        case OPT_STRICT_IMAGES: o.strict_images = 1; o.given |= RUN_OPT_GIVEN(RUN_OPT_STRICT_IMAGES); break;
         case OPT_LAYOUT:
             if ((o.layout = cli_parse_layout("train", optarg)) < 0) return EXIT_USAGE;
             o.given |= RUN_OPT_GIVEN(RUN_OPT_LAYOUT);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "nn/conv_algo.h"
@@ -73,6 +74,7 @@ void job_free(job *j) {
     dataset_free(&j->train);
     dataset_free(&j->val);
     dataset_free(&j->test);
+    for (int i = 0; i < 3; i++) data_images_info_free(&j->images[i]);
     free(j->params);
     free(j->idx);
     free(j->loss);
@@ -141,12 +143,25 @@ int job_prepare(job *j, const train_opts *o, ht_error *e) {
     if (o->weight_decay >= 0) s->weight_decay = o->weight_decay;
     if (o->wd_mode >= 0) s->wd_mode = (wd_mode)o->wd_mode;
     if (o->bn_group > 0) s->bn_group = o->bn_group;
-    data_src src = {o->data_dir, o->train_csv, o->train_labels, o->test_csv, o->test_labels};
+    data_images_opts img;
+    if (job_image_opts(&j->m, o->model, o->image_size, o->crop_aspect, o->strict_images, &img,
+                       e) < 0)
+        return -1;
+    data_src src = {o->data_dir, o->train_csv,  o->train_labels, o->test_csv,
+                    o->test_labels, &img, j->images};
     data_opts dop = job_data_opts(&j->m, o->layout, o->coarse);
     if (job_load_data(&src, &dop, &j->all, &j->test, 1, e) < 0) return -1;
     dataset_limit(&j->all, o->limit);
-    if (dataset_split(&j->all, s->val_split, o->seed, &j->train, &j->val, e) < 0) return -1;
-    dataset_free(&j->all);
+    if (o->validation) { // a folder of its own: the training set whole
+        const char *train_dir = data_is_dir(o->train_csv) ? o->train_csv : NULL;
+        if (job_load_images(j, 1, o->validation, train_dir, &img, &j->val, e) < 0) return -1;
+        j->train = j->all;
+        memset(&j->all, 0, sizeof j->all);
+        s->val_split = 0;
+    } else {
+        if (dataset_split(&j->all, s->val_split, o->seed, &j->train, &j->val, e) < 0) return -1;
+        dataset_free(&j->all);
+    }
     if (j->train.n < 1) return ht_fail(e, "no training samples left after the validation split");
     if (job_check_fits(&j->m, &j->train, "training data", e) < 0 ||
         job_check_fits(&j->m, &j->test, "test data", e) < 0)

@@ -19,6 +19,7 @@
 
 #include "core/common.h"
 #include "data/data.h"
+#include "data/data_images.h"
 #include "devices/device.h"
 #include "sharding/engine.h"
 #include "nn/model.h"
@@ -30,6 +31,10 @@
 // it is a .npy.
 typedef struct data_src {
     const char *dir, *train, *train_labels, *test, *test_labels;
+    // A train or test path that is a folder holds class folders of images, read with img
+    // (job_image_opts) into info[0] (training) and info[2] (test) of the job's.
+    const data_images_opts *img;
+    data_images_info *info;
 } data_src;
 
 // One train or predict job: what it loaded and opened, where training stands, and what it
@@ -38,6 +43,8 @@ typedef struct job {
     // What the job works with (job.c): the model, data, parameters, devices and engine.
     model m;
     dataset all, train, val, test;
+    // What image folders gave (data_images.h): training, validation, test ("none": n 0).
+    data_images_info images[3];
     float *params;
     device *devs;
     int n_devs;
@@ -100,6 +107,21 @@ data_opts job_data_opts(const model *m, int layout, int coarse);
 // .npz brings its x_test/y_test as the test set when no --test is given.
 int job_load_data(const data_src *src, const data_opts *dop, dataset *train, dataset *test,
                   int want_train, ht_error *e);
+// How the model takes images from folders: its input's size (image_size "HxW" must match it;
+// NULL: not given) and channels, pixels of 0..255 for a Keras JSON model (its Rescaling scales
+// them, as Keras's pipeline hands them over), else 0..1 as from the other formats; decoded
+// into the device cache folder's images/.
+int job_image_opts(const model *m, const char *model_path, const char *image_size, int crop,
+                   int strict, data_images_opts *img, ht_error *e);
+// A folder of images (train, validation or test: which = 0, 1, 2) into d and j->images[which],
+// with the classes of the training folder train_dir when it is one (else NULL); its skipped
+// files named on stderr.
+int job_load_images(job *j, int which, const char *dir, const char *train_dir,
+                    const data_images_opts *img, dataset *d, ht_error *e);
+// The test set's class names and files for the predictions file (predictions_write), when it
+// came from a folder of images whose files are all there (no --limit); else NULL. The classes
+// are the training folder's when the test set has none of its own.
+const predictions_names *job_test_names(job *j);
 // The data set must have the model's input shape and labels below its class count; `what`
 // names it in the error.
 int job_check_fits(const model *m, const dataset *d, const char *what, ht_error *e);

@@ -2,7 +2,11 @@
 // by their names), and whether they fit the model.
 #include "app/job.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "devices/ocl_util.h"
 
 // What the loaders need of the model (its classes and channels) and of the options.
 data_opts job_data_opts(const model *m, int layout, int coarse) {
@@ -25,10 +29,79 @@ static int multi_label_source(const char *path, const data_opts *dop, ht_error *
                    "class a sample", path ? path : TRAIN_DEFAULT_DATA, dop->labels, dop->labels);
 }
 
+int job_image_opts(const model *m, const char *model_path, const char *image_size, int crop,
+                   int strict, data_images_opts *img, ht_error *e) {
+    static char cache[1024];
+    ocl_cache_dir(cache, sizeof cache);
+    *img = (data_images_opts){.h = m->in_h, .w = m->in_w, .channels = m->in_c, .crop = crop,
+                              .strict = strict, .cache_dir = cache[0] ? cache : NULL};
+    img->scale = model_path && ends_with(model_path, ".json") ? 1.0f : 1.0f / 255.0f;
+    int h, w;
+    char tail;
+    if (image_size && (sscanf(image_size, "%dx%d%c", &h, &w, &tail) != 2 || h != m->in_h ||
+                       w != m->in_w))
+        return ht_fail(e, "--image-size %s: model %s takes %dx%d images", image_size, m->name,
+                       m->in_h, m->in_w);
+    if (m->in_c != 1 && m->in_c != 3)
+        return ht_fail(e, "model %s takes %d input channels: images from folders go to a model of "
+                       "1 (grayscale) or 3 (RGB)", m->name, m->in_c);
+    return 0;
+}
+
+// A folder of images into d and info, checked against the training folder's classes (train
+// NULL: it is the training folder); its skipped files named on stderr, one line each.
+static int load_images(const char *dir, const data_images_opts *img, data_images_info *info,
+                       const data_images_info *train, const char *train_dir, dataset *d,
+                       ht_error *e) {
+    data_images_opts o = *img;
+    o.progress = isatty(2);
+    if (dataset_load_images(d, info, dir, &o, e) < 0) return -1;
+    if (info->n_skipped) fprintf(stderr, "%s", info->skipped);
+    if (info->n_skipped)
+        fprintf(stderr, "hetrain: %s: %d of %d image files skipped (above)\n", dir, info->n_skipped,
+                info->n + info->n_skipped);
+    if (train && train->n_classes && data_images_same_classes(train, train_dir, info, dir, e) < 0)
+        return -1;
+    return 0;
+}
+
+int job_load_images(job *j, int which, const char *dir, const char *train_dir,
+                    const data_images_opts *img, dataset *d, ht_error *e) {
+    return load_images(dir, img, &j->images[which], train_dir ? &j->images[0] : NULL, train_dir,
+                       d, e);
+}
+
 // Loads the training set and (optionally) the test set named by the options. A training .npz
 // brings its x_test/y_test as the test set when no --test is given.
 int job_load_data(const data_src *src, const data_opts *dop, dataset *train, dataset *test,
                   int want_train, ht_error *e) {
+    const int train_dir = want_train && data_is_dir(src->train);
+    const int test_dir = data_is_dir(src->test);
+    if ((train_dir || test_dir) && !src->img)
+        return ht_fail(e, "%s: a folder of images, which this command does not read",
+                       train_dir ? src->train : src->test);
+    if (train_dir || test_dir) {
+        if (dop->labels > 1)
+            return ht_fail(e, "%s: a folder of images holds one class a sample, but the model's "
+                           "multi-label head takes %d labels", train_dir ? src->train : src->test,
+                           dop->labels);
+        if (train_dir) {
+            if (load_images(src->train, src->img, &src->info[0], NULL, NULL, train, e) < 0)
+                return -1;
+        } else if (want_train) { // the training set from files, without the test folder
+            data_src rest = *src;
+            rest.test = rest.test_labels = NULL;
+            if (job_load_data(&rest, dop, train, test, 1, e) < 0) return -1;
+        }
+        if (test_dir) {
+            dataset_free(test);
+            return load_images(src->test, src->img, &src->info[2],
+                               train_dir ? &src->info[0] : NULL, src->train, test, e);
+        }
+        if (src->test)
+            return dataset_load_file(test, src->test, src->test_labels, 1, dop, e) < 0 ? -1 : 0;
+        return 0;
+    }
     if ((want_train && multi_label_source(src->train ? src->train : src->dir, dop, e) < 0) ||
         (src->test && multi_label_source(src->test, dop, e) < 0) ||
         (!want_train && !src->test && multi_label_source(src->dir, dop, e) < 0))
@@ -60,6 +133,14 @@ int job_load_data(const data_src *src, const data_opts *dop, dataset *train, dat
         if (dataset_load_file(test, src->test, src->test_labels, 1, dop, e) < 0) return -1;
     }
     return 0;
+}
+
+const predictions_names *job_test_names(job *j) {
+    static predictions_names names;
+    const data_images_info *t = &j->images[2], *c = t->n_classes ? t : &j->images[0];
+    if (!c->n_classes) return NULL;
+    names = (predictions_names){c->n_classes, c->classes, t->n == j->test.n ? t->files : NULL};
+    return &names;
 }
 
 // The data set must have the model's input shape and labels below its class count.

@@ -89,6 +89,26 @@ void job_log_header(job *j, const train_opts *o) {
     run_log(rf, 0, "data: %s, %d training, %d validation, %d test samples\n",
             o->train_csv ? o->train_csv : (o->data_dir ? o->data_dir : TRAIN_DEFAULT_DATA),
             j->train.n, j->val.n, j->test.n);
+    // Image folders: their classes, files, skips and whether the cache held them.
+    static const char *const set[] = {"training", "validation", "test"};
+    for (int i = 0; i < 3; i++) {
+        const data_images_info *im = &j->images[i];
+        if (!im->n) continue;
+        run_log(rf, 0, "images (%s): %d decoded, %d skipped, %d classes, %s in %.1f s%s%s\n",
+                set[i], im->n, im->n_skipped, im->n_classes,
+                im->cached ? "read from the cache" : "decoded", im->seconds,
+                im->cache_path[0] ? ", cache " : "", im->cache_path);
+        if (i == 0 || (i == 2 && !j->images[0].n)) {
+            char names[1024];
+            size_t at = 0;
+            for (int c = 0; c < im->n_classes && at < sizeof names; c++)
+                at += (size_t)snprintf(names + at, sizeof names - at, "%s%d %s", c ? ", " : "",
+                                       c, im->classes[c]);
+            run_log(rf, 0, "classes: %s\n", names);
+        }
+        for (const char *p = im->skipped; *p; p += strcspn(p, "\n"), p += *p == '\n')
+            run_log(rf, 0, "skipped: %.*s\n", (int)strcspn(p, "\n"), p);
+    }
     char aug[DATA_AUGMENT_TEXT];
     augment_text(o, aug, sizeof aug);
     run_log(rf, 0, "augment: %s%s\n", aug, strcmp(aug, "none") ? " (training batches only)" : "");

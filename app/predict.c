@@ -19,7 +19,11 @@ int predict_run(const predict_opts *o, ht_error *e) {
     if (output_check(o->out, "--out", e) < 0) goto out;
     if (model_init(&j->m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) goto out;
     if (o->conv_algo >= 0) j->m.setup.conv_algo = (conv_algo)o->conv_algo;
-    data_src src = {o->data_dir, NULL, NULL, o->test_csv, o->test_labels};
+    data_images_opts img;
+    if (job_image_opts(&j->m, o->model, o->image_size, o->crop_aspect, o->strict_images, &img,
+                       e) < 0)
+        goto out;
+    data_src src = {o->data_dir, NULL, NULL, o->test_csv, o->test_labels, &img, j->images};
     data_opts dop = job_data_opts(&j->m, o->layout, o->coarse);
     if (job_load_data(&src, &dop, NULL, &j->test, 0, e) < 0) goto out;
     dataset_limit(&j->test, o->limit);
@@ -47,7 +51,8 @@ int predict_run(const predict_opts *o, ht_error *e) {
                    "overflow it); no predictions written", o->load, bad + 1);
         goto out;
     }
-    if (predictions_write(o->out, j->pred, j->test.n, j->m.label_width, e) < 0) goto out;
+    if (predictions_write(o->out, j->pred, j->test.n, j->m.label_width, job_test_names(j), e) < 0)
+        goto out;
     if (j->test.y) printf("accuracy %.4f  loss %.4f  (%d samples)\n", acc, loss, j->test.n);
     printf("predictions: %s\n", o->out);
     rc = 0;

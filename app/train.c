@@ -171,7 +171,8 @@ static int finish(job *j, const train_opts *o, ht_error *e) {
         double tloss, tacc;
         if (job_evaluate(j->g, &j->m, j->m.setup.batch, &j->test, &tloss, &tacc, j->pred, NULL, e) < 0)
             return ht_wrap(e, "test evaluation");
-        if (span_job().rank == 0 && predictions_write(j->rf.predictions_path, j->pred, j->test.n, j->m.label_width, e) < 0)
+        if (span_job().rank == 0 && predictions_write(j->rf.predictions_path, j->pred, j->test.n, j->m.label_width,
+                                                    job_test_names(j), e) < 0)
             return -1;
         if (j->test.y)
             run_log(&j->rf, !o->quiet, "test: loss %.4f  accuracy %.4f  (%d samples)\n", tloss,

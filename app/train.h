@@ -25,6 +25,13 @@ typedef struct train_opts {
     const char *test_csv;  // likewise
     const char *train_labels; // labels .npy of a .npy train_csv
     const char *test_labels;  // labels .npy of a .npy test_csv (optional)
+    // Image folders (data_images.h): train_csv or test_csv a folder of class folders, and the
+    // validation set as one (validation; NULL: val_split's share of the training set);
+    // image_size "HxW" as given (NULL: the model's input), crop_aspect Keras's
+    // crop_to_aspect_ratio, strict_images a broken file an error (1) or skipped.
+    const char *validation;
+    const char *image_size;
+    int crop_aspect, strict_images;
     int layout;            // data_layout of 4-D NumPy images; -1: not given (auto)
     int coarse;            // CIFAR-100's coarse labels: 1; fine: 0; -1: not given (fine)
     const char *augment;   // --augment spec (data_augment_parse); NULL: none
@@ -72,6 +79,8 @@ typedef struct predict_opts {
     const char *data_dir;  // uses its test files (IDX t10k-, CIFAR test_batch.bin/test.bin)
     const char *test_csv;  // a file, as train_opts' test_csv
     const char *test_labels;
+    const char *image_size; // as train_opts, for a test folder
+    int crop_aspect, strict_images;
     int layout;            // as train_opts
     int coarse;
     const char *out;       // predictions CSV path (required)

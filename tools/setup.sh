@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd
           libclblast-dev libcmocka-dev libopenblas-openmp-dev zlib1g-dev libinih-dev
-          libjson-c-dev libzip-dev libhdf5-dev dataset-fashion-mnist gnuplot-nox
+          libjson-c-dev libzip-dev libhdf5-dev libturbojpeg0-dev libpng-dev libgif-dev
+          dataset-fashion-mnist gnuplot-nox
           clang libclang-rt-14-dev libomp-14-dev libopenmpi-dev openmpi-bin
           groff-base man-db oclgrind mesa-opencl-icd iproute2)
 

@@ -217,12 +217,36 @@ int output_check(const char *path, const char *option, ht_error *e) {
     return 0;
 }
 
-int predictions_write(const char *path, const int32_t *pred, int n, int labels, ht_error *e) {
+// A CSV field: as it is, or quoted with its quotes doubled where it holds , " or a line break.
+static void csv_field(FILE *f, const char *s) {
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+int predictions_write(const char *path, const int32_t *pred, int n, int labels,
+                      const predictions_names *names, ht_error *e) {
     char tmp[1200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return ht_fail(e, "%s: cannot create: %s", tmp, strerror(errno));
-    if (labels <= 1) {
+    if (labels <= 1 && names && names->n_classes) {
+        fprintf(f, "ImageId,Label,class_name,file\n");
+        for (int i = 0; i < n; i++) {
+            fprintf(f, "%d,%d,", i + 1, pred[i]);
+            csv_field(f, pred[i] >= 0 && pred[i] < names->n_classes ? names->classes[pred[i]] : "");
+            fputc(',', f);
+            csv_field(f, names->files ? names->files[i] : "");
+            fputc('\n', f);
+        }
+    } else if (labels <= 1) {
         fprintf(f, "ImageId,Label\n");
         for (int i = 0; i < n; i++) fprintf(f, "%d,%d\n", i + 1, pred[i]);
     } else { // a multi-label head's prediction: label j as bit j

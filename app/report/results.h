@@ -58,6 +58,14 @@ int output_check(const char *path, const char *option, ht_error *e);
 
 // Writes ImageId,Label (ImageId from 1) through a temporary file renamed into place; for a
 // multi-label head (labels = k >= 2) ImageId,label_0,..,label_k-1, each 0 or 1 (pred's bit j).
-int predictions_write(const char *path, const int32_t *pred, int n, int labels, ht_error *e);
+// With classes (the test set's image folder: its n_classes class names, and each sample's file
+// in files) two more columns, class_name and file (quoted as CSV quotes).
+typedef struct predictions_names {
+    int n_classes;
+    char *const *classes;
+    char *const *files;
+} predictions_names;
+int predictions_write(const char *path, const int32_t *pred, int n, int labels,
+                      const predictions_names *names, ht_error *e);
 
 #endif
