@@ -51,8 +51,12 @@ static const char *usage_predict =
     "  --out FILE             predictions CSV to write, required; never overwritten\n"
     "  --data DIR             IDX folder whose t10k- files are the test set, or a CIFAR folder\n"
     "                         (test_batch.bin, test.bin) [" TRAIN_DEFAULT_DATA "]\n"
-    "  --test FILE            test set instead (labels optional): Kaggle CSV, CIFAR .bin, NumPy\n"
-    "                         .npy or .npz (x_test/y_test, else x/y)\n"
+    "  --test FILE|DIR        test set instead (labels optional): Kaggle CSV, CIFAR .bin, NumPy\n"
+    "                         .npy or .npz (x_test/y_test, else x/y), or a folder of class\n"
+    "                         folders of images as train reads them (the predictions then carry\n"
+    "                         each image's class_name and file)\n"
+    "  --image-size HxW  --crop-to-aspect-ratio  --strict-images\n"
+    "                         as for train\n"
     "  --test-labels FILE.npy labels of a .npy --test\n"
     "  --layout nhwc|nchw     as for train\n"
     "  --cifar-labels fine|coarse  as for train\n"
@@ -154,6 +158,9 @@ static int cmd_predict(int argc, char **argv) {
         {"test-labels", required_argument, 0, OPT_TEST_LABELS},
         {"layout", required_argument, 0, OPT_LAYOUT},
         {"cifar-labels", required_argument, 0, OPT_CIFAR_LABELS},
+        {"image-size", required_argument, 0, OPT_IMAGE_SIZE},
+        {"crop-to-aspect-ratio", no_argument, 0, OPT_CROP_ASPECT},
+        {"strict-images", no_argument, 0, OPT_STRICT_IMAGES},
         {"cache-dir", required_argument, 0, OPT_CACHE_DIR}, {0, 0, 0, 0}};
     predict_opts o = {.conv_algo = -1, .layout = -1, .coarse = -1};
     long v;
@@ -167,6 +174,14 @@ static int cmd_predict(int argc, char **argv) {
         case OPT_DATA: o.data_dir = optarg; break;
         case OPT_TEST: o.test_csv = optarg; break;
         case OPT_TEST_LABELS: o.test_labels = optarg; break;
+        case OPT_IMAGE_SIZE: {
+            int h, w;
+            if (cli_parse_image_size("predict", optarg, &h, &w) < 0) return EXIT_USAGE;
+            o.image_size = optarg;
+            break;
+        }
+        case OPT_CROP_ASPECT: o.crop_aspect = 1; break;
+        case OPT_STRICT_IMAGES: o.strict_images = 1; break;
         case OPT_LAYOUT:
             if ((o.layout = cli_parse_layout("predict", optarg)) < 0) return EXIT_USAGE;
             break;

@@ -431,3 +431,30 @@ for i, (which, s) in enumerate([
         (2, "none"), (2, "cosine"), (2, "exp:0.9"), (2, "step:3:0.5"), (2, "step:0:2"),
         (3, "run-1"), (3, "../up"), (3, ".hidden")]):
     put("options", "opt%02d" % i, bytes([which]) + s.encode())
+
+# ---- images: a mode byte (grey/crop/target size), then one image file (Pillow writes them) ----
+try:
+    from PIL import Image
+except ImportError:  # the image seeds need Debian's python3-pil
+    Image = None
+if Image is not None:
+    def image_bytes(mode, size, fmt, **kw):
+        im = Image.new(mode, size)
+        im.putdata([tuple((7 * i + 13 * c) % 256 for c in range(len(mode))) if len(mode) > 1
+                    else (7 * i) % 256 for i in range(size[0] * size[1])])
+        b = io.BytesIO()
+        im.save(b, fmt, **kw)
+        return b.getvalue()
+    seeds = {"rgb.jpg": image_bytes("RGB", (9, 7), "JPEG", quality=90),
+             "grey.jpg": image_bytes("L", (5, 6), "JPEG"),
+             "rgb.png": image_bytes("RGB", (6, 4), "PNG"),
+             "rgba.png": image_bytes("RGBA", (4, 4), "PNG"),
+             "grey.png": image_bytes("L", (3, 5), "PNG"),
+             "palette.png": image_bytes("P", (4, 3), "PNG"),
+             "interlaced.png": image_bytes("RGB", (5, 5), "PNG", optimize=False),
+             "still.gif": image_bytes("P", (6, 5), "GIF"),
+             "card.bmp": image_bytes("RGB", (5, 3), "BMP")}
+    for i, (name, data) in enumerate(sorted(seeds.items())):
+        put("images", name, bytes([(i * 37) & 0xFF]) + data)
+    put("images", "cut.jpg", b"\x1c" + seeds["rgb.jpg"][:len(seeds["rgb.jpg"]) // 2])
+    put("images", "text.jpg", b"\x00not an image\n")

@@ -27,7 +27,8 @@ cmake --build "$build" -j"$(nproc)" --target fuzzers >/dev/null
 # smaller bound would cut into invalid JSON before the graph reader saw them.
 declare -A max_len=([fuzz_idx]=4096 [fuzz_csv]=4096 [fuzz_npy]=8192 [fuzz_cifar]=12800 [fuzz_config]=4096 [fuzz_safetensors]=2048
                     [fuzz_checkpoint]=4096 [fuzz_devices]=256 [fuzz_runcsv]=4096 [fuzz_fault]=512
-                    [fuzz_keras]=393216 [fuzz_options]=256)
+                    [fuzz_keras]=393216 [fuzz_options]=256
+                    [fuzz_images]=65536)
 
 if (($#)); then harnesses=("$@"); else
   harnesses=()
