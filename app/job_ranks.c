@@ -25,8 +25,9 @@ static double job_fingerprint(const job *j) {
         const dataset *d = sets[k];
         size_t in = (size_t)d->c * d->h * d->w, n = (size_t)d->n * in;
         for (size_t i = 0; i < n; i += 4099) {
+            const float v = dataset_px(d, i);
             uint32_t b;
-            memcpy(&b, &d->x[i], sizeof b);
+            memcpy(&b, &v, sizeof b);
             h = ht_mix64(h ^ b);
         }
         for (int i = 0; d->y && i < d->n; i++) h = ht_mix64(h ^ d->y[i] ^ (uint64_t)i << 8);

@@ -94,7 +94,7 @@ void job_log_header(job *j, const train_opts *o) {
     for (int i = 0; i < 3; i++) {
         const data_images_info *im = &j->images[i];
         if (!im->n) continue;
-        run_log(rf, 0, "images (%s): %d decoded, %d skipped, %d classes, %s in %.1f s%s%s\n",
+        run_log(rf, 0, "images (%s): %d decoded, %d skipped, %d classes, %s in %.3f s%s%s\n",
                 set[i], im->n, im->n_skipped, im->n_classes,
                 im->cached ? "read from the cache" : "decoded", im->seconds,
                 im->cache_path[0] ? ", cache " : "", im->cache_path);

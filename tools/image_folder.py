@@ -60,15 +60,18 @@ def main():
     ap.add_argument("--test", type=int, default=2000, help="test images")
     ap.add_argument("--val", type=int, default=0, help="validation images (from the test set's end)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-broken", action="store_true", help="no broken files (for loaders "
+                    "that stop at them: Keras's and torchvision's)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     x, y = fashion("train")
-    write_set(os.path.join(a.out, "train"), x, y, a.n, rng, True)
+    write_set(os.path.join(a.out, "train"), x, y, a.n, rng, not a.no_broken)
     xt, yt = fashion("t10k")
     write_set(os.path.join(a.out, "test"), xt, yt, a.test, rng, False)
     if a.val:
         write_set(os.path.join(a.out, "val"), xt[-a.val:], yt[-a.val:], a.val, rng, False)
-    print(f"wrote {a.out}/train ({a.n} images + 3 broken), {a.out}/test ({a.test})"
+    print(f"wrote {a.out}/train ({a.n} images{'' if a.no_broken else ' + 3 broken'}), "
+          f"{a.out}/test ({a.test})"
           + (f", {a.out}/val ({a.val})" if a.val else ""))
 
 

@@ -7,11 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/rng.h"
 
 void dataset_free(dataset *d) {
     if (!d) return;
+    if (d->x8_mapped) munmap(d->x8_base, d->x8_len);
+    else free(d->x8_base);
     free(d->x);
     free(d->y);
     memset(d, 0, sizeof *d);
@@ -24,7 +27,7 @@ static size_t dataset_sample_size(const dataset *d) {
 void dataset_limit(dataset *d, int n) {
     if (n <= 0 || n >= d->n) return;
     d->n = n;
-    float *x = realloc(d->x, (size_t)n * dataset_sample_size(d) * sizeof(float));
+    float *x = d->x ? realloc(d->x, (size_t)n * dataset_sample_size(d) * sizeof(float)) : NULL;
     if (x) d->x = x;
     if (d->y) {
         uint8_t *y = realloc(d->y, (size_t)n * dataset_ylen(d));
@@ -89,28 +92,39 @@ void data_augment_draw(const data_augment *a, uint64_t seed, uint32_t epoch, uin
     *flip = a->flip && ht_rng_uniform(key, id, 2) < 0.5f;
 }
 
+// The augmentation's copy, of floats or of scaled bytes (T the input's type).
+#define AUGMENT_APPLY(T, in, SCALE)                                                            \
+    do {                                                                                       \
+        /* Output (y, x) shows padded input (y + dy, x' + dx) with x' = x, or w-1-x when      \
+           flipped, which is input (y + dy - crop, x' + dx - crop) or a zero outside it. */   \
+        int oy = dy - crop, ox = dx - crop;                                                    \
+        for (int ch = 0; ch < c; ch++) {                                                       \
+            const T *src = in + (size_t)ch * h * w;                                            \
+            float *dst = out + (size_t)ch * h * w;                                             \
+            for (int y = 0; y < h; y++) {                                                      \
+                int sy = y + oy;                                                               \
+                float *row = dst + (size_t)y * w;                                              \
+                if (sy < 0 || sy >= h) {                                                       \
+                    memset(row, 0, sizeof(float) * (size_t)w);                                 \
+                    continue;                                                                  \
+                }                                                                              \
+                const T *srow = src + (size_t)sy * w;                                          \
+                for (int x = 0; x < w; x++) {                                                  \
+                    int sx = (flip ? w - 1 - x : x) + ox;                                      \
+                    row[x] = sx >= 0 && sx < w ? (float)srow[sx] * (SCALE) : 0.0f;             \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+
 void data_augment_apply(const float *in, float *out, int c, int h, int w, int crop, int dy,
                         int dx, int flip) {
-    // Output (y, x) shows padded input (y + dy, x' + dx) with x' = x, or w-1-x when flipped,
-    // which is input (y + dy - crop, x' + dx - crop) or a zero outside it.
-    int oy = dy - crop, ox = dx - crop;
-    for (int ch = 0; ch < c; ch++) {
-        const float *src = in + (size_t)ch * h * w;
-        float *dst = out + (size_t)ch * h * w;
-        for (int y = 0; y < h; y++) {
-            int sy = y + oy;
-            float *row = dst + (size_t)y * w;
-            if (sy < 0 || sy >= h) {
-                memset(row, 0, sizeof(float) * (size_t)w);
-                continue;
-            }
-            const float *srow = src + (size_t)sy * w;
-            for (int x = 0; x < w; x++) {
-                int sx = (flip ? w - 1 - x : x) + ox;
-                row[x] = sx >= 0 && sx < w ? srow[sx] : 0.0f;
-            }
-        }
-    }
+    AUGMENT_APPLY(float, in, 1.0f);
+}
+
+void data_augment_apply8(const uint8_t *in8, float scale, float *out, int c, int h, int w,
+                         int crop, int dy, int dx, int flip) {
+    AUGMENT_APPLY(uint8_t, in8, scale);
 }
 
 void dataset_gather_augment(const dataset *src, const uint32_t *idx, int n, float *x, uint8_t *y,
@@ -118,14 +132,20 @@ void dataset_gather_augment(const dataset *src, const uint32_t *idx, int n, floa
     size_t chw = dataset_sample_size(src), yw = dataset_ylen(src);
     int on = data_augment_on(a);
     for (int i = 0; i < n; i++) {
-        const float *in = src->x + (size_t)idx[i] * chw;
         float *out = x + (size_t)i * chw;
-        if (on) {
-            int dy, dx, flip;
-            data_augment_draw(a, seed, epoch, idx[i], &dy, &dx, &flip);
-            data_augment_apply(in, out, src->c, src->h, src->w, a->crop, dy, dx, flip);
+        int dy = 0, dx = 0, flip = 0;
+        if (on) data_augment_draw(a, seed, epoch, idx[i], &dy, &dx, &flip);
+        if (src->x) {
+            const float *in = src->x + (size_t)idx[i] * chw;
+            if (on) data_augment_apply(in, out, src->c, src->h, src->w, a->crop, dy, dx, flip);
+            else memcpy(out, in, chw * sizeof(float));
         } else {
-            memcpy(out, in, chw * sizeof(float));
+            const uint8_t *in = src->x8 + (size_t)idx[i] * chw;
+            const float s = src->x8_scale;
+            if (on)
+                data_augment_apply8(in, s, out, src->c, src->h, src->w, a->crop, dy, dx, flip);
+            else
+                for (size_t k = 0; k < chw; k++) out[k] = (float)in[k] * s;
         }
         if (y && src->y) memcpy(y + i * yw, src->y + idx[i] * yw, yw);
     }
@@ -139,9 +159,22 @@ static int split_part(const dataset *all, const uint32_t *idx, int n, dataset *p
     part->w = all->w;
     part->ylen = all->ylen;
     if (n == 0) return 0;
-    part->x = ht_malloc((size_t)n * dataset_sample_size(all), sizeof(float), e);
-    if (!part->x) return -1;
     if (all->y && !(part->y = ht_malloc((size_t)n, dataset_ylen(all), e))) return -1;
+    const size_t chw = dataset_sample_size(all), yw = dataset_ylen(all);
+    if (!all->x) { // bytes stay bytes
+        uint8_t *x8 = ht_malloc((size_t)n, chw, e);
+        if (!x8) return -1;
+        for (int i = 0; i < n; i++) {
+            memcpy(x8 + (size_t)i * chw, all->x8 + (size_t)idx[i] * chw, chw);
+            if (part->y) memcpy(part->y + (size_t)i * yw, all->y + (size_t)idx[i] * yw, yw);
+        }
+        part->x8 = x8, part->x8_base = x8, part->x8_len = (size_t)n * chw;
+        part->x8_scale = all->x8_scale;
+        part->n = n;
+        return 0;
+    }
+    part->x = ht_malloc((size_t)n * chw, sizeof(float), e);
+    if (!part->x) return -1;
     dataset_gather(all, idx, n, part->x, part->y);
     part->n = n;
     return 0;

@@ -15,7 +15,21 @@ typedef struct dataset {
     float *x;       // (n,c,h,w)
     uint8_t *y;     // (n, ylen) labels, NULL when the set has none (Kaggle test CSV)
     int ylen;       // labels a sample: 1 (0 reads as 1), or k 0/1 labels for a multi-label head
+    // Or, where x is NULL, the pixels as bytes (n,c,h,w), each value x8[i] * x8_scale (an
+    // image folder's: its cache file mapped, or what was decoded), made floats as batches are
+    // gathered. x8_base (x8_len bytes) is what dataset_free releases: munmap'd when x8_mapped,
+    // else freed.
+    const uint8_t *x8;
+    float x8_scale;
+    void *x8_base;
+    size_t x8_len;
+    int x8_mapped;
 } dataset;
+
+// Value i of the pixels (either form).
+static inline float dataset_px(const dataset *d, size_t i) {
+    return d->x ? d->x[i] : (float)d->x8[i] * d->x8_scale;
+}
 
 // Bytes of labels a sample.
 static inline size_t dataset_ylen(const dataset *d) { return d->ylen > 1 ? (size_t)d->ylen : 1; }
@@ -131,9 +145,12 @@ static inline int data_augment_on(const data_augment *a) { return a && (a->crop 
 void data_augment_draw(const data_augment *a, uint64_t seed, uint32_t epoch, uint32_t id,
                        int *dy, int *dx, int *flip);
 
-// One sample (c,h,w) from in to out (not overlapping) under given draws.
+// One sample (c,h,w) from in to out (not overlapping) under given draws; from bytes in8 (each
+// times scale) instead where in is NULL.
 void data_augment_apply(const float *in, float *out, int c, int h, int w, int crop, int dy,
                         int dx, int flip);
+void data_augment_apply8(const uint8_t *in8, float scale, float *out, int c, int h, int w,
+                         int crop, int dy, int dx, int flip);
 
 // dataset_gather with each sample augmented as it is copied (a plain copy when a is off).
 void dataset_gather_augment(const dataset *src, const uint32_t *idx, int n, float *x, uint8_t *y,

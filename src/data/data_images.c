@@ -27,7 +27,7 @@
 
 #define IMG_MAX_DEPTH 32               // nested folders followed below a class folder
 #define IMG_MAX_FILE_BYTES (256u << 20) // larger files are refused as broken
-#define IMG_MAX_PIXELS (1u << 28)       // decoded width x height
+#define IMG_MAX_PIXELS (1u << 26)       // decoded width x height (8192 x 8192)
 #define CACHE_MAGIC "HTIMGC01"
 #define CACHE_VERSION 1u
 
@@ -300,43 +300,78 @@ static int gif_read_mem(GifFileType *g, GifByteType *data, int n) {
     return (int)k;
 }
 
-// GIF through giflib: the first frame drawn on the screen's canvas (black elsewhere and at its
-// transparent colour), as TensorFlow decodes a still.
+// GIF through giflib's record reader: the first frame drawn on the screen's canvas (black
+// elsewhere and at its transparent colour), as TensorFlow decodes a still; the frames after it
+// are not read, and a frame's size is checked before its pixels are.
 static int decode_gif(const uint8_t *buf, size_t len, int ch, pix *out, char *why, size_t cap) {
     gif_src src = {buf, len, 0};
     int err = 0;
     GifFileType *g = DGifOpen(&src, gif_read_mem, &err);
-    if (!g) return snprintf(why, cap, "not a GIF: %s", GifErrorString(err)), -1;
-    if (DGifSlurp(g) != GIF_OK || g->ImageCount < 1) {
-        snprintf(why, cap, "a broken GIF: %s", GifErrorString(g->Error ? g->Error : D_GIF_ERR_NO_IMAG_DSCR));
-        DGifCloseFile(g, &err);
-        return -1;
-    }
+    if (!g) return snprintf(why, cap, "a broken GIF: %s", GifErrorString(err)), -1;
     const int W = g->SWidth, H = g->SHeight;
-    const SavedImage *im = &g->SavedImages[0];
-    const GifImageDesc *d = &im->ImageDesc;
-    const ColorMapObject *cm = d->ColorMap ? d->ColorMap : g->SColorMap;
-    if (W < 1 || H < 1 || (uint64_t)W * H > IMG_MAX_PIXELS || !cm || d->Left < 0 || d->Top < 0 ||
-        d->Width < 0 || d->Height < 0 || d->Left + d->Width > W || d->Top + d->Height > H) {
-        snprintf(why, cap, "a broken GIF: its first frame lies outside its %dx%d screen", W, H);
-        DGifCloseFile(g, &err);
-        return -1;
-    }
     GraphicsControlBlock gcb = {.TransparentColor = NO_TRANSPARENT_COLOR};
-    DGifSavedExtensionToGCB(g, 0, &gcb);
-    uint8_t *rgb = calloc((size_t)W * H, 3);
-    if (!rgb) {
-        DGifCloseFile(g, &err);
-        return snprintf(why, cap, "out of memory"), -1;
-    }
-    for (int y = 0; y < d->Height; y++)
-        for (int x = 0; x < d->Width; x++) {
-            const int c = im->RasterBits[(size_t)y * d->Width + x];
-            if (c == gcb.TransparentColor || c >= cm->ColorCount) continue;
-            uint8_t *o = rgb + ((size_t)(d->Top + y) * W + d->Left + x) * 3;
-            o[0] = cm->Colors[c].Red, o[1] = cm->Colors[c].Green, o[2] = cm->Colors[c].Blue;
+    uint8_t *rgb = NULL;
+    GifPixelType *line = NULL;
+    GifRecordType rt = UNDEFINED_RECORD_TYPE;
+    const char *bad = NULL;
+    if (W < 1 || H < 1 || (uint64_t)W * H > IMG_MAX_PIXELS) bad = "its screen size";
+    while (!bad && !rgb) {
+        if (DGifGetRecordType(g, &rt) == GIF_ERROR) {
+            bad = GifErrorString(g->Error);
+        } else if (rt == EXTENSION_RECORD_TYPE) {
+            int code;
+            GifByteType *ext;
+            if (DGifGetExtension(g, &code, &ext) == GIF_ERROR) bad = GifErrorString(g->Error);
+            if (!bad && code == GRAPHICS_EXT_FUNC_CODE && ext && ext[0] >= 4)
+                DGifExtensionToGCB(ext[0], ext + 1, &gcb);
+            while (!bad && ext)
+                if (DGifGetExtensionNext(g, &ext) == GIF_ERROR) bad = GifErrorString(g->Error);
+        } else if (rt == IMAGE_DESC_RECORD_TYPE) {
+            if (DGifGetImageDesc(g) == GIF_ERROR) {
+                bad = GifErrorString(g->Error);
+                break;
+            }
+            const GifImageDesc *d = &g->Image;
+            const ColorMapObject *cm = d->ColorMap ? d->ColorMap : g->SColorMap;
+            if (!cm || d->Left < 0 || d->Top < 0 || d->Width < 1 || d->Height < 1 ||
+                d->Left + d->Width > W || d->Top + d->Height > H) {
+                bad = "its first frame lies outside its screen, or has no colours";
+                break;
+            }
+            rgb = calloc((size_t)W * H, 3);
+            line = malloc((size_t)d->Width);
+            if (!rgb || !line) {
+                bad = "out of memory";
+                break;
+            }
+            // Interlaced rows come in four passes: from row 0 every 8th, 4 every 8th, 2 every
+            // 4th, 1 every 2nd.
+            static const int first[4] = {0, 4, 2, 1}, step[4] = {8, 8, 4, 2};
+            for (int pass = 0; pass < (d->Interlace ? 4 : 1) && !bad; pass++)
+                for (int y = d->Interlace ? first[pass] : 0; y < d->Height && !bad;
+                     y += d->Interlace ? step[pass] : 1) {
+                    if (DGifGetLine(g, line, d->Width) == GIF_ERROR) {
+                        bad = GifErrorString(g->Error);
+                        break;
+                    }
+                    for (int x = 0; x < d->Width; x++) {
+                        const int c = line[x];
+                        if (c == gcb.TransparentColor || c >= cm->ColorCount) continue;
+                        uint8_t *o = rgb + ((size_t)(d->Top + y) * W + d->Left + x) * 3;
+                        o[0] = cm->Colors[c].Red, o[1] = cm->Colors[c].Green,
+                        o[2] = cm->Colors[c].Blue;
+                    }
+                }
+        } else if (rt == TERMINATE_RECORD_TYPE) {
+            bad = "no image in it";
         }
+    }
+    free(line);
     DGifCloseFile(g, &err);
+    if (bad) {
+        free(rgb);
+        return snprintf(why, cap, "a broken GIF: %s", bad), -1;
+    }
     out->w = W, out->h = H, out->ch = ch;
     if (ch == 3) {
         out->p = rgb;
@@ -348,8 +383,23 @@ static int decode_gif(const uint8_t *buf, size_t len, int ch, pix *out, char *wh
     return out->p ? 0 : (snprintf(why, cap, "out of memory"), -1);
 }
 
-// BMP through TurboJPEG's loader (which takes a file).
-static int decode_bmp(const char *path, int ch, pix *out, char *why, size_t cap) {
+static int32_t le32(const uint8_t *p) {
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                     (uint32_t)p[3] << 24);
+}
+
+// BMP through TurboJPEG's loader (which takes a file), after a look at the header: the loader
+// allocates the image its header claims before reading it, so a size the file cannot hold is
+// refused first.
+static int decode_bmp(const char *path, const uint8_t *b, size_t len, int ch, pix *out, char *why,
+                      size_t cap) {
+    if (len < 30) return snprintf(why, cap, "a broken BMP: its header is cut short"), -1;
+    const int64_t bw = le32(b + 18), bh = le32(b + 22), bpp = b[28] | b[29] << 8;
+    const int64_t ah = bh < 0 ? -bh : bh, row = (bw * (bpp > 0 ? bpp : 1) + 31) / 32 * 4;
+    if (bw < 1 || ah < 1 || bw * ah > IMG_MAX_PIXELS || bpp < 1 || bpp > 32 ||
+        row * ah > (int64_t)len)
+        return snprintf(why, cap, "a broken BMP: a %lldx%lld image of %lld bits a pixel in %zu "
+                        "bytes", (long long)bw, (long long)bh, (long long)bpp, len), -1;
     int w = 0, h = 0, pf = TJPF_RGB;
     unsigned char *rgb = tjLoadImage(path, &w, 1, &h, &pf, 0);
     if (!rgb) return snprintf(why, cap, "a broken BMP: %s", tjGetErrorStr2(NULL)), -1;
@@ -373,7 +423,7 @@ static int decode_file(tjhandle tj, const char *path, const uint8_t *b, size_t l
     if (len >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return decode_png(b, len, ch, out, why, cap);
     if (len >= 6 && (!memcmp(b, "GIF87a", 6) || !memcmp(b, "GIF89a", 6)))
         return decode_gif(b, len, ch, out, why, cap);
-    if (len >= 2 && b[0] == 'B' && b[1] == 'M') return decode_bmp(path, ch, out, why, cap);
+    if (len >= 2 && b[0] == 'B' && b[1] == 'M') return decode_bmp(path, b, len, ch, out, why, cap);
     return snprintf(why, cap, "not an image (no JPEG, PNG, GIF or BMP signature)"), -1;
 }
 
@@ -718,20 +768,27 @@ int dataset_load_images(dataset *d, data_images_info *info, const char *dir,
         goto out;
     }
     d->n = (int)H.n, d->c = o->channels, d->h = o->h, d->w = o->w, d->ylen = 1;
-    d->x = malloc(sizeof *d->x * sample * H.n);
     d->y = malloc(H.n);
     info->files = calloc(H.n, sizeof *info->files);
     info->skipped = malloc(skipped_len + 1);
-    if (!d->x || !d->y || !info->files || !info->skipped) {
+    if (!d->y || !info->files || !info->skipped) {
         ht_fail(e, "%s: out of memory for %u images", dir, H.n);
         goto out;
+    }
+    // The pixels stay bytes: the cache file's mapping, or what was decoded (dataset.x8).
+    d->x8 = px_from;
+    d->x8_scale = o->scale > 0 ? o->scale : 1.0f;
+    if (map) {
+        d->x8_base = map, d->x8_len = map_len, d->x8_mapped = 1;
+        map = NULL; // the dataset's now: labels, index and skipped lie in it too, read below
+    } else {
+        d->x8_base = px, d->x8_len = sample * H.n;
+        px = NULL;
     }
     memcpy(info->skipped, skipped ? skipped : "", skipped_len);
     info->skipped[skipped_len] = 0;
     for (size_t i = 0; i < skipped_len; i++) info->n_skipped += info->skipped[i] == '\n';
     memcpy(d->y, labels, H.n);
-    const float scale = o->scale > 0 ? o->scale : 1.0f;
-    for (size_t i = 0; i < sample * H.n; i++) d->x[i] = (float)px_from[i] * scale;
     for (uint32_t i = 0; i < H.n; i++) {
         if (!(info->files[i] = strdup(s.f[index[i]].rel))) {
             ht_fail(e, "%s: out of memory", dir);
@@ -743,7 +800,7 @@ int dataset_load_images(dataset *d, data_images_info *info, const char *dir,
     rc = 0;
 out:
     if (map) munmap(map, map_len);
-    else free(labels), free(index), free(skipped);
+    else if (!d->x8_mapped) free(labels), free(index), free(skipped);
     free(px);
     free(why);
     for (int i = 0; i < s.n; i++) free(s.f[i].rel);

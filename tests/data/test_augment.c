@@ -192,6 +192,45 @@ static void test_draws_spread(void **state) {
     }
 }
 
+// A data set of bytes (an image folder's, dataset.x8) gathers, augments and splits to the
+// floats of the same pixels held as floats: the same values, the same draws.
+static void test_byte_pixels(void **state) {
+    (void)state;
+    enum { N = 9, C = 3, H = 5, W = 6, CHW = C * H * W };
+    static uint8_t px[N * CHW];
+    static float fx[N * CHW];
+    uint8_t y[N];
+    const float scale = 1.0f / 255;
+    for (int i = 0; i < N * CHW; i++) px[i] = (uint8_t)(i * 37 % 251), fx[i] = px[i] * scale;
+    for (int i = 0; i < N; i++) y[i] = (uint8_t)(i % 4);
+    dataset f = {.n = N, .c = C, .h = H, .w = W, .x = fx, .y = y, .ylen = 1};
+    dataset b = {.n = N, .c = C, .h = H, .w = W, .x8 = px, .x8_scale = scale, .y = y, .ylen = 1};
+    const uint32_t idx[4] = {7, 0, 3, 7};
+    float xf[4 * CHW], xb[4 * CHW];
+    uint8_t yf[4], yb[4];
+    data_augment a = {.crop = 2, .flip = 1};
+    for (int on = 0; on < 2; on++) {
+        dataset_gather_augment(&f, idx, 4, xf, yf, on ? &a : NULL, 5, 2);
+        dataset_gather_augment(&b, idx, 4, xb, yb, on ? &a : NULL, 5, 2);
+        assert_memory_equal(xf, xb, sizeof xf);
+        assert_memory_equal(yf, yb, sizeof yf);
+    }
+    assert_float_equal(dataset_px(&b, 100), fx[100], 0);
+    dataset tf, vf, tb, vb;
+    ht_error e;
+    assert_int_equal(dataset_split(&f, 0.34f, 11, &tf, &vf, &e), 0);
+    assert_int_equal(dataset_split(&b, 0.34f, 11, &tb, &vb, &e), 0);
+    assert_non_null(tb.x8);
+    assert_null(tb.x); // bytes stay bytes
+    assert_int_equal(tf.n, tb.n);
+    for (size_t i = 0; i < (size_t)tf.n * CHW; i++) assert_float_equal(tf.x[i], dataset_px(&tb, i), 0);
+    for (size_t i = 0; i < (size_t)vf.n * CHW; i++) assert_float_equal(vf.x[i], dataset_px(&vb, i), 0);
+    assert_memory_equal(tf.y, tb.y, (size_t)tf.n);
+    dataset_limit(&tb, 2);
+    assert_int_equal(tb.n, 2);
+    dataset_free(&tf), dataset_free(&vf), dataset_free(&tb), dataset_free(&vb);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_and_text),
@@ -199,6 +238,7 @@ int main(void) {
         cmocka_unit_test(test_crop_at_rng_offset),
         cmocka_unit_test(test_same_draws_any_batch),
         cmocka_unit_test(test_draws_spread),
+        cmocka_unit_test(test_byte_pixels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -167,10 +167,60 @@ static int find_file(const data_images_info *info, const char *rel) {
 
 // Sample i's pixel (x, y), channel c.
 static float px(const dataset *d, int i, int c, int y, int x) {
-    return d->x[(((size_t)i * d->c + c) * d->h + y) * d->w + x];
+    return dataset_px(d, (((size_t)i * d->c + c) * d->h + y) * d->w + x);
 }
 
 // ---- tests ----------------------------------------------------------------------------------
+
+// An interlaced GIF (rows stored in its four passes) with a transparent colour and a frame
+// smaller than its screen: the frame lands de-interlaced at its place, black around it and
+// where it is transparent.
+static void test_gif_interlaced(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("images-gif");
+    mkdirs(dir, "c");
+    char p[1024];
+    snprintf(p, sizeof p, "%s/c/i.gif", dir);
+    int err;
+    GifFileType *g = EGifOpenFileName(p, 0, &err);
+    assert_non_null(g);
+    GifColorType colors[4] = {{0, 0, 0}, {200, 0, 0}, {0, 100, 0}, {0, 0, 50}};
+    ColorMapObject *cm = GifMakeMapObject(4, colors);
+    enum { SW = 5, SH = 10, FW = 3, FH = 9, LEFT = 1, TOP = 1 };
+    assert_int_equal(EGifPutScreenDesc(g, SW, SH, 2, 0, cm), GIF_OK);
+    GraphicsControlBlock gcb = {.TransparentColor = 3, .DelayTime = 0};
+    GifByteType ext[4];
+    EGifGCBToExtension(&gcb, ext);
+    assert_int_equal(EGifPutExtension(g, GRAPHICS_EXT_FUNC_CODE, 4, ext), GIF_OK);
+    assert_int_equal(EGifPutImageDesc(g, LEFT, TOP, FW, FH, 1, NULL), GIF_OK);
+    // Frame row y is colour 1 + y % 3 (3: transparent) in every column.
+    static const int first[4] = {0, 4, 2, 1}, step[4] = {8, 8, 4, 2};
+    for (int pass = 0; pass < 4; pass++)
+        for (int y = first[pass]; y < FH; y += step[pass]) {
+            GifPixelType row[FW];
+            for (int x = 0; x < FW; x++) row[x] = (GifPixelType)(1 + y % 3);
+            assert_int_equal(EGifPutLine(g, row, FW), GIF_OK);
+        }
+    GifFreeMapObject(cm);
+    assert_int_equal(EGifCloseFile(g, &err), GIF_OK);
+    dataset d;
+    data_images_info info;
+    ht_error e;
+    data_images_opts o = opts(SH, SW, 3, NULL);
+    if (dataset_load_images(&d, &info, dir, &o, &e)) fail_msg("%s", e.msg);
+    for (int y = 0; y < SH; y++)
+        for (int x = 0; x < SW; x++) {
+            const int in = y >= TOP && x >= LEFT && x < LEFT + FW, k = in ? 1 + (y - TOP) % 3 : 0;
+            const int c = k == 3 ? 0 : k; // transparent: black
+            for (int ch = 0; ch < 3; ch++)
+                assert_float_equal(px(&d, 0, ch, y, x),
+                                   ch == 0 ? colors[c].Red : ch == 1 ? colors[c].Green
+                                                                     : colors[c].Blue, 0);
+        }
+    dataset_free(&d);
+    data_images_info_free(&info);
+    free(dir);
+}
 
 static void test_scan_and_decode(void **state) {
     (void)state;
@@ -323,7 +373,7 @@ static void test_broken_files(void **state) {
     o.strict = 1;
     assert_int_equal(dataset_load_images(&d, &info, dir, &o, &e), -1);
     test_expect_frags(e.msg, 1, "bird/cut.jpg: a broken JPEG", "(--strict-images)", NULL);
-    assert_null(d.x);
+    assert_null(d.x8);
     free(dir);
 }
 
@@ -345,7 +395,10 @@ static void test_cache(void **state) {
     assert_int_equal(ib.cached, 1);
     assert_string_equal(ia.cache_path, ib.cache_path);
     assert_int_equal(a.n, b.n);
-    assert_memory_equal(a.x, b.x, sizeof(float) * a.n * 3 * 5 * 6);
+    // Bytes both (the second the cache file's mapping), scaled alike.
+    assert_null(a.x), assert_null(b.x);
+    assert_int_equal(b.x8_mapped, 1);
+    assert_memory_equal(a.x8, b.x8, (size_t)a.n * 3 * 5 * 6);
     assert_memory_equal(a.y, b.y, (size_t)a.n);
     assert_int_equal(ib.n_skipped, 3);
     assert_string_equal(ia.skipped, ib.skipped);
@@ -366,7 +419,7 @@ static void test_cache(void **state) {
     assert_int_equal(utimensat(AT_FDCWD, p, t, 0), 0);
     if (dataset_load_images(&b, &ib, dir, &o, &e)) fail_msg("%s", e.msg);
     assert_int_equal(ib.cached, 0);
-    assert_memory_equal(a.x, b.x, sizeof(float) * a.n * 3 * 5 * 6);
+    assert_memory_equal(a.x8, b.x8, (size_t)a.n * 3 * 5 * 6);
     dataset_free(&a), dataset_free(&b);
     data_images_info_free(&ia), data_images_info_free(&ib);
     free(dir), free(cache);
@@ -437,7 +490,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scan_and_decode), cmocka_unit_test(test_resize_and_crop),
         cmocka_unit_test(test_broken_files),    cmocka_unit_test(test_cache),
-        cmocka_unit_test(test_folder_errors),
+        cmocka_unit_test(test_folder_errors),   cmocka_unit_test(test_gif_interlaced),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

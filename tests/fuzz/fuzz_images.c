@@ -53,10 +53,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             d.h != o.h || d.w != o.w)
             abort();
         for (int i = 0; i < d.c * d.h * d.w; i++)
-            if (!(d.x[i] >= 0 && d.x[i] <= 255)) abort();
+            if (!(dataset_px(&d, (size_t)i) >= 0 && dataset_px(&d, (size_t)i) <= 255)) abort();
         dataset_free(&d);
         data_images_info_free(&info);
-    } else if (d.x || info.classes) {
+    } else if (d.x || d.x8 || info.classes) {
         abort(); // a failed load leaves nothing behind
     }
     return 0;
