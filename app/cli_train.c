@@ -150,6 +150,16 @@ static const char *usage_train =
     "  --save FILE            write the final weights: FILE.weights.h5 as Keras 3's weights\n"
     "                         file (model.load_weights), else safetensors (PyTorch's layout)\n"
     "  --load FILE            start from weights: safetensors, or Keras's .weights.h5 or .h5\n"
+    "  --by-name              --load what matches by layer name (Keras 2's load_weights(by_name=\n"
+    "                         True); a Keras 3 .weights.h5 by its class and number; safetensors\n"
+    "                         by tensor name): the file's other layers are ignored, the model's\n"
+    "                         layers the file lacks keep their initial values and are listed\n"
+    "  --skip-mismatch        with --by-name: a layer whose weights have other shapes (a new head)\n"
+    "                         keeps its initial values and is listed, instead of an error\n"
+    "  --freeze NAME[,NAME..] freeze these layers (Keras's trainable = False: not updated; a\n"
+    "                         batchnorm normalises with its moving statistics)\n"
+    "  --trainable-from NAME  freeze every layer before NAME (summary's order), fine-tuning the\n"
+    "                         rest; NAME and the layers after it keep the model's setting\n"
     "  --checkpoint-every N   write <out>/<name>.ckpt every N steps too [at the end of every\n"
     "                         epoch and at a stop]; a failed write then stops the run\n"
     "  --resume RUN           continue the run <out>/<name> (or its .ckpt) where its last\n"
@@ -249,6 +259,10 @@ int cli_train(int argc, char **argv) {
         {"image-size", required_argument, 0, OPT_IMAGE_SIZE},
         {"crop-to-aspect-ratio", no_argument, 0, OPT_CROP_ASPECT},
         {"strict-images", no_argument, 0, OPT_STRICT_IMAGES},
+        {"by-name", no_argument, 0, OPT_BY_NAME},
+        {"skip-mismatch", no_argument, 0, OPT_SKIP_MISMATCH},
+        {"freeze", required_argument, 0, OPT_FREEZE},
+        {"trainable-from", required_argument, 0, OPT_TRAINABLE_FROM},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
     train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1,
                     .weight_decay = -1, .wd_mode = -1, .layout = -1, .coarse = -1};
@@ -274,6 +288,10 @@ int cli_train(int argc, char **argv) {
         }
         case OPT_CROP_ASPECT: o.crop_aspect = 1; o.given |= RUN_OPT_GIVEN(RUN_OPT_CROP_ASPECT); break;
         case OPT_STRICT_IMAGES: o.strict_images = 1; o.given |= RUN_OPT_GIVEN(RUN_OPT_STRICT_IMAGES); break;
+        case OPT_BY_NAME: o.by_name = 1; o.given |= RUN_OPT_GIVEN(RUN_OPT_BY_NAME); break;
+        case OPT_SKIP_MISMATCH: o.skip_mismatch = 1; o.given |= RUN_OPT_GIVEN(RUN_OPT_SKIP_MISMATCH); break;
+        case OPT_FREEZE: o.freeze = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_FREEZE); break;
+        case OPT_TRAINABLE_FROM: o.trainable_from = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_TRAINABLE_FROM); break;
         case OPT_LAYOUT:
             if ((o.layout = cli_parse_layout("train", optarg)) < 0) return EXIT_USAGE;
             o.given |= RUN_OPT_GIVEN(RUN_OPT_LAYOUT);
@@ -445,6 +463,11 @@ int cli_train(int argc, char **argv) {
         return cli_usage_error("train", "--train-labels goes with --train FILE.npy");
     if (o.test_labels && !o.test_csv)
         return cli_usage_error("train", "--test-labels goes with --test FILE.npy");
+    if ((o.by_name || o.skip_mismatch) && !o.load)
+        return cli_usage_error("train", "%s goes with --load FILE", o.by_name ? "--by-name"
+                                                                            : "--skip-mismatch");
+    if (o.skip_mismatch && !o.by_name)
+        return cli_usage_error("train", "--skip-mismatch goes with --by-name");
     char *cmdline = join_args(argc + 1, argv - 1);
     o.command_line = cmdline;
     signal(SIGINT, on_stop_signal);

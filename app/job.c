@@ -75,6 +75,7 @@ void job_free(job *j) {
     dataset_free(&j->val);
     dataset_free(&j->test);
     for (int i = 0; i < 3; i++) data_images_info_free(&j->images[i]);
+    free(j->load_left);
     free(j->params);
     free(j->idx);
     free(j->loss);
@@ -169,7 +170,22 @@ int job_prepare(job *j, const train_opts *o, ht_error *e) {
     if (s->batch > j->train.n) s->batch = j->train.n;
     j->params = ht_malloc(j->m.n_params, sizeof(float), e);
     if (!j->params) return -1;
-    if (o->load) {
+    if (o->freeze && model_freeze_names(&j->m, o->freeze, e) < 0) return -1;
+    if (o->trainable_from && model_trainable_from(&j->m, o->trainable_from, e) < 0) return -1;
+    if (o->load && o->by_name) { // into the initial values: what the file lacks keeps them
+        model_init_params(&j->m, j->params, o->seed);
+        load_partial pl = {.skip_mismatch = o->skip_mismatch};
+        const int keras = kerash5_is_path(o->load, 1);
+        const int rc = (keras ? kerash5_load_partial : safetensors_load_partial)(
+            o->load, &j->m, j->params, &pl, e);
+        if (rc == 0 && pl.n_listed)
+            fprintf(stderr, "%s%s: %d layer%s left at %s initial values (above)\n", pl.listed,
+                    o->load, pl.n_listed, pl.n_listed == 1 ? "" : "s",
+                    pl.n_listed == 1 ? "its" : "their");
+        j->load_left = pl.listed; // for the log
+        j->n_load_left = pl.n_listed;
+        if (rc < 0) return -1;
+    } else if (o->load) {
         int keras = kerash5_is_path(o->load, 1);
         if ((keras ? kerash5_load : safetensors_load)(o->load, &j->m, j->params, e) < 0)
             return -1;

@@ -45,6 +45,9 @@ typedef struct job {
     dataset all, train, val, test;
     // What image folders gave (data_images.h): training, validation, test ("none": n 0).
     data_images_info images[3];
+    // What --load --by-name left at its initial values (partial.h's lines; NULL: nothing).
+    char *load_left;
+    int n_load_left;
     float *params;
     device *devs;
     int n_devs;

@@ -109,6 +109,11 @@ void job_log_header(job *j, const train_opts *o) {
         for (const char *p = im->skipped; *p; p += strcspn(p, "\n"), p += *p == '\n')
             run_log(rf, 0, "skipped: %.*s\n", (int)strcspn(p, "\n"), p);
     }
+    if (o->load)
+        run_log(rf, 0, "weights: %s%s, %d layer%s left at initial values\n", o->load,
+                o->by_name ? " by name" : "", j->n_load_left, j->n_load_left == 1 ? "" : "s");
+    for (const char *p = j->load_left ? j->load_left : ""; *p; p += strcspn(p, "\n"), p += *p == '\n')
+        run_log(rf, 0, "left: %.*s\n", (int)strcspn(p, "\n"), p);
     char aug[DATA_AUGMENT_TEXT];
     augment_text(o, aug, sizeof aug);
     run_log(rf, 0, "augment: %s%s\n", aug, strcmp(aug, "none") ? " (training batches only)" : "");

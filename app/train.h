@@ -32,6 +32,10 @@ typedef struct train_opts {
     const char *validation;
     const char *image_size;
     int crop_aspect, strict_images;
+    // Fine-tuning: --load by layer name (partial.h), layers of other shapes left
+    // (skip_mismatch); layers frozen by name (freeze: "a,b") or all before one (trainable_from).
+    int by_name, skip_mismatch;
+    const char *freeze, *trainable_from;
     int layout;            // data_layout of 4-D NumPy images; -1: not given (auto)
     int coarse;            // CIFAR-100's coarse labels: 1; fine: 0; -1: not given (fine)
     const char *augment;   // --augment spec (data_augment_parse); NULL: none

@@ -300,6 +300,12 @@ static int gif_read_mem(GifFileType *g, GifByteType *data, int n) {
     return (int)k;
 }
 
+// giflib's words for an error (which has none for some codes, 0 among them).
+static const char *gif_why(int code) {
+    const char *s = GifErrorString(code);
+    return s ? s : "unreadable";
+}
+
 // GIF through giflib's record reader: the first frame drawn on the screen's canvas (black
 // elsewhere and at its transparent colour), as TensorFlow decodes a still; the frames after it
 // are not read, and a frame's size is checked before its pixels are.
@@ -307,7 +313,7 @@ static int decode_gif(const uint8_t *buf, size_t len, int ch, pix *out, char *wh
     gif_src src = {buf, len, 0};
     int err = 0;
     GifFileType *g = DGifOpen(&src, gif_read_mem, &err);
-    if (!g) return snprintf(why, cap, "a broken GIF: %s", GifErrorString(err)), -1;
+    if (!g) return snprintf(why, cap, "a broken GIF: %s", gif_why(err)), -1;
     const int W = g->SWidth, H = g->SHeight;
     GraphicsControlBlock gcb = {.TransparentColor = NO_TRANSPARENT_COLOR};
     uint8_t *rgb = NULL;
@@ -317,18 +323,18 @@ static int decode_gif(const uint8_t *buf, size_t len, int ch, pix *out, char *wh
     if (W < 1 || H < 1 || (uint64_t)W * H > IMG_MAX_PIXELS) bad = "its screen size";
     while (!bad && !rgb) {
         if (DGifGetRecordType(g, &rt) == GIF_ERROR) {
-            bad = GifErrorString(g->Error);
+            bad = gif_why(g->Error);
         } else if (rt == EXTENSION_RECORD_TYPE) {
             int code;
             GifByteType *ext;
-            if (DGifGetExtension(g, &code, &ext) == GIF_ERROR) bad = GifErrorString(g->Error);
+            if (DGifGetExtension(g, &code, &ext) == GIF_ERROR) bad = gif_why(g->Error);
             if (!bad && code == GRAPHICS_EXT_FUNC_CODE && ext && ext[0] >= 4)
                 DGifExtensionToGCB(ext[0], ext + 1, &gcb);
             while (!bad && ext)
-                if (DGifGetExtensionNext(g, &ext) == GIF_ERROR) bad = GifErrorString(g->Error);
+                if (DGifGetExtensionNext(g, &ext) == GIF_ERROR) bad = gif_why(g->Error);
         } else if (rt == IMAGE_DESC_RECORD_TYPE) {
             if (DGifGetImageDesc(g) == GIF_ERROR) {
-                bad = GifErrorString(g->Error);
+                bad = gif_why(g->Error);
                 break;
             }
             const GifImageDesc *d = &g->Image;
@@ -351,7 +357,7 @@ static int decode_gif(const uint8_t *buf, size_t len, int ch, pix *out, char *wh
                 for (int y = d->Interlace ? first[pass] : 0; y < d->Height && !bad;
                      y += d->Interlace ? step[pass] : 1) {
                     if (DGifGetLine(g, line, d->Width) == GIF_ERROR) {
-                        bad = GifErrorString(g->Error);
+                        bad = gif_why(g->Error);
                         break;
                     }
                     for (int x = 0; x < d->Width; x++) {

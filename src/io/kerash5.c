@@ -527,7 +527,53 @@ typedef struct kh5_in {
     float *out; // the scratch parameters
     float *buf; // one variable in Keras's order
     ht_error *e;
+    load_partial *pl; // by name (partial.h): what is left is listed here; NULL: every layer
 } kh5_in;
+
+// Whether dataset dname at loc has v's shape: 1, or 0 with what it has in found ("missing",
+// or its shape).
+static int var_fits(hid_t loc, const char *dname, const kh5_var *v, char *found, size_t cap) {
+    if (H5Lexists(loc, dname, H5P_DEFAULT) <= 0) {
+        snprintf(found, cap, "missing");
+        return 0;
+    }
+    hid_t d = H5Dopen2(loc, dname, H5P_DEFAULT);
+    hid_t s = d >= 0 ? H5Dget_space(d) : -1;
+    hsize_t dims[H5S_MAX_RANK];
+    int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
+    int same = nd >= 0 && nd <= H5S_MAX_RANK && H5Sget_simple_extent_dims(s, dims, NULL) >= 0 &&
+               nd == v->ndim;
+    for (int i = 0; same && i < nd; i++) same = dims[i] == v->dims[i];
+    if (!same) {
+        if (nd >= 0 && nd <= H5S_MAX_RANK) shape_text(found, cap, nd, dims);
+        else snprintf(found, cap, "unreadable");
+    }
+    if (s >= 0) H5Sclose(s);
+    if (d >= 0) H5Dclose(d);
+    return same;
+}
+
+// By name: whether layer K's variables (names[v] at loc) all have its shapes; if not, the layer
+// is left at its initial values and listed (skip_mismatch), or it is an error: -1.
+static int partial_fits(kh5_in *in, hid_t loc, const char *const *names, const char *where,
+                        const kh5_layer *K) {
+    char found[96], want[96];
+    for (int v = 0; v < K->nv; v++) {
+        if (var_fits(loc, names[v], &K->v[v], found, sizeof found)) continue;
+        shape_text(want, sizeof want, K->v[v].ndim, K->v[v].dims);
+        const char *lname = in->m->layers[K->l].name;
+        if (!in->pl->skip_mismatch)
+            return ht_fail(in->e, "%s: %s/%s, the %s of layer \"%s\" (%s): %s where the model has "
+                           "%s (--skip-mismatch leaves such a layer at its initial values)",
+                           in->path, where, names[v], K->v[v].name, lname, K->cls, found, want);
+        if (load_partial_note(in->pl, "layer \"%s\" (%s): its %s is %s in %s, %s here: left at "
+                              "its initial values", lname, K->cls, K->v[v].name, found, in->path,
+                              want))
+            return ht_fail(in->e, "out of memory");
+        return 0;
+    }
+    return 1;
+}
 
 // Reads dataset `where` (at loc as dname) into variable v of layer K. where is its path in
 // the file, for messages.
@@ -623,6 +669,26 @@ static int read_keras3(kh5_in *in, hid_t f, const char *prefix, const kh5_plan *
         hid_t vars = g >= 0 && has_group(g, "vars") ? H5Gopen2(g, "vars", H5P_DEFAULT) : -1;
         if (g >= 0) H5Gclose(g);
         snprintf(where, sizeof where, "%s/%s/vars", prefix, K->path);
+        if (in->pl) { // by name: a layer missing, or of other shapes, is left and listed
+            const char *names[KH5_MAX_VARS];
+            char nbuf[KH5_MAX_VARS][8];
+            for (int v = 0; v < K->nv; v++) snprintf(nbuf[v], 8, "%d", v), names[v] = nbuf[v];
+            int fits = vars < 0 ? 0 : partial_fits(in, vars, names, where, K);
+            if (vars < 0 && load_partial_note(in->pl, "layer \"%s\" (%s): no %s in %s: left at "
+                                              "its initial values", lname, K->cls, where,
+                                              in->path)) {
+                ht_fail(in->e, "out of memory");
+                goto done;
+            }
+            if (fits < 0) {
+                if (vars >= 0) H5Gclose(vars);
+                goto done;
+            }
+            if (!fits) {
+                if (vars >= 0) H5Gclose(vars);
+                continue;
+            }
+        }
         if (vars < 0) {
             ht_fail(in->e, "%s: no %s for layer \"%s\" (%s number %d of the model; Keras 3 names "
                            "a layer's group by its class and that number): is the file of this "
@@ -653,8 +719,12 @@ static int read_keras3(kh5_in *in, hid_t f, const char *prefix, const kh5_plan *
         H5Gclose(vars);
         if (bad) goto done;
     }
-    // Weights of a layer this model lacks: the file is of another model.
+    // Weights of a layer this model lacks: the file is of another model (by name: ignored).
     hsize_t n;
+    if (in->pl) {
+        rc = 0;
+        goto done;
+    }
     if (count_links(top, &n)) goto done;
     for (hsize_t k = 0; k < n; k++) {
         char name[128];
@@ -720,20 +790,59 @@ static int read_keras2(kh5_in *in, hid_t g, const char *gname, const kh5_plan *p
         if (r == 0 && wn.n > 0) with[nw++] = i;
         strs_free(&wn);
     }
-    if (nw != p->n) {
+    if (nw != p->n && !in->pl) {
         ht_fail(in->e, "%s: holds the weights of %d layers (%s%s%s) where model %s has %d "
-                       "layers with weights", in->path, nw, nw ? names.s[with[0]] : "none",
-                nw > 1 ? " ... " : "", nw > 1 ? names.s[with[nw - 1]] : "", in->m->name, p->n);
+                       "layers with weights (--by-name loads those of the same names)", in->path,
+                nw, nw ? names.s[with[0]] : "none", nw > 1 ? " ... " : "",
+                nw > 1 ? names.s[with[nw - 1]] : "", in->m->name, p->n);
         goto done;
     }
     for (int i = 0; i < p->n; i++) {
         const kh5_layer *K = &p->L[i];
-        const char *fname = names.s[with[i]], *lname = in->m->layers[K->l].name;
+        const char *lname = in->m->layers[K->l].name, *fname = NULL;
+        if (in->pl) { // by name: the file's layer of this name, if it has weights
+            for (int k = 0; k < nw && !fname; k++)
+                if (!strcmp(names.s[with[k]], lname)) fname = names.s[with[k]];
+            if (!fname) {
+                if (load_partial_note(in->pl, "layer \"%s\" (%s): not in %s: left at its initial "
+                                      "values", lname, K->cls, in->path)) {
+                    ht_fail(in->e, "out of memory");
+                    goto done;
+                }
+                continue;
+            }
+        } else {
+            fname = names.s[with[i]];
+        }
         hid_t lg = H5Gopen2(g, fname, H5P_DEFAULT);
         if (lg < 0 || attr_strings(lg, "weight_names", &wn) != 0) {
             if (lg >= 0) H5Gclose(lg);
             ht_fail(in->e, "%s: cannot read layer \"%s\"'s weight_names", in->path, fname);
             goto done;
+        }
+        if (in->pl && wn.n == K->nv) {
+            char where[200];
+            snprintf(where, sizeof where, "%s%s%s", gname[0] == '/' ? "" : gname,
+                     gname[0] == '/' ? "" : "/", fname);
+            const int fits = partial_fits(in, lg, (const char *const *)wn.s, where, K);
+            if (fits <= 0) {
+                H5Gclose(lg);
+                strs_free(&wn);
+                if (fits < 0) goto done;
+                continue;
+            }
+        }
+        if (wn.n != K->nv && in->pl && in->pl->skip_mismatch) {
+            if (load_partial_note(in->pl, "layer \"%s\" (%s): %s's group holds %d weights, the "
+                                  "layer %d: left at its initial values", lname, K->cls, fname,
+                                  wn.n, K->nv)) {
+                ht_fail(in->e, "out of memory");
+                H5Gclose(lg);
+                goto done;
+            }
+            H5Gclose(lg);
+            strs_free(&wn);
+            continue;
         }
         if (wn.n != K->nv) {
             ht_fail(in->e, "%s: the file's layer \"%s\" holds %d weights (%s%s) where layer "
@@ -768,6 +877,11 @@ done:
 }
 
 int kerash5_load(const char *path, const model *m, float *params, ht_error *e) {
+    return kerash5_load_partial(path, m, params, NULL, e);
+}
+
+int kerash5_load_partial(const char *path, const model *m, float *params, load_partial *pl,
+                         ht_error *e) {
     kh5_plan p;
     if (plan_build(path, m, &p, e)) return -1;
     h5_quiet();
@@ -803,7 +917,8 @@ int kerash5_load(const char *path, const model *m, float *params, ht_error *e) {
     if (!(tmp = ht_calloc(m->n_params + 1, sizeof *tmp, e)) ||
         !(buf = ht_malloc(p.max_n + 1, sizeof *buf, e)))
         goto done;
-    kh5_in in = {path, m, tmp, buf, e};
+    if (pl) memcpy(tmp, params, m->n_params * sizeof *tmp); // what is left keeps its values
+    kh5_in in = {path, m, tmp, buf, e, pl};
     if (has_group(f, "model_weights")) {
         g = H5Gopen2(f, "model_weights", H5P_DEFAULT);
         rc = read_keras2(&in, g, "model_weights", &p);
@@ -820,7 +935,7 @@ int kerash5_load(const char *path, const model *m, float *params, ht_error *e) {
     if (rc == 0) {
         // A tensor without a Keras counterpart (a count of updates) starts anew.
         for (int i = 0; i < p.n; i++)
-            if (p.L[i].count) tmp[p.L[i].count->off] = 0;
+            if (p.L[i].count && !pl) tmp[p.L[i].count->off] = 0;
         memcpy(params, tmp, m->n_params * sizeof *tmp);
     }
 done:

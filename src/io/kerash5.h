@@ -26,6 +26,7 @@
 #define HETRAIN_KERASH5_H
 
 #include "core/common.h"
+#include "io/partial.h"
 #include "nn/model.h"
 
 // Whether --save/--load path means a Keras HDF5 file: its name ends in .h5, .hdf5 or .keras,
@@ -45,5 +46,12 @@ int kerash5_save(const char *path, const model *m, const float *params, ht_error
 // with Keras's shapes and float values, and the file may hold no other layer's weights. On
 // failure params is untouched and e holds one line naming path, the layer and the variable.
 int kerash5_load(const char *path, const model *m, float *params, ht_error *e);
+
+// By name (pl not NULL; partial.h): params holds the initial values; each layer with weights
+// takes its file's layer of the same name (Keras 3's files: the same group, class and number),
+// one the file lacks, or (pl->skip_mismatch) of other shapes, keeps its values and is listed in
+// pl; the file's other layers are ignored. Anything else is an error as for kerash5_load.
+int kerash5_load_partial(const char *path, const model *m, float *params, load_partial *pl,
+                         ht_error *e);
 
 #endif

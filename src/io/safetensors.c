@@ -42,6 +42,40 @@ int safetensors_save(const char *path, const model *m, const float *params, ht_e
 }
 
 int safetensors_load(const char *path, const model *m, float *params, ht_error *e) {
+    return safetensors_load_partial(path, m, params, NULL, e);
+}
+
+// By name: the layers whose tensors (weights and state) are all there with the model's shapes
+// are read; the others are listed (another shape only with skip_mismatch, else an error).
+static int load_by_name(stfile *sf, const char *path, const model *m, const model_tensor *ts,
+                        int nt, stfile_entry *ents, float *params, load_partial *pl,
+                        ht_error *e) {
+    for (int l = 0; l < m->n_layers; l++) {
+        int fits = 1, any = 0;
+        char why[600] = "";
+        for (int j = 0; j < nt && fits; j++) {
+            if (ts[j].layer != l) continue;
+            any = 1;
+            ht_error te;
+            const int got = stfile_entry_get(sf, ts[j].name, ts[j].ndim, ts[j].shape, &ents[j], &te);
+            if (got == 1) fits = 0, snprintf(why, sizeof why, "no tensor %s in %s", ts[j].name, path);
+            else if (got < 0 && !pl->skip_mismatch)
+                return ht_fail(e, "%s (--skip-mismatch leaves such a layer at its initial values)",
+                               te.msg);
+            else if (got < 0) fits = 0, snprintf(why, sizeof why, "%s", te.msg);
+        }
+        if (!any) continue;
+        if (!fits && load_partial_note(pl, "layer \"%s\": %.300s: left at its initial values",
+                                       m->layers[l].name, why))
+            return ht_fail(e, "out of memory");
+        for (int j = 0; fits && j < nt; j++)
+            if (ts[j].layer == l && stfile_read(sf, &ents[j], params + ts[j].off, e)) return -1;
+    }
+    return 0;
+}
+
+int safetensors_load_partial(const char *path, const model *m, float *params, load_partial *pl,
+                             ht_error *e) {
     const model_tensor *ts;
     int nt;
     if (safetensors_tensors(path, m, &ts, &nt, e)) return -1;
@@ -51,6 +85,14 @@ int safetensors_load(const char *path, const model *m, float *params, ht_error *
     float *tmp = NULL;
     stfile_entry *ents = ht_malloc((size_t)nt + 1, sizeof *ents, e);
     if (!ents) goto done;
+    if (pl) { // into a copy of the initial values, so a failure leaves params untouched
+        if (!(tmp = ht_malloc(m->n_params + 1, sizeof *tmp, e))) goto done;
+        memcpy(tmp, params, m->n_params * sizeof *tmp);
+        if (load_by_name(&sf, path, m, ts, nt, ents, tmp, pl, e)) goto done;
+        memcpy(params, tmp, m->n_params * sizeof *tmp);
+        rc = 0;
+        goto done;
+    }
 
     // Check the whole header before reading any data: every model tensor present and
     // consistent, then nothing else in the file.

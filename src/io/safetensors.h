@@ -6,6 +6,7 @@
 #define HETRAIN_SAFETENSORS_H
 
 #include "core/common.h"
+#include "io/partial.h"
 #include "nn/model.h"
 
 // Writes all parameter tensors of m from params; writes a temporary file beside path and
@@ -19,6 +20,11 @@ int safetensors_save(const char *path, const model *m, const float *params, ht_e
 // appear twice in any object of the header, and __metadata__ maps strings to strings. A NaN or
 // infinite value (also one that a conversion makes) is an error naming tensor and element.
 int safetensors_load(const char *path, const model *m, float *params, ht_error *e);
+// By name (partial.h): params holds the initial values; a layer whose tensors the file lacks,
+// or (pl->skip_mismatch) has in other shapes, keeps them and is listed in pl; the file's other
+// tensors are ignored.
+int safetensors_load_partial(const char *path, const model *m, float *params, load_partial *pl,
+                             ht_error *e);
 
 // The model's tensor table (model_tensors), failing (naming path) unless it covers all of the
 // model's parameters, as every file of m's parameters needs. Also for checkpoint.c.

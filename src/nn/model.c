@@ -842,6 +842,44 @@ size_t model_frozen_params(const model *m) {
     return n;
 }
 
+int model_set_frozen(model *m, int l, int frozen) {
+    if (l < 0 || l >= m->n_layers) return -1;
+    const int owner = m->layers[l].share ? m->layers[l].share - 1 : l;
+    layer *O = &m->layers[owner];
+    if (!O->n_w && !O->n_b && !O->n_s) return 0;
+    for (int k = 0; k < m->n_layers; k++)
+        if (k == owner || m->layers[k].share == owner + 1) m->layers[k].frozen = frozen != 0;
+    return 0;
+}
+
+// The layer called name, or a message listing a few of the model's.
+static int find_named(const model *m, const char *name, const char *option, ht_error *e) {
+    const int l = model_find_layer(m, name);
+    if (l >= 0) return l;
+    return ht_fail(e, "%s %s: model %s has no layer of that name (its layers are %s, %s, ... %s; "
+                   "hetrain summary lists them)", option, name, m->name, m->layers[0].name,
+                   m->n_layers > 1 ? m->layers[1].name : "-", m->layers[m->n_layers - 1].name);
+}
+
+int model_freeze_names(model *m, const char *names, ht_error *e) {
+    char list[1024];
+    snprintf(list, sizeof list, "%s", names);
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ') t++;
+        const int l = find_named(m, t, "--freeze", e);
+        if (l < 0) return -1;
+        model_set_frozen(m, l, 1);
+    }
+    return 0;
+}
+
+int model_trainable_from(model *m, const char *name, ht_error *e) {
+    const int from = find_named(m, name, "--trainable-from", e);
+    if (from < 0) return -1;
+    for (int l = 0; l < from; l++) model_set_frozen(m, l, 1);
+    return 0;
+}
+
 // A state tensor's values when Keras's weight files have no variable for it, else 0.
 static size_t keras_uncounted(const model *m, const model_tensor *t) {
     if (t->state == TENSOR_TRAINABLE) return 0;

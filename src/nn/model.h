@@ -334,6 +334,16 @@ size_t model_frozen_params(const model *m);
 size_t model_keras_uncounted(const model *m);
 size_t model_layer_keras_uncounted(const model *m, int l);
 
+// Freezes layer l (frozen != 0) or lets it train, as Keras's layer.trainable = False/True: its
+// parameters are not updated, a batchnorm normalises with its moving statistics; a shared
+// layer's calls all follow. A layer without parameters is left as it is (returns 0); -1 when l
+// is out of range.
+int model_set_frozen(model *m, int l, int frozen);
+// --freeze NAME[,NAME...] and --trainable-from NAME: the layers named frozen, or every layer
+// with parameters before the one named. -1 with e naming the layer that is not in the model.
+int model_freeze_names(model *m, const char *names, ht_error *e);
+int model_trainable_from(model *m, const char *name, ht_error *e);
+
 // Forward multiply-adds per sample, for GFLOP/s reports.
 double model_forward_macs(const model *m);
 // Layer l's multiply-adds per sample (conv2d and dense; 0 for the others): its forward, or

@@ -458,6 +458,63 @@ static void test_shared(void **state) {
     model_free(&m);
 }
 
+// By name (Keras 2's load_weights(by_name=True), skip_mismatch): tf_keras's .h5 by layer names
+// gives the bits of the ordinary load; a model whose head has 4 classes takes the rest from
+// either generation's file, its head listed and left at its initial values with skip_mismatch,
+// an error naming it and --skip-mismatch without.
+static void test_by_name(void **state) {
+    (void)state;
+    model m;
+    float *full = load_model(&m, KDIR "shared_conv_k3.json", KDIR "shared_conv_k2.h5");
+    float *p = malloc(m.n_params * sizeof *p);
+    model_init_params(&m, p, 3);
+    load_partial pl = {0};
+    ht_error e;
+    if (kerash5_load_partial(KDIR "shared_conv_k2.h5", &m, p, &pl, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(pl.n_listed, 0);
+    assert_memory_equal(p, full, m.n_params * sizeof *p);
+    free(p), free(full);
+    model_free(&m);
+    // The head of 4 classes.
+    size_t len;
+    char *json = test_read_file(KDIR "shared_conv_k3.json", &len);
+    assert_non_null(json);
+    char *head = strstr(json, "\"name\": \"head\"");
+    assert_non_null(head);
+    char *units = strstr(head, "\"units\": 3");
+    assert_non_null(units);
+    units[9] = '4';
+    if (model_init_keras_text(&m, json, len, "head4.json", &e)) fail_msg("%s", e.msg);
+    free(json);
+    const int hl = model_find_layer(&m, "head");
+    assert_true(hl >= 0);
+    const layer *H = &m.layers[hl];
+    static const char *const files[] = {KDIR "shared_conv_k2.h5", KDIR "shared_conv_k3.weights.h5"};
+    for (int f = 0; f < 2; f++) {
+        float *init = malloc(m.n_params * sizeof *init);
+        p = malloc(m.n_params * sizeof *p);
+        model_init_params(&m, init, 5);
+        memcpy(p, init, m.n_params * sizeof *p);
+        pl = (load_partial){0};
+        assert_int_equal(kerash5_load_partial(files[f], &m, p, &pl, &e), -1);
+        test_expect_frags(e.msg, 1, "layer \"head\" (Dense)", "(--skip-mismatch", NULL);
+        assert_memory_equal(p, init, m.n_params * sizeof *p); // untouched
+        pl.skip_mismatch = 1;
+        if (kerash5_load_partial(files[f], &m, p, &pl, &e)) fail_msg("%s", e.msg);
+        assert_int_equal(pl.n_listed, 1);
+        test_expect_frags(pl.listed, 0, "layer \"head\" (Dense)", "left at its initial values",
+                          NULL);
+        // The head as it was; every other layer the file's (not its initial values).
+        assert_memory_equal(p + H->w_off, init + H->w_off, (H->n_w + H->n_b) * sizeof *p);
+        const int stem = model_find_layer(&m, "stem");
+        assert_true(memcmp(p + m.layers[stem].w_off, init + m.layers[stem].w_off,
+                           m.layers[stem].n_w * sizeof *p) != 0);
+        load_partial_free(&pl);
+        free(p), free(init);
+    }
+    model_free(&m);
+}
+
 // ---- refusals --------------------------------------------------------------------------------
 
 // Copies src to dir/name and returns the malloc'd path.
@@ -698,6 +755,7 @@ int main(void) {
         cmocka_unit_test(test_keras_files), cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_normalize),   cmocka_unit_test(test_convnext),
         cmocka_unit_test(test_tfop),        cmocka_unit_test(test_shared),
+        cmocka_unit_test(test_by_name),
         cmocka_unit_test(test_load_errors), cmocka_unit_test(test_save_errors),
         cmocka_unit_test(test_is_path),     cmocka_unit_test(test_cli),
     };
