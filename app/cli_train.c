@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "app/watch.h"
 #include "data/data.h"
 #include "devices/device.h"
 #include "nn/model.h"
@@ -160,6 +161,18 @@ static const char *usage_train =
     "                         batchnorm normalises with its moving statistics)\n"
     "  --trainable-from NAME  freeze every layer before NAME (summary's order), fine-tuning the\n"
     "                         rest; NAME and the layers after it keep the model's setting\n"
+    "  --early-stopping N     stop after N epochs in which --monitor did not improve by more than\n"
+    "                         --min-delta (Keras's EarlyStopping)\n"
+    "  --monitor METRIC       val_loss, val_accuracy, loss or accuracy [val_loss]\n"
+    "  --min-delta D          the least change that counts as an improvement [0]\n"
+    "  --restore-best-weights at an early stop, go back to the best epoch's weights\n"
+    "  --reduce-lr-on-plateau FACTOR[,PATIENCE[,MIN_LR]]\n"
+    "                         the rate times FACTOR after PATIENCE epochs in which --monitor did\n"
+    "                         not improve by 1e-4, never below MIN_LR (Keras's\n"
+    "                         ReduceLROnPlateau; its defaults 0.1,10,0)\n"
+    "  --save-best FILE       the weights of the best epoch by --monitor, rewritten as it\n"
+    "                         improves (ModelCheckpoint(save_best_only=True)); safetensors, or\n"
+    "                         Keras's .weights.h5 by its name\n"
     "  --checkpoint-every N   write <out>/<name>.ckpt every N steps too [at the end of every\n"
     "                         epoch and at a stop]; a failed write then stops the run\n"
     "  --resume RUN           continue the run <out>/<name> (or its .ckpt) where its last\n"
@@ -263,6 +276,12 @@ int cli_train(int argc, char **argv) {
         {"skip-mismatch", no_argument, 0, OPT_SKIP_MISMATCH},
         {"freeze", required_argument, 0, OPT_FREEZE},
         {"trainable-from", required_argument, 0, OPT_TRAINABLE_FROM},
+        {"early-stopping", required_argument, 0, OPT_EARLY_STOPPING},
+        {"monitor", required_argument, 0, OPT_MONITOR},
+        {"min-delta", required_argument, 0, OPT_MIN_DELTA},
+        {"restore-best-weights", no_argument, 0, OPT_RESTORE_BEST},
+        {"reduce-lr-on-plateau", required_argument, 0, OPT_REDUCE_LR},
+        {"save-best", required_argument, 0, OPT_SAVE_BEST},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
     train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1,
                     .weight_decay = -1, .wd_mode = -1, .layout = -1, .coarse = -1};
@@ -292,6 +311,33 @@ int cli_train(int argc, char **argv) {
         case OPT_SKIP_MISMATCH: o.skip_mismatch = 1; o.given |= RUN_OPT_GIVEN(RUN_OPT_SKIP_MISMATCH); break;
         case OPT_FREEZE: o.freeze = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_FREEZE); break;
         case OPT_TRAINABLE_FROM: o.trainable_from = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_TRAINABLE_FROM); break;
+        case OPT_EARLY_STOPPING:
+            if (cli_parse_int("--early-stopping", optarg, 1, 100000, &v) < 0) return EXIT_USAGE;
+            o.early_stopping = (int)v;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_EARLY_STOPPING);
+            break;
+        case OPT_MONITOR:
+            if (watch_metric_by_name(optarg) < 0)
+                return cli_usage_error("train", "--monitor: expected val_loss, val_accuracy, loss "
+                                       "or accuracy, found \"%s\"", optarg);
+            o.monitor = optarg;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_MONITOR);
+            break;
+        case OPT_MIN_DELTA:
+            if (cli_parse_float("--min-delta", optarg, 0, 1e9, 0, &f) < 0) return EXIT_USAGE;
+            o.min_delta = (float)f;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_MIN_DELTA);
+            break;
+        case OPT_RESTORE_BEST: o.restore_best = 1; o.given |= RUN_OPT_GIVEN(RUN_OPT_RESTORE_BEST); break;
+        case OPT_REDUCE_LR: {
+            watch_opts w;
+            ht_error we;
+            if (watch_parse_plateau(&w, optarg, &we) < 0) return cli_usage_error("train", "%s", we.msg);
+            o.reduce_lr = optarg;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_REDUCE_LR);
+            break;
+        }
+        case OPT_SAVE_BEST: o.save_best = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_SAVE_BEST); break;
         case OPT_LAYOUT:
             if ((o.layout = cli_parse_layout("train", optarg)) < 0) return EXIT_USAGE;
             o.given |= RUN_OPT_GIVEN(RUN_OPT_LAYOUT);

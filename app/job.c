@@ -76,6 +76,7 @@ void job_free(job *j) {
     dataset_free(&j->test);
     for (int i = 0; i < 3; i++) data_images_info_free(&j->images[i]);
     free(j->load_left);
+    free(j->best_params);
     free(j->params);
     free(j->idx);
     free(j->loss);
@@ -168,6 +169,27 @@ int job_prepare(job *j, const train_opts *o, ht_error *e) {
         job_check_fits(&j->m, &j->test, "test data", e) < 0)
         return -1;
     if (s->batch > j->train.n) s->batch = j->train.n;
+    // Keras's callbacks: what they watch must be there.
+    watch_init(&j->watch);
+    j->wopts = (watch_opts){.patience = o->early_stopping, .min_delta = o->min_delta,
+                            .restore_best = o->restore_best, .save_best = o->save_best};
+    j->wopts.monitor = o->monitor && *o->monitor ? (watch_metric)watch_metric_by_name(o->monitor)
+                                                 : WATCH_VAL_LOSS;
+    if (o->reduce_lr && *o->reduce_lr && watch_parse_plateau(&j->wopts, o->reduce_lr, e) < 0)
+        return -1;
+    const int watching = j->wopts.patience || j->wopts.lr_factor > 0 || j->wopts.save_best ||
+                         j->wopts.restore_best;
+    if (watching && j->wopts.monitor <= WATCH_VAL_ACCURACY && j->val.n == 0)
+        return ht_fail(e, "--monitor %s needs a validation set (--val-split or --validation), or "
+                          "watch loss or accuracy", watch_metric_names[j->wopts.monitor]);
+    if (j->wopts.save_best && !o->resume && output_check(j->wopts.save_best, "--save-best", e) < 0)
+        return -1;
+    if (j->wopts.save_best && !o->resume && access(j->wopts.save_best, F_OK) == 0)
+        return ht_fail(e, "%s already exists; choose another --save-best path or remove it",
+                       j->wopts.save_best);
+    if (j->wopts.save_best && kerash5_is_path(j->wopts.save_best, 0) &&
+        kerash5_check_save(j->wopts.save_best, &j->m, e) < 0)
+        return ht_wrap(e, "--save-best");
     j->params = ht_malloc(j->m.n_params, sizeof(float), e);
     if (!j->params) return -1;
     if (o->freeze && model_freeze_names(&j->m, o->freeze, e) < 0) return -1;

@@ -26,6 +26,7 @@
 #include "app/report/profile_table.h"
 #include "app/report/results.h"
 #include "app/train.h"
+#include "app/watch.h"
 
 // Where the data comes from: a folder (IDX or CIFAR) or files, each with its labels file when
 // it is a .npy.
@@ -48,6 +49,11 @@ typedef struct job {
     // What --load --by-name left at its initial values (partial.h's lines; NULL: nothing).
     char *load_left;
     int n_load_left;
+    // Keras's callbacks (watch.h): their options, where they stand (a checkpoint keeps it), and
+    // the best epoch's parameters (--restore-best-weights; NULL otherwise).
+    watch_opts wopts;
+    watch watch;
+    float *best_params;
     float *params;
     device *devs;
     int n_devs;

@@ -141,12 +141,23 @@ int job_save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, ht_e
     char choices[CONV_CHOICES_TEXT];
     conv_choices_text(choices, sizeof choices);
     meta_set(&m, "conv_choices", choices);
+    // Keras's callbacks where they stand (watch.h), the best epoch's weights with them.
+    const watch *w = &j->watch;
+    meta_fmt(&m, "watch_best", "%.17g", w->best);
+    meta_fmt(&m, "watch_lr_best", "%.17g", w->lr_best);
+    meta_fmt(&m, "watch_best_epoch", "%d", w->best_epoch);
+    meta_fmt(&m, "watch_wait", "%d", w->wait);
+    meta_fmt(&m, "watch_lr_wait", "%d", w->lr_wait);
+    meta_fmt(&m, "watch_lr_scale", "%.17g", w->lr_scale);
+    meta_fmt(&m, "watch_stopped", "%d", w->stopped);
     const float *mm, *vv;
     engine_moments(j->g, &mm, &vv);
-    ckpt_blob blobs[2] = {{"optim.m", mm, j->m.n_trainable}, {"optim.v", vv, j->m.n_trainable}};
+    ckpt_blob blobs[3] = {{"optim.m", mm, j->m.n_trainable}, {"optim.v", vv, j->m.n_trainable}};
+    int nb = vv ? 2 : 1;
+    if (j->best_params) blobs[nb++] = (ckpt_blob){"watch.best", j->best_params, j->m.n_params};
     double t0 = ht_now();
     ht_error ce;
-    int rc = checkpoint_write(j->ckpt_path, &j->m, engine_params(j->g), blobs, vv ? 2 : 1, m.kv,
+    int rc = checkpoint_write(j->ckpt_path, &j->m, engine_params(j->g), blobs, nb, m.kv,
                               m.n, &ce);
     meta_free(&m);
     if (rc == 0) {
@@ -234,6 +245,23 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
     j->seen = meta_long(c, "seen");
     j->counted = meta_long(c, "counted");
     j->epoch_s = meta_double(c, "epoch_s");
+    // Keras's callbacks where they stood (a checkpoint written before them has none: fresh).
+    if (checkpoint_meta(c, "watch_best")) {
+        watch *w = &j->watch;
+        w->best = meta_double(c, "watch_best");
+        w->lr_best = meta_double(c, "watch_lr_best");
+        w->best_epoch = (int)meta_long(c, "watch_best_epoch");
+        w->wait = (int)meta_long(c, "watch_wait");
+        w->lr_wait = (int)meta_long(c, "watch_lr_wait");
+        w->lr_scale = meta_double(c, "watch_lr_scale");
+        w->stopped = (int)meta_long(c, "watch_stopped");
+        size_t nb = 0;
+        const float *best = checkpoint_blob(c, "watch.best", &nb);
+        if (best && nb == j->m.n_params) {
+            if (!(j->best_params = ht_malloc(nb, sizeof(float), e))) return -1;
+            memcpy(j->best_params, best, nb * sizeof(float));
+        }
+    }
     memset(es, 0, sizeof *es);
     double sums[2 + 2 * HT_MAX_DEVICES], per[2 * HT_MAX_DEVICES] = {0};
     if (same && meta_list(c, "epoch_stats", sums, 2 + 2 * na) == 2 + 2 * na) {

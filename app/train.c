@@ -49,11 +49,30 @@ static int self_check(job *j, int probe, ht_error *e) {
     return rc;
 }
 
+// The epoch that just ended is the best so far: --save-best writes its weights (rank 0,
+// replacing the file whole), --restore-best-weights keeps them.
+static int watch_keep_best(job *j, const train_opts *o, int ep, ht_error *e) {
+    const float *p = engine_params(j->g);
+    if (j->wopts.restore_best) {
+        if (!j->best_params && !(j->best_params = ht_malloc(j->m.n_params, sizeof(float), e)))
+            return -1;
+        memcpy(j->best_params, p, j->m.n_params * sizeof(float));
+    }
+    const char *f = j->wopts.save_best;
+    if (!f || span_job().rank > 0) return 0;
+    if ((kerash5_is_path(f, 0) ? kerash5_save : safetensors_save)(f, &j->m, p, e) < 0)
+        return ht_wrap(e, "--save-best");
+    run_log(&j->rf, 0, "save-best: %s (epoch %d, %s %.6g)\n", f, ep + 1,
+            watch_metric_names[j->wopts.monitor], j->watch.best);
+    (void)o;
+    return 0;
+}
+
 static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_error *e) {
     const train_setup *s = &j->m.setup;
     int n = j->train.n, start = j->epochs_done;
     const size_t yw = (size_t)j->m.label_width; // labels a sample
-    for (int ep = start; ep < s->epochs; ep++) {
+    for (int ep = start; ep < s->epochs && !j->watch.stopped; ep++) {
         double t0 = ht_now();
         shuffle(j->idx, n, o->seed, ep);
         if (ep == start && !o->no_self_check) {
@@ -106,7 +125,8 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
             // resumed run continues it exactly.
             long per_epoch = (n + s->batch - 1) / s->batch;
             engine_set_lr_factor(j->g, lr_schedule_factor(&s->sched, ep, ep * per_epoch + off / s->batch,
-                                                          s->epochs * per_epoch));
+                                                          s->epochs * per_epoch) *
+                                           j->watch.lr_scale);
             j->step_lr = engine_lr(j->g);
             // Keras's loss adds its regularizers' term (model_reg_penalty), at the weights the
             // step starts from, to each batch's mean: B times it to the sum of the samples'.
@@ -152,11 +172,28 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
         double vloss = NAN, vacc = NAN;
         if (j->val.n > 0 && job_evaluate(j->g, &j->m, s->batch, &j->val, &vloss, &vacc, NULL, NULL, e) < 0)
             return ht_wrap(e, "validation after epoch %d", ep + 1);
-        if (job_epoch_report(j, o, ep, j->counted ? j->lsum / j->counted : NAN,
-                             j->counted ? (double)j->correct / ((double)j->counted * yw) : NAN,
-                             vloss, vacc,
+        const double loss = j->counted ? j->lsum / j->counted : NAN;
+        const double acc = j->counted ? (double)j->correct / ((double)j->counted * yw) : NAN;
+        // Keras's callbacks decide on every rank alike; rank 0 writes their events and files.
+        char ev[512] = "";
+        watch_step ws = watch_epoch(&j->watch, &j->wopts, ep + 1, loss, acc, vloss, vacc, s->lr,
+                                    ev, sizeof ev);
+        if (ws.improved && watch_keep_best(j, o, ep, e) < 0) return -1;
+        if (ev[0]) {
+            if (span_job().rank == 0) {
+                size_t k = strlen(es.events);
+                snprintf(es.events + k, sizeof es.events - k, "%s%s", k ? "; " : "", ev);
+            }
+            run_log(&j->rf, !o->quiet, "epoch %d: %s\n", ep + 1, ev);
+        }
+        if (job_epoch_report(j, o, ep, loss, acc, vloss, vacc,
                              ht_now() - t0, train_s, &es, span_take_comm_s(), e) < 0)
             return -1;
+        if (ws.stop && j->best_params) {
+            if (engine_set_params(j->g, j->best_params, e) < 0) return -1;
+            run_log(&j->rf, !o->quiet, "restored the weights of epoch %d (%s %.6g)\n",
+                    j->watch.best_epoch, watch_metric_names[j->wopts.monitor], j->watch.best);
+        }
         j->epochs_done = ep + 1;
         j->steps_into = 0;
         j->lsum = j->epoch_s = 0;

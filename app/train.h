@@ -36,6 +36,14 @@ typedef struct train_opts {
     // (skip_mismatch); layers frozen by name (freeze: "a,b") or all before one (trainable_from).
     int by_name, skip_mismatch;
     const char *freeze, *trainable_from;
+    // Keras's callbacks (watch.h): EarlyStopping's patience (0: off), monitor (NULL: val_loss),
+    // min_delta and restore_best_weights; ReduceLROnPlateau's "FACTOR[,PATIENCE[,MIN_LR]]"
+    // (NULL: off); ModelCheckpoint's save_best_only file (NULL: none).
+    int early_stopping;
+    const char *monitor;
+    float min_delta;
+    int restore_best;
+    const char *reduce_lr, *save_best;
     int layout;            // data_layout of 4-D NumPy images; -1: not given (auto)
     int coarse;            // CIFAR-100's coarse labels: 1; fine: 0; -1: not given (fine)
     const char *augment;   // --augment spec (data_augment_parse); NULL: none

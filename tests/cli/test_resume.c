@@ -383,6 +383,69 @@ static void test_schedule_resume(void **state) {
     }
 }
 
+// Keras's callbacks are part of the run: early stopping on val_accuracy (which cannot improve
+// by --min-delta 0.5 after its first epoch: the run stops after epoch 3 of 6, back at epoch 1's
+// weights), ReduceLROnPlateau and --save-best; killed in epoch 2 and resumed with --resume
+// alone, it stops where the unbroken run stopped with its bits, and its --save, its
+// --save-best file and the restored weights are the same file.
+#define WATCH "--early-stopping 2 --monitor val_accuracy --min-delta 0.5 --restore-best-weights " \
+              "--reduce-lr-on-plateau 0.5,1"
+static void test_callbacks_resume(void **state) {
+    (void)state;
+    char args[8192], *out;
+    snprintf(args, sizeof args, "train %s --epochs 6 --batch 50 --val-split 0.2 " WHERE " " WATCH
+             " --out '%s' --name wref --save '%s/wref.safetensors' --save-best '%s/wref.best.safetensors'",
+             data.args, data.dir, data.dir, data.dir);
+    if (run(NULL, args, &out) != 0) fail_msg("reference run failed:\n%s", out);
+    free(out);
+    char path[1200], a[1200], b[1200];
+    snprintf(path, sizeof path, "%s/wref.metrics.csv", data.dir);
+    char *csv = test_read_file(path, NULL);
+    assert_non_null(csv);
+    int rows = 0;
+    for (char *p = csv; *p; p++) rows += *p == '\n';
+    assert_int_equal(rows, 1 + 3); // the header and epochs 1..3
+    test_expect_frags(csv, 0, "early stop: val_accuracy has not improved for 2 epochs", NULL);
+    free(csv);
+    snprintf(a, sizeof a, "%s/wref.safetensors", data.dir);
+    snprintf(b, sizeof b, "%s/wref.best.safetensors", data.dir);
+    expect_same_file(a, b); // restored to the best epoch, which --save-best wrote
+    snprintf(args, sizeof args, "train %s --epochs 6 --batch 50 --val-split 0.2 " WHERE " " WATCH
+             " --checkpoint-every 4 --out '%s' --name wk --save-best '%s/wk.best.safetensors'",
+             data.args, data.dir, data.dir);
+    int rc = run("kill:cpu:1@14", args, &out);
+    if (rc != KILLED) fail_msg("expected the run to be killed, exit %d\n%s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, "train --resume '%s/wk' " WHERE " --save '%s/wk.safetensors'",
+             data.dir, data.dir);
+    if (run(NULL, args, &out) != 0) fail_msg("resume: %s", out);
+    free(out);
+    snprintf(b, sizeof b, "%s/wk.safetensors", data.dir);
+    expect_same_file(a, b);
+    snprintf(b, sizeof b, "%s/wk.best.safetensors", data.dir);
+    expect_same_file(a, b);
+    snprintf(b, sizeof b, "%s/wk.metrics.csv", data.dir);
+    char *x = det_columns(path), *y = det_columns(b);
+    if (strcmp(x, y)) fail_msg("metrics differ:\n%s\nvs reference\n%s", y, x);
+    free(x);
+    free(y);
+    for (int ep = 0; ep < 3; ep++)
+        assert_true(test_metrics_value(b, ep, "lr") == test_metrics_value(path, ep, "lr"));
+    // A finished run resumed does nothing more than finish its command: no epoch more, and
+    // weights saved elsewhere are the same.
+    snprintf(args, sizeof args, "train --resume '%s/wref' " WHERE " --save '%s/again.safetensors'",
+             data.dir, data.dir);
+    if (run(NULL, args, &out) != 0) fail_msg("resume of a finished run: %s", out);
+    free(out);
+    snprintf(b, sizeof b, "%s/again.safetensors", data.dir);
+    expect_same_file(a, b);
+    csv = test_read_file(path, NULL);
+    rows = 0;
+    for (char *p = csv; *p; p++) rows += *p == '\n';
+    assert_int_equal(rows, 4);
+    free(csv);
+}
+
 // The profile CSV's columns that do not depend on timing: device, layer, kind, direction.
 static char *profile_rows(const char *path) {
     char *text = test_read_file(path, NULL);
@@ -533,6 +596,7 @@ int main(void) {
         cmocka_unit_test(test_resume_refusals),
         cmocka_unit_test(test_checkpoint_disk_full),
         cmocka_unit_test(test_schedule_resume),
+        cmocka_unit_test(test_callbacks_resume),
         cmocka_unit_test(test_bare_resume_finishes_command),
         cmocka_unit_test(test_bn_kill_and_resume),
     };
