@@ -6,7 +6,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "devices/ocl_util.h"
 
 // What the loaders need of the model (its classes and channels) and of the options.
 data_opts job_data_opts(const model *m, int layout, int coarse) {
@@ -32,7 +31,7 @@ static int multi_label_source(const char *path, const data_opts *dop, ht_error *
 int job_image_opts(const model *m, const char *model_path, const char *image_size, int crop,
                    int strict, data_images_opts *img, ht_error *e) {
     static char cache[1024];
-    ocl_cache_dir(cache, sizeof cache);
+    device_cache_dir(cache, sizeof cache);
     *img = (data_images_opts){.h = m->in_h, .w = m->in_w, .channels = m->in_c, .crop = crop,
                               .strict = strict, .cache_dir = cache[0] ? cache : NULL};
     img->scale = model_path && ends_with(model_path, ".json") ? 1.0f : 1.0f / 255.0f;

@@ -162,6 +162,9 @@ int device_tune(const char *spec, const model *m, int batch, uint64_t mem_limit,
                 int quiet);
 // --cache-dir: the folder every kind keeps its caches in (NULL: the default).
 void device_set_cache_dir(const char *dir);
+// That folder as the kinds resolve it (--cache-dir, else $XDG_CACHE_HOME/hetrain, else
+// ~/.cache/hetrain), for other caches (image folders'); "" when no kind keeps one.
+void device_cache_dir(char *out, size_t cap);
 // Releases what the kinds hold for the whole process (compiled programs, library caches).
 void device_release_all(void);
 // The kinds' lines of `hetrain version` (where the OpenCL kernels are read from).

@@ -89,9 +89,11 @@ typedef struct device_kind {
     // Whether the kind can run layer L (NULL: every layer). The registry refuses to open a
     // device for a model with a layer its kind cannot run.
     int (*supports)(const layer *L);
-    // Optional: where the kind keeps its cache (NULL: the default); what it holds for the
-    // process, released before exit; its lines of `hetrain version`.
+    // Optional: where the kind keeps its cache (NULL: the default), and that folder as it
+    // resolves it; what it holds for the process, released before exit; its lines of
+    // `hetrain version`.
     void (*set_cache_dir)(const char *dir);
+    void (*cache_dir)(char *out, size_t cap);
     void (*release)(void);
     void (*about)(FILE *f);
 } device_kind;

@@ -333,6 +333,7 @@ const device_kind device_kind_opencl = {
     .describe = ocl_describe,
     .tune = ocl_tune,
     .set_cache_dir = ocl_set_cache_dir,
+    .cache_dir = ocl_cache_dir,
     .release = ocl_blas_release_all,
     .about = ocl_about,
 };

@@ -310,6 +310,12 @@ void device_set_cache_dir(const char *dir) {
         if ((*k)->set_cache_dir) (*k)->set_cache_dir(dir);
 }
 
+void device_cache_dir(char *out, size_t cap) {
+    if (cap) out[0] = 0;
+    for (const device_kind *const *k = device_kinds; *k && !(cap && out[0]); k++)
+        if ((*k)->cache_dir) (*k)->cache_dir(out, cap);
+}
+
 void device_release_all(void) {
     for (const device_kind *const *k = device_kinds; *k; k++)
         if ((*k)->release) (*k)->release();

@@ -102,6 +102,17 @@ static void reference(void) {
     done = 1;
 }
 
+// The metrics CSV at b has a's deterministic columns, and (lr_rows > 0) a's lr column in its
+// first lr_rows rows.
+static void expect_same_metrics(const char *a, const char *b, int lr_rows) {
+    char *x = det_columns(a), *y = det_columns(b);
+    if (strcmp(x, y)) fail_msg("metrics of %s differ:\n%s\nvs reference %s\n%s", b, y, a, x);
+    free(x);
+    free(y);
+    for (int ep = 0; ep < lr_rows; ep++)
+        assert_true(test_metrics_value(b, ep, "lr") == test_metrics_value(a, ep, "lr"));
+}
+
 // Resumes run `name` until it completes and checks it against the reference: the same final
 // weights, bit for bit, and the same metrics.
 static void resume_and_compare(const char *name) {
@@ -122,10 +133,7 @@ static void resume_and_compare(const char *name) {
     expect_same_file(a, b);
     snprintf(a, sizeof a, "%s/ref.metrics.csv", data.dir);
     snprintf(b, sizeof b, "%s/%s.metrics.csv", data.dir, name);
-    char *x = det_columns(a), *y = det_columns(b);
-    if (strcmp(x, y)) fail_msg("metrics of %s differ:\n%s\nvs reference\n%s", name, y, x);
-    free(x);
-    free(y);
+    expect_same_metrics(a, b, 0);
 }
 
 // SIGKILL at several steps (mid-epoch, the first step after an epoch's checkpoint, a later
@@ -360,12 +368,7 @@ static void test_schedule_resume(void **state) {
     snprintf(b, sizeof b, "%s/sk.safetensors", data.dir);
     expect_same_file(a, b);
     snprintf(b, sizeof b, "%s/sk.metrics.csv", data.dir);
-    char *x = det_columns(path), *y = det_columns(b);
-    if (strcmp(x, y)) fail_msg("metrics differ:\n%s\nvs reference\n%s", y, x);
-    free(x);
-    free(y);
-    for (int ep = 0; ep < 3; ep++)
-        assert_true(test_metrics_value(b, ep, "lr") == test_metrics_value(path, ep, "lr"));
+    expect_same_metrics(path, b, 3);
     // Another schedule or weight decay on resume is refused, in one line.
     const char *changes[][2] = {
         {"--lr-schedule exp:0.5", "--lr-schedule"},
@@ -425,12 +428,7 @@ static void test_callbacks_resume(void **state) {
     snprintf(b, sizeof b, "%s/wk.best.safetensors", data.dir);
     expect_same_file(a, b);
     snprintf(b, sizeof b, "%s/wk.metrics.csv", data.dir);
-    char *x = det_columns(path), *y = det_columns(b);
-    if (strcmp(x, y)) fail_msg("metrics differ:\n%s\nvs reference\n%s", y, x);
-    free(x);
-    free(y);
-    for (int ep = 0; ep < 3; ep++)
-        assert_true(test_metrics_value(b, ep, "lr") == test_metrics_value(path, ep, "lr"));
+    expect_same_metrics(path, b, 3);
     // A finished run resumed does nothing more than finish its command: no epoch more, and
     // weights saved elsewhere are the same.
     snprintf(args, sizeof args, "train --resume '%s/wref' " WHERE " --save '%s/again.safetensors'",
@@ -500,13 +498,10 @@ static void test_bare_resume_finishes_command(void **state) {
     }
     snprintf(a, sizeof a, "%s/bref.metrics.csv", data.dir);
     snprintf(b, sizeof b, "%s/bare.metrics.csv", data.dir);
-    char *x = det_columns(a), *y = det_columns(b);
-    if (strcmp(x, y)) fail_msg("metrics differ:\n%s\nvs reference\n%s", y, x);
-    free(x);
-    free(y);
+    expect_same_metrics(a, b, 0);
     snprintf(a, sizeof a, "%s/bref.profile.csv", data.dir);
     snprintf(b, sizeof b, "%s/bare.profile.csv", data.dir);
-    x = profile_rows(a), y = profile_rows(b);
+    char *x = profile_rows(a), *y = profile_rows(b);
     if (strcmp(x, y)) fail_msg("profile rows differ:\n%s\nvs reference\n%s", y, x);
     free(x);
     free(y);
@@ -579,10 +574,7 @@ static void test_bn_kill_and_resume(void **state) {
     expect_same_file(a, b);
     snprintf(a, sizeof a, "%s/bnref.metrics.csv", data.dir);
     snprintf(b, sizeof b, "%s/bnk.metrics.csv", data.dir);
-    char *x = det_columns(a), *y = det_columns(b);
-    if (strcmp(x, y)) fail_msg("metrics differ:\n%s\nvs reference\n%s", y, x);
-    free(x);
-    free(y);
+    expect_same_metrics(a, b, 0);
     free(cfg);
 }
 
