@@ -452,33 +452,59 @@ static void lerp_at(int i, float s, int n, int *lo, int *hi, float *lerp) {
     *lerp = in - f;
 }
 
+// The horizontal pass of a row: out[x*C + c] = tl + (tr - tl) * lx at each output column's
+// two input columns (xs: lo, hi; lx), as TensorFlow's kernel computes its top and bottom rows.
+static void lerp_row(const uint8_t *row, const int *xs, const float *lx, int tw, int C,
+                     float *out) {
+    for (int x = 0; x < tw; x++) {
+        const uint8_t *lo = row + (size_t)xs[2 * x] * C, *hi = row + (size_t)xs[2 * x + 1] * C;
+        for (int c = 0; c < C; c++) {
+            const float l = lo[c];
+            out[x * C + c] = l + ((float)hi[c] - l) * lx[x];
+        }
+    }
+}
+
 // tf.image.resize(method="bilinear") of the window (x0, y0, cw, ch) of src into dst, (ch, th,
-// tw) planes of rounded bytes: half-pixel centres, float arithmetic as TensorFlow's kernel.
+// tw) planes of rounded bytes: half-pixel centres, float arithmetic as TensorFlow's kernel
+// (top = tl + (tr - tl) * lx, bottom likewise, then top + (bottom - top) * ly). The columns'
+// weights are worked out once, and each input row's horizontal pass once for the output rows
+// that read it in turn (ws: 2 rows of tw * C floats, 3 * tw numbers).
 static void resize_bilinear(const pix *src, int x0, int y0, int cw, int chh, uint8_t *dst, int tw,
-                            int th) {
+                            int th, float *ws) {
     const float sy = (float)chh / th, sx = (float)cw / tw;
-    const int C = src->ch;
+    const int C = src->ch, row_n = tw * C;
+    float *top = ws, *bot = ws + row_n, *lx = ws + 2 * row_n;
+    int *xs = (int *)(lx + tw);
+    for (int x = 0; x < tw; x++) {
+        lerp_at(x, sx, cw, &xs[2 * x], &xs[2 * x + 1], &lx[x]);
+        xs[2 * x] += x0, xs[2 * x + 1] += x0;
+    }
+    int have_lo = -1, have_hi = -1; // the input rows top and bot hold
     for (int y = 0; y < th; y++) {
         int ylo, yhi;
         float ly;
         lerp_at(y, sy, chh, &ylo, &yhi, &ly);
-        const uint8_t *r0 = src->p + (size_t)(y0 + ylo) * src->w * C,
-                      *r1 = src->p + (size_t)(y0 + yhi) * src->w * C;
-        for (int x = 0; x < tw; x++) {
-            int xlo, xhi;
-            float lx;
-            lerp_at(x, sx, cw, &xlo, &xhi, &lx);
-            xlo += x0, xhi += x0;
-            for (int c = 0; c < C; c++) {
-                const float tl = r0[(size_t)xlo * C + c], tr = r0[(size_t)xhi * C + c];
-                const float bl = r1[(size_t)xlo * C + c], br = r1[(size_t)xhi * C + c];
-                const float top = tl + (tr - tl) * lx, bot = bl + (br - bl) * lx;
-                const float v = top + (bot - top) * ly;
-                dst[((size_t)c * th + y) * tw + x] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v + 0.5f);
-            }
+        if (ylo == have_hi && ylo != have_lo) { // moving down: the old bottom is the new top
+            float *t = top;
+            top = bot, bot = t;
+            have_lo = have_hi, have_hi = -1;
         }
+        if (ylo != have_lo)
+            lerp_row(src->p + (size_t)(y0 + ylo) * src->w * C, xs, lx, tw, C, top), have_lo = ylo;
+        if (yhi != have_hi)
+            lerp_row(src->p + (size_t)(y0 + yhi) * src->w * C, xs, lx, tw, C, bot), have_hi = yhi;
+        for (int x = 0; x < tw; x++)
+            for (int c = 0; c < C; c++) {
+                const float t = top[x * C + c], v = t + (bot[x * C + c] - t) * ly;
+                dst[((size_t)c * th + y) * tw + x] =
+                    (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v + 0.5f);
+            }
     }
 }
+
+// Floats resize_bilinear's ws needs for a target tw wide of C channels.
+static size_t resize_ws_floats(int tw, int C) { return (size_t)tw * (2 * (size_t)C + 3); }
 
 // ---- the cache file --------------------------------------------------------------------------
 
@@ -611,6 +637,7 @@ static void decode_all(const scan *s, const data_images_opts *o, uint8_t *px, ch
 #pragma omp parallel num_threads(nt)
     {
         tjhandle tj = tjInitDecompress();
+        float *rws = malloc(sizeof *rws * resize_ws_floats(o->w, o->channels));
 #pragma omp for schedule(dynamic, 8)
         for (int i = 0; i < s->n; i++) {
             char path[4096 + 256];
@@ -625,7 +652,8 @@ static void decode_all(const scan *s, const data_images_opts *o, uint8_t *px, ch
                                  sizeof why[i]) == 0) {
                 int x0 = 0, y0 = 0, cw = p.w, chh = p.h;
                 if (o->crop) crop_box(p.w, p.h, o->w, o->h, &x0, &y0, &cw, &chh);
-                resize_bilinear(&p, x0, y0, cw, chh, px + (size_t)i * sample, o->w, o->h);
+                if (rws) resize_bilinear(&p, x0, y0, cw, chh, px + (size_t)i * sample, o->w, o->h, rws);
+                else snprintf(why[i], sizeof why[i], "out of memory");
             } else if (!why[i][0]) {
                 snprintf(why[i], sizeof why[i], "cannot be decoded");
             }
@@ -645,6 +673,7 @@ static void decode_all(const scan *s, const data_images_opts *o, uint8_t *px, ch
             }
         }
         if (tj) tjDestroy(tj);
+        free(rws);
     }
     if (o->progress) fprintf(stderr, "\rdecoding %s: %d images in %.1f s%20s\n", s->root, s->n,
                              ht_now() - t0, "");
