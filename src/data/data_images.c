@@ -29,7 +29,7 @@
 #define IMG_MAX_FILE_BYTES (256u << 20) // larger files are refused as broken
 #define IMG_MAX_PIXELS (1u << 26)       // decoded width x height (8192 x 8192)
 #define CACHE_MAGIC "HTIMGC01"
-#define CACHE_VERSION 1u
+#define CACHE_VERSION 2u
 
 // ---- the scan --------------------------------------------------------------------------------
 
@@ -535,8 +535,10 @@ static uint64_t cache_key(const scan *s, const data_images_opts *o) {
     return h;
 }
 
-// The cache file's layout after its head: labels (n), file index of each sample (n uint32),
-// pixels (n, c, h, w bytes), the skipped lines (skipped_bytes).
+// The cache file's layout after its head (48 bytes): the file index of each sample (n uint32,
+// aligned as the mapping is), labels (n), pixels (n, c, h, w bytes), the skipped lines
+// (skipped_bytes).
+_Static_assert(sizeof(cache_head) % 4 == 0, "the index after the head is 4-byte aligned");
 static size_t cache_bytes(const cache_head *H) {
     return sizeof *H + (size_t)H->n * (1 + 4 + (size_t)H->c * H->h * H->w) + H->skipped_bytes;
 }
@@ -577,8 +579,8 @@ static void cache_write(const char *path, const cache_head *H, const uint8_t *la
         return;
     }
     const size_t sample = (size_t)H->c * H->h * H->w;
-    int ok = fwrite(H, sizeof *H, 1, f) == 1 && fwrite(labels, 1, H->n, f) == H->n &&
-             fwrite(index, 4, H->n, f) == H->n &&
+    int ok = fwrite(H, sizeof *H, 1, f) == 1 && fwrite(index, 4, H->n, f) == H->n &&
+             fwrite(labels, 1, H->n, f) == H->n &&
              (H->n == 0 || fwrite(px, sample, H->n, f) == H->n) &&
              fwrite(skipped, 1, H->skipped_bytes, f) == H->skipped_bytes;
     ok &= fclose(f) == 0;
@@ -749,9 +751,9 @@ int dataset_load_images(dataset *d, data_images_info *info, const char *dir,
     if (info->cache_path[0] && cache_read(info->cache_path, key, o, s.n, &map, &map_len) == 0) {
         const cache_head *M = map;
         H = *M;
-        labels = (uint8_t *)map + sizeof H;
-        index = (uint32_t *)(labels + H.n);
-        px_from = (const uint8_t *)(index + H.n);
+        index = (uint32_t *)((uint8_t *)map + sizeof H);
+        labels = (uint8_t *)(index + H.n);
+        px_from = labels + H.n;
         skipped = (char *)px_from + (size_t)H.n * sample;
         skipped_len = H.skipped_bytes;
         info->cached = 1;
