@@ -314,9 +314,11 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
                 "%s%s\n", path, j->epochs_done + 1, j->m.setup.epochs, j->steps_into, steps,
                 devs, same ? "" : " (other devices than before: capacities measured afresh)");
     if (o->command_line) run_log(&j->rf, 0, "command: %s\n", o->command_line);
-    for (int d = 0; span_job().size == 1 && d < j->n_devs; d++) // as the header logs them
-        for (const char *p = j->devs[d].detail; *p; p += strcspn(p, "\n"), p += *p == '\n')
-            run_log(&j->rf, 0, "device %s: %.*s\n", j->devs[d].spec, (int)strcspn(p, "\n"), p);
+    for (int d = 0; span_job().size == 1 && d < j->n_devs; d++) { // as the header logs them
+        char prefix[160];
+        snprintf(prefix, sizeof prefix, "device %s: ", j->devs[d].spec);
+        run_log_lines(&j->rf, prefix, j->devs[d].detail);
+    }
     return 0;
 }
 

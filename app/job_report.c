@@ -106,22 +106,21 @@ void job_log_header(job *j, const train_opts *o) {
                                        c, im->classes[c]);
             run_log(rf, 0, "classes: %s\n", names);
         }
-        for (const char *p = im->skipped; *p; p += strcspn(p, "\n"), p += *p == '\n')
-            run_log(rf, 0, "skipped: %.*s\n", (int)strcspn(p, "\n"), p);
+        run_log_lines(rf, "skipped: ", im->skipped);
     }
     if (o->load)
         run_log(rf, 0, "weights: %s%s, %d layer%s left at initial values\n", o->load,
                 o->by_name ? " by name" : "", j->n_load_left, j->n_load_left == 1 ? "" : "s");
-    for (const char *p = j->load_left ? j->load_left : ""; *p; p += strcspn(p, "\n"), p += *p == '\n')
-        run_log(rf, 0, "left: %.*s\n", (int)strcspn(p, "\n"), p);
+    run_log_lines(rf, "left: ", j->load_left);
     char aug[DATA_AUGMENT_TEXT];
     augment_text(o, aug, sizeof aug);
     run_log(rf, 0, "augment: %s%s\n", aug, strcmp(aug, "none") ? " (training batches only)" : "");
     for (int d = 0; span_job().size == 1 && d < j->n_devs; d++) {
         run_log(rf, 0, "device %s: %s, capacity %g, micro-batch %d\n", j->devs[d].spec,
                 j->devs[d].name, j->devs[d].capacity, j->devs[d].micro);
-        for (const char *p = j->devs[d].detail; *p; p += strcspn(p, "\n"), p += *p == '\n')
-            run_log(rf, 0, "device %s: %.*s\n", j->devs[d].spec, (int)strcspn(p, "\n"), p);
+        char prefix[160];
+        snprintf(prefix, sizeof prefix, "device %s: ", j->devs[d].spec);
+        run_log_lines(rf, prefix, j->devs[d].detail);
         if (j->devs[d].warning[0]) run_log(rf, 0, "warning: %s\n", j->devs[d].warning);
     }
     if (j->ranks_warning[0]) run_log(rf, 0, "warning: %s\n", j->ranks_warning);

@@ -51,7 +51,7 @@ static int self_check(job *j, int probe, ht_error *e) {
 
 // The epoch that just ended is the best so far: --save-best writes its weights (rank 0,
 // replacing the file whole), --restore-best-weights keeps them.
-static int watch_keep_best(job *j, const train_opts *o, int ep, ht_error *e) {
+static int watch_keep_best(job *j, int ep, ht_error *e) {
     const float *p = engine_params(j->g);
     if (j->wopts.restore_best) {
         if (!j->best_params && !(j->best_params = ht_malloc(j->m.n_params, sizeof(float), e)))
@@ -64,7 +64,6 @@ static int watch_keep_best(job *j, const train_opts *o, int ep, ht_error *e) {
         return ht_wrap(e, "--save-best");
     run_log(&j->rf, 0, "save-best: %s (epoch %d, %s %.6g)\n", f, ep + 1,
             watch_metric_names[j->wopts.monitor], j->watch.best);
-    (void)o;
     return 0;
 }
 
@@ -178,7 +177,7 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
         char ev[512] = "";
         watch_step ws = watch_epoch(&j->watch, &j->wopts, ep + 1, loss, acc, vloss, vacc, s->lr,
                                     ev, sizeof ev);
-        if (ws.improved && watch_keep_best(j, o, ep, e) < 0) return -1;
+        if (ws.improved && watch_keep_best(j, ep, e) < 0) return -1;
         if (ev[0]) {
             if (span_job().rank == 0) {
                 size_t k = strlen(es.events);

@@ -175,6 +175,11 @@ int run_files_close(run_files *r, ht_error *e) {
     return run_files_check(r, e);
 }
 
+void run_log_lines(run_files *r, const char *prefix, const char *text) {
+    for (const char *p = text ? text : ""; *p; p += strcspn(p, "\n"), p += *p == '\n')
+        run_log(r, 0, "%s%.*s\n", prefix, (int)strcspn(p, "\n"), p);
+}
+
 void run_log(run_files *r, int also_stdout, const char *fmt, ...) {
     va_list ap;
     if (r && r->log) {

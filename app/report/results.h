@@ -43,6 +43,8 @@ int run_files_close(run_files *r, ht_error *e);
 // kept for run_files_check.
 void run_log(run_files *r, int also_stdout, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+// Each '\n'-separated line of text (NULL: none) to the log alone, after prefix.
+void run_log_lines(run_files *r, const char *prefix, const char *text);
 
 // Appends one metrics row (already formatted, no newline) and flushes it to disk; fails
 // naming the file when the write fails.

@@ -343,6 +343,23 @@ static void test_resize_and_crop(void **state) {
     assert_float_equal(px(&d, 0, 0, 1, 1), 135, 0); // between 120 and 150
     dataset_free(&d);
     data_images_info_free(&info);
+    // A 1x1 image: every output pixel is its one pixel, at any target and with the crop.
+    mkdirs(dir, "one/c");
+    const uint8_t dot[3] = {17, 130, 251};
+    snprintf(p, sizeof p, "%s/one/c/dot.png", dir);
+    write_png(p, dot, 1, 1, PNG_FORMAT_RGB);
+    snprintf(sub, sizeof sub, "%s/one", dir);
+    for (int crop = 0; crop < 2; crop++) {
+        data_images_opts o1 = opts(3, 5, 3, NULL);
+        o1.crop = crop;
+        dataset d1;
+        if (dataset_load_images(&d1, &info, sub, &o1, &e)) fail_msg("%s", e.msg);
+        for (int c = 0; c < 3; c++)
+            for (int i = 0; i < 15; i++) assert_float_equal(px(&d1, 0, c, i / 5, i % 5), dot[c], 0);
+        dataset_free(&d1);
+        data_images_info_free(&info);
+    }
+    snprintf(sub, sizeof sub, "%s/w2", dir);
     o.crop = 0; // stretched: positions 1.5 and 5.5 of the whole width
     if (dataset_load_images(&d, &info, sub, &o, &e)) fail_msg("%s", e.msg);
     assert_float_equal(px(&d, 0, 0, 0, 0), 45, 0);
