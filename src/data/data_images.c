@@ -207,13 +207,14 @@ static int decode_jpeg(tjhandle tj, const uint8_t *buf, size_t len, int ch, int 
     return 0;
 }
 
-typedef struct png_src {
+// A file in memory as the libraries read it, from its start on (libpng's and giflib's readers).
+typedef struct mem_src {
     const uint8_t *p;
     size_t len, at;
-} png_src;
+} mem_src;
 
 static void png_read_mem(png_structp png, png_bytep data, png_size_t n) {
-    png_src *s = png_get_io_ptr(png);
+    mem_src *s = png_get_io_ptr(png);
     if (n > s->len - s->at) png_error(png, "the file ends early");
     memcpy(data, s->p + s->at, n);
     s->at += n;
@@ -242,7 +243,7 @@ static int decode_png(const uint8_t *buf, size_t len, int ch, pix *out, char *wh
         png_destroy_read_struct(&png, &info, NULL);
         return snprintf(why, cap, "out of memory"), -1;
     }
-    png_src src = {buf, len, 0};
+    mem_src src = {buf, len, 0};
     uint8_t *volatile rgb = NULL;
     png_bytep *volatile rows = NULL;
     if (setjmp(png_jmpbuf(png))) {
@@ -287,13 +288,8 @@ static int decode_png(const uint8_t *buf, size_t len, int ch, pix *out, char *wh
     return 0;
 }
 
-typedef struct gif_src {
-    const uint8_t *p;
-    size_t len, at;
-} gif_src;
-
 static int gif_read_mem(GifFileType *g, GifByteType *data, int n) {
-    gif_src *s = g->UserData;
+    mem_src *s = g->UserData;
     size_t k = (size_t)n < s->len - s->at ? (size_t)n : s->len - s->at;
     memcpy(data, s->p + s->at, k);
     s->at += k;
@@ -310,7 +306,7 @@ static const char *gif_why(int code) {
 // elsewhere and at its transparent colour), as TensorFlow decodes a still; the frames after it
 // are not read, and a frame's size is checked before its pixels are.
 static int decode_gif(const uint8_t *buf, size_t len, int ch, pix *out, char *why, size_t cap) {
-    gif_src src = {buf, len, 0};
+    mem_src src = {buf, len, 0};
     int err = 0;
     GifFileType *g = DGifOpen(&src, gif_read_mem, &err);
     if (!g) return snprintf(why, cap, "a broken GIF: %s", gif_why(err)), -1;
