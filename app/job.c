@@ -165,6 +165,9 @@ int job_prepare(job *j, const train_opts *o, ht_error *e) {
         dataset_free(&j->all);
     }
     if (j->train.n < 1) return ht_fail(e, "no training samples left after the validation split");
+    // The class names: the training folder's, else those of the weights the run starts from.
+    const int from_file = o->load && !o->by_name && !j->images[0].n_classes;
+    if (job_folder_classes(&j->m, &j->images[0], from_file ? o->load : NULL, e) < 0) return -1;
     if (job_check_fits(&j->m, &j->train, "training data", e) < 0 ||
         job_check_fits(&j->m, &j->test, "test data", e) < 0)
         return -1;

@@ -131,6 +131,13 @@ int job_load_images(job *j, int which, const char *dir, const char *train_dir,
 // came from a folder of images whose files are all there (no --limit); else NULL. The classes
 // are the training folder's when the test set has none of its own.
 const predictions_names *job_test_names(job *j);
+// Sets m's class names from the weights file at path (Keras HDF5 or safetensors): 1 when it
+// records them, 0 when not (m untouched), -1 with e.
+int job_read_classes(model *m, const char *path, ht_error *e);
+// The class names of a run: a folder's (im, when it has classes), else those the weights file
+// `load` records (load may be NULL). A file recording other classes than the folder's is an
+// error naming the first that differs.
+int job_folder_classes(model *m, const data_images_info *im, const char *load, ht_error *e);
 // The data set must have the model's input shape and labels below its class count; `what`
 // names it in the error.
 int job_check_fits(const model *m, const dataset *d, const char *what, ht_error *e);

@@ -137,6 +137,9 @@ int job_save_checkpoint(job *j, const train_opts *o, const epoch_stats *es, ht_e
     meta_doubles(&m, "fit", fits, 5 * j->n_all);
     meta_doubles(&m, "epoch_stats", sums, 2 + 2 * j->n_all);
     meta_set(&m, "metrics", j->metrics ? j->metrics : "");
+    char *classes = model_classes_json(&j->m, NULL);
+    if (classes) meta_set(&m, "class_names", classes);
+    free(classes);
     meta_fmt(&m, "metrics_rows", "%d", j->metrics_rows);
     char choices[CONV_CHOICES_TEXT];
     conv_choices_text(choices, sizeof choices);
@@ -238,6 +241,25 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
     }
     if (engine_restore(j->g, &st, j->params, mm, vv, e) < 0) return ht_wrap(e, "%s", path);
     j->resumed_caps = st.n_devs > 0;
+    // The classes the run was trained on: a folder whose classes changed is another task.
+    const char *classes = checkpoint_meta(c, "class_names");
+    if (classes) {
+        model was = {0};
+        if (model_classes_from_json(&was, classes, path, e) < 0) return -1;
+        int d = j->m.n_class_names ? model_classes_differ(&j->m, was.n_class_names,
+                                                          was.class_names)
+                                   : -1;
+        int rc = d >= 0 ? ht_fail(e, "%s: the run was trained on other classes than the "
+                                     "training folder's now: class %d was \"%s\" and is "
+                                     "\"%s\"", path, d,
+                                  d < was.n_class_names ? was.class_names[d] : "(none)",
+                                  d < j->m.n_class_names ? j->m.class_names[d] : "(none)")
+                 : j->m.n_class_names ? 0
+                                      : model_set_classes(&j->m, was.n_class_names,
+                                                          was.class_names, e);
+        model_free(&was);
+        if (rc < 0) return -1;
+    }
     j->epochs_done = (int)meta_long(c, "epochs_done");
     j->steps_into = (int)meta_long(c, "steps_into");
     j->lsum = meta_double(c, "loss_sum");

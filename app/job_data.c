@@ -6,6 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/kerash5.h"
+#include "io/safetensors.h"
+
 
 // What the loaders need of the model (its classes and channels) and of the options.
 data_opts job_data_opts(const model *m, int layout, int coarse) {
@@ -137,9 +140,41 @@ int job_load_data(const data_src *src, const data_opts *dop, dataset *train, dat
 const predictions_names *job_test_names(job *j) {
     static predictions_names names;
     const data_images_info *t = &j->images[2], *c = t->n_classes ? t : &j->images[0];
-    if (!c->n_classes) return NULL;
-    names = (predictions_names){c->n_classes, c->classes, t->n == j->test.n ? t->files : NULL};
+    char *const *files = t->n && t->n == j->test.n ? t->files : NULL;
+    if (c->n_classes)
+        names = (predictions_names){c->n_classes, c->classes, files};
+    else if (j->m.n_class_names)
+        names = (predictions_names){j->m.n_class_names, j->m.class_names, files};
+    else
+        return NULL;
     return &names;
+}
+
+int job_read_classes(model *m, const char *path, ht_error *e) {
+    return (kerash5_is_path(path, 1) ? kerash5_read_classes : safetensors_read_classes)(path, m,
+                                                                                      e);
+}
+
+int job_folder_classes(model *m, const data_images_info *im, const char *load, ht_error *e) {
+    model file = {0};
+    int rc = 0;
+    if (load && (rc = job_read_classes(&file, load, e)) < 0) return -1;
+    if (rc == 1 && im->n_classes) {
+        int d = model_classes_differ(&file, im->n_classes, im->classes);
+        if (d >= 0) {
+            ht_fail(e, "%s was trained on other classes than the folder's: class %d is \"%s\" "
+                       "there and \"%s\" in the folder", load, d,
+                    d < file.n_class_names ? file.class_names[d] : "(none)",
+                    d < im->n_classes ? im->classes[d] : "(none)");
+            model_free(&file);
+            return -1;
+        }
+    }
+    rc = im->n_classes ? model_set_classes(m, im->n_classes, im->classes, e)
+         : rc == 1     ? model_set_classes(m, file.n_class_names, file.class_names, e)
+                       : 0;
+    model_free(&file);
+    return rc;
 }
 
 // The data set must have the model's input shape and labels below its class count.

@@ -98,16 +98,15 @@ void job_log_header(job *j, const train_opts *o) {
                 set[i], im->n, im->n_skipped, im->n_classes,
                 im->cached ? "read from the cache" : "decoded", im->seconds,
                 im->cache_path[0] ? ", cache " : "", im->cache_path);
-        if (i == 0 || (i == 2 && !j->images[0].n)) {
-            char names[1024];
-            size_t at = 0;
-            for (int c = 0; c < im->n_classes && at < sizeof names; c++)
-                at += (size_t)snprintf(names + at, sizeof names - at, "%s%d %s", c ? ", " : "",
-                                       c, im->classes[c]);
-            run_log(rf, 0, "classes: %s\n", names);
-        }
         run_log_lines(rf, "skipped: ", im->skipped);
     }
+    // The class names (a folder's, or those of the weights the run started from).
+    char names[1024];
+    size_t at = 0;
+    for (int c = 0; c < j->m.n_class_names && at < sizeof names; c++)
+        at += (size_t)snprintf(names + at, sizeof names - at, "%s%d %s", c ? ", " : "", c,
+                               j->m.class_names[c]);
+    if (j->m.n_class_names) run_log(rf, 0, "classes: %s\n", names);
     if (o->load)
         run_log(rf, 0, "weights: %s%s, %d layer%s left at initial values\n", o->load,
                 o->by_name ? " by name" : "", j->n_load_left, j->n_load_left == 1 ? "" : "s");

@@ -32,6 +32,7 @@ int predict_run(const predict_opts *o, ht_error *e) {
         goto out;
     }
     if (job_check_fits(&j->m, &j->test, "test data", e) < 0) goto out;
+    if (job_folder_classes(&j->m, &j->images[2], o->load, e) < 0) goto out;
     j->params = ht_malloc(j->m.n_params, sizeof(float), e);
     if (!j->params || (kerash5_is_path(o->load, 1) ? kerash5_load : safetensors_load)(
                           o->load, &j->m, j->params, e) < 0)

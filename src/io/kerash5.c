@@ -310,12 +310,12 @@ int kerash5_is_path(const char *path, int reading) {
 
 // ---- write ----------------------------------------------------------------------------------
 
-static int put_name(hid_t obj, const char *value) {
+static int put_attr(hid_t obj, const char *attr, const char *value) {
     hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate(H5S_SCALAR), a = -1;
     int rc = -1;
     if (t >= 0 && s >= 0 && H5Tset_size(t, H5T_VARIABLE) >= 0 &&
         H5Tset_cset(t, H5T_CSET_UTF8) >= 0 &&
-        (a = H5Acreate2(obj, "name", t, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0)
+        (a = H5Acreate2(obj, attr, t, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0)
         rc = H5Awrite(a, t, &value) < 0 ? -1 : 0;
     if (a >= 0) H5Aclose(a);
     if (s >= 0) H5Sclose(s);
@@ -353,7 +353,7 @@ static int put_layer(hid_t layers, const kh5_layer *K, const model *m, const flo
     H5Pclose(lcpl);
     int rc = -1;
     if (g >= 0 && (vars = H5Gcreate2(g, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
-        put_name(vars, m->layers[K->l].name) == 0) {
+        put_attr(vars, "name", m->layers[K->l].name) == 0) {
         rc = 0;
         for (int i = 0; i < K->nv && rc == 0; i++) rc = put_var(vars, i, &K->v[i], params, buf);
     }
@@ -406,8 +406,16 @@ int kerash5_save(const char *path, const model *m, const float *params, ht_error
     H5Gclose(g);
     // The model's own variables (none), named as Keras names the group.
     if ((g = H5Gcreate2(f, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
-        put_name(g, m->name))
+        put_attr(g, "name", m->name))
         goto h5_error;
+    // The class names (hetrain's own attribute: Keras reads past it).
+    if (m->n_class_names) {
+        char *classes = model_classes_json(m, e);
+        int bad = !classes || put_attr(f, "class_names", classes);
+        free(classes);
+        if (!classes) goto done;
+        if (bad) goto h5_error;
+    }
     H5Gclose(g);
     g = -1;
     herr_t cr = H5Fclose(f);
@@ -873,6 +881,28 @@ done:
     strs_free(&wn);
     strs_free(&names);
     free(with);
+    return rc;
+}
+
+int kerash5_read_classes(const char *path, model *m, ht_error *e) {
+    if (!has_h5_signature(path))
+        return ht_fail(e, "%s: not an HDF5 file (Keras's weights are HDF5)", path);
+    h5_quiet();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        char why[160];
+        return ht_fail(e, "%s: cannot open it as HDF5: %s", path, h5_why(why));
+    }
+    kh5_strs x = {0};
+    int rc = 0;
+    if (H5Aexists(f, "class_names") > 0) {
+        rc = strs_read(f, "class_names", &x) < 0 || x.n != 1
+                 ? ht_fail(e, "%s: its class_names attribute is not one string", path)
+                 : model_classes_from_json(m, x.s[0], path, e);
+        if (rc == 0) rc = 1;
+    }
+    strs_free(&x);
+    H5Fclose(f);
     return rc;
 }
 

@@ -39,13 +39,18 @@ int kerash5_is_path(const char *path, int reading);
 int kerash5_check_save(const char *path, const model *m, ht_error *e);
 
 // Writes m's weights from params as Keras 3's .weights.h5: to a temporary file beside path,
-// renamed onto it, so a failure never leaves a partial file.
+// renamed onto it, so a failure never leaves a partial file. The model's class names, if it has
+// them, go in the root's attribute "class_names" (a JSON array of strings; Keras ignores it).
 int kerash5_save(const char *path, const model *m, const float *params, ht_error *e);
 
 // Reads m's weights into params from either layout. Every layer with weights must be there
 // with Keras's shapes and float values, and the file may hold no other layer's weights. On
 // failure params is untouched and e holds one line naming path, the layer and the variable.
 int kerash5_load(const char *path, const model *m, float *params, ht_error *e);
+
+// Sets m's class names from the root's "class_names" attribute: 1 when the file has one, 0 when
+// not (m untouched), -1 with e naming the file.
+int kerash5_read_classes(const char *path, model *m, ht_error *e);
 
 // By name (pl not NULL; partial.h): params holds the initial values; each layer with weights
 // takes its file's layer of the same name (Keras 3's files: the same group, class and number),

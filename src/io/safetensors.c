@@ -1,5 +1,6 @@
 // A model's weights as a safetensors file (stfile.c): its parameter tensors under PyTorch's
-// names and layouts, nothing else but {"format":"pt"} as metadata. Everything is F32 but a
+// names and layouts, {"format":"pt"} as metadata and the class names (a JSON array) if the model
+// has them. Everything is F32 but a
 // count of updates in a layer's state (model_tensor.integer), which PyTorch keeps as an int64
 // scalar.
 #include "io/safetensors.h"
@@ -34,11 +35,25 @@ int safetensors_save(const char *path, const model *m, const float *params, ht_e
         st[i] = (stfile_tensor){ts[i].name, ts[i].ndim, ts[i].shape, params + ts[i].off};
         dt[i] = ts[i].integer ? STFILE_I64 : STFILE_F32;
     }
-    static const char *const meta[] = {"format", "pt"};
-    int rc = stfile_write_dtypes(path, st, dt, nt, meta, 1, -1, e);
+    ht_error ce = {0};
+    char *classes = model_classes_json(m, &ce);
+    const char *meta[] = {"format", "pt", "class_names", classes};
+    int rc = m->n_class_names && !classes
+                 ? ht_fail(e, "%s: %s", path, ce.msg)
+                 : stfile_write_dtypes(path, st, dt, nt, meta, classes ? 2 : 1, -1, e);
+    free(classes);
     free(st);
     free(dt);
     return rc;
+}
+
+int safetensors_read_classes(const char *path, model *m, ht_error *e) {
+    stfile sf;
+    if (stfile_open(&sf, path, e)) return -1;
+    const char *v = stfile_meta(&sf, "class_names");
+    int rc = v ? model_classes_from_json(m, v, path, e) : 0;
+    stfile_close(&sf);
+    return rc < 0 ? -1 : v != NULL;
 }
 
 int safetensors_load(const char *path, const model *m, float *params, ht_error *e) {

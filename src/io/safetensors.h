@@ -9,7 +9,8 @@
 #include "io/partial.h"
 #include "nn/model.h"
 
-// Writes all parameter tensors of m from params; writes a temporary file beside path and
+// Writes all parameter tensors of m from params (and m's class names, as the metadata's
+// "class_names": a JSON array of strings); writes a temporary file beside path and
 // renames it, so a failure never leaves a partial file.
 int safetensors_save(const char *path, const model *m, const float *params, ht_error *e);
 
@@ -25,6 +26,10 @@ int safetensors_load(const char *path, const model *m, float *params, ht_error *
 // tensors are ignored.
 int safetensors_load_partial(const char *path, const model *m, float *params, load_partial *pl,
                              ht_error *e);
+
+// Sets m's class names from the file's "class_names" metadata: 1 when it has them, 0 when not
+// (m untouched), -1 with e naming the file.
+int safetensors_read_classes(const char *path, model *m, ht_error *e);
 
 // The model's tensor table (model_tensors), failing (naming path) unless it covers all of the
 // model's parameters, as every file of m's parameters needs. Also for checkpoint.c.

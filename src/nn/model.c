@@ -120,6 +120,7 @@ void model_free(model *m) {
     if (!m) return;
     free(m->layers);
     free(m->tensors);
+    free(m->class_names);
     memset(m, 0, sizeof *m);
 }
 

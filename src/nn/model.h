@@ -262,7 +262,23 @@ typedef struct model {
     // (a sigmoid over k >= 2 outputs: k bytes of 0 or 1, and a prediction is the set of labels
     // over 0.5 as bits). Set by model_finish.
     int label_width;
+    // The names of the classes the outputs stand for (an image folder's class folders, or what a
+    // weights file or checkpoint recorded), or none (n_class_names 0): one allocation, freed by
+    // model_free (model_classes.c).
+    int n_class_names;
+    char **class_names;
 } model;
+
+// Sets m's class names to a copy of names[0..n) (n 0: none). -1 with e when out of memory.
+int model_set_classes(model *m, int n, char *const *names, ht_error *e);
+// The first class whose name differs between m and names[0..n) (n, or m's count, when one list
+// is longer), or -1 when they are the same.
+int model_classes_differ(const model *m, int n, char *const *names);
+// m's class names as a JSON array of strings (malloc'd), or NULL when it has none (or memory ran
+// out: e says which).
+char *model_classes_json(const model *m, ht_error *e);
+// Sets m's class names from a JSON array of strings; what names its source in errors.
+int model_classes_from_json(model *m, const char *json, const char *what, ht_error *e);
 
 // A multi-label head's most labels: a prediction's bits travel exactly as a float.
 #define MODEL_MAX_LABELS 24

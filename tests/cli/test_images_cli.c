@@ -3,7 +3,8 @@
 // PoCL is there, beside it), a broken file named on stderr and in the log and left out, the
 // predictions carrying class names and files, `predict` of a test folder; a second run reads
 // the cache; --strict-images and bad folders fail in one line before any file is written; a
-// Keras JSON model takes 0..255 pixels and a config model 0..1.
+// Keras JSON model takes 0..255 pixels and a config model 0..1; the class names go into the
+// weight files and the checkpoint and are checked against the folders read later.
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -19,6 +20,9 @@
 #include <turbojpeg.h>
 
 #include "app/job.h"
+#include "io/kerash5.h"
+#include "io/safetensors.h"
+#include "io/stfile.h"
 #include "tests/lib/testutil.h"
 
 static const char *const classes[3] = {"circle", "cross", "plain"};
@@ -223,6 +227,82 @@ static void test_refusals(void **state) {
     folders_free(&f);
 }
 
+static void expect_classes(const model *m) {
+    assert_int_equal(m->n_class_names, 3);
+    for (int c = 0; c < 3; c++) assert_string_equal(m->class_names[c], classes[c]);
+}
+
+// The class names travel with the run: into both weight files and the checkpoint; predict
+// refuses a folder of other classes, a resumed run a training folder whose classes changed, and
+// predictions of a set without names take the weights' names.
+static void test_class_names(void **state) {
+    (void)state;
+    folders f;
+    folders_init(&f);
+    char args[6000], st[1300], h5[1300];
+    snprintf(st, sizeof st, "%s/w.safetensors", f.dir);
+    snprintf(h5, sizeof h5, "%s/w.weights.h5", f.dir);
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args,
+                 "train --model '%s' --train '%s/train' --devices cpu --epochs 1 --out '%s' "
+                 "--name c%d --save '%s' --cache-dir '%s' --no-progress --quiet", f.model, f.root,
+                 f.out, k, k ? h5 : st, f.cache);
+        free(test_expect_cli(args, 0, NULL));
+    }
+    model m = {0};
+    ht_error e;
+    assert_int_equal(safetensors_read_classes(st, &m, &e), 1);
+    expect_classes(&m);
+    model_free(&m);
+    assert_int_equal(kerash5_read_classes(h5, &m, &e), 1);
+    expect_classes(&m);
+    // Class names that are not a list of strings: an error naming the file.
+    char bad[1300];
+    snprintf(bad, sizeof bad, "%s/bad.safetensors", f.dir);
+    const uint64_t one = 1;
+    const float x = 0;
+    const stfile_tensor t = {"x", 1, &one, &x};
+    const char *const meta[] = {"class_names", "[\"a\", 7]"};
+    assert_int_equal(stfile_write(bad, &t, 1, meta, 1, -1, &e), 0);
+    model none = {0};
+    assert_int_equal(safetensors_read_classes(bad, &none, &e), -1);
+    test_expect_frags(e.msg, 0, "bad.safetensors: class_names[1] is not a non-empty string", NULL);
+    assert_int_equal(none.n_class_names, 0);
+    // A job whose test set has no names of its own names its predictions by the model's.
+    job *j = calloc(1, sizeof *j);
+    assert_non_null(j);
+    j->m = m;
+    j->test.n = 5;
+    const predictions_names *pn = job_test_names(j);
+    assert_non_null(pn);
+    assert_int_equal(pn->n_classes, 3);
+    assert_string_equal(pn->classes[2], "plain");
+    assert_null(pn->files);
+    model_free(&j->m);
+    free(j);
+    // A test folder of other classes than the weights': refused, naming the first.
+    char from[1200], to[1200];
+    snprintf(from, sizeof from, "%s/test/plain", f.root);
+    snprintf(to, sizeof to, "%s/test/zebra", f.root);
+    assert_int_equal(rename(from, to), 0);
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args,
+                 "predict --model '%s' --load '%s' --test '%s/test' --out '%s/p%d.csv' "
+                 "--cache-dir '%s'", f.model, k ? h5 : st, f.root, f.dir, k, f.cache);
+        free(test_expect_cli(args, 1, "other classes than the folder's: class 2 is \"plain\" "
+                                      "there and \"zebra\" in the folder"));
+    }
+    // A run resumed after its training folder's classes changed.
+    snprintf(from, sizeof from, "%s/train/plain", f.root);
+    snprintf(to, sizeof to, "%s/train/zebra", f.root);
+    assert_int_equal(rename(from, to), 0);
+    snprintf(args, sizeof args, "train --resume '%s/c0' --save '%s/again.safetensors' "
+             "--cache-dir '%s'", f.out, f.dir, f.cache);
+    free(test_expect_cli(args, 1, "other classes than the training folder's now: class 2 was "
+                                  "\"plain\" and is \"zebra\""));
+    folders_free(&f);
+}
+
 // A Keras JSON model gets Keras's 0..255 pixels (its Rescaling scales them), a config model
 // 0..1.
 static void test_pixel_scale(void **state) {
@@ -247,6 +327,7 @@ int main(void) {
         cmocka_unit_test(test_train_on_folders),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_pixel_scale),
+        cmocka_unit_test(test_class_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
