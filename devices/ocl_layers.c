@@ -8,6 +8,10 @@ conv_geom ocl_conv_geom(const layer *L, const conv_choice *algo) {
     conv_geom g = {.C = L->c, .Cs = L->c, .H = L->h, .W = L->w, .OC = L->oc, .K = L->k,
                    .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow};
     if (algo) g.fwd = algo->fwd, g.din = algo->din, g.dw = algo->dw;
+    // The CPU path's GEMMs over the batch are this path's direct im2col + CLBlast.
+    if (g.fwd == CONV_GEMM) g.fwd = CONV_DIRECT;
+    if (g.din == CONV_GEMM) g.din = CONV_DIRECT;
+    if (g.dw == CONV_GEMM) g.dw = CONV_DIRECT;
     return g;
 }
 static pool_geom pool_of(const layer *L) {

@@ -21,6 +21,7 @@
 #define TUNE_MARGIN 0.9
 
 static const char *impl_name(conv_impl i, int K) {
+    if (i == CONV_GEMM) return "gemm";
     if (K == 5)
         return i == CONV_WINO4   ? "winograd F(4x4,5x5)"
                : i == CONV_WINO2 ? "winograd F(2x2,5x5)"

@@ -14,16 +14,11 @@
 // register tiles.
 #define DENSE_SPLIT_ALIGN 16
 
-// How sgemm_split divides C among the threads: along the longer of M and N, or along M, in
-// blocks of `align` rows or columns. Timed on fc1 of cnn2 at batch 50 on 2 threads
-// (bench/dense_gemm.c; bench/README.md has the figures): the weight gradient (1024 x 3136,
-// K = 50) is quicker split by rows than by columns, the input gradient (50 x 3136, K = 1024) in
-// column blocks of 64 than of 16; the forward pass gains nothing.
-typedef enum { SPLIT_LONGER, SPLIT_M } split_dim;
-
-// Row-major C (M x N) = op(A) * op(B) + beta*C, split as `dim` says (never along K, so each
-// element's sum is the same whatever the split).
-static void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+// How sgemm_split divides C among the threads (layers.h): timed on fc1 of cnn2 at batch 50 on 2
+// threads (bench/dense_gemm.c; bench/README.md has the figures): the weight gradient (1024 x
+// 3136, K = 50) is quicker split by rows than by columns, the input gradient (50 x 3136, K =
+// 1024) in column blocks of 64 than of 16; the forward pass gains nothing.
+void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                         const float *A, int lda, const float *Bm, int ldb, float beta, float *Cm,
                         int ldc, int nthreads, split_dim dim, int align) {
     const int split_m = dim == SPLIT_M || M >= N, len = split_m ? M : N;

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <cblas.h>
 
 #include "nn/layer_kinds.h"
 #include "nn/model.h"
@@ -31,6 +32,15 @@ static inline int same_pad_before(int in, int k, int stride) {
     int total = (same_out_dim(in, stride) - 1) * stride + k - in;
     return total > 0 ? total / 2 : 0;
 }
+
+// Row-major C (M x N) = op(A) * op(B) + beta*C on at most nthreads OpenMP threads, each running
+// a single-threaded SGEMM on its block of C: along the longer of M and N (SPLIT_LONGER), or
+// along M (SPLIT_M), in blocks of `align` rows or columns; never along K, so each element's sum
+// is the same bits whatever the split.
+typedef enum { SPLIT_LONGER, SPLIT_M } split_dim;
+void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+                 int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc, int nthreads,
+                 split_dim dim, int align);
 
 // in is (B,IN), w is (OUT,IN) (PyTorch layout), b is (OUT), out is (B,OUT).
 void dense_forward(float *out, const float *in, const float *w, const float *b, int B, int IN,
@@ -194,8 +204,15 @@ static inline int conv_cpad(int c) { return (c + CONV_CPAD - 1) / CONV_CPAD * CO
 
 // How one direction of a convolution is computed: direct (any shape), or Winograd
 // F(m x m, K x K) with m = 2 or 4, K = 3 or 5 (winograd.h), for the shapes conv2d_wino_impl_ok
-// allows. A direction given Winograd where it is not allowed runs direct.
-typedef enum conv_impl { CONV_DIRECT = 0, CONV_WINO2 = 2, CONV_WINO4 = 4 } conv_impl;
+// allows (a direction given Winograd where it is not allowed runs direct), or as GEMMs over the
+// batch (CONV_GEMM, any shape: im2col rows and SGEMM; the batch-wise conv2d_nhwc_forward and,
+// given it as dw, conv2d_nhwc_backward for both gradients; per sample it runs direct).
+typedef enum conv_impl {
+    CONV_DIRECT = 0,
+    CONV_GEMM = 1,
+    CONV_WINO2 = 2,
+    CONV_WINO4 = 4
+} conv_impl;
 
 typedef struct conv_geom {
     int C, Cs, H, W;           // input channels, their stride, height, width

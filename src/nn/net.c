@@ -192,6 +192,20 @@ static ws_sizes ws_measure(const model *m, const schedule *s, int max_batch, int
     return z;
 }
 
+// The algorithm of conv node n (planned as p): under --conv-algo auto, a node after the trunk
+// (run batch-wise) computes as GEMMs over the batch, which beat the per-sample kernels on every
+// shape timed (bench/README.md), and a trunk node takes what conv_choose times; an explicit
+// direct or winograd request holds for every node.
+static conv_choice node_choice(const model *m, const schedule *s, int n, const net_lplan *p,
+                               int trunk, int nthreads) {
+    const int need_din = s->node[n].in[0] != SCHED_INPUT;
+    const layer *L = node_layer(m, s, n);
+    if (m->setup.conv_algo == CONV_ALGO_AUTO && n >= trunk)
+        return (conv_choice){CONV_GEMM, CONV_GEMM, CONV_GEMM, need_din, L->k, {{0}}};
+    conv_geom g = geom_of(L, p);
+    return conv_choose(&g, m->setup.conv_algo, need_din, nthreads);
+}
+
 static size_t ws_total_floats(const model *m, const schedule *s, int max_batch, int nthreads) {
     ws_sizes z = ws_measure(m, s, max_batch, nthreads, NULL);
     return z.act_floats + z.cvt_floats + (size_t)(s->n_gslots + s->max_add) * z.grad_floats +
@@ -247,12 +261,9 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
         net_ws_free(ws);
         return -1;
     }
-    for (int n = 0; n < nn; n++) {
-        if (!(node_ops(m, s, n)->flags & NET_OP_CONV_ALGO)) continue;
-        conv_geom g = geom_of(node_layer(m, s, n), &ws->plan[n]);
-        ws->plan[n].algo = conv_choose(&g, m->setup.conv_algo, s->node[n].in[0] != SCHED_INPUT,
-                                       ws->nthreads);
-    }
+    for (int n = 0; n < nn; n++)
+        if (node_ops(m, s, n)->flags & NET_OP_CONV_ALGO)
+            ws->plan[n].algo = node_choice(m, s, n, &ws->plan[n], z.trunk, ws->nthreads);
     float *p = ws->owned;
     for (int n = 0; n < nn; n++) {
         const sched_node *N = &s->node[n];
@@ -330,14 +341,11 @@ int net_conv_choices(const model *m, int nthreads, conv_choice *out) {
         schedule_free(&s);
         return -1;
     }
-    ws_measure(m, &s, 1, nthreads, plan);
+    const int trunk = ws_measure(m, &s, 1, nthreads, plan).trunk;
     for (int l = 0; l < m->n_layers; l++) memset(&out[l], 0, sizeof out[l]);
-    for (int n = 0; n < s.n_nodes; n++) {
-        if (!(node_ops(m, &s, n)->flags & NET_OP_CONV_ALGO)) continue;
-        conv_geom g = geom_of(node_layer(m, &s, n), &plan[n]);
-        out[s.node[n].layer] = conv_choose(&g, m->setup.conv_algo,
-                                           s.node[n].in[0] != SCHED_INPUT, nthreads);
-    }
+    for (int n = 0; n < s.n_nodes; n++)
+        if (node_ops(m, &s, n)->flags & NET_OP_CONV_ALGO)
+            out[s.node[n].layer] = node_choice(m, &s, n, &plan[n], trunk, nthreads);
     free(plan);
     schedule_free(&s);
     return 0;

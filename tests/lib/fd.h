@@ -37,6 +37,10 @@
 // added, a few ulps (observed 4.8e-7), so they get twice the room.
 #define TOL_THREADS 1e-6f
 #define TOL_THREADS_SUM 2e-6f
+// A weight gradient summed over many rows in another order (the 1x1 GEMM's chunks of 512 rows
+// against the reference's one SGEMM over the batch): sums of up to 768 products of magnitude
+// <= 1, |sum| ~ 10, round to ~1e-6 of it each way.
+#define TOL_GEMM_SUM 2e-5f
 // Accumulate checks: (dw2 - dw0) vs 2 (dw1 - dw0) differ by a few float roundings.
 #define TOL_ACCUM 1e-5f
 

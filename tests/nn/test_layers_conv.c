@@ -430,13 +430,15 @@ typedef struct nhwc_run {
 // Forward and backward of shape s through the NHWC functions with `nthreads` threads, on the
 // NCHW tensors in/w/b/R (R the output gradient). Pad channels of the inputs hold NaN, which
 // must never reach a result; the outputs' pad channels must be zero.
-static nhwc_run nhwc_conv_run(const nhwc_shape *s, int relu, int nthreads, const float *in,
+static nhwc_run nhwc_conv_run(const nhwc_shape *s, conv_impl impl, int relu, int nthreads,
+                              const float *in,
                               const float *w, const float *b, const float *R, const float *dw0,
                               const float *db0) {
     const int OH = conv_out_dim(s->H, s->K, s->stride, s->pad);
     const int OW = conv_out_dim(s->W, s->K, s->stride, s->pad), OCs = conv_cpad(s->OC);
     const conv_geom g = {.C = s->C, .Cs = s->Cs, .H = s->H, .W = s->W, .OC = s->OC, .K = s->K,
-                         .stride = s->stride, .pad = s->pad, .OH = OH, .OW = OW};
+                         .stride = s->stride, .pad = s->pad, .OH = OH, .OW = OW,
+                         .fwd = impl, .din = impl, .dw = impl};
     const size_t nin = (size_t)s->B * s->C * s->H * s->W, nout = (size_t)s->B * s->OC * OH * OW;
     const size_t nw = (size_t)s->OC * s->C * s->K * s->K;
     const size_t in_rows = (size_t)s->B * s->H * s->W, out_rows = (size_t)s->B * OH * OW;
@@ -475,9 +477,9 @@ static void test_conv_nhwc_threads_agree(void **state) {
     float *in = fill_uniform(nin, -1, 1, 1700), *w = fill_uniform(nw, -1, 1, 1701);
     float *b = fill_uniform(s.OC, -1, 1, 1702), *R = fill_uniform(nout, -1, 1, 1703);
     float *dw0 = calloc(nw, sizeof *dw0), *db0 = calloc(s.OC, sizeof *db0);
-    nhwc_run r1 = nhwc_conv_run(&s, 1, 1, in, w, b, R, dw0, db0);
-    nhwc_run r2 = nhwc_conv_run(&s, 1, 2, in, w, b, R, dw0, db0);
-    nhwc_run r3 = nhwc_conv_run(&s, 1, 2, in, w, b, R, dw0, db0);
+    nhwc_run r1 = nhwc_conv_run(&s, CONV_DIRECT, 1, 1, in, w, b, R, dw0, db0);
+    nhwc_run r2 = nhwc_conv_run(&s, CONV_DIRECT, 1, 2, in, w, b, R, dw0, db0);
+    nhwc_run r3 = nhwc_conv_run(&s, CONV_DIRECT, 1, 2, in, w, b, R, dw0, db0);
     assert_memory_equal(r1.out, r2.out, nout * sizeof(float));
     assert_memory_equal(r1.din, r2.din, nin * sizeof(float));
     assert_true(check_tensor(r1.dw, r2.dw, nw, TOL_THREADS_SUM, 1.0f, "nhwc dw 1 vs 2"));
@@ -486,6 +488,72 @@ static void test_conv_nhwc_threads_agree(void **state) {
     assert_memory_equal(r2.db, r3.db, s.OC * sizeof(float));
     nhwc_run_free(&r1), nhwc_run_free(&r2), nhwc_run_free(&r3);
     free(in), free(w), free(b), free(R), free(dw0), free(db0);
+}
+
+// Convolutions run as GEMMs over the batch (CONV_GEMM) against the reference: 1x1 at stride 1
+// (rows read in place, more of them than one chunk of the backward) and stride 2 (the input
+// gradient scattered, the skipped positions zero), 3x3 and 7x7 windows reaching into the
+// padding and overlapping, with and without a fused relu, pad channels on both sides.
+static void test_conv_nhwc_1x1_gemm(void **state) {
+    (void)state;
+    static const nhwc_shape shapes[] = {
+        // B  C  Cs   H   W  OC K  s  p
+        {3, 20, 32, 16, 16, 24, 1, 1, 0}, // 768 output rows: two chunks of the backward
+        {2, 17, 32, 7, 9, 33, 1, 2, 0},   // stride 2, odd sizes (4x5 outputs)
+        {5, 48, 48, 2, 2, 64, 1, 1, 0},   // ResNet's last stage: few positions, many channels
+        {3, 20, 32, 4, 4, 24, 3, 1, 1},   // 3x3 "same" on 4x4: windows reach into the padding
+        {2, 5, 16, 7, 6, 9, 3, 2, 1},     // 3x3 stride 2 (4x3 outputs): windows overlap
+        {2, 3, 16, 9, 9, 8, 7, 2, 3},     // 7x7 stride 2 on 3 channels (ResNet's stem, small)
+    };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int relu = 0; relu < 2; relu++) {
+            const nhwc_shape s = shapes[k];
+            const int OH = conv_out_dim(s.H, s.K, s.stride, s.pad);
+            const int OW = conv_out_dim(s.W, s.K, s.stride, s.pad);
+            const size_t nin = (size_t)s.B * s.C * s.H * s.W, nout = (size_t)s.B * s.OC * OH * OW;
+            const size_t nw = (size_t)s.OC * s.C * s.K * s.K;
+            const uint64_t seed = 2100 + 10 * k + relu;
+            float *in = fill_uniform(nin, -1, 1, seed), *w = fill_uniform(nw, -1, 1, seed + 1);
+            float *b = fill_uniform(s.OC, -1, 1, seed + 2), *R = fill_uniform(nout, -1, 1, seed + 3);
+            float *dw0 = calloc(nw, sizeof *dw0), *db0 = calloc(s.OC, sizeof *db0);
+            nhwc_run r = nhwc_conv_run(&s, CONV_GEMM, relu, 2, in, w, b, R, dw0, db0);
+            // One thread: the same up to the rounding of BLAS's own blocking of a product
+            // split otherwise (its kernels vary with the block's size); the same thread count
+            // twice: the same bits.
+            nhwc_run r1 = nhwc_conv_run(&s, CONV_GEMM, relu, 1, in, w, b, R, dw0, db0);
+            nhwc_run r2 = nhwc_conv_run(&s, CONV_GEMM, relu, 2, in, w, b, R, dw0, db0);
+            assert_memory_equal(r.out, r2.out, nout * sizeof(float));
+            assert_memory_equal(r.din, r2.din, nin * sizeof(float));
+            assert_memory_equal(r.dw, r2.dw, nw * sizeof(float));
+            nhwc_run_free(&r2);
+            assert_true(check_tensor(r.out, r1.out, nout, TOL_CONV_REF, REF_FLOOR, "gemm out 1 vs 2"));
+            assert_true(check_tensor(r.din, r1.din, nin, TOL_CONV_REF, REF_FLOOR, "gemm din 1 vs 2"));
+            assert_true(check_tensor(r.dw, r1.dw, nw, TOL_GEMM_SUM, 1.0f, "gemm dw 1 vs 2"));
+            assert_true(check_tensor(r.db, r1.db, s.OC, TOL_GEMM_SUM, 1.0f, "gemm db 1 vs 2"));
+            nhwc_run_free(&r1);
+            // The reference: NCHW im2col + SGEMM, the relu and its mask applied around it.
+            float *rws = malloc(ref_conv2d_ws_floats(s.C, s.K, s.OC, OH, OW, 1) * sizeof *rws);
+            float *out = malloc(nout * sizeof *out), *din = malloc(nin * sizeof *din);
+            float *dw = calloc(nw, sizeof *dw), *db = calloc(s.OC, sizeof *db);
+            ref_conv2d_forward(out, in, w, b, s.B, s.C, s.H, s.W, s.OC, s.K, s.stride, s.pad, OH,
+                               OW, rws, 1);
+            for (size_t i = 0; relu && i < nout; i++) {
+                if (!(out[i] > 0.0f)) R[i] = 0.0f;
+                out[i] = out[i] > 0.0f ? out[i] : 0.0f;
+            }
+            ref_conv2d_backward(din, dw, db, R, in, w, s.B, s.C, s.H, s.W, s.OC, s.K, s.stride,
+                                s.pad, OH, OW, rws, 1);
+            char name[64];
+            snprintf(name, sizeof name, "gemm shape %zu relu %d", k, relu);
+            if (!check_tensor(r.out, out, nout, TOL_CONV_REF, REF_FLOOR, name) ||
+                !check_tensor(r.din, din, nin, TOL_CONV_REF, REF_FLOOR, name) ||
+                !check_tensor(r.dw, dw, nw, TOL_GEMM_SUM, REF_FLOOR, name) ||
+                !check_tensor(r.db, db, s.OC, TOL_GEMM_SUM, REF_FLOOR, name))
+                fail_msg("%s", name);
+            nhwc_run_free(&r);
+            free(in), free(w), free(b), free(R), free(dw0), free(db0), free(rws), free(out);
+            free(din), free(dw), free(db);
+        }
 }
 
 // nchw_to_nhwc / nhwc_to_nchw match the reference layouts; to_nhwc zeroes the pad channels.
@@ -517,6 +585,7 @@ int main(void) {
         cmocka_unit_test(test_pool_same_known),
         cmocka_unit_test(test_conv_no_bias),
         cmocka_unit_test(test_conv_nhwc_threads_agree),
+        cmocka_unit_test(test_conv_nhwc_1x1_gemm),
         cmocka_unit_test(test_nhwc_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
