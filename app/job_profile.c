@@ -2,6 +2,8 @@
 // table per device (printed and logged) and <out>/<name>.profile.csv.
 #include "app/job.h"
 
+#include "core/blas_core.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +40,9 @@ int job_profile_report(job *j, const train_opts *o, ht_error *e) {
         return profs && specs ? ht_fail(e, "--profile: out of memory") : -1;
     }
     if (span_job().size > 1) fprintf(f, "profile: rank 0's devices only\n");
+    char blas[256];
+    blas_core_describe(blas, sizeof blas);
+    fprintf(f, "CPU devices' GEMMs (dense layers, convolutions run as GEMMs): %s\n", blas);
     for (int d = 0; d < j->n_devs && rc == 0; d++) {
         device_profile *p = &profs[n];
         if (device_profile_init(p, L, e) < 0) {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/blas_core.h"
 #include "nn/batchnorm.h"
 #include "nn/optim.h"
 #include "sharding/span.h"
@@ -84,7 +85,9 @@ void job_log_header(job *j, const train_opts *o) {
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %Z", localtime(&now));
     run_log(rf, 0, "hetrain %s, run started %s\n", HT_VERSION, when);
     if (o->command_line) run_log(rf, 0, "command: %s\n", o->command_line);
-    run_log(rf, 0, "built with: %s, OpenBLAS %s\n", __VERSION__, openblas_get_config());
+    char blas[256];
+    blas_core_describe(blas, sizeof blas);
+    run_log(rf, 0, "built with: %s, %s; BLAS: %s\n", __VERSION__, openblas_get_config(), blas);
     describe_setup(rf, &j->m, &j->m.setup, o->seed);
     run_log(rf, 0, "data: %s, %d training, %d validation, %d test samples\n",
             o->train_csv ? o->train_csv : (o->data_dir ? o->data_dir : TRAIN_DEFAULT_DATA),

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "app/cli.h"
+#include "core/blas_core.h"
 #include "core/common.h"
 #include "app/report/compare.h"
 #include "devices/device.h"
@@ -262,6 +263,9 @@ static int cmd_devices(int argc, char **argv) {
         fprintf(stderr, "hetrain: %s\n", e.msg);
         return 1;
     }
+    char blas[256];
+    blas_core_describe(blas, sizeof blas);
+    if (!json) printf("\ncpu's GEMMs: %s\n", blas);
     return 0;
 }
 
@@ -374,6 +378,7 @@ static int cmd_plot(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    blas_core_fix(argv); // OpenBLAS's kernels for this CPU (may run hetrain again)
     if (argc < 2) {
         fputs(usage_main, stderr);
         return EXIT_USAGE;
