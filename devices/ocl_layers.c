@@ -49,8 +49,8 @@ static int conv_bwd(const ocl_call *c, cl_mem *din, ht_error *e) {
 }
 // A convolution whose every direction runs Winograd needs no im2col matrix.
 static size_t conv_aux(const layer *L, const conv_choice *algo, int B) {
-    if (algo && algo->fwd != CONV_DIRECT && algo->din != CONV_DIRECT && algo->dw != CONV_DIRECT)
-        return 0;
+    conv_geom a = ocl_conv_geom(L, algo); // the CPU's gemm is direct here
+    if (algo && a.fwd != CONV_DIRECT && a.din != CONV_DIRECT && a.dw != CONV_DIRECT) return 0;
     conv_geom g = ocl_conv_geom(L, NULL);
     return ocl_conv2d_col_floats(&g, B) * sizeof(float);
 }

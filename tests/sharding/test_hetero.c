@@ -268,15 +268,17 @@ static void test_sharding_invariance_augmented(void **state) {
 // below); each mix's largest relative L2 difference over the tensors is printed.
 #define APP_BATCH 16
 #define APP_FLOOR 1e-4 // of the gradient's RMS an element, where a tensor's own vanishes
-// The CPU worker's kernels in any split: each tensor within 1e-4 relative (measured: 1.0e-5 at
-// most, ResNet50's, 6.7e-6 MobileNetV2's). PoCL's kernels round differently, and a randomly
-// initialised ResNet50 amplifies that through its 53 batchnorms (gradients of 4e3 at conv1,
-// groups of 4 samples at 1x1 in conv5): its output layer's gradient 3e-3 from the CPU's, the
-// lower layers' up to 0.12, MobileNetV2's 3e-5 and 0.017,
-// bounded here with room; a wrong kernel is off by far more (the self-check's 0.5).
-#define APP_TOL_SAME 1e-4
-#define APP_TOL_CL_OUT 1e-2
-#define APP_TOL_CL 0.2
+// Any split rounds differently: the CPU worker computes the layers after the trunk as GEMMs
+// over its micro-batch's rows, and BLAS's kernels sum an output differently by where its row
+// falls among their register tiles (OpenBLAS's Haswell kernels: in no two splits alike), as
+// PoCL's kernels round differently from the CPU's. A randomly initialised ResNet50 amplifies
+// that through its 53 batchnorms (gradients of 4e3 at conv1, groups of 4 samples at 1x1 in
+// conv5): measured, its output layer's gradient 8e-4 (CPU splits) and 2e-3 (PoCL) from the
+// CPU's alone, the lower layers' up to 0.11 and 0.12; MobileNetV2's 8e-6 / 3e-5 and 0.011 /
+// 0.016; bounded here with room. A wrong kernel is off by far more (the self-check's 0.5), and
+// each kernel is checked against the reference to 1e-5 on its own (test_layers_conv).
+#define APP_TOL_OUT 1e-2
+#define APP_TOL 0.2
 static void app_invariance(const model *m, const char *what) {
     const char *cl_env = getenv("HT_TEST_APPS_CL");
     int have_cl = cl_env && !strcmp(cl_env, "1") && find_pocl();
@@ -310,7 +312,6 @@ static void app_invariance(const model *m, const char *what) {
         if (engine_train_step(rig.g, &ds, idx, APP_BATCH, 1, NULL, NULL, &st, &e) < 0)
             fail_msg("%s on %s: %s", what, mixes[k], e.msg);
         const float *g = engine_grad(rig.g);
-        const int cl = strstr(mixes[k], "cl:") != NULL;
         if (k == 0) {
             memcpy(ref, g, sizeof(float) * m->n_params);
         } else {
@@ -332,7 +333,7 @@ static void app_invariance(const model *m, const char *what) {
                     num += d * d, den += (double)ref[i] * ref[i];
                 }
                 const double floor = APP_FLOOR * rms * sqrt((double)ts[t].n);
-                const double tol = !cl ? APP_TOL_SAME : ts[t].output ? APP_TOL_CL_OUT : APP_TOL_CL;
+                const double tol = ts[t].output ? APP_TOL_OUT : APP_TOL;
                 if (!(sqrt(num) <= tol * sqrt(den) + floor))
                     fail_msg("%s step on %s: %s: relative L2 error %.3g (tol %.3g, floor %.3g)",
                              what, mixes[k], ts[t].name, sqrt(num / den), (double)tol, floor);
