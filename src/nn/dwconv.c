@@ -6,85 +6,121 @@
 
 #include <string.h>
 
+#include "core/ht_omp.h"
 #include "nn/layer_desc.h"
 #include "nn/net_layers.h"
 
-// Output rows [oy, ...) of sample b: positions (oy, ox), every channel.
+// The kernels run over channels innermost, channels-last: the weights are first laid out as
+// wt[tap][oc] (dwconv_ws_floats' scratch), so each tap of a position is one multiply-add over
+// contiguous channels of input, weight and output, which the compiler vectorises. With a depth
+// multiplier M > 1, output channel oc reads input channel oc / M.
+
+size_t dwconv_ws_floats(const dwconv_geom *g, int nthreads) {
+    const size_t OC = (size_t)g->C * g->M, kk = (size_t)g->K * g->K;
+    if (nthreads < 1) nthreads = 1;
+    // wt, then per thread its weight-gradient and bias-gradient sums.
+    return kk * OC + (size_t)nthreads * (kk * OC + OC);
+}
+
+static void wt_of(float *wt, const float *w, int OC, int KK) {
+    for (int oc = 0; oc < OC; oc++)
+        for (int t = 0; t < KK; t++) wt[(size_t)t * OC + oc] = w[(size_t)oc * KK + t];
+}
+
+// One input position's channels as the output channels read them: x itself at M = 1, else
+// expanded into buf.
+static const float *x_of(const float *x, int OC, int M, float *buf) {
+    if (M == 1) return x;
+    for (int oc = 0; oc < OC; oc++) buf[oc] = x[oc / M];
+    return buf;
+}
+
 void dwconv_forward(float *out, const float *in, const float *w, const float *bias, int B,
-                    const dwconv_geom *g, int nthreads) {
+                    const dwconv_geom *g, float *ws, int nthreads) {
     const int OC = g->C * g->M, ocs = conv_cpad(OC), K = g->K;
     if (nthreads < 1) nthreads = 1;
+    float *wt = ws;
+    wt_of(wt, w, OC, K * K);
 #pragma omp parallel for num_threads(nthreads) schedule(static) if ((size_t)B * g->OH * g->OW * OC * K * K >= 65536)
     for (int row = 0; row < B * g->OH; row++) {
         const int b = row / g->OH, oy = row % g->OH;
+        float xb[g->M > 1 ? OC : 1];
         for (int ox = 0; ox < g->OW; ox++) {
-            float *y = out + (((size_t)b * g->OH + oy) * g->OW + ox) * ocs;
-            for (int oc = 0; oc < OC; oc++) y[oc] = bias ? bias[oc] : 0.0f;
+            float *restrict y = out + (((size_t)b * g->OH + oy) * g->OW + ox) * ocs;
+            for (int oc = 0; oc < OC; oc++) y[oc] = 0.0f;
             for (int ky = 0; ky < K; ky++) {
                 const int iy = oy * g->stride - g->pad + ky;
                 if (iy < 0 || iy >= g->H) continue;
                 for (int kx = 0; kx < K; kx++) {
                     const int ix = ox * g->stride - g->pad + kx;
                     if (ix < 0 || ix >= g->W) continue;
-                    const float *x = in + (((size_t)b * g->H + iy) * g->W + ix) * g->Cs;
-                    for (int oc = 0; oc < OC; oc++)
-                        y[oc] += x[oc / g->M] * w[((size_t)oc * K + ky) * K + kx];
+                    const float *restrict x =
+                        x_of(in + (((size_t)b * g->H + iy) * g->W + ix) * g->Cs, OC, g->M, xb);
+                    const float *restrict wk = wt + (size_t)(ky * K + kx) * OC;
+                    for (int oc = 0; oc < OC; oc++) y[oc] += x[oc] * wk[oc];
                 }
             }
+            // The bias after the sum, as a convolution adds it.
+            if (bias)
+                for (int oc = 0; oc < OC; oc++) y[oc] += bias[oc];
             for (int oc = OC; oc < ocs; oc++) y[oc] = 0.0f;
         }
     }
 }
 
 void dwconv_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                     const float *w, int B, const dwconv_geom *g, int nthreads) {
-    const int OC = g->C * g->M, ocs = conv_cpad(OC), K = g->K;
+                     const float *w, int B, const dwconv_geom *g, float *ws, int nthreads) {
+    const int OC = g->C * g->M, ocs = conv_cpad(OC), K = g->K, KK = K * K;
     if (nthreads < 1) nthreads = 1;
-    // The input gradient, sample by sample (each thread its own samples).
-    if (din) {
-#pragma omp parallel for num_threads(nthreads) schedule(static) if ((size_t)B * g->OH * g->OW * OC * K * K >= 65536)
+    float *wt = ws, *sums = ws + (size_t)KK * OC;
+    const size_t slice = (size_t)KK * OC + OC;
+    wt_of(wt, w, OC, KK);
+    int nt = 1;
+    // Each thread its samples: their input gradient, and its own sums of the weights' and
+    // biases' gradients over them, added up in thread order after.
+#pragma omp parallel num_threads(nthreads) if ((size_t)B * g->OH * g->OW * OC * K * K >= 65536)
+    {
+#pragma omp single
+        nt = omp_get_num_threads();
+        float *restrict gw = sums + (size_t)omp_get_thread_num() * slice, *restrict gb = gw + (size_t)KK * OC;
+        memset(gw, 0, sizeof(float) * slice);
+        float xb[g->M > 1 ? OC : 1];
+#pragma omp for schedule(static)
         for (int b = 0; b < B; b++) {
-            float *d = din + (size_t)b * g->H * g->W * g->Cs;
-            memset(d, 0, sizeof(float) * (size_t)g->H * g->W * g->Cs);
+            float *d = din ? din + (size_t)b * g->H * g->W * g->Cs : NULL;
+            if (d) memset(d, 0, sizeof(float) * (size_t)g->H * g->W * g->Cs);
             for (int oy = 0; oy < g->OH; oy++)
                 for (int ox = 0; ox < g->OW; ox++) {
-                    const float *dy = dout + (((size_t)b * g->OH + oy) * g->OW + ox) * ocs;
+                    const float *restrict dy = dout + (((size_t)b * g->OH + oy) * g->OW + ox) * ocs;
+                    for (int oc = 0; oc < OC; oc++) gb[oc] += dy[oc];
                     for (int ky = 0; ky < K; ky++) {
                         const int iy = oy * g->stride - g->pad + ky;
                         if (iy < 0 || iy >= g->H) continue;
                         for (int kx = 0; kx < K; kx++) {
                             const int ix = ox * g->stride - g->pad + kx;
                             if (ix < 0 || ix >= g->W) continue;
+                            const size_t t = (size_t)(ky * K + kx) * OC;
+                            const float *px = in + (((size_t)b * g->H + iy) * g->W + ix) * g->Cs;
+                            const float *restrict x = x_of(px, OC, g->M, xb);
+                            float *restrict gwk = gw + t;
+                            for (int oc = 0; oc < OC; oc++) gwk[oc] += dy[oc] * x[oc];
+                            if (!d) continue;
                             float *dx = d + ((size_t)iy * g->W + ix) * g->Cs;
-                            for (int oc = 0; oc < OC; oc++)
-                                dx[oc / g->M] += dy[oc] * w[((size_t)oc * K + ky) * K + kx];
+                            const float *restrict wk = wt + t;
+                            if (g->M == 1)
+                                for (int oc = 0; oc < OC; oc++) dx[oc] += dy[oc] * wk[oc];
+                            else
+                                for (int oc = 0; oc < OC; oc++) dx[oc / g->M] += dy[oc] * wk[oc];
                         }
                     }
                 }
         }
     }
-    // The weights' and biases' gradients, added to, output channel by output channel (each
-    // thread its own channels).
-#pragma omp parallel for num_threads(nthreads) schedule(static) if ((size_t)B * g->OH * g->OW * OC * K * K >= 65536)
-    for (int oc = 0; oc < OC; oc++) {
-        const int c = oc / g->M;
-        float *gw = dw + (size_t)oc * K * K;
-        for (int b = 0; b < B; b++)
-            for (int oy = 0; oy < g->OH; oy++)
-                for (int ox = 0; ox < g->OW; ox++) {
-                    const float dy = dout[(((size_t)b * g->OH + oy) * g->OW + ox) * ocs + oc];
-                    if (db) db[oc] += dy;
-                    for (int ky = 0; ky < K; ky++) {
-                        const int iy = oy * g->stride - g->pad + ky;
-                        if (iy < 0 || iy >= g->H) continue;
-                        for (int kx = 0; kx < K; kx++) {
-                            const int ix = ox * g->stride - g->pad + kx;
-                            if (ix < 0 || ix >= g->W) continue;
-                            gw[ky * K + kx] +=
-                                dy * in[(((size_t)b * g->H + iy) * g->W + ix) * g->Cs + c];
-                        }
-                    }
-                }
+    for (int t = 0; t < nt; t++) {
+        const float *gw = sums + (size_t)t * slice, *gb = gw + (size_t)KK * OC;
+        for (int oc = 0; oc < OC; oc++)
+            for (int k = 0; k < KK; k++) dw[(size_t)oc * KK + k] += gw[(size_t)k * OC + oc];
+        for (int oc = 0; db && oc < OC; oc++) db[oc] += gb[oc];
     }
 }
 
@@ -149,19 +185,25 @@ static dwconv_geom geom(const net_call *c) {
 static void dwconv_fwd(const net_call *c) {
     dwconv_geom g = geom(c);
     dwconv_forward(c->out, c->in, c->params + c->L->w_off, net_bias(c->params, c->L), c->B, &g,
-                   c->nt);
+                   c->scratch, c->nt);
 }
 static float *dwconv_bwd(const net_call *c) {
     dwconv_geom g = geom(c);
     dwconv_backward(c->din, c->grads + c->L->w_off, net_bias(c->grads, c->L), c->dout, c->in,
-                    c->params + c->L->w_off, c->B, &g, c->nt);
+                    c->params + c->L->w_off, c->B, &g, c->scratch, c->nt);
     return c->din;
 }
 static int dwconv_out_cs(const layer *L, int in_cs) {
     (void)in_cs;
     return conv_cpad(L->oc);
 }
+static size_t dwconv_scratch(const layer *L, const net_lplan *p, int nthreads) {
+    const dwconv_geom g = {.C = L->c, .M = L->mult, .K = L->k};
+    (void)p;
+    return dwconv_ws_floats(&g, nthreads);
+}
 
 // Batch-wise; its backward adds to its parameters' gradients.
 const net_layer_ops cpu_dwconv = {.forward = dwconv_fwd, .backward = dwconv_bwd,
-                                  .flags = NET_OP_GRAD_ADDS, .out_cs = dwconv_out_cs};
+                                  .flags = NET_OP_GRAD_ADDS, .out_cs = dwconv_out_cs,
+                                  .ws_floats = dwconv_scratch};

@@ -128,10 +128,12 @@ void permute_backward(float *din, const float *dout, int B, const int dims[3], c
 typedef struct dwconv_geom {
     int C, Cs, H, W, M, K, stride, pad, OH, OW; // pad: before (top/left)
 } dwconv_geom;
+// ws: dwconv_ws_floats(g, nthreads) floats of scratch.
+size_t dwconv_ws_floats(const dwconv_geom *g, int nthreads);
 void dwconv_forward(float *out, const float *in, const float *w, const float *bias, int B,
-                    const dwconv_geom *g, int nthreads);
+                    const dwconv_geom *g, float *ws, int nthreads);
 void dwconv_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                     const float *w, int B, const dwconv_geom *g, int nthreads);
+                     const float *w, int B, const dwconv_geom *g, float *ws, int nthreads);
 
 // The concat family, channels-last over rows = B * H * W positions: each input k's in_c[k]
 // channels (channel stride in_cs[k]) one after another into out (channel stride out_cs, the
