@@ -29,12 +29,26 @@ _Static_assert(VL == CONV_CPAD, "a channel vector is the channel padding");
 
 // Tile sizes by MV (vectors of output channels): accumulators + MV weights + 1 broadcast
 // stay within 32 vector registers.
+#if defined(__AVX512F__)
 #define FWD_NB_MAX1 16
 #define FWD_NB_MAX2 14
 #define FWD_NB_MAX3 9
 #define DW_R_MAX1 16
 #define DW_R_MAX2 12
 #define DW_R_MAX3 8
+#define MV_MAX 3
+#else
+// 16 vector registers of 8 floats: a vector of 16 channels is two of them, so a tile keeps one
+// vector of output channels and 6 positions (12 accumulators, 2 weights, 1 broadcast).
+#define FWD_NB_MAX1 6
+#define FWD_NB_MAX2 2
+#define FWD_NB_MAX3 1
+#define DW_R_MAX1 6
+#define DW_R_MAX2 2
+#define DW_R_MAX3 1
+#define MV_MAX 1
+#endif
+#define TILE_MAX 16 // the largest tile the function tables hold
 
 typedef struct fwd_args {
     const float *in;   // padded input at the tile's first position (tap 0, channel 0)
@@ -96,7 +110,7 @@ typedef struct dw_args {
 // sums over a sample's positions are float; the sums over samples double, so a thread's total
 // does not depend on how its samples were grouped into calls beyond float rounding of one sum.
 static ALWAYS_INLINE void dw_run(const int R, const int MV, vf *acc, const dw_args *t) {
-    int off[DW_R_MAX1];
+    int off[TILE_MAX];
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++) off[r] = t->off[r];
 #pragma GCC unroll 64
@@ -162,7 +176,10 @@ static const int dw_r_max[] = {0, DW_R_MAX1, DW_R_MAX2, DW_R_MAX3};
 
 // Vectors of output channels handled together: 1, 2 or 3 while they last, else pairs (a
 // 14x2 tile keeps more accumulators busy than a 6x4 one), with a final 3 for an odd count.
-static int group_mv(int left) { return left <= 3 ? left : (left == 5 ? 3 : 2); }
+static int group_mv(int left) {
+    if (MV_MAX == 1) return 1;
+    return left <= 3 ? left : (left == 5 ? 3 : 2);
+}
 
 // Splits n into nblk nearly equal blocks of at most max: block i's length.
 static int block_len(int n, int max, int i) {

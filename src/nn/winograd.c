@@ -404,13 +404,25 @@ void wino_grad_tiles(float *Z, int ldz, const float *g, int rowstep, int cstride
 // ---- the transformed domain's GEMMs: register tiles as conv.c's ------------------------------
 // gemm: NB tiles x MV vectors of outputs, over the C input channels: per channel MV vector
 // loads of U and NB broadcasts of V. dw: R channels x MV vectors of outputs, over the tiles.
-// Accumulators + MV loads + 1 broadcast stay within 32 vector registers.
+// Accumulators + MV loads + 1 broadcast stay within 32 vector registers (AVX-512), or 16 of
+// half the width (AVX2: one vector of outputs, 6 tiles).
+#if defined(__AVX512F__)
 #define GEMM_NB_MAX1 16
 #define GEMM_NB_MAX2 14
 #define GEMM_NB_MAX3 9
 #define DWG_R_MAX1 16
 #define DWG_R_MAX2 12
 #define DWG_R_MAX3 8
+#define WG_MV_MAX 3
+#else
+#define GEMM_NB_MAX1 6
+#define GEMM_NB_MAX2 2
+#define GEMM_NB_MAX3 1
+#define DWG_R_MAX1 6
+#define DWG_R_MAX2 2
+#define DWG_R_MAX3 1
+#define WG_MV_MAX 1
+#endif
 
 typedef struct gemm_args {
     const float *V; // tile block's first row, at its first channel
@@ -510,7 +522,10 @@ static const int gemm_nb_max[] = {0, GEMM_NB_MAX1, GEMM_NB_MAX2, GEMM_NB_MAX3};
 static const int dwg_r_max[] = {0, DWG_R_MAX1, DWG_R_MAX2, DWG_R_MAX3};
 
 // Vectors of outputs handled together: as conv.c's group_mv.
-static int group_mv(int left) { return left <= 3 ? left : (left == 5 ? 3 : 2); }
+static int group_mv(int left) {
+    if (WG_MV_MAX == 1) return 1;
+    return left <= 3 ? left : (left == 5 ? 3 : 2);
+}
 
 // Splits n into nearly equal blocks of at most max: block i's length.
 static int block_len(int n, int max, int i) {
