@@ -473,6 +473,7 @@ static void gemm_backward(float *din, float *dw, float *db, const float *dout,
         int ldg = OCs, lda;
         if (relu_out) { // the fused relu's backward
             const float *ro = relu_out + r0 * OCs;
+#pragma omp parallel for num_threads(nt) schedule(static)
             for (int i = 0; i < m; i++)
                 for (int k = 0; k < OC; k++)
                     gbuf[(size_t)i * OC + k] =

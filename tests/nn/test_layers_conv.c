@@ -494,7 +494,7 @@ static void test_conv_nhwc_threads_agree(void **state) {
 // (rows read in place, more of them than one chunk of the backward) and stride 2 (the input
 // gradient scattered, the skipped positions zero), 3x3 and 7x7 windows reaching into the
 // padding and overlapping, with and without a fused relu, pad channels on both sides.
-static void test_conv_nhwc_1x1_gemm(void **state) {
+static void test_conv_nhwc_gemm(void **state) {
     (void)state;
     static const nhwc_shape shapes[] = {
         // B  C  Cs   H   W  OC K  s  p
@@ -585,7 +585,7 @@ int main(void) {
         cmocka_unit_test(test_pool_same_known),
         cmocka_unit_test(test_conv_no_bias),
         cmocka_unit_test(test_conv_nhwc_threads_agree),
-        cmocka_unit_test(test_conv_nhwc_1x1_gemm),
+        cmocka_unit_test(test_conv_nhwc_gemm),
         cmocka_unit_test(test_nhwc_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
