@@ -91,7 +91,7 @@ def main():
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            total += float(loss) * len(yb)
+            total += float(loss.detach()) * len(yb)
             seen += len(yb)
         dt = time.perf_counter() - t0
         print(f"epoch {e + 1} samples_per_s {seen / dt:.1f} time_s {dt:.3f} loss {total / seen:.4f}",
