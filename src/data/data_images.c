@@ -629,6 +629,7 @@ static int add_skipped(char **text, size_t *len, const char *dir, const char *re
 static void decode_all(const scan *s, const data_images_opts *o, uint8_t *px, char (*why)[160]) {
     const size_t sample = (size_t)o->channels * o->h * o->w;
     const int nt = o->threads > 0 ? o->threads : omp_get_num_procs();
+    (void)nt; // without OpenMP
     int done = 0;
     const double t0 = ht_now();
     double shown = t0;

@@ -679,8 +679,8 @@ static int read_keras3(kh5_in *in, hid_t f, const char *prefix, const kh5_plan *
         snprintf(where, sizeof where, "%s/%s/vars", prefix, K->path);
         if (in->pl) { // by name: a layer missing, or of other shapes, is left and listed
             const char *names[KH5_MAX_VARS];
-            char nbuf[KH5_MAX_VARS][8];
-            for (int v = 0; v < K->nv; v++) snprintf(nbuf[v], 8, "%d", v), names[v] = nbuf[v];
+            char nbuf[KH5_MAX_VARS][12];
+            for (int v = 0; v < K->nv; v++) snprintf(nbuf[v], 12, "%d", v), names[v] = nbuf[v];
             int fits = vars < 0 ? 0 : partial_fits(in, vars, names, where, K);
             if (vars < 0 && load_partial_note(in->pl, "layer \"%s\" (%s): no %s in %s: left at "
                                               "its initial values", lname, K->cls, where,

@@ -385,6 +385,7 @@ static void gemm_window(long r, const conv_geom *g, long *b, int *y0, int *x0) {
 // buf (ld C*K*K).
 static const float *gemm_cols(const float *in, long r0, int m, const conv_geom *g, float *buf,
                               int *ld, int nt) {
+    (void)nt; // without OpenMP
     if (gemm_in_place(g)) {
         *ld = g->Cs;
         return in + r0 * g->Cs;
@@ -412,6 +413,7 @@ static const float *gemm_cols(const float *in, long r0, int m, const conv_geom *
 // The windows of one sample overlap, so a sample's rows go in order on one thread.
 static void gemm_col2im(float *din, long r0, int m, const float *dcols, const conv_geom *g,
                         int nt) {
+    (void)nt; // without OpenMP
     const int K = g->K, KK = K * K, C = g->C;
     const long hw = (long)g->OH * g->OW, b0 = r0 / hw, b1 = (r0 + m - 1) / hw;
 #pragma omp parallel for num_threads(nt) schedule(static)

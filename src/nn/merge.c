@@ -112,6 +112,7 @@ void merge_forward(float *out, const float *const *ins, int B, const merge_geom 
 // Input k's gradient, not broadcast: dout times the derivative, element by element.
 static void grad_full(float *d, const float *dout, const float *const *ins, int B,
                       const merge_geom *g, int k, int nthreads) {
+    (void)nthreads; // without OpenMP
     const size_t n = merge_floats(g), total = n * (size_t)B;
     if (g->op == MERGE_ADD || (g->op == MERGE_SUBTRACT && !k)) {
         memcpy(d, dout, sizeof(float) * total);
@@ -134,6 +135,7 @@ static void grad_full(float *d, const float *dout, const float *const *ins, int 
 // by position; its pad channels zero.
 static void grad_bcast(float *d, const float *dout, const float *const *ins, int B,
                        const merge_geom *g, int k, int nthreads) {
+    (void)nthreads; // without OpenMP
     const size_t n = merge_floats(g);
     int outer, inner;
     loop_dims(g, &outer, &inner);

@@ -449,6 +449,7 @@ static const float *layer_input(net_ws *ws, const model *m, int n, const float *
 
 // dst += src over n floats.
 static void add_into(float *dst, const float *src, size_t n, int nt) {
+    (void)nt; // without OpenMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= 65536)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
