@@ -138,6 +138,10 @@ int job_read_classes(model *m, const char *path, ht_error *e);
 // `load` records (load may be NULL). A file recording other classes than the folder's is an
 // error naming the first that differs.
 int job_folder_classes(model *m, const data_images_info *im, const char *load, ht_error *e);
+// m's classes against those a weights file or checkpoint (path) recorded, rec's: m takes them
+// when it has none; when both have classes, the first that differs is an error naming path
+// (worded for a resumed run's checkpoint when `resumed`).
+int job_match_classes(model *m, const model *rec, const char *path, int resumed, ht_error *e);
 // The data set must have the model's input shape and labels below its class count; `what`
 // names it in the error.
 int job_check_fits(const model *m, const dataset *d, const char *what, ht_error *e);

@@ -246,17 +246,7 @@ static int resume_from(job *j, const train_opts *o, const checkpoint *c, const c
     if (classes) {
         model was = {0};
         if (model_classes_from_json(&was, classes, path, e) < 0) return -1;
-        int d = j->m.n_class_names ? model_classes_differ(&j->m, was.n_class_names,
-                                                          was.class_names)
-                                   : -1;
-        int rc = d >= 0 ? ht_fail(e, "%s: the run was trained on other classes than the "
-                                     "training folder's now: class %d was \"%s\" and is "
-                                     "\"%s\"", path, d,
-                                  d < was.n_class_names ? was.class_names[d] : "(none)",
-                                  d < j->m.n_class_names ? j->m.class_names[d] : "(none)")
-                 : j->m.n_class_names ? 0
-                                      : model_set_classes(&j->m, was.n_class_names,
-                                                          was.class_names, e);
+        const int rc = job_match_classes(&j->m, &was, path, 1, e);
         model_free(&was);
         if (rc < 0) return -1;
     }

@@ -155,26 +155,28 @@ int job_read_classes(model *m, const char *path, ht_error *e) {
                                                                                       e);
 }
 
+int job_match_classes(model *m, const model *rec, const char *path, int resumed, ht_error *e) {
+    if (!rec->n_class_names) return 0;
+    if (!m->n_class_names) return model_set_classes(m, rec->n_class_names, rec->class_names, e);
+    const int d = model_classes_differ(m, rec->n_class_names, rec->class_names);
+    if (d < 0) return 0;
+    const char *was = d < rec->n_class_names ? rec->class_names[d] : "(none)";
+    const char *is = d < m->n_class_names ? m->class_names[d] : "(none)";
+    return resumed ? ht_fail(e, "%s: the run was trained on other classes than the training "
+                                "folder's now: class %d was \"%s\" and is \"%s\"", path, d, was,
+                             is)
+                   : ht_fail(e, "%s was trained on other classes than the folder's: class %d is "
+                                "\"%s\" there and \"%s\" in the folder", path, d, was, is);
+}
+
 int job_folder_classes(model *m, const data_images_info *im, const char *load, ht_error *e) {
+    if (im->n_classes && model_set_classes(m, im->n_classes, im->classes, e) < 0) return -1;
+    if (!load) return 0;
     model file = {0};
-    int rc = 0;
-    if (load && (rc = job_read_classes(&file, load, e)) < 0) return -1;
-    if (rc == 1 && im->n_classes) {
-        int d = model_classes_differ(&file, im->n_classes, im->classes);
-        if (d >= 0) {
-            ht_fail(e, "%s was trained on other classes than the folder's: class %d is \"%s\" "
-                       "there and \"%s\" in the folder", load, d,
-                    d < file.n_class_names ? file.class_names[d] : "(none)",
-                    d < im->n_classes ? im->classes[d] : "(none)");
-            model_free(&file);
-            return -1;
-        }
-    }
-    rc = im->n_classes ? model_set_classes(m, im->n_classes, im->classes, e)
-         : rc == 1     ? model_set_classes(m, file.n_class_names, file.class_names, e)
-                       : 0;
+    int rc = job_read_classes(&file, load, e);
+    if (rc == 1) rc = job_match_classes(m, &file, load, 0, e);
     model_free(&file);
-    return rc;
+    return rc < 0 ? -1 : 0;
 }
 
 // The data set must have the model's input shape and labels below its class count.
