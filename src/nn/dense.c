@@ -18,9 +18,9 @@
 // threads (bench/dense_gemm.c; bench/README.md has the figures): the weight gradient (1024 x
 // 3136, K = 50) is quicker split by rows than by columns, the input gradient (50 x 3136, K =
 // 1024) in column blocks of 64 than of 16; the forward pass gains nothing.
-void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
-                        const float *A, int lda, const float *Bm, int ldb, float beta, float *Cm,
-                        int ldc, int nthreads, split_dim dim, int align) {
+void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+                 int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc, int nthreads,
+                 split_dim dim, int align) {
     const int split_m = dim == SPLIT_M || M >= N, len = split_m ? M : N;
     const int blocks = (len + align - 1) / align;
     if (nthreads > blocks) nthreads = blocks;
