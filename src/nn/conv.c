@@ -15,7 +15,7 @@
 #include "nn/winograd.h"
 
 // ---- channels-last direct convolution: the network's fast path -----------------------------
-// A tile keeps NB output positions of one row x MV vectors of 16 output channels in registers
+// A tile keeps NB output positions of one row x MV vectors of VL output channels in registers
 // and runs over every input channel and tap: one (c, tap) costs MV vector loads of weights,
 // shared by the NB positions, and NB broadcasts of input values, shared by the MV vectors.
 // Each output is summed from zero in im2col + GEMM's order (c, kh, kw), then the bias added,
@@ -25,10 +25,11 @@
 // gradient is the same kernel run on the zero-bordered output gradient with the kernel
 // flipped and transposed (stride 1); the weight gradient has its own tile (see dw_run).
 
-_Static_assert(VL == CONV_CPAD, "a channel vector is the channel padding");
+_Static_assert(CONV_CPAD % VL == 0, "the channel padding is a whole number of vectors");
 
 // Tile sizes by MV (vectors of output channels): accumulators + MV weights + 1 broadcast
-// stay within 32 vector registers.
+// stay within the vector registers: 32 of 16 floats (AVX-512), else 16 (AVX2's of 8, SSE's
+// and NEON's of 4).
 #if defined(__AVX512F__)
 #define FWD_NB_MAX1 16
 #define FWD_NB_MAX2 14
@@ -36,17 +37,13 @@ _Static_assert(VL == CONV_CPAD, "a channel vector is the channel padding");
 #define DW_R_MAX1 16
 #define DW_R_MAX2 12
 #define DW_R_MAX3 8
-#define MV_MAX 3
 #else
-// 16 vector registers of 8 floats: a vector of 16 channels is two of them, so a tile keeps one
-// vector of output channels and 6 positions (12 accumulators, 2 weights, 1 broadcast).
-#define FWD_NB_MAX1 6
-#define FWD_NB_MAX2 2
-#define FWD_NB_MAX3 1
-#define DW_R_MAX1 6
-#define DW_R_MAX2 2
-#define DW_R_MAX3 1
-#define MV_MAX 1
+#define FWD_NB_MAX1 14
+#define FWD_NB_MAX2 6
+#define FWD_NB_MAX3 4
+#define DW_R_MAX1 14
+#define DW_R_MAX2 6
+#define DW_R_MAX3 4
 #endif
 #define TILE_MAX 16 // the largest tile the function tables hold
 
@@ -177,7 +174,6 @@ static const int dw_r_max[] = {0, DW_R_MAX1, DW_R_MAX2, DW_R_MAX3};
 // Vectors of output channels handled together: 1, 2 or 3 while they last, else pairs (a
 // 14x2 tile keeps more accumulators busy than a 6x4 one), with a final 3 for an odd count.
 static int group_mv(int left) {
-    if (MV_MAX == 1) return 1;
     return left <= 3 ? left : (left == 5 ? 3 : 2);
 }
 

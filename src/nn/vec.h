@@ -1,6 +1,8 @@
-// 16-float vectors for the channels-last CPU math (conv.c, winograd.c): AVX-512 where the
-// build targets it, else GCC/Clang vector extensions (two AVX2 registers, four NEON ones).
-// Both types take +, - and * (with a scalar too), so transforms can be written as formulas.
+// Float vectors for the channels-last CPU math (conv.c, winograd.c): the widest the
+// compilation targets. AVX-512: 16 floats in a register; AVX2 + FMA: 8; else GCC/Clang vector
+// extensions of 4 (SSE2, NEON). VL is the width; every type takes +, - and * (with a scalar
+// too), so transforms can be written as formulas. Layouts pad channels to CONV_CPAD (16), a
+// whole number of vectors at every width.
 #ifndef HETRAIN_VEC_H
 #define HETRAIN_VEC_H
 
@@ -32,14 +34,36 @@ static inline void v_add_to_double(double *d, vf a) {
     _mm512_storeu_pd(d, _mm512_add_pd(_mm512_loadu_pd(d), lo));
     _mm512_storeu_pd(d + 8, _mm512_add_pd(_mm512_loadu_pd(d + 8), hi));
 }
+#define VL 16
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+typedef __m256 vf;
+static inline vf v_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline void v_store(float *p, vf v) { _mm256_storeu_ps(p, v); }
+static inline vf v_set1(float x) { return _mm256_set1_ps(x); }
+static inline vf v_zero(void) { return _mm256_setzero_ps(); }
+static inline vf v_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf v_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vf v_relu(vf a) { return _mm256_max_ps(a, _mm256_setzero_ps()); }
+// The first n (0..8) floats at p, the other lanes zero; a masked load reads nothing past p + n.
+static inline vf v_load_n(const float *p, int n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
+}
+static inline int v_any_nonzero(vf a) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_NEQ_UQ)) != 0;
+}
+// d[0..7] += a, in double.
+static inline void v_add_to_double(double *d, vf a) {
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(a));
+    __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
+    _mm256_storeu_pd(d, _mm256_add_pd(_mm256_loadu_pd(d), lo));
+    _mm256_storeu_pd(d + 4, _mm256_add_pd(_mm256_loadu_pd(d + 4), hi));
+}
+#define VL 8
 #else
-// These static helpers are always inlined, so GCC's note that 64-byte vector arguments would
-// change the ABI does not concern them.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
+typedef float vf __attribute__((vector_size(16)));
+typedef int32_t vi __attribute__((vector_size(16)));
 static inline vf v_load(const float *p) {
     vf v;
     memcpy(&v, p, sizeof v);
@@ -58,18 +82,14 @@ static inline vf v_load_n(const float *p, int n) {
 }
 static inline int v_any_nonzero(vf a) {
     vi nz = (vi)(a != (vf){0});
-    for (int i = 0; i < 16; i++)
-        if (nz[i]) return 1;
-    return 0;
+    return (nz[0] | nz[1] | nz[2] | nz[3]) != 0;
 }
 static inline void v_add_to_double(double *d, vf a) {
-    float f[16];
-    memcpy(f, &a, sizeof f);
-    for (int i = 0; i < 16; i++) d[i] += f[i];
+    for (int i = 0; i < 4; i++) d[i] += a[i];
 }
+#define VL 4
 #endif
 
-#define VL 16
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 #endif

@@ -1,8 +1,9 @@
 // Winograd F(2x2,3x3), F(4x4,3x3), F(2x2,5x5) and F(4x4,5x5) on channels-last tensors (see
-// winograd.h): the
-// transforms, vectorised over 16 channels, and the register-tiled GEMMs of the transformed
-// domain, one sample at a time on the calling thread.
+// winograd.h): the transforms, vectorised over channels, and the register-tiled GEMMs of the
+// transformed domain, one sample at a time on the calling thread.
 #include "nn/winograd.h"
+
+#include "nn/layers.h"
 
 #include "nn/vec.h"
 
@@ -264,7 +265,7 @@ void wino_dw_finish(float *dw, const double *dU, size_t stride, int n, int ldd, 
         }
 }
 
-// ---- tile transforms, 16 channels at a time ------------------------------------------------
+// ---- tile transforms, VL channels at a time up to the padded count (conv_cpad) -------------
 
 // Loads channels [c0, c0 + n) of one position: a full vector, or n lanes and zeros.
 static ALWAYS_INLINE vf load_ch(const float *p, int n) {
@@ -280,8 +281,8 @@ static ALWAYS_INLINE void input_tiles(const int m, const int r, float *V, int ld
         for (int tx = 0; tx < tw; tx++) {
             const int t = ty * tw + tx;
             const float *base = src + (size_t)ty * m * rowstep + (size_t)tx * m * cstride;
-            for (int c0 = 0; c0 < C; c0 += VL) {
-                const int n = C - c0 < VL ? C - c0 : VL;
+            for (int c0 = 0; c0 < conv_cpad(C); c0 += VL) {
+                const int n = C - c0 < VL ? (C > c0 ? C - c0 : 0) : VL;
                 vf d[64], u[64];
                 for (int i = 0; i < a; i++)
                     for (int j = 0; j < a; j++)
@@ -368,8 +369,8 @@ static ALWAYS_INLINE void grad_tiles(const int m, const int r, float *Z, int ldz
         for (int tx = 0; tx < tw; tx++) {
             const int t = ty * tw + tx;
             const float *base = g + (size_t)ty * m * rowstep + (size_t)tx * m * cstride;
-            for (int c0 = 0; c0 < OC; c0 += VL) {
-                const int n = OC - c0 < VL ? OC - c0 : VL;
+            for (int c0 = 0; c0 < conv_cpad(OC); c0 += VL) {
+                const int n = OC - c0 < VL ? (OC > c0 ? OC - c0 : 0) : VL;
                 vf d[16], u[32], z[64];
                 for (int i = 0; i < m; i++)
                     for (int j = 0; j < m; j++)
@@ -404,8 +405,7 @@ void wino_grad_tiles(float *Z, int ldz, const float *g, int rowstep, int cstride
 // ---- the transformed domain's GEMMs: register tiles as conv.c's ------------------------------
 // gemm: NB tiles x MV vectors of outputs, over the C input channels: per channel MV vector
 // loads of U and NB broadcasts of V. dw: R channels x MV vectors of outputs, over the tiles.
-// Accumulators + MV loads + 1 broadcast stay within 32 vector registers (AVX-512), or 16 of
-// half the width (AVX2: one vector of outputs, 6 tiles).
+// Accumulators + MV loads + 1 broadcast stay within the vector registers: 32 (AVX-512) or 16.
 #if defined(__AVX512F__)
 #define GEMM_NB_MAX1 16
 #define GEMM_NB_MAX2 14
@@ -413,15 +413,13 @@ void wino_grad_tiles(float *Z, int ldz, const float *g, int rowstep, int cstride
 #define DWG_R_MAX1 16
 #define DWG_R_MAX2 12
 #define DWG_R_MAX3 8
-#define WG_MV_MAX 3
 #else
-#define GEMM_NB_MAX1 6
-#define GEMM_NB_MAX2 2
-#define GEMM_NB_MAX3 1
-#define DWG_R_MAX1 6
-#define DWG_R_MAX2 2
-#define DWG_R_MAX3 1
-#define WG_MV_MAX 1
+#define GEMM_NB_MAX1 14
+#define GEMM_NB_MAX2 6
+#define GEMM_NB_MAX3 4
+#define DWG_R_MAX1 14
+#define DWG_R_MAX2 6
+#define DWG_R_MAX3 4
 #endif
 
 typedef struct gemm_args {
@@ -523,7 +521,6 @@ static const int dwg_r_max[] = {0, DWG_R_MAX1, DWG_R_MAX2, DWG_R_MAX3};
 
 // Vectors of outputs handled together: as conv.c's group_mv.
 static int group_mv(int left) {
-    if (WG_MV_MAX == 1) return 1;
     return left <= 3 ? left : (left == 5 ? 3 : 2);
 }
 
