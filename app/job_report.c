@@ -10,6 +10,7 @@
 
 #include "core/blas_core.h"
 #include "nn/batchnorm.h"
+#include "nn/conv_kernels.h"
 #include "nn/optim.h"
 #include "sharding/span.h"
 
@@ -87,7 +88,10 @@ void job_log_header(job *j, const train_opts *o) {
     if (o->command_line) run_log(rf, 0, "command: %s\n", o->command_line);
     char blas[256];
     blas_core_describe(blas, sizeof blas);
-    run_log(rf, 0, "built with: %s, %s; BLAS: %s\n", __VERSION__, openblas_get_config(), blas);
+    char isa[160];
+    conv_kernels_describe(isa, sizeof isa);
+    run_log(rf, 0, "built with: %s, %s; BLAS: %s; vector code: %s\n", __VERSION__,
+            openblas_get_config(), blas, isa);
     describe_setup(rf, &j->m, &j->m.setup, o->seed);
     run_log(rf, 0, "data: %s, %d training, %d validation, %d test samples\n",
             o->train_csv ? o->train_csv : (o->data_dir ? o->data_dir : TRAIN_DEFAULT_DATA),

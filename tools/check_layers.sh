@@ -81,6 +81,8 @@ declare -A uses
 for f in "${!rank[@]}"; do
   [[ $f == *.c || $f == *.cpp ]] || continue
   o=$objdir/$f.o
+  # The kernels compiled once per instruction set (CMake's HT_ISAS): any one copy's calls.
+  [[ -f $o ]] || for c in "$build"/CMakeFiles/ht_isa_*.dir/"$f".o; do [[ -f $c ]] && o=$c && break; done
   [[ -f $o ]] || { [[ $f == app/main.c ]] && continue; echo "layers: $o missing" >&2; exit 1; }
   while read -r sym; do defined_in[$sym]=$f; done < <(nm --defined-only "$o" | awk '$2 ~ /[TDBR]/ {print $3}')
   uses[$f]=$(nm --undefined-only "$o" | awk '{print $2}' | tr '\n' ' ')

@@ -33,35 +33,6 @@ static inline int wino_has(int m, int r) {
 // Computed in double, rounded once.
 void wino_weights(float *U, int ldu, const float *w, int C, int OC, int m, int r, int flip);
 
-// V[xi][t][ldv] = B^T d B for every tile t = ty*tw + tx of the zero-bordered input: tile t's
-// patch starts at src + (ty*m*rowstep + tx*m*cstride); channels c < C (ldv >= C rounded up to
-// 16; lanes from C up are written zero). rowstep, cstride: floats between rows, positions.
-void wino_input(float *V, int ldv, const float *src, int rowstep, int cstride, int C, int m,
-                int r, int th, int tw);
-
-// M[xi][t][0..16*nv) = sum_{c < C} V[xi][t][c] * U[xi][c][..]: T tiles, nv output vectors.
-void wino_gemm(float *M, int ldm, int nv, const float *V, int ldv, int C, const float *U, int ldu,
-               int T, int m, int r);
-
-// out (OH,OW,ldo) = A^T M A (+ bias, relu) for every tile, the 16*nv channels of each output
-// position written, positions past OH x OW skipped. bias: 16*nv floats or NULL. exact, when
-// not NULL, marks (OH*OW bytes, nonzero) the outputs whose receptive field holds only zeros:
-// they get the bias exactly, as a direct sum of zero products does, where the transforms
-// would leave rounding noise of the tile's other values.
-void wino_output(float *out, int ldo, int nv, const float *M, int ldm, const float *bias,
-                 int relu, const unsigned char *exact, int m, int r, int th, int tw, int OH,
-                 int OW);
-
-// Z[xi][t][ldz] = A g A^T for every m x m tile of the output gradient, zero-bordered past its
-// end (tile t at g + (ty*m*rowstep + tx*m*cstride)); channels c < OC (lanes from OC up zero).
-void wino_grad_tiles(float *Z, int ldz, const float *g, int rowstep, int cstride, int OC, int m,
-                     int r, int th, int tw);
-
-// dU[xi][c][ldd] += sum_t V[xi][t][c] * Z[xi][t][..] over c < C and nv vectors of outputs: the
-// sum over one sample's T tiles in float, added to dU in double.
-void wino_dw_accum(double *dU, int ldd, const float *V, int ldv, int C, const float *Z, int ldz,
-                   int nv, int T, int m, int r);
-
 // The weight gradient of transformed-domain sums: dw[oc][c][kh][kw] += (G^T dU[.][c][oc] G),
 // kh, kw < r,
 // for dU laid out as above, summed over n buffers (buffer i at dU + i * stride doubles), in

@@ -15,9 +15,11 @@
 #include <string.h>
 
 #include "tests/lib/fd.h"
+#include "nn/conv_kernels.h"
 #include "nn/layers.h"
 #include "tests/lib/ref.h"
 #include "core/rng.h"
+#include "tests/lib/parity.h"
 #include "tests/lib/testutil.h"
 
 // ---- conv2d ----
@@ -556,6 +558,88 @@ static void test_conv_nhwc_gemm(void **state) {
         }
 }
 
+// Every kernel set this CPU runs (conv_kernels.h: AVX-512, AVX2, SSE2 on x86), chosen in
+// turn: direct convolutions (3x3, 5x5, stride 2, one input channel unpadded, output channels
+// that fill no whole number of vectors) against the reference and the widest set's within
+// float rounding (the sets differ only in FMA against multiply-then-add), F(4x4,3x3)'s within
+// its parity bound (a rounding difference in the transformed domain comes back amplified:
+// 3.9e-5 measured between SSE2's and AVX2's). By default the widest set runs.
+static void test_conv_kernel_sets(void **state) {
+    (void)state;
+    static const nhwc_shape shapes[] = {
+        // B  C  Cs   H   W  OC K  s  p
+        {3, 20, 32, 9, 9, 40, 3, 1, 1}, // 40 outputs: 2.5 vectors of 16, 5 of 8, 10 of 4
+        {2, 17, 32, 8, 7, 20, 3, 2, 1}, // stride 2: the input gradient scattered
+        {2, 1, 1, 12, 12, 24, 5, 1, 2}, // one input channel, not padded (a first layer)
+        {2, 48, 48, 14, 14, 32, 3, 1, 1},
+    };
+    const conv_kernels *sets[8];
+    const int n = conv_kernels_supported(sets, 8);
+    assert_true(n >= 1);
+    if (!getenv("HETRAIN_ISA")) assert_ptr_equal(conv_kernels_active(), sets[0]);
+    for (int i = 1; i < n; i++) assert_true(sets[i]->vl < sets[i - 1]->vl);
+#if defined(__x86_64__)
+    assert_string_equal(sets[n - 1]->isa, "sse2");
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        assert_true(sets[0]->vl >= 8);
+#endif
+    const conv_kernels *was = conv_kernels_active();
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int impl = 0; impl < 2; impl++) {
+            const nhwc_shape s = shapes[k];
+            const conv_impl ci = impl ? CONV_WINO4 : CONV_DIRECT;
+            const int OH = conv_out_dim(s.H, s.K, s.stride, s.pad);
+            const int OW = conv_out_dim(s.W, s.K, s.stride, s.pad);
+            const conv_geom g = {.H = s.H, .W = s.W, .K = s.K, .stride = s.stride, .pad = s.pad,
+                                 .OH = OH, .OW = OW};
+            if (impl && !conv2d_wino_impl_ok(&g, ci, CONV_DIR_FWD)) continue;
+            const size_t nin = (size_t)s.B * s.C * s.H * s.W, nout = (size_t)s.B * s.OC * OH * OW;
+            const size_t nw = (size_t)s.OC * s.C * s.K * s.K;
+            const uint64_t seed = 2500 + 10 * k;
+            float *in = fill_uniform(nin, -1, 1, seed), *w = fill_uniform(nw, -1, 1, seed + 1);
+            float *b = fill_uniform(s.OC, -1, 1, seed + 2), *R = fill_uniform(nout, -1, 1, seed + 3);
+            float *dw0 = calloc(nw, sizeof *dw0), *db0 = calloc(s.OC, sizeof *db0);
+            float *rws = malloc(ref_conv2d_ws_floats(s.C, s.K, s.OC, OH, OW, 1) * sizeof *rws);
+            float *out = malloc(nout * sizeof *out), *din = malloc(nin * sizeof *din);
+            float *dw = calloc(nw, sizeof *dw), *db = calloc(s.OC, sizeof *db);
+            ref_conv2d_forward(out, in, w, b, s.B, s.C, s.H, s.W, s.OC, s.K, s.stride, s.pad, OH,
+                               OW, rws, 1);
+            ref_conv2d_backward(din, dw, db, R, in, w, s.B, s.C, s.H, s.W, s.OC, s.K, s.stride,
+                                s.pad, OH, OW, rws, 1);
+            const float tol = impl ? TOL_WINO : TOL_CONV_REF, tol_sum = impl ? TOL_WINO : TOL_GEMM_SUM;
+            nhwc_run first = {0};
+            for (int i = 0; i < n; i++) {
+                conv_kernels_set(sets[i]);
+                nhwc_run r = nhwc_conv_run(&s, ci, 0, 2, in, w, b, R, dw0, db0);
+                char name[96];
+                snprintf(name, sizeof name, "%s shape %zu %s", sets[i]->isa, k,
+                         impl ? "winograd" : "direct");
+                if (!check_tensor(r.out, out, nout, tol, REF_FLOOR, name) ||
+                    !check_tensor(r.din, din, nin, tol, REF_FLOOR, name) ||
+                    !check_tensor(r.dw, dw, nw, tol_sum, REF_FLOOR, name) ||
+                    !check_tensor(r.db, db, s.OC, TOL_GEMM_SUM, REF_FLOOR, name))
+                    fail_msg("%s against the reference", name);
+                if (i == 0) {
+                    first = r;
+                    continue;
+                }
+                if (!check_tensor(r.out, first.out, nout, tol, REF_FLOOR, name) ||
+                    !check_tensor(r.din, first.din, nin, tol, REF_FLOOR, name) ||
+                    !check_tensor(r.dw, first.dw, nw, tol_sum, REF_FLOOR, name))
+                    fail_msg("%s against %s", name, sets[0]->isa);
+                nhwc_run_free(&r);
+            }
+            nhwc_run_free(&first);
+            free(in), free(w), free(b), free(R), free(dw0), free(db0), free(rws), free(out);
+            free(din), free(dw), free(db);
+        }
+    conv_kernels_set(was);
+    print_message("kernel sets checked:");
+    for (int i = 0; i < n; i++) print_message(" %s", sets[i]->isa);
+    print_message("\n");
+}
+
 // nchw_to_nhwc / nhwc_to_nchw match the reference layouts; to_nhwc zeroes the pad channels.
 static void test_nhwc_layouts(void **state) {
     (void)state;
@@ -586,6 +670,7 @@ int main(void) {
         cmocka_unit_test(test_conv_no_bias),
         cmocka_unit_test(test_conv_nhwc_threads_agree),
         cmocka_unit_test(test_conv_nhwc_gemm),
+        cmocka_unit_test(test_conv_kernel_sets),
         cmocka_unit_test(test_nhwc_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
