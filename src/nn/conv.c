@@ -1,7 +1,9 @@
-// 2-D convolution, channels-last (NHWC): direct convolution with register-tiled vector
-// kernels, the layout and code the network (net.c) runs on, and for 3x3 and 5x5 stride-1
-// layers Winograd F(2x2,3x3)/F(4x4,3x3)/F(2x2,5x5)/F(4x4,5x5) (winograd.c's stages, strung
-// together here) in whichever directions conv_geom asks. The NCHW reference it is checked against
+// 2-D convolution, channels-last (NHWC), the layout and code the network (net.c) runs on: the
+// layer (its description and CPU ops), the batch-wise passes, which run each sample through
+// the per-sample kernels of the CPU's instruction set (conv_nhwc.c: direct register-tiled
+// vector code, and for 3x3 and 5x5 stride-1 layers Winograd F(2x2,3x3)/F(4x4,3x3)/F(2x2,5x5)/
+// F(4x4,5x5) in whichever directions conv_geom asks) or the whole batch as GEMMs, the packing
+// of weights and the reduction of per-thread sums. The NCHW reference it is checked against
 // (im2col + SGEMM) is tests/lib/ref.c.
 #include "nn/layers.h"
 

@@ -41,7 +41,9 @@ static inline size_t pack_flip_off(const nhwc_plan *p) { return round16(p->nw + 
 static inline size_t pack_u_off(const nhwc_plan *p) { return pack_flip_off(p) + round16(p->nflip); }
 static inline size_t pack_uf_off(const nhwc_plan *p) { return pack_u_off(p) + round16(p->nu); }
 static inline size_t scr_sums_off(const nhwc_plan *p) { return p->pin_n + p->gb_n; }
-static inline size_t scr_dU_off(const nhwc_plan *p) { return scr_sums_off(p) + round16(2 * p->sums_n); }
+static inline size_t scr_dU_off(const nhwc_plan *p) {
+    return scr_sums_off(p) + round16(2 * p->sums_n);
+}
 static inline size_t scr_wa_off(const nhwc_plan *p) { return scr_dU_off(p) + round16(2 * p->dU_n); }
 static inline size_t scr_wb_off(const nhwc_plan *p) { return scr_wa_off(p) + p->wa_n; }
 static inline size_t scr_zf_off(const nhwc_plan *p) { return scr_wb_off(p) + p->wb_n; }

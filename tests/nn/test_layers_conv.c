@@ -598,7 +598,8 @@ static void test_conv_kernel_sets(void **state) {
             const size_t nw = (size_t)s.OC * s.C * s.K * s.K;
             const uint64_t seed = 2500 + 10 * k;
             float *in = fill_uniform(nin, -1, 1, seed), *w = fill_uniform(nw, -1, 1, seed + 1);
-            float *b = fill_uniform(s.OC, -1, 1, seed + 2), *R = fill_uniform(nout, -1, 1, seed + 3);
+            float *b = fill_uniform(s.OC, -1, 1, seed + 2);
+            float *R = fill_uniform(nout, -1, 1, seed + 3);
             float *dw0 = calloc(nw, sizeof *dw0), *db0 = calloc(s.OC, sizeof *db0);
             float *rws = malloc(ref_conv2d_ws_floats(s.C, s.K, s.OC, OH, OW, 1) * sizeof *rws);
             float *out = malloc(nout * sizeof *out), *din = malloc(nin * sizeof *din);
@@ -607,7 +608,8 @@ static void test_conv_kernel_sets(void **state) {
                                OW, rws, 1);
             ref_conv2d_backward(din, dw, db, R, in, w, s.B, s.C, s.H, s.W, s.OC, s.K, s.stride,
                                 s.pad, OH, OW, rws, 1);
-            const float tol = impl ? TOL_WINO : TOL_CONV_REF, tol_sum = impl ? TOL_WINO : TOL_GEMM_SUM;
+            const float tol = impl ? TOL_WINO : TOL_CONV_REF;
+            const float tol_sum = impl ? TOL_WINO : TOL_GEMM_SUM;
             nhwc_run first = {0};
             for (int i = 0; i < n; i++) {
                 conv_kernels_set(sets[i]);
