@@ -3,7 +3,7 @@
 #include "app/job.h"
 
 #include "core/blas_core.h"
-#include "nn/conv_kernels.h"
+#include "nn/isa_kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +45,7 @@ int job_profile_report(job *j, const train_opts *o, ht_error *e) {
     blas_core_describe(blas, sizeof blas);
     fprintf(f, "CPU devices' GEMMs (dense layers, convolutions run as GEMMs): %s\n", blas);
     char isa[160];
-    conv_kernels_describe(isa, sizeof isa);
+    isa_kernels_describe(isa, sizeof isa);
     fprintf(f, "CPU devices' own convolution kernels: %s\n", isa);
     for (int d = 0; d < j->n_devs && rc == 0; d++) {
         device_profile *p = &profs[n];

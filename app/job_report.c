@@ -10,7 +10,7 @@
 
 #include "core/blas_core.h"
 #include "nn/batchnorm.h"
-#include "nn/conv_kernels.h"
+#include "nn/isa_kernels.h"
 #include "nn/optim.h"
 #include "sharding/span.h"
 
@@ -89,7 +89,7 @@ void job_log_header(job *j, const train_opts *o) {
     char blas[256];
     blas_core_describe(blas, sizeof blas);
     char isa[160];
-    conv_kernels_describe(isa, sizeof isa);
+    isa_kernels_describe(isa, sizeof isa);
     run_log(rf, 0, "built with: %s, %s; BLAS: %s; vector code: %s\n", __VERSION__,
             openblas_get_config(), blas, isa);
     describe_setup(rf, &j->m, &j->m.setup, o->seed);

@@ -16,7 +16,7 @@
 #include "app/report/compare.h"
 #include "devices/device.h"
 #include "sharding/engine.h"
-#include "nn/conv_kernels.h"
+#include "nn/isa_kernels.h"
 #include "nn/model.h"
 #include "app/report/plot.h"
 #include "sharding/span.h"
@@ -267,7 +267,7 @@ static int cmd_devices(int argc, char **argv) {
     char blas[256];
     blas_core_describe(blas, sizeof blas);
     char isa[160];
-    conv_kernels_describe(isa, sizeof isa);
+    isa_kernels_describe(isa, sizeof isa);
     if (!json) printf("\ncpu's GEMMs: %s\ncpu's own vector code: %s\n", blas, isa);
     return 0;
 }
@@ -382,7 +382,7 @@ static int cmd_plot(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     blas_core_fix(argv); // OpenBLAS's kernels for this CPU (may run hetrain again)
-    const char *isa_problem = conv_kernels_env_error();
+    const char *isa_problem = isa_kernels_env_error();
     if (isa_problem) fprintf(stderr, "hetrain: warning: %s\n", isa_problem);
     if (argc < 2) {
         fputs(usage_main, stderr);

@@ -3,9 +3,11 @@
 // activation (dropout) may have written over its output by then.
 #include "nn/layers.h"
 
+#include "nn/isa_kernels.h"
 #include "nn/layer_desc.h"
 #include "nn/net_layers.h"
 
+#include "core/ht_omp.h"
 #include <math.h>
 
 // A missing case is a compile error, not a silently linear layer.
@@ -88,9 +90,45 @@ static inline float act_df(act_fn kind, float a, float x) {
     return 1.0f;
 }
 
+// Sigmoid and swish go to the CPU's vector code (act_vec.c through isa_kernels.h), which
+// answers 0 for a function it does not vectorise; this thread's share of `rows` rows of Cs.
+static int vec_forward(act_fn kind, float *out, const float *in, size_t rows, int C, int Cs,
+                       int nthreads) {
+    const isa_kernels *k = isa_kernels_active();
+    if (!k->act_forward(kind, out, in, 0, C, Cs)) return 0;
+#pragma omp parallel num_threads(nthreads) if (rows * (size_t)Cs >= ACT_PARALLEL_MIN)
+    {
+        const size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
+        const size_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
+        k->act_forward(kind, out + r0 * Cs, in + r0 * Cs, r1 - r0, C, Cs);
+    }
+    return 1;
+}
+
+static int vec_backward(act_fn kind, float *din, const float *dout, const float *in, size_t rows,
+                        int C, int Cs, int nthreads) {
+    const isa_kernels *k = isa_kernels_active();
+    if (!k->act_backward(kind, din, dout, in, 0, C, Cs)) return 0;
+#pragma omp parallel num_threads(nthreads) if (rows * (size_t)Cs >= ACT_PARALLEL_MIN)
+    {
+        const size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
+        const size_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
+        k->act_backward(kind, din + r0 * Cs, dout + r0 * Cs, in + r0 * Cs, r1 - r0, C, Cs);
+    }
+    return 1;
+}
+
+// A flat tensor as rows of ACT_ROW floats and a last row of the rest.
+#define ACT_ROW 1024
+
 void act_forward(act_fn kind, float alpha, float *out, const float *in, size_t n,
                  int nthreads) {
     if (nthreads < 1) nthreads = 1;
+    const size_t full = n / ACT_ROW * ACT_ROW;
+    if (vec_forward(kind, out, in, n / ACT_ROW, ACT_ROW, ACT_ROW, nthreads)) {
+        vec_forward(kind, out + full, in + full, 1, (int)(n - full), (int)(n - full), 1);
+        return;
+    }
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) out[i] = act_f(kind, alpha, in[i]);
 }
@@ -98,6 +136,12 @@ void act_forward(act_fn kind, float alpha, float *out, const float *in, size_t n
 void act_backward(act_fn kind, float alpha, float *din, const float *dout, const float *in,
                   size_t n, int nthreads) {
     if (nthreads < 1) nthreads = 1;
+    const size_t full = n / ACT_ROW * ACT_ROW;
+    if (vec_backward(kind, din, dout, in, n / ACT_ROW, ACT_ROW, ACT_ROW, nthreads)) {
+        vec_backward(kind, din + full, dout + full, in + full, 1, (int)(n - full), (int)(n - full),
+                     1);
+        return;
+    }
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) din[i] = dout[i] * act_df(kind, alpha, in[i]);
 }
@@ -105,6 +149,7 @@ void act_backward(act_fn kind, float alpha, float *din, const float *dout, const
 void act_nhwc_forward(act_fn kind, float alpha, float *out, const float *in, size_t rows,
                       int C, int Cs, int nthreads) {
     if (nthreads < 1) nthreads = 1;
+    if (vec_forward(kind, out, in, rows, C, Cs, nthreads)) return;
 #pragma omp parallel for num_threads(nthreads) schedule(static) \
     if (rows * (size_t)Cs >= ACT_PARALLEL_MIN)
     for (size_t r = 0; r < rows; r++) {
@@ -118,6 +163,7 @@ void act_nhwc_forward(act_fn kind, float alpha, float *out, const float *in, siz
 void act_nhwc_backward(act_fn kind, float alpha, float *din, const float *dout,
                        const float *in, size_t rows, int C, int Cs, int nthreads) {
     if (nthreads < 1) nthreads = 1;
+    if (vec_backward(kind, din, dout, in, rows, C, Cs, nthreads)) return;
 #pragma omp parallel for num_threads(nthreads) schedule(static) \
     if (rows * (size_t)Cs >= ACT_PARALLEL_MIN)
     for (size_t r = 0; r < rows; r++) {

@@ -13,7 +13,7 @@
 #include "core/ht_omp.h"
 #include <string.h>
 
-#include "nn/conv_kernels.h"
+#include "nn/isa_kernels.h"
 #include "nn/conv_plan.h"
 #include "nn/winograd.h"
 
@@ -224,16 +224,16 @@ void conv2d_nhwc_pack(float *pack, const float *w, const float *b, const conv_ge
                     w[((size_t)oc * C + c) * K * K + t];
 }
 
-// One sample through the kernels compiled for this CPU (conv_kernels.c).
+// One sample through the kernels compiled for this CPU (isa_kernels.c).
 void conv2d_nhwc_forward_one(float *out, const float *in, const float *pack, const conv_geom *g,
                              int relu, float *scratch) {
-    conv_kernels_active()->forward_one(out, in, pack, g, relu, scratch);
+    isa_kernels_active()->conv_forward_one(out, in, pack, g, relu, scratch);
 }
 
 void conv2d_nhwc_backward_one(float *din, const float *dout, const float *relu_out,
                               const float *in, const float *pack, const conv_geom *g,
                               float *scratch) {
-    conv_kernels_active()->backward_one(din, dout, relu_out, in, pack, g, scratch);
+    isa_kernels_active()->conv_backward_one(din, dout, relu_out, in, pack, g, scratch);
 }
 
 void conv2d_nhwc_forward(float *out, const float *in, const float *w, const float *b, int B,

@@ -1,11 +1,10 @@
 // The channels-last convolution's per-sample kernels: direct convolution with register-tiled
 // vector code, and Winograd's stages (wino_tiles.c) strung together, in whichever directions
 // conv_geom asks. Compiled once per instruction set (CMake's HT_ISAS: AVX-512, AVX2 + FMA,
-// SSE2 on x86), each copy exporting its table under its own name (isa.h); conv_kernels.c picks
-// the one the CPU runs. The layout they share is conv_plan.h's.
-#include "nn/conv_kernels.h"
+// SSE2 on x86), each copy's functions under their own names (isa_fns.h); isa_kernels.c picks
+// the copy the CPU runs. The layout they share is conv_plan.h's.
 #include "nn/conv_plan.h"
-#include "nn/isa.h"
+#include "nn/isa_fns.h"
 #include "nn/vec.h"
 #include "nn/wino_tiles.h"
 #include "nn/winograd.h"
@@ -248,7 +247,7 @@ static int zero_fields(unsigned char *zf, unsigned char *nz, const float *pin, c
     return n;
 }
 
-static void forward_one(float *out, const float *in, const float *pack, const conv_geom *g,
+void conv_nhwc_forward_one(float *out, const float *in, const float *pack, const conv_geom *g,
                              int relu, float *scratch) {
     const nhwc_plan p = conv_nhwc_plan(g);
     pad_interior(scratch, in, g->H, g->W, g->Cs, p.Wp, g->pad);
@@ -324,7 +323,7 @@ static void dw_sample(double *dwt, const float *pin, const float *gr, int grow, 
     }
 }
 
-static void backward_one(float *din, const float *dout, const float *relu_out,
+void conv_nhwc_backward_one(float *din, const float *dout, const float *relu_out,
                               const float *in, const float *pack, const conv_geom *g,
                               float *scratch) {
     const nhwc_plan p = conv_nhwc_plan(g);
@@ -380,4 +379,3 @@ static void backward_one(float *din, const float *dout, const float *relu_out,
     }
 }
 
-const conv_kernels ISA_NAME(conv_kernels) = {ISA_STRING, VL, forward_one, backward_one};

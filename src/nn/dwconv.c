@@ -7,13 +7,14 @@
 #include <string.h>
 
 #include "core/ht_omp.h"
+#include "nn/isa_kernels.h"
 #include "nn/layer_desc.h"
 #include "nn/net_layers.h"
 
-// The kernels run over channels innermost, channels-last: the weights are first laid out as
-// wt[tap][oc] (dwconv_ws_floats' scratch), so each tap of a position is one multiply-add over
-// contiguous channels of input, weight and output, which the compiler vectorises. With a depth
-// multiplier M > 1, output channel oc reads input channel oc / M.
+// The kernels (dwconv_vec.c, compiled per instruction set and run through isa_kernels_active())
+// go over channels innermost: the weights are first laid out as wt[tap][oc]
+// (dwconv_ws_floats' scratch), so each tap of a position is one multiply-add over contiguous
+// channels of input, weight and output.
 
 size_t dwconv_ws_floats(const dwconv_geom *g, int nthreads) {
     const size_t OC = (size_t)g->C * g->M, kk = (size_t)g->K * g->K;
@@ -27,54 +28,31 @@ static void wt_of(float *wt, const float *w, int OC, int KK) {
         for (int t = 0; t < KK; t++) wt[(size_t)t * OC + oc] = w[(size_t)oc * KK + t];
 }
 
-// One input position's channels as the output channels read them: x itself at M = 1, else
-// expanded into buf.
-static const float *x_of(const float *x, int OC, int M, float *buf) {
-    if (M == 1) return x;
-    for (int oc = 0; oc < OC; oc++) buf[oc] = x[oc / M];
-    return buf;
-}
-
 void dwconv_forward(float *out, const float *in, const float *w, const float *bias, int B,
                     const dwconv_geom *g, float *ws, int nthreads) {
-    const int OC = g->C * g->M, ocs = conv_cpad(OC), K = g->K;
+    const int OC = g->C * g->M, K = g->K;
     if (nthreads < 1) nthreads = 1;
     float *wt = ws;
     wt_of(wt, w, OC, K * K);
-#pragma omp parallel for num_threads(nthreads) schedule(static) if ((size_t)B * g->OH * g->OW * OC * K * K >= 65536)
-    for (int row = 0; row < B * g->OH; row++) {
-        const int b = row / g->OH, oy = row % g->OH;
+    const isa_kernels *k = isa_kernels_active();
+    const int rows = B * g->OH;
+#pragma omp parallel num_threads(nthreads) if ((size_t)B * g->OH * g->OW * OC * K * K >= 65536)
+    {
         float xb[g->M > 1 ? OC : 1];
-        for (int ox = 0; ox < g->OW; ox++) {
-            float *restrict y = out + (((size_t)b * g->OH + oy) * g->OW + ox) * ocs;
-            for (int oc = 0; oc < OC; oc++) y[oc] = 0.0f;
-            for (int ky = 0; ky < K; ky++) {
-                const int iy = oy * g->stride - g->pad + ky;
-                if (iy < 0 || iy >= g->H) continue;
-                for (int kx = 0; kx < K; kx++) {
-                    const int ix = ox * g->stride - g->pad + kx;
-                    if (ix < 0 || ix >= g->W) continue;
-                    const float *restrict x =
-                        x_of(in + (((size_t)b * g->H + iy) * g->W + ix) * g->Cs, OC, g->M, xb);
-                    const float *restrict wk = wt + (size_t)(ky * K + kx) * OC;
-                    for (int oc = 0; oc < OC; oc++) y[oc] += x[oc] * wk[oc];
-                }
-            }
-            // The bias after the sum, as a convolution adds it.
-            if (bias)
-                for (int oc = 0; oc < OC; oc++) y[oc] += bias[oc];
-            for (int oc = OC; oc < ocs; oc++) y[oc] = 0.0f;
-        }
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        k->dw_forward_rows(out, in, wt, bias, g, (int)((long)rows * t / nt),
+                           (int)((long)rows * (t + 1) / nt), xb);
     }
 }
 
 void dwconv_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                      const float *w, int B, const dwconv_geom *g, float *ws, int nthreads) {
-    const int OC = g->C * g->M, ocs = conv_cpad(OC), K = g->K, KK = K * K;
+    const int OC = g->C * g->M, K = g->K, KK = K * K;
     if (nthreads < 1) nthreads = 1;
     float *wt = ws, *sums = ws + (size_t)KK * OC;
     const size_t slice = (size_t)KK * OC + OC;
     wt_of(wt, w, OC, KK);
+    const isa_kernels *k = isa_kernels_active();
     int nt = 1;
     // Each thread its samples: their input gradient, and its own sums of the weights' and
     // biases' gradients over them, added up in thread order after.
@@ -82,44 +60,18 @@ void dwconv_backward(float *din, float *dw, float *db, const float *dout, const 
     {
 #pragma omp single
         nt = omp_get_num_threads();
-        float *restrict gw = sums + (size_t)omp_get_thread_num() * slice, *restrict gb = gw + (size_t)KK * OC;
+        float *gw = sums + (size_t)omp_get_thread_num() * slice, *gb = gw + (size_t)KK * OC;
         memset(gw, 0, sizeof(float) * slice);
         float xb[g->M > 1 ? OC : 1];
 #pragma omp for schedule(static)
-        for (int b = 0; b < B; b++) {
-            float *d = din ? din + (size_t)b * g->H * g->W * g->Cs : NULL;
-            if (d) memset(d, 0, sizeof(float) * (size_t)g->H * g->W * g->Cs);
-            for (int oy = 0; oy < g->OH; oy++)
-                for (int ox = 0; ox < g->OW; ox++) {
-                    const float *restrict dy = dout + (((size_t)b * g->OH + oy) * g->OW + ox) * ocs;
-                    for (int oc = 0; oc < OC; oc++) gb[oc] += dy[oc];
-                    for (int ky = 0; ky < K; ky++) {
-                        const int iy = oy * g->stride - g->pad + ky;
-                        if (iy < 0 || iy >= g->H) continue;
-                        for (int kx = 0; kx < K; kx++) {
-                            const int ix = ox * g->stride - g->pad + kx;
-                            if (ix < 0 || ix >= g->W) continue;
-                            const size_t t = (size_t)(ky * K + kx) * OC;
-                            const float *px = in + (((size_t)b * g->H + iy) * g->W + ix) * g->Cs;
-                            const float *restrict x = x_of(px, OC, g->M, xb);
-                            float *restrict gwk = gw + t;
-                            for (int oc = 0; oc < OC; oc++) gwk[oc] += dy[oc] * x[oc];
-                            if (!d) continue;
-                            float *dx = d + ((size_t)iy * g->W + ix) * g->Cs;
-                            const float *restrict wk = wt + t;
-                            if (g->M == 1)
-                                for (int oc = 0; oc < OC; oc++) dx[oc] += dy[oc] * wk[oc];
-                            else
-                                for (int oc = 0; oc < OC; oc++) dx[oc / g->M] += dy[oc] * wk[oc];
-                        }
-                    }
-                }
-        }
+        for (int b = 0; b < B; b++)
+            k->dw_backward_sample(din ? din + (size_t)b * g->H * g->W * g->Cs : NULL, gw, gb,
+                                  dout, in, wt, b, g, xb);
     }
     for (int t = 0; t < nt; t++) {
         const float *gw = sums + (size_t)t * slice, *gb = gw + (size_t)KK * OC;
         for (int oc = 0; oc < OC; oc++)
-            for (int k = 0; k < KK; k++) dw[(size_t)oc * KK + k] += gw[(size_t)k * OC + oc];
+            for (int q = 0; q < KK; q++) dw[(size_t)oc * KK + q] += gw[(size_t)q * OC + oc];
         for (int oc = 0; db && oc < OC; oc++) db[oc] += gb[oc];
     }
 }

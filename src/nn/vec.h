@@ -90,6 +90,37 @@ static inline void v_add_to_double(double *d, vf a) {
 #define VL 4
 #endif
 
+// ---- on every path: vf is a GCC/Clang vector type (the intrinsics' types are too), so the
+// helpers below are written once with its operators.
+typedef int32_t vint __attribute__((vector_size(sizeof(vf))));
+// Lanes of a where m (a comparison's all-ones lanes), else b.
+static inline vf v_sel(vint m, vf a, vf b) { return (vf)(((vint)a & m) | ((vint)b & ~m)); }
+// exp(x) by Cephes's expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial, 2^n
+// into the exponent; within 2 ulp of expf for x in [-87.3, 88.3], +inf above and 0 below (where
+// expf is within a few ulp of overflow or a denormal). A NaN stays NaN.
+static inline vf v_exp(vf x) {
+    const vf hi = v_set1(88.3762626647949f), lo = v_set1(-87.3365447505531f);
+    const vint over = (vint)(x > hi), under = (vint)(x < lo);
+    x = v_sel(over, hi, x);
+    x = v_sel(under, lo, x);
+    vf fx = x * 1.44269504088896341f + 0.5f;
+    vint n = __builtin_convertvector(fx, vint);
+    vf nf = __builtin_convertvector(n, vf);
+    n += (vint)(nf > fx); // truncation to floor: one less where it rounded up (negatives)
+    nf = __builtin_convertvector(n, vf);
+    x = x - nf * 0.693359375f + nf * 2.12194440e-4f;
+    const vf z = x * x;
+    vf y = v_set1(1.9875691500e-4f);
+    y = y * x + 1.3981999507e-3f;
+    y = y * x + 8.3334519073e-3f;
+    y = y * x + 4.1665795894e-2f;
+    y = y * x + 1.6666665459e-1f;
+    y = y * x + 5.0000001201e-1f;
+    y = y * z + x + 1.0f;
+    y = y * (vf)((n + 127) << 23);
+    return v_sel(under, v_zero(), v_sel(over, v_set1(__builtin_inff()), y));
+}
+
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 #endif

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "tests/lib/fd.h"
-#include "nn/conv_kernels.h"
+#include "nn/isa_kernels.h"
 #include "nn/layers.h"
 #include "tests/lib/ref.h"
 #include "core/rng.h"
@@ -558,7 +558,7 @@ static void test_conv_nhwc_gemm(void **state) {
         }
 }
 
-// Every kernel set this CPU runs (conv_kernels.h: AVX-512, AVX2, SSE2 on x86), chosen in
+// Every kernel set this CPU runs (isa_kernels.h: AVX-512, AVX2, SSE2 on x86), chosen in
 // turn: direct convolutions (3x3, 5x5, stride 2, one input channel unpadded, output channels
 // that fill no whole number of vectors) against the reference and the widest set's within
 // float rounding (the sets differ only in FMA against multiply-then-add), F(4x4,3x3)'s within
@@ -573,10 +573,10 @@ static void test_conv_kernel_sets(void **state) {
         {2, 1, 1, 12, 12, 24, 5, 1, 2}, // one input channel, not padded (a first layer)
         {2, 48, 48, 14, 14, 32, 3, 1, 1},
     };
-    const conv_kernels *sets[8];
-    const int n = conv_kernels_supported(sets, 8);
+    const isa_kernels *sets[8];
+    const int n = isa_kernels_supported(sets, 8);
     assert_true(n >= 1);
-    if (!getenv("HETRAIN_ISA")) assert_ptr_equal(conv_kernels_active(), sets[0]);
+    if (!getenv("HETRAIN_ISA")) assert_ptr_equal(isa_kernels_active(), sets[0]);
     for (int i = 1; i < n; i++) assert_true(sets[i]->vl < sets[i - 1]->vl);
 #if defined(__x86_64__)
     assert_string_equal(sets[n - 1]->isa, "sse2");
@@ -584,7 +584,7 @@ static void test_conv_kernel_sets(void **state) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         assert_true(sets[0]->vl >= 8);
 #endif
-    const conv_kernels *was = conv_kernels_active();
+    const isa_kernels *was = isa_kernels_active();
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int impl = 0; impl < 2; impl++) {
             const nhwc_shape s = shapes[k];
@@ -612,7 +612,7 @@ static void test_conv_kernel_sets(void **state) {
             const float tol_sum = impl ? TOL_WINO : TOL_GEMM_SUM;
             nhwc_run first = {0};
             for (int i = 0; i < n; i++) {
-                conv_kernels_set(sets[i]);
+                isa_kernels_set(sets[i]);
                 nhwc_run r = nhwc_conv_run(&s, ci, 0, 2, in, w, b, R, dw0, db0);
                 char name[96];
                 snprintf(name, sizeof name, "%s shape %zu %s", sets[i]->isa, k,
@@ -636,7 +636,7 @@ static void test_conv_kernel_sets(void **state) {
             free(in), free(w), free(b), free(R), free(dw0), free(db0), free(rws), free(out);
             free(din), free(dw), free(db);
         }
-    conv_kernels_set(was);
+    isa_kernels_set(was);
     print_message("kernel sets checked:");
     for (int i = 0; i < n; i++) print_message(" %s", sets[i]->isa);
     print_message("\n");

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "tests/lib/fd.h"
+#include "nn/isa_kernels.h"
 #include "nn/layer_desc.h"
 #include "nn/layers.h"
 #include "tests/lib/ref.h"
@@ -373,6 +374,72 @@ static void test_act_known_values(void **state) {
     }
 }
 
+// The vectorised sigmoid and swish (act_vec.c, exp by a polynomial) of every instruction set the
+// CPU runs against the reference's expf formulas, through the CPU path's entry points: channels-
+// last rows whose used channels fill no whole vector (13 of a stride of 16; the pad lanes,
+// NaN in the input, come out zero) and a flat tensor of two full rows and a part, two threads.
+// Inputs across +-100 (past exp's clamp at -87.3 and 88.3), zero, NaN (stays NaN) and +-inf.
+// Within TOL_VEC_ACT of max(|reference|, 1): v_exp is within 2 ulp of expf, a sigmoid adds
+// a division's rounding.
+#define TOL_VEC_ACT 1e-6f
+static int act_close(const float *y, const float *want, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++) {
+        if ((isnan(want[i]) && isnan(y[i])) || y[i] == want[i]) continue; // NaN, +-inf
+        if (!(fabsf(y[i] - want[i]) <= TOL_VEC_ACT * fmaxf(1.0f, fabsf(want[i])))) {
+            print_error("%s [%zu]: %.9g, want %.9g\n", what, i, (double)y[i], (double)want[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void test_act_vector_sets(void **state) {
+    (void)state;
+    const int C = 13, Cs = 16, rows = 40, n_flat = 2 * 1024 + 452;
+    const size_t nx = (size_t)rows * Cs;
+    float *x = fill_uniform(nx, -100, 100, 3100), *xf = fill_uniform((size_t)n_flat, -12, 12, 3101);
+    float *g = fill_uniform(nx, -1, 1, 3102), *gf = fill_uniform((size_t)n_flat, -1, 1, 3103);
+    const float special[] = {0.0f, -0.0f, 87.5f, -87.5f, 88.5f, -88.5f, 1e-30f, NAN, INFINITY,
+                             -INFINITY, 20.0f, -20.0f, 0.5f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) x[i * Cs] = special[i];
+    for (int r = 0; r < rows; r++)
+        for (int c = C; c < Cs; c++) x[(size_t)r * Cs + c] = NAN, g[(size_t)r * Cs + c] = NAN;
+    float *y = malloc(nx * sizeof *y), *d = malloc(nx * sizeof *d), *want = malloc(nx * sizeof *want);
+    float *yf = malloc((size_t)n_flat * sizeof *yf), *wantf = malloc((size_t)n_flat * sizeof *wantf);
+    const isa_kernels *sets[8], *was = isa_kernels_active();
+    const int n = isa_kernels_supported(sets, 8);
+    static const act_fn fns[] = {ACT_SIGMOID, ACT_SWISH};
+    for (int i = 0; i < n; i++) {
+        isa_kernels_set(sets[i]);
+        for (size_t f = 0; f < 2; f++) {
+            char what[64];
+            snprintf(what, sizeof what, "%s %s", sets[i]->isa, f ? "swish" : "sigmoid");
+            act_nhwc_forward(fns[f], 0, y, x, (size_t)rows, C, Cs, 2);
+            act_nhwc_backward(fns[f], 0, d, g, x, (size_t)rows, C, Cs, 2);
+            for (int r = 0; r < rows; r++) {
+                const size_t k = (size_t)r * Cs;
+                ref_act_forward(fns[f], 0, want + k, x + k, (size_t)C);
+                if (!act_close(y + k, want + k, (size_t)C, what)) fail_msg("%s forward", what);
+                ref_act_backward(fns[f], 0, want + k, g + k, x + k, (size_t)C);
+                if (!act_close(d + k, want + k, (size_t)C, what)) fail_msg("%s backward", what);
+                for (int c = C; c < Cs; c++) {
+                    assert_true(y[k + c] == 0.0f);
+                    assert_true(d[k + c] == 0.0f);
+                }
+            }
+            assert_true(isnan(y[7 * Cs])); // NaN in, NaN out: --on-nan sees it
+            act_forward(fns[f], 0, yf, xf, (size_t)n_flat, 2);
+            ref_act_forward(fns[f], 0, wantf, xf, (size_t)n_flat);
+            if (!act_close(yf, wantf, (size_t)n_flat, what)) fail_msg("%s flat forward", what);
+            act_backward(fns[f], 0, yf, gf, xf, (size_t)n_flat, 2);
+            ref_act_backward(fns[f], 0, wantf, gf, xf, (size_t)n_flat);
+            if (!act_close(yf, wantf, (size_t)n_flat, what)) fail_msg("%s flat backward", what);
+        }
+    }
+    isa_kernels_set(was);
+    free(x), free(xf), free(g), free(gf), free(y), free(d), free(want), free(yf), free(wantf);
+}
+
 // ---- softmax cross-entropy ----
 
 typedef struct xent_case {
@@ -463,6 +530,7 @@ int main(void) {
         cmocka_unit_test(test_dropout_keep_fraction_and_keys),
         cmocka_unit_test(test_act_grad_fd),
         cmocka_unit_test(test_act_known_values),
+        cmocka_unit_test(test_act_vector_sets),
         cmocka_unit_test(test_softmax_xent_grad_fd),
         cmocka_unit_test(test_softmax_xent_stable),
         cmocka_unit_test(test_softmax_xent_known_value),

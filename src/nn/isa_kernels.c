@@ -1,6 +1,6 @@
 // Which of the per-sample kernel sets (conv_nhwc.c, compiled once per instruction set in
 // CMake's HT_ISAS) runs: the widest the CPU has, or HETRAIN_ISA's when this CPU runs it.
-#include "nn/conv_kernels.h"
+#include "nn/isa_kernels.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -8,21 +8,21 @@
 #include <string.h>
 
 #ifdef HT_HAVE_ISA_avx512
-extern const conv_kernels conv_kernels_avx512;
+extern const isa_kernels isa_kernels_avx512;
 #endif
 #ifdef HT_HAVE_ISA_avx2
-extern const conv_kernels conv_kernels_avx2;
+extern const isa_kernels isa_kernels_avx2;
 #endif
 #ifdef HT_HAVE_ISA_sse2
-extern const conv_kernels conv_kernels_sse2;
+extern const isa_kernels isa_kernels_sse2;
 #endif
 #ifdef HT_HAVE_ISA_generic
-extern const conv_kernels conv_kernels_generic;
+extern const isa_kernels isa_kernels_generic;
 #endif
 
 // Every set built, widest first, and whether this CPU runs it.
 typedef struct isa_entry {
-    const conv_kernels *k;
+    const isa_kernels *k;
     int (*runs)(void);
 } isa_entry;
 
@@ -40,25 +40,25 @@ static int has_avx2(void) {
 
 static const isa_entry built[] = {
 #ifdef HT_HAVE_ISA_avx512
-    {&conv_kernels_avx512, has_avx512},
+    {&isa_kernels_avx512, has_avx512},
 #endif
 #ifdef HT_HAVE_ISA_avx2
-    {&conv_kernels_avx2, has_avx2},
+    {&isa_kernels_avx2, has_avx2},
 #endif
 #ifdef HT_HAVE_ISA_sse2
-    {&conv_kernels_sse2, always},
+    {&isa_kernels_sse2, always},
 #endif
 #ifdef HT_HAVE_ISA_generic
-    {&conv_kernels_generic, always},
+    {&isa_kernels_generic, always},
 #endif
 };
 #define N_BUILT ((int)(sizeof built / sizeof built[0]))
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static const conv_kernels *active;
+static const isa_kernels *active;
 static char env_error[160];
 
-int conv_kernels_supported(const conv_kernels **out, int max) {
+int isa_kernels_supported(const isa_kernels **out, int max) {
     int n = 0;
     for (int i = 0; i < N_BUILT; i++)
         if (built[i].runs()) {
@@ -69,8 +69,8 @@ int conv_kernels_supported(const conv_kernels **out, int max) {
 }
 
 static void choose(void) {
-    const conv_kernels *sup[8];
-    const int n = conv_kernels_supported(sup, 8);
+    const isa_kernels *sup[8];
+    const int n = isa_kernels_supported(sup, 8);
     active = sup[0];
     const char *want = getenv("HETRAIN_ISA");
     if (!want || !*want) return;
@@ -94,23 +94,23 @@ static void choose(void) {
         snprintf(env_error + len, sizeof env_error - (size_t)len, "); running %s", active->isa);
 }
 
-const conv_kernels *conv_kernels_active(void) {
+const isa_kernels *isa_kernels_active(void) {
     pthread_once(&once, choose);
     return active;
 }
 
-void conv_kernels_set(const conv_kernels *k) {
+void isa_kernels_set(const isa_kernels *k) {
     pthread_once(&once, choose);
     active = k;
 }
 
-const char *conv_kernels_env_error(void) {
+const char *isa_kernels_env_error(void) {
     pthread_once(&once, choose);
     return env_error[0] ? env_error : NULL;
 }
 
-void conv_kernels_describe(char *buf, size_t n) {
-    const conv_kernels *k = conv_kernels_active();
+void isa_kernels_describe(char *buf, size_t n) {
+    const isa_kernels *k = isa_kernels_active();
     const char *want = getenv("HETRAIN_ISA");
     int len = snprintf(buf, n, "%s, %d floats a vector (%s; built:", k->isa, k->vl,
                        want && *want && !env_error[0] ? "HETRAIN_ISA" : "the widest this CPU runs");

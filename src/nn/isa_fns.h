@@ -1,0 +1,40 @@
+// The functions each instruction set's copy of the vector code exports (CMake's HT_ISA_SOURCES,
+// compiled once per set, names suffixed by isa.h's ISA_NAME), gathered into that set's
+// isa_kernels table by isa_table.c. Callers go through isa_kernels_active() (isa_kernels.h).
+#ifndef HETRAIN_ISA_FNS_H
+#define HETRAIN_ISA_FNS_H
+
+#include "nn/isa.h"
+#include "nn/layers.h"
+
+#include <stddef.h>
+
+#define conv_nhwc_forward_one ISA_NAME(conv_nhwc_forward_one)
+#define conv_nhwc_backward_one ISA_NAME(conv_nhwc_backward_one)
+#define vec_act_forward ISA_NAME(vec_act_forward)
+#define vec_act_backward ISA_NAME(vec_act_backward)
+#define dw_forward_rows ISA_NAME(dw_forward_rows)
+#define dw_backward_sample ISA_NAME(dw_backward_sample)
+
+// conv_nhwc.c: layers.h's conv2d_nhwc_forward_one / conv2d_nhwc_backward_one.
+void conv_nhwc_forward_one(float *out, const float *in, const float *pack, const conv_geom *g,
+                           int relu, float *scratch);
+void conv_nhwc_backward_one(float *din, const float *dout, const float *relu_out, const float *in,
+                            const float *pack, const conv_geom *g, float *scratch);
+
+// act_vec.c: the act family's functions it vectorises (sigmoid, swish) over `rows` rows of Cs
+// floats, C of them used (the pad lanes written zero); 0 for another function (nothing done).
+int vec_act_forward(act_fn kind, float *out, const float *in, size_t rows, int C, int Cs);
+int vec_act_backward(act_fn kind, float *din, const float *dout, const float *in, size_t rows,
+                     int C, int Cs);
+
+// dwconv_vec.c: a depthwise convolution's output rows [row0, row1) of the batch (row = b * OH +
+// oy) from the weights laid out wt[tap][oc]; and one sample b's backward: its input gradient
+// (din_b, when not NULL) and the sums of its weight and bias gradients added into gw
+// [tap][oc] and gb. xb: OC floats of work space where the depth multiplier is above 1.
+void dw_forward_rows(float *out, const float *in, const float *wt, const float *bias,
+                     const dwconv_geom *g, int row0, int row1, float *xb);
+void dw_backward_sample(float *din_b, float *gw, float *gb, const float *dout, const float *in,
+                        const float *wt, int b, const dwconv_geom *g, float *xb);
+
+#endif
