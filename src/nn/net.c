@@ -193,20 +193,28 @@ static ws_sizes ws_measure(const model *m, const schedule *s, int max_batch, int
 }
 
 // The algorithm of conv node n (planned as p): under --conv-algo auto, a node after the trunk
-// (run batch-wise) computes as GEMMs over the batch, unless it is a 3x3 or 5x5 stride-1 layer
-// of fewer than CONV_GEMM_MIN_OC outputs, which takes what conv_choose times (direct or
-// Winograd), as a trunk node does; an explicit direct or winograd request holds for every node.
-// By shape, not timed: every rank and a resumed run decide alike. Measured on ResNet-20's
-// stages (batch 64, 2 cores, AVX2; bench/README.md): Winograd 40 GFLOP/s against GEMM's 15 at
-// 16 channels, 46 against 43 at 32, 43 against 83 at 64.
-#define CONV_GEMM_MIN_OC 64
+// (run batch-wise) computes as GEMMs over the batch, unless the per-sample kernels do better by
+// its shape, when it takes what conv_choose times (direct or Winograd), as a trunk node does:
+// a 3x3 or 5x5 stride-1 layer of at least CONV_PER_SAMPLE_MIN_POS output positions (Winograd's
+// tiles are mostly padding below), and a layer whose GEMM would copy its windows (all but 1x1
+// stride-1 ones) to sum fewer than CONV_GEMM_MIN_SUM products (C x K x K: the copy costs more
+// than the product). An explicit direct or winograd request holds for every node. By shape,
+// not timed: every rank and a resumed run decide alike. Measured (batch 64, 2 cores, AVX2,
+// --profile): at 8x8 and 64 channels Winograd 92 and 97 GFLOP/s (forward, backward) against
+// GEMM's 38 and 37 (ResNet-20's third stage; ResNet50's conv2 at 32x32 inputs 0.09 s against
+// 0.16); at 4x4 and 128 channels GEMM 0.11 s against Winograd's 0.33 (ResNet50's conv3); a 1x1
+// stride-2 layer on 16 channels direct 0.05 s against GEMM's 0.22.
+#define CONV_PER_SAMPLE_MIN_POS 64
+#define CONV_GEMM_MIN_SUM 64
 static conv_choice node_choice(const model *m, const schedule *s, int n, const net_lplan *p,
                                int trunk, int nthreads) {
     const int need_din = s->node[n].in[0] != SCHED_INPUT;
     const layer *L = node_layer(m, s, n);
     conv_geom g = geom_of(L, p);
-    if (m->setup.conv_algo == CONV_ALGO_AUTO && n >= trunk &&
-        !(conv2d_wino_ok(&g, CONV_DIR_FWD) && L->oc < CONV_GEMM_MIN_OC))
+    const int wino = conv2d_wino_ok(&g, CONV_DIR_FWD) && g.OH * g.OW >= CONV_PER_SAMPLE_MIN_POS;
+    const int small_copy = !(g.K == 1 && g.stride == 1 && g.pad == 0) &&
+                           g.C * g.K * g.K < CONV_GEMM_MIN_SUM;
+    if (m->setup.conv_algo == CONV_ALGO_AUTO && n >= trunk && !wino && !small_copy)
         return (conv_choice){CONV_GEMM, CONV_GEMM, CONV_GEMM, need_din, L->k, {{0}}};
     return conv_choose(&g, m->setup.conv_algo, need_din, nthreads);
 }
