@@ -275,10 +275,14 @@ static void test_sharding_invariance_augmented(void **state) {
 // that through its 53 batchnorms (gradients of 4e3 at conv1, groups of 4 samples at 1x1 in
 // conv5): measured, its output layer's gradient 8e-4 (CPU splits) and 2e-3 (PoCL) from the
 // CPU's alone, the lower layers' up to 0.11 and 0.12; MobileNetV2's 8e-6 / 3e-5 and 0.011 /
-// 0.016; bounded here with room. A wrong kernel is off by far more (the self-check's 0.5), and
-// each kernel is checked against the reference to 1e-5 on its own (test_layers_conv).
+// 0.016. How much the batchnorms amplify depends on which roundings they are fed: with auto's
+// timed choice between direct and Winograd for ResNet50's 8x8 layers (per process, so every
+// mix of one run shares it), ResNet50's lower layers measured 0.10 on a quiet machine and 0.20
+// on a loaded one (conv1_bn's bias). Bounded with room over that; the output layer stays at
+// 1e-2. A wrong kernel is off by far more (O(1)), and each kernel is checked against the
+// reference to 1e-5 on its own (test_layers_conv).
 #define APP_TOL_OUT 1e-2
-#define APP_TOL 0.2
+#define APP_TOL 0.4
 static void app_invariance(const model *m, const char *what) {
     const char *cl_env = getenv("HT_TEST_APPS_CL");
     int have_cl = cl_env && !strcmp(cl_env, "1") && find_pocl();
