@@ -215,7 +215,7 @@ void conv2d_nhwc_pack(float *pack, const float *w, const float *b, const conv_ge
     const int mf = conv_wino_m(g, g->fwd, CONV_DIR_FWD), md = conv_wino_m(g, g->din, CONV_DIR_DIN);
     if (mf) wino_weights(pack + pack_u_off(&p), OCs, w, C, OC, mf, K, 0);
     if (md) wino_weights(pack + pack_uf_off(&p), Cs, w, C, OC, md, K, 1);
-    if (!p.fast_din || md) return;
+    if (md) return;
     memset(wf, 0, p.nflip * sizeof *wf);
     for (int oc = 0; oc < OC; oc++)
         for (int c = 0; c < C; c++)

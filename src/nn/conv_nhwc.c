@@ -271,11 +271,13 @@ void conv_nhwc_forward_one(float *out, const float *in, const float *pack, const
 }
 
 // Input gradient by scattering each output's gradient through the kernel; any stride and
-// padding. din (H,W,Cs) is overwritten; gr is (OH,OW,OCs) with rows grow floats apart, and wp
-// the forward packing.
-static void din_scatter(float *din, const float *gr, int grow, const float *wp,
+// padding. din (H,W,Cs) is overwritten; gr is (OH,OW,OCs) with rows grow floats apart, and wf
+// the pack's flipped kernel [(oc*K+kh)*K+kw][Cs] (tap t of w at K*K-1-t): for each output
+// position and tap, din's channels += g[oc] x a row of wf, oc by oc, over contiguous channels
+// (vectorised by the compiler for this copy's instruction set).
+static void din_scatter(float *din, const float *gr, int grow, const float *wf,
                         const conv_geom *g, int OCs) {
-    const int K = g->K, C = g->C, Cs = g->Cs;
+    const int K = g->K, KK = K * K, C = g->C, Cs = g->Cs;
     memset(din, 0, (size_t)g->H * g->W * Cs * sizeof *din);
     for (int oh = 0; oh < g->OH; oh++)
         for (int ow = 0; ow < g->OW; ow++) {
@@ -286,12 +288,12 @@ static void din_scatter(float *din, const float *gr, int grow, const float *wp,
                 for (int kw = 0; kw < K; kw++) {
                     const int iw = ow * g->stride - g->pad + kw;
                     if (iw < 0 || iw >= g->W) continue;
-                    float *d = din + ((size_t)ih * g->W + iw) * Cs;
-                    const float *wr = wp + (size_t)(kh * K + kw) * OCs;
-                    for (int c = 0; c < C; c++, wr += (size_t)K * K * OCs) {
-                        float acc = 0.0f;
-                        for (int oc = 0; oc < g->OC; oc++) acc += gv[oc] * wr[oc];
-                        d[c] += acc;
+                    float *restrict d = din + ((size_t)ih * g->W + iw) * Cs;
+                    const float *wr = wf + (size_t)(KK - 1 - (kh * K + kw)) * Cs;
+                    for (int oc = 0; oc < g->OC; oc++) {
+                        const float go = gv[oc];
+                        const float *restrict wo = wr + (size_t)oc * KK * Cs;
+                        for (int c = 0; c < C; c++) d[c] += go * wo[c];
                     }
                 }
             }
@@ -375,7 +377,7 @@ void conv_nhwc_backward_one(float *din, const float *dout, const float *relu_out
         fwd_rows(din, g->Cs, gb, p.Gw, OCs, g->OC, g->K, 1, g->H, g->W, pack + pack_flip_off(&p),
                  g->Cs, NULL, 0);
     } else {
-        din_scatter(din, gi, grow, pack, g, OCs);
+        din_scatter(din, gi, grow, pack + pack_flip_off(&p), g, OCs);
     }
 }
 

@@ -70,7 +70,7 @@ nhwc_plan conv_nhwc_plan(const conv_geom *g) {
         p.wb_n = round16(p.wb_n);
     }
     p.nw = (size_t)g->K * g->K * g->C * p.OCs;
-    p.nflip = p.fast_din ? (size_t)g->K * g->K * g->OC * g->Cs : 0;
+    p.nflip = (size_t)g->K * g->K * g->OC * g->Cs; // fast_din's kernel, or din_scatter's rows
     p.zf_n = p.wino ? round16(((size_t)p.Hp * p.Wp + (size_t)g->OH * g->OW + 3) / 4) : 0;
     p.pin_n = round16((size_t)p.Hp * p.Wp * g->Cs);
     p.gb_n = round16((size_t)p.Gh * p.Gw * p.OCs);

@@ -16,7 +16,7 @@ typedef struct nhwc_plan {
     int wino;        // Winograd allowed in some direction: its pack and scratch are there
     int CV;          // channel stride of the input's transformed tiles, conv_cpad(C)
     size_t nw;       // K*K*C*OCs packed weights
-    size_t nflip;    // K*K*OC*Cs flipped weights (fast_din)
+    size_t nflip;    // K*K*OC*Cs flipped weights (the input gradient's, unless Winograd)
     size_t nu, nuf;  // Winograd weights: a*a*C*OCs (forward) and a*a*OC*Cs (input gradient)
     size_t pin_n, gb_n; // floats of the padded input and of the gradient buffer, rounded up
     size_t sums_n;   // doubles of the dw and db sums
