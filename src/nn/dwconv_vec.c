@@ -15,8 +15,8 @@ static const float *x_of(const float *x, int OC, int M, float *buf) {
     return buf;
 }
 
-void dw_forward_rows(float *out, const float *in, const float *wt, const float *bias,
-                     const dwconv_geom *g, int row0, int row1, float *xb) {
+void dwconv_vec_forward_rows(float *out, const float *in, const float *wt, const float *bias,
+                             const dwconv_geom *g, int row0, int row1, float *xb) {
     const int OC = g->C * g->M, ocs = conv_cpad(OC), K = g->K;
     for (int row = row0; row < row1; row++) {
         const int b = row / g->OH, oy = row % g->OH;
@@ -43,8 +43,9 @@ void dw_forward_rows(float *out, const float *in, const float *wt, const float *
     }
 }
 
-void dw_backward_sample(float *din_b, float *gw, float *gb, const float *dout, const float *in,
-                        const float *wt, int b, const dwconv_geom *g, float *xb) {
+void dwconv_vec_backward_sample(float *din_b, float *gw, float *gb, const float *dout,
+                                const float *in, const float *wt, int b, const dwconv_geom *g,
+                                float *xb) {
     const int OC = g->C * g->M, ocs = conv_cpad(OC), K = g->K;
     float *d = din_b;
     if (d) memset(d, 0, sizeof(float) * (size_t)g->H * g->W * g->Cs);

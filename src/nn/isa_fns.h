@@ -13,8 +13,9 @@
 #define conv_nhwc_backward_one ISA_NAME(conv_nhwc_backward_one)
 #define vec_act_forward ISA_NAME(vec_act_forward)
 #define vec_act_backward ISA_NAME(vec_act_backward)
-#define dw_forward_rows ISA_NAME(dw_forward_rows)
-#define dw_backward_sample ISA_NAME(dw_backward_sample)
+#define dwconv_vec_forward_rows ISA_NAME(dwconv_vec_forward_rows)
+#define dwconv_vec_backward_sample ISA_NAME(dwconv_vec_backward_sample)
+#define pool_vec_max_backward_one ISA_NAME(pool_vec_max_backward_one)
 
 // conv_nhwc.c: layers.h's conv2d_nhwc_forward_one / conv2d_nhwc_backward_one.
 void conv_nhwc_forward_one(float *out, const float *in, const float *pack, const conv_geom *g,
@@ -32,9 +33,13 @@ int vec_act_backward(act_fn kind, float *din, const float *dout, const float *in
 // oy) from the weights laid out wt[tap][oc]; and one sample b's backward: its input gradient
 // (din_b, when not NULL) and the sums of its weight and bias gradients added into gw
 // [tap][oc] and gb. xb: OC floats of work space where the depth multiplier is above 1.
-void dw_forward_rows(float *out, const float *in, const float *wt, const float *bias,
-                     const dwconv_geom *g, int row0, int row1, float *xb);
-void dw_backward_sample(float *din_b, float *gw, float *gb, const float *dout, const float *in,
-                        const float *wt, int b, const dwconv_geom *g, float *xb);
+void dwconv_vec_forward_rows(float *out, const float *in, const float *wt, const float *bias,
+                             const dwconv_geom *g, int row0, int row1, float *xb);
+void dwconv_vec_backward_sample(float *din_b, float *gw, float *gb, const float *dout,
+                                const float *in, const float *wt, int b, const dwconv_geom *g,
+                                float *xb);
+
+// pool_vec.c: layers.h's maxpool_nhwc_backward_one.
+void pool_vec_max_backward_one(float *din, const float *dout, const float *in, const pool_geom *g);
 
 #endif

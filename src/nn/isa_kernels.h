@@ -27,6 +27,8 @@ typedef struct isa_kernels {
     void (*dw_backward_sample)(float *din_b, float *gw, float *gb, const float *dout,
                                const float *in, const float *wt, int b, const dwconv_geom *g,
                                float *xb);
+    void (*maxpool_backward_one)(float *din, const float *dout, const float *in,
+                                 const pool_geom *g);
 } isa_kernels;
 
 // The sets this CPU runs, widest first; returns how many (at least 1), at most max in out.

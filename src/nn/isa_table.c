@@ -11,6 +11,7 @@ const isa_kernels ISA_NAME(isa_kernels) = {
     .conv_backward_one = conv_nhwc_backward_one,
     .act_forward = vec_act_forward,
     .act_backward = vec_act_backward,
-    .dw_forward_rows = dw_forward_rows,
-    .dw_backward_sample = dw_backward_sample,
+    .dw_forward_rows = dwconv_vec_forward_rows,
+    .dw_backward_sample = dwconv_vec_backward_sample,
+    .maxpool_backward_one = pool_vec_max_backward_one,
 };

@@ -4,31 +4,12 @@
 // reference with argmax is tests/lib/ref.c.
 #include "nn/layers.h"
 
+#include "nn/isa_kernels.h"
 #include "nn/layer_desc.h"
 #include "nn/net_layers.h"
+#include "nn/pool_win.h"
 
 #include <string.h>
-
-// The window of output (oh, ow) clipped to the input: its first input row and column and how
-// many rows and columns it covers (at least one each: layers never make an empty window).
-typedef struct pool_win {
-    int ih, iw, nh, nw;
-} pool_win;
-
-static inline int pool_clip(int o, int stride, int pad, int K, int in, int *n) {
-    int i0 = o * stride - pad, i1 = i0 + K;
-    if (i0 < 0) i0 = 0;
-    if (i1 > in) i1 = in;
-    *n = i1 - i0;
-    return i0;
-}
-
-static inline pool_win pool_window(const pool_geom *g, int oh, int ow) {
-    pool_win w;
-    w.ih = pool_clip(oh, g->stride, g->pad, g->K, g->H, &w.nh);
-    w.iw = pool_clip(ow, g->stride, g->pad, g->K, g->W, &w.nw);
-    return w;
-}
 
 void maxpool_nhwc_forward_one(float *out, const float *in, const pool_geom *g) {
     const int Cs = g->Cs, W = g->W;
@@ -55,83 +36,10 @@ void maxpool_nhwc_forward(float *out, const float *in, int B, const pool_geom *g
     for (int s = 0; s < B; s++) maxpool_nhwc_forward_one(out + s * out_s, in + s * in_s, g);
 }
 
-// Channels are handled in blocks of POOL_CBLOCK: a block's maxima and "still to find" masks
-// are one vector each (GCC/Clang vector extensions: one AVX-512 register, two AVX2 ones; GCC's
-// note on the ABI of passing such vectors does not concern these static, inlined helpers).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-#define POOL_CBLOCK 16
-typedef float pool_vf __attribute__((vector_size(POOL_CBLOCK * sizeof(float))));
-typedef int32_t pool_vi __attribute__((vector_size(POOL_CBLOCK * sizeof(float))));
-
-static inline pool_vf pool_load(const float *p) {
-    pool_vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-// One window (nh x nw inputs from `first`), channels [c0, c0 + POOL_CBLOCK): the gradient goes
-// to the first maximum in row-major order (as the reference's argmax); overlapping windows
-// (stride < K) can share a winner, so it is added, not assigned.
-static inline void pool_window_back(float *dp, const float *ip, const float *g, size_t first,
-                                    int W, int Cs, int nh, int nw, int assign) {
-    pool_vf m = pool_load(ip + first);
-    for (int kh = 0; kh < nh; kh++)
-        for (int kw = 0; kw < nw; kw++) {
-            pool_vf x = pool_load(ip + first + ((size_t)kh * W + kw) * Cs);
-            pool_vi gt = x > m;
-            m = (pool_vf)(((pool_vi)x & gt) | ((pool_vi)m & ~gt));
-        }
-    const pool_vi gv = (pool_vi)pool_load(g);
-    pool_vi todo = ~(pool_vi){0};
-    for (int kh = 0; kh < nh; kh++)
-        for (int kw = 0; kw < nw; kw++) {
-            const size_t at = first + ((size_t)kh * W + kw) * Cs;
-            pool_vi hit = todo & (pool_load(ip + at) == m);
-            // Assigning (windows that tile the input, din not zeroed first): 0 + g, the
-            // same bits as adding to a zeroed din (-0 becomes +0 either way).
-            pool_vf d = (assign ? (pool_vf){0} : pool_load(dp + at)) + (pool_vf)(gv & hit);
-            memcpy(dp + at, &d, sizeof d);
-            todo &= ~hit;
-        }
-}
-
+// One sample through the CPU's vector code (pool_vec.c, isa_kernels.h).
 void maxpool_nhwc_backward_one(float *din, const float *dout, const float *in,
                                const pool_geom *g) {
-    const int Cs = g->Cs, W = g->W;
-    const float *gp = dout;
-    // Windows that cover every input exactly once, over whole channel blocks: each element of
-    // din is written once, by its window, and needs no zeroing first.
-    if (g->pad == 0 && g->stride == g->K && g->OH * g->K == g->H && g->OW * g->K == W &&
-        Cs % POOL_CBLOCK == 0) {
-        for (int oh = 0; oh < g->OH; oh++)
-            for (int ow = 0; ow < g->OW; ow++, gp += Cs) {
-                const size_t first = ((size_t)oh * g->K * W + (size_t)ow * g->K) * Cs;
-                for (int c0 = 0; c0 < Cs; c0 += POOL_CBLOCK)
-                    pool_window_back(din + c0, in + c0, gp + c0, first, W, Cs, g->K, g->K, 1);
-            }
-        return;
-    }
-    memset(din, 0, (size_t)g->H * W * Cs * sizeof *din);
-    for (int oh = 0; oh < g->OH; oh++) {
-        for (int ow = 0; ow < g->OW; ow++, gp += Cs) {
-            const pool_win wd = pool_window(g, oh, ow);
-            const size_t first = ((size_t)wd.ih * W + wd.iw) * Cs;
-            int c0 = 0;
-            for (; c0 + POOL_CBLOCK <= Cs; c0 += POOL_CBLOCK)
-                pool_window_back(din + c0, in + c0, gp + c0, first, W, Cs, wd.nh, wd.nw, 0);
-            for (int c = c0; c < Cs; c++) { // channels past the last full block
-                size_t best = first + c;
-                for (int kh = 0; kh < wd.nh; kh++)
-                    for (int kw = 0; kw < wd.nw; kw++) {
-                        const size_t at = first + ((size_t)kh * W + kw) * Cs + c;
-                        if (in[at] > in[best]) best = at;
-                    }
-                din[best] += gp[c];
-            }
-        }
-    }
+    isa_kernels_active()->maxpool_backward_one(din, dout, in, g);
 }
 
 void maxpool_nhwc_backward(float *din, const float *dout, const float *in, int B,

@@ -642,6 +642,53 @@ static void test_conv_kernel_sets(void **state) {
     print_message("\n");
 }
 
+// Max pooling's backward (pool_vec.c) under every kernel set the CPU runs against the reference's
+// argmax: windows that tile the input (2x2 stride 2, assigned) and overlapping ones reaching
+// into the padding (3x3 stride 2, added); 20 channels, so a block of 16 or 8 and a tail; inputs
+// in steps of 0.25, so windows hold ties, which go to the first maximum in row-major order.
+// Exact: a gradient is moved, not computed.
+static void test_maxpool_kernel_sets(void **state) {
+    (void)state;
+    static const struct {
+        int K, stride, pad, Cs;
+    } cases[] = {{2, 2, 0, 32}, {3, 2, 1, 20}, {2, 2, 0, 20}};
+    const int B = 2, C = 20, H = 7, W = 8;
+    const isa_kernels *sets[8], *was = isa_kernels_active();
+    const int n = isa_kernels_supported(sets, 8);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int K = cases[k].K, st = cases[k].stride, pad = cases[k].pad, Cs = cases[k].Cs;
+        const int Hc = K == 2 ? 8 : H; // the tiling case covers its input exactly
+        const int OH = (Hc + 2 * pad - K) / st + 1, OW = (W + 2 * pad - K) / st + 1;
+        const size_t nin = (size_t)B * C * Hc * W, nout = (size_t)B * C * OH * OW;
+        float *in = fill_uniform(nin, -2, 2, 2700 + k), *g = fill_uniform(nout, -1, 1, 2710 + k);
+        for (size_t i = 0; i < nin; i++) in[i] = roundf(in[i] * 4.0f) / 4.0f;
+        float *out = malloc(nout * sizeof *out), *want = malloc(nin * sizeof *want);
+        int32_t *am = malloc(nout * sizeof *am);
+        ref_maxpool_forward(out, am, in, B, C, Hc, W, K, st, pad, OH, OW, 1);
+        ref_maxpool_backward(want, g, am, B, C, Hc, W, OH, OW, 1);
+        float *xin = malloc((size_t)B * Hc * W * Cs * sizeof *xin);
+        float *xg = malloc((size_t)B * OH * OW * Cs * sizeof *xg);
+        float *xd = malloc((size_t)B * Hc * W * Cs * sizeof *xd), *got = malloc(nin * sizeof *got);
+        ref_to_nhwc(xin, in, B, C, Cs, Hc * W, 0.0f);
+        ref_to_nhwc(xg, g, B, C, Cs, OH * OW, 0.0f);
+        const pool_geom pg = {.Cs = Cs, .H = Hc, .W = W, .K = K, .stride = st, .pad = pad,
+                              .OH = OH, .OW = OW};
+        for (int i = 0; i < n; i++) {
+            isa_kernels_set(sets[i]);
+            memset(xd, 0x7f, (size_t)B * Hc * W * Cs * sizeof *xd); // to be overwritten
+            maxpool_nhwc_backward(xd, xg, xin, B, &pg, 2);
+            ref_to_nchw(got, xd, B, C, Cs, Hc * W);
+            for (size_t j = 0; j < nin; j++)
+                if (got[j] != want[j])
+                    fail_msg("%s, case %zu: din[%zu] %g, want %g", sets[i]->isa, k, j,
+                             (double)got[j], (double)want[j]);
+        }
+        free(in), free(g), free(out), free(want), free(am), free(xin), free(xg), free(xd);
+        free(got);
+    }
+    isa_kernels_set(was);
+}
+
 // nchw_to_nhwc / nhwc_to_nchw match the reference layouts; to_nhwc zeroes the pad channels.
 static void test_nhwc_layouts(void **state) {
     (void)state;
@@ -673,6 +720,7 @@ int main(void) {
         cmocka_unit_test(test_conv_nhwc_threads_agree),
         cmocka_unit_test(test_conv_nhwc_gemm),
         cmocka_unit_test(test_conv_kernel_sets),
+        cmocka_unit_test(test_maxpool_kernel_sets),
         cmocka_unit_test(test_nhwc_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
