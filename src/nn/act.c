@@ -94,6 +94,7 @@ static inline float act_df(act_fn kind, float a, float x) {
 // answers 0 for a function it does not vectorise; this thread's share of `rows` rows of Cs.
 static int vec_forward(act_fn kind, float *out, const float *in, size_t rows, int C, int Cs,
                        int nthreads) {
+    (void)nthreads; // without OpenMP
     const isa_kernels *k = isa_kernels_active();
     if (!k->act_forward(kind, out, in, 0, C, Cs)) return 0;
 #pragma omp parallel num_threads(nthreads) if (rows * (size_t)Cs >= ACT_PARALLEL_MIN)
@@ -107,6 +108,7 @@ static int vec_forward(act_fn kind, float *out, const float *in, size_t rows, in
 
 static int vec_backward(act_fn kind, float *din, const float *dout, const float *in, size_t rows,
                         int C, int Cs, int nthreads) {
+    (void)nthreads; // without OpenMP
     const isa_kernels *k = isa_kernels_active();
     if (!k->act_backward(kind, din, dout, in, 0, C, Cs)) return 0;
 #pragma omp parallel num_threads(nthreads) if (rows * (size_t)Cs >= ACT_PARALLEL_MIN)
