@@ -18,4 +18,12 @@ static inline int omp_get_num_procs(void) {
 }
 #endif
 
+// A loop free of carried dependences, to be compiled as vector code without an aliasing check
+// (omp simd); nothing where the build has no OpenMP.
+#ifdef _OPENMP
+#define HT_SIMD _Pragma("omp simd")
+#else
+#define HT_SIMD
+#endif
+
 #endif

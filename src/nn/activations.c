@@ -22,16 +22,22 @@ void relu_forward(float *out, const float *in, size_t n, int nthreads) {
 
 void relu_backward(float *din, const float *dout, const float *out, size_t n, int nthreads) {
     if (nthreads < 1) nthreads = 1;
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
-    for (size_t i = 0; i < n; i++) din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+#pragma omp parallel for simd num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) {
+        const float v = dout[i]; // unconditional: a vector blend, not a branch (relu_mask)
+        din[i] = out[i] > 0.0f ? v : 0.0f;
+    }
 }
 
 void relu_dropout_backward(float *din, const float *dout, const float *out, size_t n,
                            float rate, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     const float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
-    for (size_t i = 0; i < n; i++) din[i] = out[i] > 0.0f ? dout[i] * scale : 0.0f;
+#pragma omp parallel for simd num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) {
+        const float v = dout[i] * scale; // unconditional: a vector blend, not a branch
+        din[i] = out[i] > 0.0f ? v : 0.0f;
+    }
 }
 
 // Forward and backward apply the same mask and scale; the mask is a pure function of

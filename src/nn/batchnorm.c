@@ -120,7 +120,7 @@ static inline void masked_row(float *d, const float *dy, const float *relu_out, 
         for (int c = 0; c < C; c++) d[c] = dy[c];
         return;
     }
-    for (int c = 0; c < C; c++) d[c] = relu_out[c] > 0.0f ? dy[c] : 0.0f;
+    relu_mask(d, dy, relu_out, (size_t)C);
 }
 
 void bn_frozen_backward(float *din, const float *dout, const float *gamma, const float *var,

@@ -174,9 +174,8 @@ static void gemm_backward(float *din, float *dw, float *db, const float *dout,
             const float *ro = relu_out + r0 * OCs;
 #pragma omp parallel for num_threads(nt) schedule(static)
             for (int i = 0; i < m; i++)
-                for (int k = 0; k < OC; k++)
-                    gbuf[(size_t)i * OC + k] =
-                        ro[(size_t)i * OCs + k] > 0.0f ? gr[(size_t)i * OCs + k] : 0.0f;
+                relu_mask(gbuf + (size_t)i * OC, gr + (size_t)i * OCs, ro + (size_t)i * OCs,
+                          (size_t)OC);
             gr = gbuf, ldg = OC;
         }
         const float *a = gemm_cols(in, r0, m, g, cols, &lda, nt);

@@ -342,7 +342,7 @@ void conv_nhwc_backward_one(float *din, const float *dout, const float *relu_out
             continue;
         }
         const float *mr = relu_out + (size_t)oh * row;
-        for (int i = 0; i < row; i++) dst[i] = mr[i] > 0.0f ? src[i] : 0.0f;
+        relu_mask(dst, src, mr, (size_t)row);
     }
     for (int v = 0; v < OCs; v += VL) {
         vf acc = v_zero();
