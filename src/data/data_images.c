@@ -185,10 +185,14 @@ static void rgb_to_gray(const uint8_t *rgb, uint8_t *g, size_t n) {
 // least twice the target (tw x th) each way, which decodes many times faster.
 static int decode_jpeg(tjhandle tj, const uint8_t *buf, size_t len, int ch, int tw, int th,
                        pix *out, char *why, size_t cap) {
-    int w, h, sub, cs;
+    int w = 0, h = 0, sub, cs;
     if (tjDecompressHeader3(tj, buf, (unsigned long)len, &w, &h, &sub, &cs) < 0)
         return snprintf(why, cap, "a broken JPEG: %s", tjGetErrorStr2(tj)), -1;
-    if (w < 1 || h < 1 || (uint64_t)w * (uint64_t)h > IMG_MAX_PIXELS)
+    // TurboJPEG 2.1 passes a header cut short (its warning, a fake end of image) and leaves the
+    // size unset: broken too.
+    if (w < 1 || h < 1)
+        return snprintf(why, cap, "a broken JPEG: %s", tjGetErrorStr2(tj)), -1;
+    if ((uint64_t)w * (uint64_t)h > IMG_MAX_PIXELS)
         return snprintf(why, cap, "a JPEG of %dx%d pixels", w, h), -1;
     int nsf, sw = w, sh = h;
     tjscalingfactor *sf = tjGetScalingFactors(&nsf);
