@@ -90,32 +90,33 @@ static inline float act_df(act_fn kind, float a, float x) {
     return 1.0f;
 }
 
-// Sigmoid and swish go to the CPU's vector code (act_vec.c through isa_kernels.h), which
-// answers 0 for a function it does not vectorise; this thread's share of `rows` rows of Cs.
-static int vec_forward(act_fn kind, float *out, const float *in, size_t rows, int C, int Cs,
+// Sigmoid, swish and the piecewise-linear functions go to the CPU's vector code (act_vec.c
+// through isa_kernels.h), which answers 0 for a function it does not vectorise; each thread
+// takes its share of `rows` rows of Cs.
+static int vec_forward(act_fn kind, float a, float *out, const float *in, size_t rows, int C, int Cs,
                        int nthreads) {
     (void)nthreads; // without OpenMP
     const isa_kernels *k = isa_kernels_active();
-    if (!k->act_forward(kind, out, in, 0, C, Cs)) return 0;
+    if (!k->act_forward(kind, a, out, in, 0, C, Cs)) return 0;
 #pragma omp parallel num_threads(nthreads) if (rows * (size_t)Cs >= ACT_PARALLEL_MIN)
     {
         const size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
         const size_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
-        k->act_forward(kind, out + r0 * Cs, in + r0 * Cs, r1 - r0, C, Cs);
+        k->act_forward(kind, a, out + r0 * Cs, in + r0 * Cs, r1 - r0, C, Cs);
     }
     return 1;
 }
 
-static int vec_backward(act_fn kind, float *din, const float *dout, const float *in, size_t rows,
+static int vec_backward(act_fn kind, float a, float *din, const float *dout, const float *in, size_t rows,
                         int C, int Cs, int nthreads) {
     (void)nthreads; // without OpenMP
     const isa_kernels *k = isa_kernels_active();
-    if (!k->act_backward(kind, din, dout, in, 0, C, Cs)) return 0;
+    if (!k->act_backward(kind, a, din, dout, in, 0, C, Cs)) return 0;
 #pragma omp parallel num_threads(nthreads) if (rows * (size_t)Cs >= ACT_PARALLEL_MIN)
     {
         const size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
         const size_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
-        k->act_backward(kind, din + r0 * Cs, dout + r0 * Cs, in + r0 * Cs, r1 - r0, C, Cs);
+        k->act_backward(kind, a, din + r0 * Cs, dout + r0 * Cs, in + r0 * Cs, r1 - r0, C, Cs);
     }
     return 1;
 }
@@ -127,8 +128,8 @@ void act_forward(act_fn kind, float alpha, float *out, const float *in, size_t n
                  int nthreads) {
     if (nthreads < 1) nthreads = 1;
     const size_t full = n / ACT_ROW * ACT_ROW;
-    if (vec_forward(kind, out, in, n / ACT_ROW, ACT_ROW, ACT_ROW, nthreads)) {
-        vec_forward(kind, out + full, in + full, 1, (int)(n - full), (int)(n - full), 1);
+    if (vec_forward(kind, alpha, out, in, n / ACT_ROW, ACT_ROW, ACT_ROW, nthreads)) {
+        vec_forward(kind, alpha, out + full, in + full, 1, (int)(n - full), (int)(n - full), 1);
         return;
     }
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
@@ -139,8 +140,8 @@ void act_backward(act_fn kind, float alpha, float *din, const float *dout, const
                   size_t n, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     const size_t full = n / ACT_ROW * ACT_ROW;
-    if (vec_backward(kind, din, dout, in, n / ACT_ROW, ACT_ROW, ACT_ROW, nthreads)) {
-        vec_backward(kind, din + full, dout + full, in + full, 1, (int)(n - full), (int)(n - full),
+    if (vec_backward(kind, alpha, din, dout, in, n / ACT_ROW, ACT_ROW, ACT_ROW, nthreads)) {
+        vec_backward(kind, alpha, din + full, dout + full, in + full, 1, (int)(n - full), (int)(n - full),
                      1);
         return;
     }
@@ -151,7 +152,7 @@ void act_backward(act_fn kind, float alpha, float *din, const float *dout, const
 void act_nhwc_forward(act_fn kind, float alpha, float *out, const float *in, size_t rows,
                       int C, int Cs, int nthreads) {
     if (nthreads < 1) nthreads = 1;
-    if (vec_forward(kind, out, in, rows, C, Cs, nthreads)) return;
+    if (vec_forward(kind, alpha, out, in, rows, C, Cs, nthreads)) return;
 #pragma omp parallel for num_threads(nthreads) schedule(static) \
     if (rows * (size_t)Cs >= ACT_PARALLEL_MIN)
     for (size_t r = 0; r < rows; r++) {
@@ -165,7 +166,7 @@ void act_nhwc_forward(act_fn kind, float alpha, float *out, const float *in, siz
 void act_nhwc_backward(act_fn kind, float alpha, float *din, const float *dout,
                        const float *in, size_t rows, int C, int Cs, int nthreads) {
     if (nthreads < 1) nthreads = 1;
-    if (vec_backward(kind, din, dout, in, rows, C, Cs, nthreads)) return;
+    if (vec_backward(kind, alpha, din, dout, in, rows, C, Cs, nthreads)) return;
 #pragma omp parallel for num_threads(nthreads) schedule(static) \
     if (rows * (size_t)Cs >= ACT_PARALLEL_MIN)
     for (size_t r = 0; r < rows; r++) {

@@ -23,11 +23,13 @@ void conv_nhwc_forward_one(float *out, const float *in, const float *pack, const
 void conv_nhwc_backward_one(float *din, const float *dout, const float *relu_out, const float *in,
                             const float *pack, const conv_geom *g, float *scratch);
 
-// act_vec.c: the act family's functions it vectorises (sigmoid, swish) over `rows` rows of Cs
-// floats, C of them used (the pad lanes written zero); 0 for another function (nothing done).
-int vec_act_forward(act_fn kind, float *out, const float *in, size_t rows, int C, int Cs);
-int vec_act_backward(act_fn kind, float *din, const float *dout, const float *in, size_t rows,
-                     int C, int Cs);
+// act_vec.c: the act family's functions it vectorises (sigmoid, swish, leaky relu, relu6, hard
+// sigmoid, hard swish; a the layer's parameter) over `rows` rows of Cs floats, C of them used
+// (the pad lanes written zero); 0 for another function (nothing done).
+int vec_act_forward(act_fn kind, float a, float *out, const float *in, size_t rows, int C,
+                    int Cs);
+int vec_act_backward(act_fn kind, float a, float *din, const float *dout, const float *in,
+                     size_t rows, int C, int Cs);
 
 // dwconv_vec.c: a depthwise convolution's output rows [row0, row1) of the batch (row = b * OH +
 // oy) from the weights laid out wt[tap][oc]; and one sample b's backward: its input gradient

@@ -19,9 +19,10 @@ typedef struct isa_kernels {
     void (*conv_backward_one)(float *din, const float *dout, const float *relu_out,
                               const float *in, const float *pack, const conv_geom *g,
                               float *scratch);
-    int (*act_forward)(act_fn kind, float *out, const float *in, size_t rows, int C, int Cs);
-    int (*act_backward)(act_fn kind, float *din, const float *dout, const float *in, size_t rows,
-                        int C, int Cs);
+    int (*act_forward)(act_fn kind, float a, float *out, const float *in, size_t rows, int C,
+                       int Cs);
+    int (*act_backward)(act_fn kind, float a, float *din, const float *dout, const float *in,
+                        size_t rows, int C, int Cs);
     void (*dw_forward_rows)(float *out, const float *in, const float *wt, const float *bias,
                             const dwconv_geom *g, int row0, int row1, float *xb);
     void (*dw_backward_sample)(float *din_b, float *gw, float *gb, const float *dout,

@@ -374,17 +374,22 @@ static void test_act_known_values(void **state) {
     }
 }
 
-// The vectorised sigmoid and swish (act_vec.c, exp by a polynomial) of every instruction set the
-// CPU runs against the reference's expf formulas, through the CPU path's entry points: channels-
-// last rows whose used channels fill no whole vector (13 of a stride of 16; the pad lanes,
-// NaN in the input, come out zero) and a flat tensor of two full rows and a part, two threads.
-// Inputs across +-100 (past exp's clamp at -87.3 and 88.3), zero, NaN (stays NaN) and +-inf.
-// Within TOL_VEC_ACT of max(|reference|, 1): v_exp is within 2 ulp of expf, a sigmoid adds
-// a division's rounding.
+// The vectorised activations (act_vec.c: sigmoid and swish with exp by a polynomial, the
+// piecewise-linear functions as compares and blends) of every instruction set the CPU runs
+// against the reference's double formulas, through the CPU path's entry points: channels-last
+// rows whose used channels fill no whole vector (13 of a stride of 16; the pad lanes, NaN in the
+// input, come out zero) and a flat tensor of two full rows and a part, two threads. Inputs across
+// +-100 (past exp's clamp at -87.3 and 88.3), zero, NaN and +-inf. Within TOL_VEC_ACT of
+// max(|reference|, 1): v_exp is within 2 ulp of expf, a sigmoid adds a division's rounding, the
+// piecewise-linear ones round a product and a sum in float. Where the input is NaN the
+// reference (fmin/fmax) and the layer differ by design: sigmoid and swish keep it (--on-nan sees
+// it), and the piecewise-linear functions give every set the same bits there and everywhere
+// (same_bits: one result on any CPU).
 #define TOL_VEC_ACT 1e-6f
-static int act_close(const float *y, const float *want, size_t n, const char *what) {
+static int act_close(const float *y, const float *want, const float *in, size_t n,
+                     const char *what) {
     for (size_t i = 0; i < n; i++) {
-        if ((isnan(want[i]) && isnan(y[i])) || y[i] == want[i]) continue; // NaN, +-inf
+        if (isnan(in[i]) || (isnan(want[i]) && isnan(y[i])) || y[i] == want[i]) continue;
         if (!(fabsf(y[i] - want[i]) <= TOL_VEC_ACT * fmaxf(1.0f, fabsf(want[i])))) {
             print_error("%s [%zu]: %.9g, want %.9g\n", what, i, (double)y[i], (double)want[i]);
             return 0;
@@ -393,51 +398,80 @@ static int act_close(const float *y, const float *want, size_t n, const char *wh
     return 1;
 }
 
+static int same_bits(const float *y, const float *first, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++) {
+        if ((isnan(y[i]) && isnan(first[i])) || !memcmp(&y[i], &first[i], sizeof y[i])) continue;
+        print_error("%s [%zu]: %.9g, the first set %.9g\n", what, i, (double)y[i],
+                    (double)first[i]);
+        return 0;
+    }
+    return 1;
+}
+
 static void test_act_vector_sets(void **state) {
     (void)state;
     const int C = 13, Cs = 16, rows = 40, n_flat = 2 * 1024 + 452;
-    const size_t nx = (size_t)rows * Cs;
-    float *x = fill_uniform(nx, -100, 100, 3100), *xf = fill_uniform((size_t)n_flat, -12, 12, 3101);
-    float *g = fill_uniform(nx, -1, 1, 3102), *gf = fill_uniform((size_t)n_flat, -1, 1, 3103);
+    const size_t nx = (size_t)rows * Cs, nf = (size_t)n_flat;
+    float *x = fill_uniform(nx, -100, 100, 3100), *xf = fill_uniform(nf, -12, 12, 3101);
+    float *g = fill_uniform(nx, -1, 1, 3102), *gf = fill_uniform(nf, -1, 1, 3103);
     const float special[] = {0.0f, -0.0f, 87.5f, -87.5f, 88.5f, -88.5f, 1e-30f, NAN, INFINITY,
-                             -INFINITY, 20.0f, -20.0f, 0.5f};
+                             -INFINITY, 20.0f, -20.0f, 0.5f, 6.0f, -6.0f, 3.0f, -3.0f, 2.5f};
     for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) x[i * Cs] = special[i];
     for (int r = 0; r < rows; r++)
         for (int c = C; c < Cs; c++) x[(size_t)r * Cs + c] = NAN, g[(size_t)r * Cs + c] = NAN;
-    float *y = malloc(nx * sizeof *y), *d = malloc(nx * sizeof *d), *want = malloc(nx * sizeof *want);
-    float *yf = malloc((size_t)n_flat * sizeof *yf), *wantf = malloc((size_t)n_flat * sizeof *wantf);
+    // This set's results (y, d: rows; yf, df: flat) and the first set's.
+    float *out = malloc((2 * nx + 2 * nf) * 2 * sizeof *out), *want = malloc(nx * sizeof *want);
+    float *wantf = malloc(nf * sizeof *wantf);
+    float *y = out, *d = y + nx, *yf = d + nx, *df = yf + nf, *first = df + nf;
+    const size_t all = 2 * nx + 2 * nf;
     const isa_kernels *sets[8], *was = isa_kernels_active();
     const int n = isa_kernels_supported(sets, 8);
-    static const act_fn fns[] = {ACT_SIGMOID, ACT_SWISH};
-    for (int i = 0; i < n; i++) {
-        isa_kernels_set(sets[i]);
-        for (size_t f = 0; f < 2; f++) {
+    static const struct {
+        act_fn f;
+        float alpha; // Keras's default parameter
+        int same;    // every set the same bits
+        const char *name;
+    } fns[] = {{ACT_SIGMOID, 0, 0, "sigmoid"},          {ACT_SWISH, 0, 0, "swish"},
+               {ACT_LEAKY_RELU, 0.3f, 1, "leaky relu"}, {ACT_RELU6, 6.0f, 1, "relu6"},
+               {ACT_HARD_SIGMOID, 0.2f, 1, "hard sigmoid"},
+               {ACT_HARD_SWISH, 1.0f / 6.0f, 1, "hard swish"}};
+    for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++) {
+        const act_fn fn = fns[f].f;
+        const float a = fns[f].alpha;
+        for (int i = 0; i < n; i++) {
             char what[64];
-            snprintf(what, sizeof what, "%s %s", sets[i]->isa, f ? "swish" : "sigmoid");
-            act_nhwc_forward(fns[f], 0, y, x, (size_t)rows, C, Cs, 2);
-            act_nhwc_backward(fns[f], 0, d, g, x, (size_t)rows, C, Cs, 2);
+            snprintf(what, sizeof what, "%s %s", sets[i]->isa, fns[f].name);
+            isa_kernels_set(sets[i]);
+            act_nhwc_forward(fn, a, y, x, (size_t)rows, C, Cs, 2);
+            act_nhwc_backward(fn, a, d, g, x, (size_t)rows, C, Cs, 2);
             for (int r = 0; r < rows; r++) {
                 const size_t k = (size_t)r * Cs;
-                ref_act_forward(fns[f], 0, want + k, x + k, (size_t)C);
-                if (!act_close(y + k, want + k, (size_t)C, what)) fail_msg("%s forward", what);
-                ref_act_backward(fns[f], 0, want + k, g + k, x + k, (size_t)C);
-                if (!act_close(d + k, want + k, (size_t)C, what)) fail_msg("%s backward", what);
+                ref_act_forward(fn, a, want + k, x + k, (size_t)C);
+                if (!act_close(y + k, want + k, x + k, (size_t)C, what))
+                    fail_msg("%s forward", what);
+                ref_act_backward(fn, a, want + k, g + k, x + k, (size_t)C);
+                if (!act_close(d + k, want + k, x + k, (size_t)C, what))
+                    fail_msg("%s backward", what);
                 for (int c = C; c < Cs; c++) {
                     assert_true(y[k + c] == 0.0f);
                     assert_true(d[k + c] == 0.0f);
                 }
             }
-            assert_true(isnan(y[7 * Cs])); // NaN in, NaN out: --on-nan sees it
-            act_forward(fns[f], 0, yf, xf, (size_t)n_flat, 2);
-            ref_act_forward(fns[f], 0, wantf, xf, (size_t)n_flat);
-            if (!act_close(yf, wantf, (size_t)n_flat, what)) fail_msg("%s flat forward", what);
-            act_backward(fns[f], 0, yf, gf, xf, (size_t)n_flat, 2);
-            ref_act_backward(fns[f], 0, wantf, gf, xf, (size_t)n_flat);
-            if (!act_close(yf, wantf, (size_t)n_flat, what)) fail_msg("%s flat backward", what);
+            if (!fns[f].same) // NaN in, NaN out: --on-nan sees it
+                assert_true(isnan(y[7 * Cs]));
+            act_forward(fn, a, yf, xf, nf, 2);
+            ref_act_forward(fn, a, wantf, xf, nf);
+            if (!act_close(yf, wantf, xf, nf, what)) fail_msg("%s flat forward", what);
+            act_backward(fn, a, df, gf, xf, nf, 2);
+            ref_act_backward(fn, a, wantf, gf, xf, nf);
+            if (!act_close(df, wantf, xf, nf, what)) fail_msg("%s flat backward", what);
+            if (i == 0) memcpy(first, out, all * sizeof *out);
+            else if (fns[f].same && !same_bits(out, first, all, what))
+                fail_msg("%s: not the bits of %s", what, sets[0]->isa);
         }
     }
     isa_kernels_set(was);
-    free(x), free(xf), free(g), free(gf), free(y), free(d), free(want), free(yf), free(wantf);
+    free(x), free(xf), free(g), free(gf), free(out), free(want), free(wantf);
 }
 
 // ---- softmax cross-entropy ----
