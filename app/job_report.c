@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "core/blas_core.h"
+#include "core/omp_wait.h"
 #include "nn/batchnorm.h"
 #include "nn/isa_kernels.h"
 #include "nn/optim.h"
@@ -90,8 +91,10 @@ void job_log_header(job *j, const train_opts *o) {
     blas_core_describe(blas, sizeof blas);
     char isa[160];
     isa_kernels_describe(isa, sizeof isa);
-    run_log(rf, 0, "built with: %s, %s; BLAS: %s; vector code: %s\n", __VERSION__,
-            openblas_get_config(), blas, isa);
+    char waits[256];
+    omp_wait_describe(waits, sizeof waits);
+    run_log(rf, 0, "built with: %s, %s; BLAS: %s; vector code: %s; OpenMP waits: %s\n",
+            __VERSION__, openblas_get_config(), blas, isa, waits);
     describe_setup(rf, &j->m, &j->m.setup, o->seed);
     run_log(rf, 0, "data: %s, %d training, %d validation, %d test samples\n",
             o->train_csv ? o->train_csv : (o->data_dir ? o->data_dir : TRAIN_DEFAULT_DATA),

@@ -12,6 +12,7 @@
 
 #include "app/cli.h"
 #include "core/blas_core.h"
+#include "core/omp_wait.h"
 #include "core/common.h"
 #include "app/report/compare.h"
 #include "devices/device.h"
@@ -268,7 +269,11 @@ static int cmd_devices(int argc, char **argv) {
     blas_core_describe(blas, sizeof blas);
     char isa[160];
     isa_kernels_describe(isa, sizeof isa);
-    if (!json) printf("\ncpu's GEMMs: %s\ncpu's own vector code: %s\n", blas, isa);
+    char waits[256];
+    omp_wait_describe(waits, sizeof waits);
+    if (!json)
+        printf("\ncpu's GEMMs: %s\ncpu's own vector code: %s\ncpu's threads between regions: "
+               "%s\n", blas, isa, waits);
     return 0;
 }
 
@@ -380,8 +385,20 @@ static int cmd_plot(int argc, char **argv) {
     return 0;
 }
 
+// Libraries that read their settings before main: OpenBLAS's kernels for this CPU
+// (blas_core.h) and libgomp's waits (omp_wait.h). Where hetrain sets one, it runs itself again
+// (once: each leaves a mark) so that they read them; if that fails it goes on as it is.
+static void settle_env(char **argv) {
+    const int blas = blas_core_setenv(), omp = omp_wait_setenv();
+    if (!blas && !omp) return;
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    if (blas) blas_core_unset();
+    if (omp) omp_wait_unset();
+}
+
 int main(int argc, char **argv) {
-    blas_core_fix(argv); // OpenBLAS's kernels for this CPU (may run hetrain again)
+    settle_env(argv);
     const char *isa_problem = isa_kernels_env_error();
     if (isa_problem) fprintf(stderr, "hetrain: warning: %s\n", isa_problem);
     if (argc < 2) {

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 const char *blas_core_for(int avx512, int avx2_fma, int avx) {
     return avx512 ? "SkylakeX" : avx2_fma ? "Haswell" : avx ? "Sandybridge" : NULL;
@@ -44,19 +43,25 @@ static const char *cpu_best(void) {
 #endif
 }
 
-void blas_core_fix(char **argv) {
-    if (getenv("OPENBLAS_CORETYPE") || getenv("HETRAIN_BLAS_NAMED")) return;
+int blas_core_setenv(void) {
+    if (getenv("OPENBLAS_CORETYPE") || getenv("HETRAIN_BLAS_NAMED")) return 0;
     const char *fake = getenv("HETRAIN_BLAS_CORENAME");
     const char *named = fake && *fake ? fake : openblas_get_corename();
     const char *want = cpu_best();
-    if (!blas_core_below(named, want)) return;
+    if (!blas_core_below(named, want)) return 0;
     char was[64];
     snprintf(was, sizeof was, "%s", named);
-    if (setenv("OPENBLAS_CORETYPE", want, 1) || setenv("HETRAIN_BLAS_NAMED", was, 1)) return;
-    fflush(NULL);
-    execv("/proc/self/exe", argv);
-    // Not run again: this process keeps OpenBLAS's choice, and says so where it names it.
+    if (setenv("OPENBLAS_CORETYPE", want, 1) || setenv("HETRAIN_BLAS_NAMED", was, 1)) {
+        blas_core_unset();
+        return 0;
+    }
+    return 1;
+}
+
+// Not run again: this process keeps OpenBLAS's choice, and says so where it names it.
+void blas_core_unset(void) {
     unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("HETRAIN_BLAS_NAMED");
 }
 
 void blas_core_describe(char *buf, size_t cap) {

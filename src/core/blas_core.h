@@ -3,7 +3,7 @@
 // OpenBLAS 0.3.21, which a VM reports as "Intel(R) Xeon(R) Processor") is then named
 // "Prescott" and runs SSE3 kernels a quarter as fast as its AVX2 ones. OpenBLAS reads
 // OPENBLAS_CORETYPE before main, so hetrain corrects it by running itself again with it set to
-// the kernels the CPU's features allow (blas_core_fix); a user's own OPENBLAS_CORETYPE stands.
+// the kernels the CPU's features allow (blas_core_setenv); a user's own OPENBLAS_CORETYPE stands.
 #ifndef HETRAIN_BLAS_CORE_H
 #define HETRAIN_BLAS_CORE_H
 
@@ -20,10 +20,13 @@ int blas_core_below(const char *named, const char *want);
 
 // Called first in main: when OpenBLAS named a core below what this CPU runs and the user set no
 // OPENBLAS_CORETYPE, sets it (and HETRAIN_BLAS_NAMED to what OpenBLAS had named, which also
-// keeps this from happening twice) and runs /proc/self/exe again with argv; returns only when
-// nothing needed doing or the exec failed. HETRAIN_BLAS_CORENAME, when set, stands in for
-// OpenBLAS's name (for tests).
-void blas_core_fix(char **argv);
+// keeps this from happening twice) and returns 1: main runs /proc/self/exe again for OpenBLAS to
+// read it. 0: nothing set. HETRAIN_BLAS_CORENAME, when set, stands in for OpenBLAS's name (for
+// tests).
+int blas_core_setenv(void);
+
+// Takes blas_core_setenv's settings back (the exec that would have applied them failed).
+void blas_core_unset(void);
 
 // "OpenBLAS 0.3.21, Haswell kernels" and why: "(OpenBLAS named this CPU Prescott; hetrain set
 // OPENBLAS_CORETYPE=Haswell)" or "(OPENBLAS_CORETYPE=... set by the user)".

@@ -2,7 +2,9 @@
 // that says OpenBLAS chose below it, and hetrain running itself again with OPENBLAS_CORETYPE
 // set when OpenBLAS names the CPU below its features (HETRAIN_BLAS_CORENAME stands in for the
 // name OpenBLAS gives a CPU it does not know: this machine's it knows), a user's own setting
-// left standing, and `hetrain devices` saying which kernels run.
+// left standing, and `hetrain devices` saying which kernels run. And libgomp's waits
+// (src/core/omp_wait.c), set the same way before libgomp reads them: `hetrain devices`, run
+// again with them, says so; a user's own setting stands.
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -60,11 +62,40 @@ static void test_rerun(void **state) {
     unsetenv("HETRAIN_BLAS_CORENAME");
 }
 
+#if defined(_OPENMP) && !defined(__clang__)
+#define LIBGOMP 1
+#else
+#define LIBGOMP 0
+#endif
+
+static void test_omp_wait(void **state) {
+    (void)state;
+    unsetenv("OMP_WAIT_POLICY");
+    unsetenv("GOMP_SPINCOUNT");
+    unsetenv("HETRAIN_OMP_WAIT_SET");
+    // What the run that printed it read: it ran again with them set (the mark is set only there).
+    free(test_expect_cli("devices", 0, LIBGOMP ? "threads between regions: libgomp spins 300000 "
+                                                 "rounds, 1000 where threads outnumber CPUs "
+                                                 "(hetrain set OMP_WAIT_POLICY=active "
+                                                 "GOMP_SPINCOUNT=300000)"
+                                               : "threads between regions: none"));
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    free(test_expect_cli("devices", 0, LIBGOMP ? "libgomp's waits as the user set them "
+                                                 "(OMP_WAIT_POLICY=passive)"
+                                               : "threads between regions: none"));
+    unsetenv("OMP_WAIT_POLICY");
+    setenv("GOMP_SPINCOUNT", "1000", 1);
+    free(test_expect_cli("devices", 0, LIBGOMP ? "(GOMP_SPINCOUNT=1000)"
+                                               : "threads between regions: none"));
+    unsetenv("GOMP_SPINCOUNT");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_core_for),
         cmocka_unit_test(test_below),
         cmocka_unit_test(test_rerun),
+        cmocka_unit_test(test_omp_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
