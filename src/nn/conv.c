@@ -64,10 +64,72 @@ static size_t gemm_ws_floats(const conv_geom *g) {
     return gemm_cols_off(g) + 2 * (size_t)gemm_rows_per(g) * round16(gemm_ckk(g));
 }
 
+// ---- taps that only ever read padding ----
+// Where the input is so small that whole rows and columns of the kernel meet only padding at
+// every output position (keras.applications' 3x3 "same" layers on the 1x1 maps their last stage
+// reaches from a 32x32 input), the GEMM would multiply zeros in all but those taps' columns of
+// cols: 8 of 9 for a 3x3 on 1x1. It runs the kernel's middle instead: taps [k0, k0 + K') of both
+// axes, padding pad - k0 (window corners move by k0, the taps by -k0: every input position a
+// kept tap reads is the one it read before), w's middle gathered, the middle's weight gradient
+// added back into its taps (the others' gradient is exactly zero: nothing is added to them). A
+// 3x3 on 1x1 becomes a 1x1 without padding, whose rows are read in place.
+
+// The taps [*k0, *k0 + return) of one axis that reach the input (size n) at some output
+// position (on outputs of stride s).
+static int trim_axis(int K, int pad, int s, int n, int on, int *k0) {
+    int lo = pad - (on - 1) * s, hi = n + pad;
+    if (lo < 0) lo = 0;
+    if (hi > K) hi = K;
+    *k0 = lo;
+    return hi - lo;
+}
+
+// Whether g's kernel has taps that only read padding, the same on both axes (square inputs):
+// *t the geometry of the taps that remain, *k0 their first. A middle that would run in place
+// (1x1, stride 1, no padding) must also keep the input's size.
+static int gemm_trim(const conv_geom *g, conv_geom *t, int *k0) {
+    int kh0, kw0;
+    const int kh = trim_axis(g->K, g->pad, g->stride, g->H, g->OH, &kh0);
+    const int kw = trim_axis(g->K, g->pad, g->stride, g->W, g->OW, &kw0);
+    if (kh != kw || kh0 != kw0 || kh < 1 || kh >= g->K) return 0;
+    *t = *g;
+    t->K = kh, t->pad = g->pad - kh0;
+    *k0 = kh0;
+    return !(gemm_in_place(t) && (g->OH != g->H || g->OW != g->W));
+}
+
+// The trimmed product's scratch: w's middle, its gradient, then the GEMM's own.
+static size_t trim_w_floats(const conv_geom *t) { return round16((size_t)t->OC * gemm_ckk(t)); }
+static size_t trim_ws_floats(const conv_geom *g) {
+    conv_geom t;
+    int k0;
+    return gemm_trim(g, &t, &k0) ? 2 * trim_w_floats(&t) + gemm_ws_floats(&t) : 0;
+}
+
+// dst (OC, C, K', K') = src's taps [k0, k0 + K') on both axes.
+static void trim_gather(float *dst, const float *src, const conv_geom *g, const conv_geom *t,
+                        int k0) {
+    const int K = g->K, Kt = t->K;
+    for (size_t oc_c = 0; oc_c < (size_t)g->OC * g->C; oc_c++)
+        for (int i = 0; i < Kt; i++)
+            for (int j = 0; j < Kt; j++)
+                dst[(oc_c * Kt + i) * Kt + j] = src[(oc_c * K + i + k0) * K + j + k0];
+}
+
+// dw's taps [k0, k0 + K') += the middle's gradient.
+static void trim_scatter_add(float *dw, const float *dmid, const conv_geom *g,
+                             const conv_geom *t, int k0) {
+    const int K = g->K, Kt = t->K;
+    for (size_t oc_c = 0; oc_c < (size_t)g->OC * g->C; oc_c++)
+        for (int i = 0; i < Kt; i++)
+            for (int j = 0; j < Kt; j++)
+                dw[(oc_c * K + i + k0) * K + j + k0] += dmid[(oc_c * Kt + i) * Kt + j];
+}
+
 size_t conv2d_nhwc_ws_floats(const conv_geom *g, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     return max_z(conv2d_nhwc_pack_floats(g) + (size_t)nthreads * conv2d_nhwc_scratch_floats(g),
-                 gemm_ws_floats(g));
+                 max_z(gemm_ws_floats(g), trim_ws_floats(g)));
 }
 
 // Output row r (b, oh, ow): its sample and its window's top-left corner in the input.
@@ -135,6 +197,13 @@ static void gemm_col2im(float *din, long r0, int m, const float *dcols, const co
 
 static void gemm_forward(float *out, const float *in, const float *w, const float *b, int B,
                          const conv_geom *g, int relu, float *ws, int nt) {
+    conv_geom t;
+    int k0;
+    if (gemm_trim(g, &t, &k0)) { // only the taps that reach the input (above)
+        trim_gather(ws, w, g, &t, k0);
+        gemm_forward(out, in, ws, b, B, &t, relu, ws + 2 * trim_w_floats(&t), nt);
+        return;
+    }
     const int OCs = conv_cpad(g->OC), OC = g->OC, ckk = (int)gemm_ckk(g);
     const long M = (long)B * g->OH * g->OW;
     const int rows = gemm_in_place(g) ? (int)M : gemm_rows_per(g);
@@ -160,6 +229,17 @@ static void gemm_forward(float *out, const float *in, const float *w, const floa
 static void gemm_backward(float *din, float *dw, float *db, const float *dout,
                           const float *relu_out, const float *in, const float *w, int B,
                           const conv_geom *g, float *ws, int nt) {
+    conv_geom t;
+    int k0;
+    if (gemm_trim(g, &t, &k0)) { // only the taps that reach the input (above)
+        float *wmid = ws, *dmid = ws + trim_w_floats(&t);
+        trim_gather(wmid, w, g, &t, k0);
+        memset(dmid, 0, sizeof(float) * (size_t)t.OC * gemm_ckk(&t));
+        gemm_backward(din, dmid, db, dout, relu_out, in, wmid, B, &t, ws + 2 * trim_w_floats(&t),
+                      nt);
+        trim_scatter_add(dw, dmid, g, &t, k0);
+        return;
+    }
     const int OCs = conv_cpad(g->OC), C = g->C, OC = g->OC, ckk = (int)gemm_ckk(g);
     const long M = (long)B * g->OH * g->OW;
     float *gbuf = ws, *cols = ws + gemm_cols_off(g);

@@ -506,6 +506,13 @@ static void test_conv_nhwc_gemm(void **state) {
         {3, 20, 32, 4, 4, 24, 3, 1, 1},   // 3x3 "same" on 4x4: windows reach into the padding
         {2, 5, 16, 7, 6, 9, 3, 2, 1},     // 3x3 stride 2 (4x3 outputs): windows overlap
         {2, 3, 16, 9, 9, 8, 7, 2, 3},     // 7x7 stride 2 on 3 channels (ResNet's stem, small)
+        // Taps that only read padding, left out (gemm_trim): 3x3 and 5x5 "same" on 1x1 (the
+        // middle tap alone, read in place), 5x5 on 2x2 (the middle 3x3), 3x3 stride 2 on 2x2
+        // (the lower-right 2x2, no padding left)
+        {3, 40, 48, 1, 1, 36, 3, 1, 1},
+        {2, 20, 32, 1, 1, 24, 5, 1, 2},
+        {2, 12, 16, 2, 2, 10, 5, 1, 2},
+        {2, 10, 16, 2, 2, 12, 3, 2, 1},
     };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int relu = 0; relu < 2; relu++) {
@@ -517,7 +524,9 @@ static void test_conv_nhwc_gemm(void **state) {
             const uint64_t seed = 2100 + 10 * k + relu;
             float *in = fill_uniform(nin, -1, 1, seed), *w = fill_uniform(nw, -1, 1, seed + 1);
             float *b = fill_uniform(s.OC, -1, 1, seed + 2), *R = fill_uniform(nout, -1, 1, seed + 3);
-            float *dw0 = calloc(nw, sizeof *dw0), *db0 = calloc(s.OC, sizeof *db0);
+            // The gradients are added to what dw and db hold (a trimmed kernel's other taps
+            // must keep theirs).
+            float *dw0 = fill_uniform(nw, -1, 1, seed + 4), *db0 = fill_uniform(s.OC, -1, 1, seed + 5);
             nhwc_run r = nhwc_conv_run(&s, CONV_GEMM, relu, 2, in, w, b, R, dw0, db0);
             // One thread: the same up to the rounding of BLAS's own blocking of a product
             // split otherwise (its kernels vary with the block's size); the same thread count
@@ -536,7 +545,9 @@ static void test_conv_nhwc_gemm(void **state) {
             // The reference: NCHW im2col + SGEMM, the relu and its mask applied around it.
             float *rws = malloc(ref_conv2d_ws_floats(s.C, s.K, s.OC, OH, OW, 1) * sizeof *rws);
             float *out = malloc(nout * sizeof *out), *din = malloc(nin * sizeof *din);
-            float *dw = calloc(nw, sizeof *dw), *db = calloc(s.OC, sizeof *db);
+            float *dw = malloc(nw * sizeof *dw), *db = malloc(s.OC * sizeof *db);
+            memcpy(dw, dw0, nw * sizeof *dw);
+            memcpy(db, db0, s.OC * sizeof *db);
             ref_conv2d_forward(out, in, w, b, s.B, s.C, s.H, s.W, s.OC, s.K, s.stride, s.pad, OH,
                                OW, rws, 1);
             for (size_t i = 0; relu && i < nout; i++) {
@@ -603,7 +614,9 @@ static void test_conv_kernel_sets(void **state) {
             float *dw0 = calloc(nw, sizeof *dw0), *db0 = calloc(s.OC, sizeof *db0);
             float *rws = malloc(ref_conv2d_ws_floats(s.C, s.K, s.OC, OH, OW, 1) * sizeof *rws);
             float *out = malloc(nout * sizeof *out), *din = malloc(nin * sizeof *din);
-            float *dw = calloc(nw, sizeof *dw), *db = calloc(s.OC, sizeof *db);
+            float *dw = malloc(nw * sizeof *dw), *db = malloc(s.OC * sizeof *db);
+            memcpy(dw, dw0, nw * sizeof *dw);
+            memcpy(db, db0, s.OC * sizeof *db);
             ref_conv2d_forward(out, in, w, b, s.B, s.C, s.H, s.W, s.OC, s.K, s.stride, s.pad, OH,
                                OW, rws, 1);
             ref_conv2d_backward(din, dw, db, R, in, w, s.B, s.C, s.H, s.W, s.OC, s.K, s.stride,
