@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/common.h"
@@ -131,9 +132,10 @@ static int time_layer(const conv_geom *g0, conv_impl wino, int need_din, int nth
             }
     for (int d = 0; d < 3; d++)
         for (int k = 0; k < 2; k++) t[d][k] = median(v[d][k], n);
-    // The input gradient's own time: its pass less the direct weight gradient in it.
+    // The input gradient's own time: its pass less the direct weight gradient in it; at least
+    // a nanosecond (two medians of a loaded machine, an ASan build's, can cross).
     for (int k = 0; k < 2; k++)
-        t[CONV_DIR_DIN][k] = need_din ? t[CONV_DIR_DIN][k] - t[CONV_DIR_DW][0] : 0.0;
+        t[CONV_DIR_DIN][k] = need_din ? fmax(t[CONV_DIR_DIN][k] - t[CONV_DIR_DW][0], 1e-9) : 0.0;
     free(mem);
     free(meas);
     return 0;
