@@ -35,8 +35,7 @@ void relu_dropout_backward(float *din, const float *dout, const float *out, size
     const float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
 #pragma omp parallel for simd num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
-        const float v = dout[i] * scale; // unconditional: a vector blend, not a branch
-        din[i] = out[i] > 0.0f ? v : 0.0f;
+        din[i] = keep_if(out[i] > 0.0f, dout[i] * scale); // a vector blend, not a branch
     }
 }
 
@@ -62,8 +61,10 @@ void dropout_forward_mask(float *out, const float *in, int B, size_t N, float ra
             const float *x = in + (size_t)i * N;
             float *y = out + (size_t)i * N;
             const uint32_t id = ids[i];
-            for (size_t e = lo; e < hi; e++)
-                y[e] = ht_rng_uniform(key, id, (uint32_t)e & emask) >= rate ? x[e] * scale : 0.0f;
+            HT_SIMD
+            for (size_t e = lo; e < hi; e++) {
+                y[e] = keep_if(ht_rng_uniform(key, id, (uint32_t)e & emask) >= rate, x[e] * scale);
+            }
         }
     }
 }
@@ -142,9 +143,10 @@ void dropout_nhwc_apply(float *out, const float *in, int B, int C, int Cs, int H
     for (int i = 0; i < B; i++) {
         for (int p = 0; p < HW; p++) {
             const size_t k = ((size_t)i * HW + p) * Cs;
+            HT_SIMD
             for (int c = 0; c < C; c++) {
                 const uint32_t e = ((uint32_t)c * (uint32_t)HW + (uint32_t)p) & emask;
-                out[k + c] = ht_rng_uniform(key, ids[i], e) >= rate ? in[k + c] * scale : 0.0f;
+                out[k + c] = keep_if(ht_rng_uniform(key, ids[i], e) >= rate, in[k + c] * scale);
             }
             for (int c = C; c < Cs; c++) out[k + c] = 0.0f;
         }
