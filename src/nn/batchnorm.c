@@ -11,6 +11,8 @@
 // moving = momentum * moving + (1 - momentum) * (mean over the batch's groups).
 #include "nn/batchnorm.h"
 
+#include "nn/isa_kernels.h"
+
 #include "nn/layer_desc.h"
 #include "nn/layers.h"
 #include "nn/net_layers.h"
@@ -43,167 +45,35 @@ void model_bn_update(const model *m, float *params, const float *sums) {
     }
 }
 
-// ---- the math, channels-last with channel stride cs (pad channels stay zero) ----------------
+// ---- the math: the CPU's instruction set's copy (bn_vec.c through isa_kernels.h) ------------
 
-// Per (group, channel): mean, biased variance, 1/sqrt(var + eps) into stats (3 * C per group).
 void bn_train_forward(float *out, const float *in, const float *gamma, const float *beta,
                       float *stats, int B, int P, int C, int cs, int G, float eps, int relu,
                       int nthreads) {
-    const int ng = (B + G - 1) / G;
-    if (nthreads < 1) nthreads = 1;
-#pragma omp parallel num_threads(nthreads)
-    {
-        double *acc = malloc(sizeof(double) * 3 * (size_t)C);
-#pragma omp for schedule(static)
-        for (int g = 0; g < ng; g++) {
-            if (!acc) continue;
-            const int s0 = g * G, s1 = s0 + G < B ? s0 + G : B;
-            const size_t r0 = (size_t)s0 * P, r1 = (size_t)s1 * P;
-            const double R = (double)(r1 - r0);
-            // One pass of sums shifted by each channel's first value (which keeps the
-            // variance's cancellation to the data's spread, not its mean), in double.
-            double *a1 = acc, *a2 = acc + C, *k = acc + 2 * C;
-            for (int c = 0; c < C; c++) a1[c] = a2[c] = 0, k[c] = in[r0 * cs + c];
-            for (size_t r = r0; r < r1; r++) {
-                const float *x = in + r * cs;
-                for (int c = 0; c < C; c++) {
-                    double d = (double)x[c] - k[c];
-                    a1[c] += d;
-                    a2[c] += d * d;
-                }
-            }
-            float *st = stats + (size_t)g * 3 * C;
-            for (int c = 0; c < C; c++) {
-                double m = a1[c] / R, var = a2[c] / R - m * m;
-                if (var < 0) var = 0;
-                st[c] = (float)(k[c] + m);
-                st[C + c] = (float)var;
-                st[2 * C + c] = (float)(1.0 / sqrt(var + (double)eps));
-            }
-            for (size_t r = r0; r < r1; r++) {
-                const float *x = in + r * cs;
-                float *y = out + r * cs;
-                for (int c = 0; c < C; c++) {
-                    float xh = (x[c] - st[c]) * st[2 * C + c];
-                    y[c] = (gamma ? gamma[c] : 1.0f) * xh + (beta ? beta[c] : 0.0f);
-                }
-                if (relu)
-                    for (int c = 0; c < C; c++) y[c] = y[c] > 0.0f ? y[c] : 0.0f;
-                for (int c = C; c < cs; c++) y[c] = 0.0f;
-            }
-        }
-        free(acc);
-    }
+    isa_kernels_active()->bn_train_forward(out, in, gamma, beta, stats, B, P, C, cs, G, eps, relu,
+                                           nthreads);
 }
 
 void bn_infer_forward(float *out, const float *in, const float *gamma, const float *beta,
                       const float *mean, const float *var, size_t rows, int C, int cs, float eps,
                       int relu, int nthreads) {
-    if (nthreads < 1) nthreads = 1;
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (rows * (size_t)cs >= 32768)
-    for (size_t r = 0; r < rows; r++) {
-        const float *x = in + r * cs;
-        float *y = out + r * cs;
-        for (int c = 0; c < C; c++) {
-            float inv = 1.0f / sqrtf(var[c] + eps);
-            y[c] = (gamma ? gamma[c] : 1.0f) * ((x[c] - mean[c]) * inv) + (beta ? beta[c] : 0.0f);
-        }
-        if (relu)
-            for (int c = 0; c < C; c++) y[c] = y[c] > 0.0f ? y[c] : 0.0f;
-        for (int c = C; c < cs; c++) y[c] = 0.0f;
-    }
-}
-
-// dy with the fused ReLU's mask (where its output is 0 the gradient stops), into d.
-static inline void masked_row(float *d, const float *dy, const float *relu_out, int C) {
-    if (!relu_out) {
-        for (int c = 0; c < C; c++) d[c] = dy[c];
-        return;
-    }
-    relu_mask(d, dy, relu_out, (size_t)C);
+    isa_kernels_active()->bn_infer_forward(out, in, gamma, beta, mean, var, rows, C, cs, eps,
+                                           relu, nthreads);
 }
 
 void bn_frozen_backward(float *din, const float *dout, const float *gamma, const float *var,
                         const float *relu_out, size_t rows, int C, int cs, float eps,
                         int nthreads) {
-    if (nthreads < 1) nthreads = 1;
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (rows * (size_t)cs >= 32768)
-    for (size_t r = 0; r < rows; r++) {
-        float *dx = din + r * cs;
-        masked_row(dx, dout + r * cs, relu_out ? relu_out + r * cs : NULL, C);
-        for (int c = 0; c < C; c++) dx[c] *= (gamma ? gamma[c] : 1.0f) / sqrtf(var[c] + eps);
-        for (int c = C; c < cs; c++) dx[c] = 0.0f;
-    }
+    isa_kernels_active()->bn_frozen_backward(din, dout, gamma, var, relu_out, rows, C, cs, eps,
+                                             nthreads);
 }
 
 int bn_train_backward(float *din, float *dgamma, float *dbeta, float *state_sums,
                       const float *dout, const float *in, const float *gamma, const float *stats,
                       const float *relu_out, int B, int P, int C, int cs, int G, int nthreads) {
-    const int ng = (B + G - 1) / G;
-    double *sums = malloc(sizeof(double) * 2 * (size_t)C * (size_t)ng);
-    if (!sums) return -1;
-    if (nthreads < 1) nthreads = 1;
-    int failed = 0;
-#pragma omp parallel num_threads(nthreads) reduction(| : failed)
-    {
-        // A row of the masked gradient, and per channel k = gamma/sqrt(var+eps) and the two
-        // means of the group, in float for the elementwise pass.
-        float *d = malloc(sizeof(float) * 4 * (size_t)C), *kk = d + C, *m1 = kk + C, *m2 = m1 + C;
-        failed = !d;
-#pragma omp for schedule(static)
-        for (int g = 0; g < ng; g++) {
-            if (!d) continue;
-            const int s0 = g * G, s1 = s0 + G < B ? s0 + G : B;
-            const size_t r0 = (size_t)s0 * P, r1 = (size_t)s1 * P;
-            const double R = (double)(r1 - r0);
-            const float *st = stats + (size_t)g * 3 * C, *mean = st, *inv = st + 2 * C;
-            double *sdy = sums + (size_t)g * 2 * C, *sdx = sdy + C;
-            for (int c = 0; c < C; c++) sdy[c] = sdx[c] = 0;
-            for (size_t r = r0; r < r1; r++) {
-                const float *x = in + r * cs;
-                masked_row(d, dout + r * cs, relu_out ? relu_out + r * cs : NULL, C);
-                for (int c = 0; c < C; c++) {
-                    sdy[c] += d[c];
-                    sdx[c] += (double)d[c] * ((x[c] - mean[c]) * inv[c]);
-                }
-            }
-            if (!din) continue;
-            for (int c = 0; c < C; c++) {
-                kk[c] = (float)((gamma ? gamma[c] : 1.0) * inv[c]);
-                m1[c] = (float)(sdy[c] / R);
-                m2[c] = (float)(sdx[c] / R);
-            }
-            for (size_t r = r0; r < r1; r++) {
-                const float *x = in + r * cs;
-                float *dx = din + r * cs;
-                masked_row(d, dout + r * cs, relu_out ? relu_out + r * cs : NULL, C);
-                for (int c = 0; c < C; c++) {
-                    const float xh = (x[c] - mean[c]) * inv[c];
-                    dx[c] = kk[c] * (d[c] - m1[c] - xh * m2[c]);
-                }
-                for (int c = C; c < cs; c++) dx[c] = 0.0f;
-            }
-        }
-        free(d);
-    }
-    if (failed) {
-        free(sums);
-        return -1;
-    }
-    // The groups' sums in group order: the same bits for any thread count.
-    for (int g = 0; g < ng; g++) {
-        const double *sdy = sums + (size_t)g * 2 * C, *sdx = sdy + C;
-        const float *st = stats + (size_t)g * 3 * C;
-        for (int c = 0; c < C; c++) {
-            if (dgamma) dgamma[c] += (float)sdx[c];
-            if (dbeta) dbeta[c] += (float)sdy[c];
-            state_sums[c] += st[c];
-            state_sums[C + c] += st[C + c];
-        }
-        state_sums[2 * C] += 1.0f;
-    }
-    free(sums);
-    return 0;
+    return isa_kernels_active()->bn_train_backward(din, dgamma, dbeta, state_sums, dout, in,
+                                                   gamma, stats, relu_out, B, P, C, cs, G,
+                                                   nthreads);
 }
 
 // ---- the bn family: its description (layer_desc.h) and CPU ops (net_layers.h) ---------------

@@ -16,6 +16,10 @@
 #define dwconv_vec_forward_rows ISA_NAME(dwconv_vec_forward_rows)
 #define dwconv_vec_backward_sample ISA_NAME(dwconv_vec_backward_sample)
 #define pool_vec_max_backward_one ISA_NAME(pool_vec_max_backward_one)
+#define bn_vec_train_forward ISA_NAME(bn_vec_train_forward)
+#define bn_vec_infer_forward ISA_NAME(bn_vec_infer_forward)
+#define bn_vec_frozen_backward ISA_NAME(bn_vec_frozen_backward)
+#define bn_vec_train_backward ISA_NAME(bn_vec_train_backward)
 
 // conv_nhwc.c: layers.h's conv2d_nhwc_forward_one / conv2d_nhwc_backward_one.
 void conv_nhwc_forward_one(float *out, const float *in, const float *pack, const conv_geom *g,
@@ -43,5 +47,21 @@ void dwconv_vec_backward_sample(float *din_b, float *gw, float *gb, const float 
 
 // pool_vec.c: layers.h's maxpool_nhwc_backward_one.
 void pool_vec_max_backward_one(float *din, const float *dout, const float *in, const pool_geom *g);
+
+// bn_vec.c: batchnorm.h's bn_train_forward, bn_infer_forward, bn_frozen_backward and
+// bn_train_backward, the same arguments.
+void bn_vec_train_forward(float *out, const float *in, const float *gamma, const float *beta,
+                          float *stats, int B, int P, int C, int cs, int G, float eps, int relu,
+                          int nthreads);
+void bn_vec_infer_forward(float *out, const float *in, const float *gamma, const float *beta,
+                          const float *mean, const float *var, size_t rows, int C, int cs,
+                          float eps, int relu, int nthreads);
+void bn_vec_frozen_backward(float *din, const float *dout, const float *gamma, const float *var,
+                            const float *relu_out, size_t rows, int C, int cs, float eps,
+                            int nthreads);
+int bn_vec_train_backward(float *din, float *dgamma, float *dbeta, float *state_sums,
+                          const float *dout, const float *in, const float *gamma,
+                          const float *stats, const float *relu_out, int B, int P, int C, int cs,
+                          int G, int nthreads);
 
 #endif

@@ -30,6 +30,19 @@ typedef struct isa_kernels {
                                float *xb);
     void (*maxpool_backward_one)(float *din, const float *dout, const float *in,
                                  const pool_geom *g);
+    void (*bn_train_forward)(float *out, const float *in, const float *gamma, const float *beta,
+                             float *stats, int B, int P, int C, int cs, int G, float eps, int relu,
+                             int nthreads);
+    void (*bn_infer_forward)(float *out, const float *in, const float *gamma, const float *beta,
+                             const float *mean, const float *var, size_t rows, int C, int cs,
+                             float eps, int relu, int nthreads);
+    void (*bn_frozen_backward)(float *din, const float *dout, const float *gamma,
+                               const float *var, const float *relu_out, size_t rows, int C,
+                               int cs, float eps, int nthreads);
+    int (*bn_train_backward)(float *din, float *dgamma, float *dbeta, float *state_sums,
+                             const float *dout, const float *in, const float *gamma,
+                             const float *stats, const float *relu_out, int B, int P, int C,
+                             int cs, int G, int nthreads);
 } isa_kernels;
 
 // The sets this CPU runs, widest first; returns how many (at least 1), at most max in out.

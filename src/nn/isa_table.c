@@ -14,4 +14,8 @@ const isa_kernels ISA_NAME(isa_kernels) = {
     .dw_forward_rows = dwconv_vec_forward_rows,
     .dw_backward_sample = dwconv_vec_backward_sample,
     .maxpool_backward_one = pool_vec_max_backward_one,
+    .bn_train_forward = bn_vec_train_forward,
+    .bn_infer_forward = bn_vec_infer_forward,
+    .bn_frozen_backward = bn_vec_frozen_backward,
+    .bn_train_backward = bn_vec_train_backward,
 };

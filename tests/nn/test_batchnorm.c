@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "nn/batchnorm.h"
+#include "nn/isa_kernels.h"
 #include "tests/lib/fd.h"
 #include "nn/model.h"
 #include "nn/net.h"
@@ -405,6 +406,66 @@ static void test_bn_config(void **state) {
     free(path), free(bpath), free(dir);
 }
 
+// batchnorm's passes in every instruction set's copy (bn_vec.c): training forward with and
+// without the fused relu, its backward through the relu's mask, inference and the frozen
+// backward, channels-last with pad channels (NaN in the input's, which must never reach a
+// result), two threads, groups of 3 over 7 samples. The statistics are summed in double per
+// channel along the rows and every set vectorises across channels only: the same bits in every
+// set; and the widest set's forward against the double reference.
+static void test_bn_kernel_sets(void **state) {
+    (void)state;
+    enum { B = 7, P = 9, C = 21, CS = 32, G = 3, NG = (B + G - 1) / G };
+    const size_t rows = (size_t)B * P, n = rows * CS;
+    const float eps = 1e-3f;
+    float *x = fill_uniform(n, -2, 3, 4100), *dy = fill_uniform(n, -1, 1, 4101);
+    float *gamma = fill_uniform(C, 0.5f, 1.5f, 4102), *beta = fill_uniform(C, -0.5f, 0.5f, 4103);
+    float *mean = fill_uniform(C, -0.2f, 0.2f, 4104), *var = fill_uniform(C, 0.5f, 2.0f, 4105);
+    for (size_t r = 0; r < rows; r++)
+        for (int c = C; c < CS; c++) x[r * CS + c] = NAN, dy[r * CS + c] = NAN;
+    // Per set: out (relu), out (no relu), din, dgamma, dbeta, sums, inference out, frozen din.
+    const size_t per = 5 * n + 4 * (size_t)C + 1;
+    const isa_kernels *sets[8], *was = isa_kernels_active();
+    const int ns = isa_kernels_supported(sets, 8);
+    float *res = calloc(per * (size_t)ns, sizeof *res), stats[3 * C * NG];
+    for (int i = 0; i < ns; i++) {
+        isa_kernels_set(sets[i]);
+        float *o = res + per * (size_t)i, *o0 = o + n, *din = o0 + n, *inf = din + n;
+        float *fdin = inf + n, *dg = fdin + n, *db = dg + C, *sums = db + C;
+        bn_train_forward(o0, x, gamma, beta, stats, B, P, C, CS, G, eps, 0, 2);
+        bn_train_forward(o, x, gamma, beta, stats, B, P, C, CS, G, eps, 1, 2);
+        assert_int_equal(bn_train_backward(din, dg, db, sums, dy, x, gamma, stats, o, B, P, C, CS,
+                                           G, 2), 0);
+        assert_true(sums[2 * C] == (float)NG);
+        bn_infer_forward(inf, x, gamma, beta, mean, var, rows, C, CS, eps, 1, 2);
+        bn_frozen_backward(fdin, dy, gamma, var, inf, rows, C, CS, eps, 2);
+        for (size_t r = 0; r < rows; r++)
+            for (int c = C; c < CS; c++) {
+                assert_true(o[r * CS + c] == 0.0f && o0[r * CS + c] == 0.0f);
+                assert_true(din[r * CS + c] == 0.0f && fdin[r * CS + c] == 0.0f);
+            }
+        if (i == 0) { // the widest set's forward against the reference (NCHW, double)
+            float *xc = malloc(sizeof(float) * B * C * P), *want = malloc(sizeof(float) * B * C * P);
+            for (int b = 0; b < B; b++)
+                for (int c = 0; c < C; c++)
+                    for (int p = 0; p < P; p++)
+                        xc[((size_t)b * C + c) * P + p] = x[((size_t)b * P + p) * CS + c];
+            ref_bn_train_forward(want, xc, gamma, beta, B, C, P, G, eps);
+            for (int b = 0; b < B; b++)
+                for (int c = 0; c < C; c++)
+                    for (int p = 0; p < P; p++) {
+                        const float w = want[((size_t)b * C + c) * P + p];
+                        assert_float_equal(o0[((size_t)b * P + p) * CS + c], w,
+                                           TOL_BN_NET * fmaxf(1.0f, fabsf(w)));
+                    }
+            free(xc), free(want);
+        } else if (memcmp(o, res, per * sizeof *res)) {
+            fail_msg("batchnorm in %s: not the bits of %s", sets[i]->isa, sets[0]->isa);
+        }
+    }
+    isa_kernels_set(was);
+    free(x), free(dy), free(gamma), free(beta), free(mean), free(var), free(res);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bn_reference_finite_differences),
@@ -413,6 +474,7 @@ int main(void) {
         cmocka_unit_test(test_bn_update),
         cmocka_unit_test(test_bn_config),
         cmocka_unit_test(test_bn_frozen),
+        cmocka_unit_test(test_bn_kernel_sets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
