@@ -23,10 +23,7 @@ void relu_forward(float *out, const float *in, size_t n, int nthreads) {
 void relu_backward(float *din, const float *dout, const float *out, size_t n, int nthreads) {
     if (nthreads < 1) nthreads = 1;
 #pragma omp parallel for simd num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
-    for (size_t i = 0; i < n; i++) {
-        const float v = dout[i]; // unconditional: a vector blend, not a branch (relu_mask)
-        din[i] = out[i] > 0.0f ? v : 0.0f;
-    }
+    for (size_t i = 0; i < n; i++) din[i] = keep_if(out[i] > 0.0f, dout[i]);
 }
 
 void relu_dropout_backward(float *din, const float *dout, const float *out, size_t n,
@@ -35,7 +32,7 @@ void relu_dropout_backward(float *din, const float *dout, const float *out, size
     const float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
 #pragma omp parallel for simd num_threads(nthreads) schedule(static) if (n >= ACT_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
-        din[i] = keep_if(out[i] > 0.0f, dout[i] * scale); // a vector blend, not a branch
+        din[i] = keep_if(out[i] > 0.0f, dout[i] * scale);
     }
 }
 
