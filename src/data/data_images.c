@@ -29,7 +29,8 @@
 #define IMG_MAX_FILE_BYTES (256u << 20) // larger files are refused as broken
 #define IMG_MAX_PIXELS (1u << 26)       // decoded width x height (8192 x 8192)
 #define CACHE_MAGIC "HTIMGC01"
-#define CACHE_VERSION 2u
+// 3: caches before it may list a good JPEG decoded right after a broken one as skipped.
+#define CACHE_VERSION 3u
 
 // ---- the scan --------------------------------------------------------------------------------
 
@@ -662,6 +663,12 @@ static void decode_all(const scan *s, const data_images_opts *o, uint8_t *px, ch
             }
             free(buf);
             free(p.p);
+            // A TurboJPEG 2.1 handle whose header read failed answers the next file's with no
+            // size and the old error: a fresh one for the file after a failure.
+            if (why[i][0] && tj) {
+                tjDestroy(tj);
+                tj = tjInitDecompress();
+            }
             int k;
 #pragma omp atomic capture
             k = ++done;

@@ -394,6 +394,46 @@ static void test_broken_files(void **state) {
     free(dir);
 }
 
+// A broken JPEG and the good ones after it, decoded in that order on one thread (one TurboJPEG
+// handle): each good one is loaded. TurboJPEG 2.1 leaves a handle that failed on one file
+// failing the next with the same message ("missing SOS marker" on a valid JPEG).
+static void test_good_jpeg_after_broken(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("images-after-broken");
+    mkdirs(dir, "x/");
+    uint8_t rgb[4 * 3 * 3];
+    card(rgb);
+    char sub[1100], p[1200];
+    snprintf(sub, sizeof sub, "%s/x", dir);
+    unsigned long len;
+    unsigned char *b = jpeg_bytes(rgb, 4, 3, &len);
+    // Cut inside its last table, before its scan: TurboJPEG's header reader fails ("missing SOS
+    // marker"); cut after 20 bytes: it warns and sets no size.
+    unsigned long sos = 2;
+    while (sos + 1 < len && !(b[sos] == 0xFF && b[sos + 1] == 0xDA)) sos++;
+    assert_true(sos > 40 && sos + 1 < len);
+    put(sub, "a_cut.jpg", b, sos - 20);
+    put(sub, "d_head.jpg", b, 20);
+    tjFree(b);
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/c%d.jpg", sub, i);
+        write_jpeg(p, rgb, 4, 3);
+    }
+    dataset d;
+    data_images_info info;
+    ht_error e;
+    data_images_opts o = opts(3, 4, 3, NULL);
+    o.threads = 1;
+    if (dataset_load_images(&d, &info, dir, &o, &e)) fail_msg("%s", e.msg);
+    test_expect_frags(info.skipped, 0, "x/a_cut.jpg: a broken JPEG", "x/d_head.jpg: a broken JPEG",
+                      NULL);
+    assert_int_equal(info.n_skipped, 2);
+    assert_int_equal(d.n, 3);
+    dataset_free(&d);
+    data_images_info_free(&info);
+    free(dir);
+}
+
 // The cache: the first load writes it, the second reads it to the same values and the same
 // skipped files; a file changed (its time) is a new key.
 static void test_cache(void **state) {
@@ -506,7 +546,7 @@ static void test_folder_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scan_and_decode), cmocka_unit_test(test_resize_and_crop),
-        cmocka_unit_test(test_broken_files),    cmocka_unit_test(test_cache),
+        cmocka_unit_test(test_broken_files),    cmocka_unit_test(test_good_jpeg_after_broken),    cmocka_unit_test(test_cache),
         cmocka_unit_test(test_folder_errors),   cmocka_unit_test(test_gif_interlaced),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
