@@ -130,9 +130,17 @@ static const char *usage_train =
     "                         or as bfloat16 (half the bytes; changes the numerics: each\n"
     "                         rank's sum is rounded to 8 significant bits before the ranks'\n"
     "                         float sum). Parameters always travel as float [f32]\n"
+    "  --precision f32|bf16   what the cpu device's GEMMs multiply in: float32, or bfloat16\n"
+    "                         factors with float32 sums and master weights (changes the\n"
+    "                         numerics: each factor keeps 8 significant bits). The GEMMs are\n"
+    "                         the dense layers and the convolutions logged as gemm (all of\n"
+    "                         them with --conv-algo gemm); direct and Winograd convolutions\n"
+    "                         and the other layers stay float32. Runs the AVX512_BF16\n"
+    "                         instructions where the CPU has them, elsewhere the same numerics\n"
+    "                         emulated, slower than f32; the cpu device only [f32]\n"
     "  --mem-limit SIZE       memory each device may use (256M, 2G); a device spec can set\n"
     "                         its own with :mem=, e.g. cl:0.0@3:mem=512M [what it reports]\n"
-    "  --conv-algo auto|direct|winograd|winograd2\n"
+    "  --conv-algo auto|direct|winograd|winograd2|gemm\n"
     "                         how every device computes 3x3 and 5x5 stride-1 convolutions:\n"
     "                         direct; Winograd F(4x4,3x3)/F(4x4,5x5) (winograd) or\n"
     "                         F(2x2,3x3)/F(2x2,5x5) (winograd2, smaller rounding error) in every\n"
@@ -141,7 +149,9 @@ static const char *usage_train =
     "                         logged [the model's conv_algo, else auto]; OpenCL devices\n"
     "                         compute as the CPU's timings decided. Other convolutions run\n"
     "                         direct. Under auto, the CPU runs the layers after the\n"
-    "                         network's first branch as GEMMs over the batch (logged: gemm)\n"
+    "                         network's first branch as GEMMs over the batch (logged: gemm);\n"
+    "                         gemm: the cpu device computes every convolution so (im2col\n"
+    "                         and GEMM), the OpenCL devices direct\n"
     "  --no-self-check        skip checking every device against the CPU before training\n"
     "  --on-nan skip|stop     a non-finite loss or gradient skips that step's update, or stops\n"
     "                         the run [skip]\n"
@@ -283,6 +293,7 @@ int cli_train(int argc, char **argv) {
         {"restore-best-weights", no_argument, 0, OPT_RESTORE_BEST},
         {"reduce-lr-on-plateau", required_argument, 0, OPT_REDUCE_LR},
         {"save-best", required_argument, 0, OPT_SAVE_BEST},
+        {"precision", required_argument, 0, OPT_PRECISION},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
     train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1,
                     .weight_decay = -1, .wd_mode = -1, .layout = -1, .coarse = -1};
@@ -391,6 +402,12 @@ int cli_train(int argc, char **argv) {
             if (cli_parse_float("--weight-decay", optarg, 0, 1, 0, &f) < 0) return EXIT_USAGE;
             o.weight_decay = (float)f;
             o.given |= RUN_OPT_GIVEN(RUN_OPT_WEIGHT_DECAY);
+            break;
+        case OPT_PRECISION:
+            if (!strcmp(optarg, "f32")) o.precision = PRECISION_F32;
+            else if (!strcmp(optarg, "bf16")) o.precision = PRECISION_BF16;
+            else return cli_usage_error("train", "--precision: expected f32 or bf16, found \"%s\"", optarg);
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_PRECISION);
             break;
         case OPT_COMM_DTYPE:
             if (!strcmp(optarg, "f32")) o.comm_bf16 = 0;

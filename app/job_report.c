@@ -1,6 +1,7 @@
 // What a run writes as it goes: the run log's header, the engine's events, and each epoch's
 // metrics row (the CSV's header too) and log lines, with the measurements of every rank.
 #include "app/job.h"
+#include "nn/gemm_bf16.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -55,6 +56,11 @@ static void describe_setup(run_files *rf, const model *m, const train_setup *s, 
                                                              : " (decoupled, on the kernels)");
     run_log(rf, 0, "batch %d, epochs %d, val_split %g, seed %llu\n", s->batch, s->epochs,
             s->val_split, (unsigned long long)seed);
+    if (s->precision == PRECISION_BF16)
+        run_log(rf, 0, "precision: bf16 (the dense layers and convolutions multiply bfloat16 "
+                "factors into float32 sums; %s)\n",
+                gemm_bf16_native() ? "AVX512_BF16"
+                                   : "emulated: this CPU has no AVX512_BF16, slower than f32");
     if (m->n_state)
         run_log(rf, 0, "model: %s, %zu parameters (and %zu of batchnorm state), %.1f M "
                 "multiply-adds per sample\n", m->name, m->n_trainable, m->n_state,

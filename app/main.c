@@ -17,6 +17,7 @@
 #include "app/report/compare.h"
 #include "devices/device.h"
 #include "sharding/engine.h"
+#include "nn/gemm_bf16.h"
 #include "nn/isa_kernels.h"
 #include "nn/model.h"
 #include "app/report/plot.h"
@@ -65,7 +66,7 @@ static const char *usage_predict =
     "  --cifar-labels fine|coarse  as for train\n"
     "  --limit N              first N test samples only\n"
     "  --devices SPEC         as for train [auto]\n"
-    "  --conv-algo auto|direct|winograd|winograd2\n"
+    "  --conv-algo auto|direct|winograd|winograd2|gemm\n"
     "                         as for train [the model's conv_algo, else auto]\n"
     "  --cache-dir DIR        as for train [$XDG_CACHE_HOME/hetrain, else ~/.cache/hetrain]\n"
     "  --help                 this text\n";
@@ -273,7 +274,9 @@ static int cmd_devices(int argc, char **argv) {
     omp_wait_describe(waits, sizeof waits);
     if (!json)
         printf("\ncpu's GEMMs: %s\ncpu's own vector code: %s\ncpu's threads between regions: "
-               "%s\n", blas, isa, waits);
+               "%s\ncpu's bfloat16 GEMMs (--precision bf16): %s\n", blas, isa, waits,
+               gemm_bf16_native() ? "AVX512_BF16"
+                                  : "emulated (this CPU has no AVX512_BF16), slower than f32");
     return 0;
 }
 

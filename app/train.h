@@ -66,6 +66,7 @@ typedef struct train_opts {
     int no_self_check;     // skip the check of every device against the CPU before training
     int nan_stop;          // a non-finite loss/gradient stops the run (else the step is skipped)
     int comm_bf16;         // --comm-dtype bf16: the gradient travels between ranks as bfloat16
+    int precision;         // --precision: precision (model.h) of the CPU devices' GEMMs
     double device_timeout; // seconds a device may take for a shard (0: the default)
     int balance;           // BALANCE_AUTO (default, 0) or BALANCE_STATIC
     int rebalance;         // re-weigh every N steps under auto balance (0: default)

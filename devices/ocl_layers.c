@@ -9,9 +9,9 @@ conv_geom ocl_conv_geom(const layer *L, const conv_choice *algo) {
                    .stride = L->stride, .pad = L->pad, .OH = L->oh, .OW = L->ow};
     if (algo) g.fwd = algo->fwd, g.din = algo->din, g.dw = algo->dw;
     // The CPU path's GEMMs over the batch are this path's direct im2col + CLBlast.
-    if (g.fwd == CONV_GEMM) g.fwd = CONV_DIRECT;
-    if (g.din == CONV_GEMM) g.din = CONV_DIRECT;
-    if (g.dw == CONV_GEMM) g.dw = CONV_DIRECT;
+    if (conv_impl_gemm(g.fwd)) g.fwd = CONV_DIRECT;
+    if (conv_impl_gemm(g.din)) g.din = CONV_DIRECT;
+    if (conv_impl_gemm(g.dw)) g.dw = CONV_DIRECT;
     return g;
 }
 static pool_geom pool_of(const layer *L) {

@@ -295,6 +295,7 @@ static int rank_sum(engine *g, int f, int r, const float *seg, float *dst, float
     const engine_fac *F = &g->fac[f];
     const size_t W = (size_t)F->in * F->out, per = (size_t)F->in + F->out;
     const int nt = omp_get_max_threads();
+    const gemm_prec prec = g->m->setup.precision == PRECISION_BF16 ? GEMM_BF16 : GEMM_F32;
     int devs;
     if (fac_devices(g, f, r, seg, &devs, e) < 0) return -1;
     const float *x = seg + FAC_HEAD;
@@ -303,7 +304,8 @@ static int rank_sum(engine *g, int f, int r, const float *seg, float *dst, float
         float *out = i ? tmp : dst;
         for (int off = 0; off < n; off += step) {
             const int kb = n - off < step ? n - off : step;
-            dense_weight_grad(out, x + (size_t)kb * F->in, x, kb, F->in, F->out, off ? 1.0f : 0.0f, nt);
+            dense_weight_grad(out, x + (size_t)kb * F->in, x, kb, F->in, F->out, off ? 1.0f : 0.0f,
+                              nt, prec);
             x += (size_t)kb * per;
         }
         if (out == tmp) {
@@ -328,7 +330,8 @@ static int add_single(engine *g, int f, int r, const float *seg, float *out) {
     if (fac_devices(g, f, r, seg, &devs, &ignored) < 0 || devs != 1 || seg[2] < seg[1]) return 0;
     const int n = (int)seg[1];
     const float *x = seg + FAC_HEAD;
-    dense_weight_grad(out, x + (size_t)n * F->in, x, n, F->in, F->out, 1.0f, omp_get_max_threads());
+    dense_weight_grad(out, x + (size_t)n * F->in, x, n, F->in, F->out, 1.0f, omp_get_max_threads(),
+                      g->m->setup.precision == PRECISION_BF16 ? GEMM_BF16 : GEMM_F32);
     return 1;
 }
 

@@ -11,7 +11,7 @@
 //   nesterov = 1              1000, 10 epochs, val_split 0.2; Adam betas .9/.999, eps 1e-8)
 //   decay = 1e-6   beta1 = 0.9   beta2 = 0.999   eps = 1e-8
 //   batch = 1000   epochs = 10   val_split = 0.2
-//   conv_algo = auto          auto|direct|winograd|winograd2: how CPU devices compute 3x3
+//   conv_algo = auto          auto|direct|winograd|winograd2|gemm: how CPU devices compute 3x3
 //                             and 5x5 stride-1 convolutions (--conv-algo overrides it)
 //   lr_schedule = none        none|cosine|exp:GAMMA|step:EPOCHS:GAMMA (optim.h; --lr-schedule)
 //   weight_decay = 0          W >= 0 on the kernels (--weight-decay)

@@ -207,12 +207,13 @@ static void gemm_forward(float *out, const float *in, const float *w, const floa
     const int OCs = conv_cpad(g->OC), OC = g->OC, ckk = (int)gemm_ckk(g);
     const long M = (long)B * g->OH * g->OW;
     const int rows = gemm_in_place(g) ? (int)M : gemm_rows_per(g);
+    const gemm_prec prec = g->fwd == CONV_GEMM_BF16 ? GEMM_BF16 : GEMM_F32;
     for (long r0 = 0; r0 < M; r0 += rows) {
         const int m = (int)(M - r0 < rows ? M - r0 : rows);
         int lda;
         const float *a = gemm_cols(in, r0, m, g, ws + gemm_cols_off(g), &lda, nt);
-        sgemm_split(CblasNoTrans, CblasTrans, m, OC, ckk, a, lda, w, ckk, 0.0f, out + r0 * OCs,
-                    OCs, nt, SPLIT_M, 16);
+        gemm_split(prec, CblasNoTrans, CblasTrans, m, OC, ckk, a, lda, w, ckk, 0.0f,
+                   out + r0 * OCs, OCs, nt, SPLIT_M, 16);
     }
     // The bias after the sum (as the direct path adds it), the relu, the pad channels zero.
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -242,6 +243,7 @@ static void gemm_backward(float *din, float *dw, float *db, const float *dout,
     }
     const int OCs = conv_cpad(g->OC), C = g->C, OC = g->OC, ckk = (int)gemm_ckk(g);
     const long M = (long)B * g->OH * g->OW;
+    const gemm_prec prec = g->dw == CONV_GEMM_BF16 ? GEMM_BF16 : GEMM_F32;
     float *gbuf = ws, *cols = ws + gemm_cols_off(g);
     float *dcols = cols + (size_t)gemm_rows_per(g) * round16(gemm_ckk(g));
     if (din && !gemm_in_place(g)) memset(din, 0, sizeof(float) * (size_t)B * g->H * g->W * g->Cs);
@@ -259,17 +261,17 @@ static void gemm_backward(float *din, float *dw, float *db, const float *dout,
             gr = gbuf, ldg = OC;
         }
         const float *a = gemm_cols(in, r0, m, g, cols, &lda, nt);
-        sgemm_split(CblasTrans, CblasNoTrans, OC, ckk, m, gr, ldg, a, lda, 1.0f, dw, ckk, nt,
-                    SPLIT_LONGER, 16);
+        gemm_split(prec, CblasTrans, CblasNoTrans, OC, ckk, m, gr, ldg, a, lda, 1.0f, dw, ckk,
+                   nt, SPLIT_LONGER, 16);
         for (int i = 0; db && i < m; i++)
             for (int k = 0; k < OC; k++) db[k] += gr[(size_t)i * ldg + k];
         if (!din) continue;
         if (gemm_in_place(g)) {
-            sgemm_split(CblasNoTrans, CblasNoTrans, m, C, OC, gr, ldg, w, C, 0.0f,
-                        din + r0 * g->Cs, g->Cs, nt, SPLIT_LONGER, 16);
+            gemm_split(prec, CblasNoTrans, CblasNoTrans, m, C, OC, gr, ldg, w, C, 0.0f,
+                       din + r0 * g->Cs, g->Cs, nt, SPLIT_LONGER, 16);
         } else {
-            sgemm_split(CblasNoTrans, CblasNoTrans, m, ckk, OC, gr, ldg, w, ckk, 0.0f, dcols,
-                        ckk, nt, SPLIT_LONGER, 16);
+            gemm_split(prec, CblasNoTrans, CblasNoTrans, m, ckk, OC, gr, ldg, w, ckk, 0.0f,
+                       dcols, ckk, nt, SPLIT_LONGER, 16);
             gemm_col2im(din, r0, m, dcols, g, nt);
         }
     }
@@ -318,7 +320,7 @@ void conv2d_nhwc_backward_one(float *din, const float *dout, const float *relu_o
 void conv2d_nhwc_forward(float *out, const float *in, const float *w, const float *b, int B,
                          const conv_geom *g, int relu, float *ws, int nthreads) {
     if (nthreads < 1) nthreads = 1;
-    if (g->fwd == CONV_GEMM) {
+    if (conv_impl_gemm(g->fwd)) {
         gemm_forward(out, in, w, b, B, g, relu, ws, nthreads);
         return;
     }
@@ -366,7 +368,7 @@ void conv2d_nhwc_backward(float *din, float *dw, float *db, const float *dout,
                           const float *relu_out, const float *in, const float *w, int B,
                           const conv_geom *g, float *ws, int nthreads) {
     if (nthreads < 1) nthreads = 1;
-    if (g->dw == CONV_GEMM) {
+    if (conv_impl_gemm(g->dw)) {
         gemm_backward(din, dw, db, dout, relu_out, in, w, B, g, ws, nthreads);
         return;
     }

@@ -23,6 +23,7 @@
 
 static const char *impl_name(conv_impl i, int K) {
     if (i == CONV_GEMM) return "gemm";
+    if (i == CONV_GEMM_BF16) return "gemm bf16";
     if (K == 5)
         return i == CONV_WINO4   ? "winograd F(4x4,5x5)"
                : i == CONV_WINO2 ? "winograd F(2x2,5x5)"
@@ -270,6 +271,10 @@ int conv_choices_restore(const char *text) {
 
 conv_choice conv_choose(const conv_geom *g, conv_algo req, int need_din, int nthreads) {
     conv_choice c = {.need_din = need_din, .K = g->K};
+    if (req == CONV_ALGO_GEMM) {
+        c.fwd = c.din = c.dw = CONV_GEMM;
+        return c;
+    }
     if (req == CONV_ALGO_DIRECT || !conv2d_wino_ok(g, CONV_DIR_FWD)) return c;
     if (req == CONV_ALGO_AUTO) return choose_auto(g, need_din, nthreads < 1 ? 1 : nthreads);
     const conv_impl impl = req == CONV_ALGO_WINOGRAD2 ? CONV_WINO2 : CONV_WINO4;

@@ -7,6 +7,7 @@
 #include "nn/net_layers.h"
 
 #include <cblas.h>
+#include "nn/gemm_bf16.h"
 #include "core/ht_omp.h"
 #include <string.h>
 
@@ -18,9 +19,13 @@
 // threads (bench/dense_gemm.c; bench/README.md has the figures): the weight gradient (1024 x
 // 3136, K = 50) is quicker split by rows than by columns, the input gradient (50 x 3136, K =
 // 1024) in column blocks of 64 than of 16; the forward pass gains nothing.
-void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
-                 int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc, int nthreads,
-                 split_dim dim, int align) {
+void gemm_split(gemm_prec prec, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+                const float *A, int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc,
+                int nthreads, split_dim dim, int align) {
+    // bfloat16's packing of a factor is paid by every thread that reads all of it: split the
+    // longer side, so that each packs its part of the larger factor (its sums' order, hence
+    // its bits, do not change with the split).
+    if (prec == GEMM_BF16) dim = SPLIT_LONGER;
     const int split_m = dim == SPLIT_M || M >= N, len = split_m ? M : N;
     const int blocks = (len + align - 1) / align;
     if (nthreads > blocks) nthreads = blocks;
@@ -37,12 +42,19 @@ void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, co
         if (hi > lo) {
             if (split_m) {
                 const float *a = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
-                cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, 1.0f, a, lda, Bm, ldb, beta,
-                            Cm + (size_t)lo * ldc, ldc);
+                if (prec == GEMM_BF16)
+                    gemm_bf16(ta, tb, hi - lo, N, K, a, lda, Bm, ldb, beta, Cm + (size_t)lo * ldc,
+                              ldc);
+                else
+                    cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, 1.0f, a, lda, Bm, ldb,
+                                beta, Cm + (size_t)lo * ldc, ldc);
             } else {
                 const float *bm = tb == CblasNoTrans ? Bm + lo : Bm + (size_t)lo * ldb;
-                cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, 1.0f, A, lda, bm, ldb, beta,
-                            Cm + lo, ldc);
+                if (prec == GEMM_BF16)
+                    gemm_bf16(ta, tb, M, hi - lo, K, A, lda, bm, ldb, beta, Cm + lo, ldc);
+                else
+                    cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, 1.0f, A, lda, bm, ldb,
+                                beta, Cm + lo, ldc);
             }
         }
     }
@@ -50,31 +62,37 @@ void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, co
 
 void dense_forward(float *out, const float *in, const float *w, const float *b, int B, int IN,
                    int OUT, int nthreads) {
+    dense_forward_p(out, in, w, b, B, IN, OUT, nthreads, GEMM_F32);
+}
+
+void dense_forward_p(float *out, const float *in, const float *w, const float *b, int B, int IN,
+                     int OUT, int nthreads, gemm_prec prec) {
     for (int i = 0; i < B; i++) {
         if (b) memcpy(out + (size_t)i * OUT, b, (size_t)OUT * sizeof *out);
         else memset(out + (size_t)i * OUT, 0, (size_t)OUT * sizeof *out);
     }
-    sgemm_split(CblasNoTrans, CblasTrans, B, OUT, IN, in, IN, w, IN, 1.0f, out, OUT, nthreads,
-                SPLIT_LONGER, DENSE_SPLIT_ALIGN);
+    gemm_split(prec, CblasNoTrans, CblasTrans, B, OUT, IN, in, IN, w, IN, 1.0f, out, OUT,
+               nthreads, SPLIT_LONGER, DENSE_SPLIT_ALIGN);
 }
 
 void dense_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                     const float *w, int B, int IN, int OUT, int nthreads) {
-    dense_backward_beta(din, dw, db, dout, in, w, B, IN, OUT, 1.0f, nthreads);
+    dense_backward_beta(din, dw, db, dout, in, w, B, IN, OUT, 1.0f, nthreads, GEMM_F32);
 }
 
 void dense_weight_grad(float *dw, const float *dout, const float *in, int B, int IN, int OUT,
-                       float beta, int nthreads) {
+                       float beta, int nthreads, gemm_prec prec) {
     // dw (OUT x IN) = beta * dw + dout^T (OUT x B) * in (B x IN): by rows (each thread's part
     // of dw one contiguous range) where every thread gets at least 64 of them.
     const split_dim dw_dim = OUT >= 64 * (nthreads > 1 ? nthreads : 1) ? SPLIT_M : SPLIT_LONGER;
-    sgemm_split(CblasTrans, CblasNoTrans, OUT, IN, B, dout, OUT, in, IN, beta, dw, IN, nthreads,
-                dw_dim, DENSE_SPLIT_ALIGN);
+    gemm_split(prec, CblasTrans, CblasNoTrans, OUT, IN, B, dout, OUT, in, IN, beta, dw, IN,
+               nthreads, dw_dim, DENSE_SPLIT_ALIGN);
 }
 
 void dense_backward_beta(float *din, float *dw, float *db, const float *dout, const float *in,
-                         const float *w, int B, int IN, int OUT, float beta, int nthreads) {
-    dense_weight_grad(dw, dout, in, B, IN, OUT, beta, nthreads);
+                         const float *w, int B, int IN, int OUT, float beta, int nthreads,
+                         gemm_prec prec) {
+    dense_weight_grad(dw, dout, in, B, IN, OUT, beta, nthreads, prec);
     if (db && beta == 0.0f) memset(db, 0, sizeof(float) * (size_t)OUT);
     for (int i = 0; db && i < B; i++) {
         const float *g = dout + (size_t)i * OUT;
@@ -82,8 +100,8 @@ void dense_backward_beta(float *din, float *dw, float *db, const float *dout, co
     }
     // din (B x IN) = dout (B x OUT) * w (OUT x IN): the longer side, columns in blocks of 64.
     if (din)
-        sgemm_split(CblasNoTrans, CblasNoTrans, B, IN, OUT, dout, OUT, w, IN, 0.0f, din, IN,
-                    nthreads, SPLIT_LONGER, B >= IN ? DENSE_SPLIT_ALIGN : 4 * DENSE_SPLIT_ALIGN);
+        gemm_split(prec, CblasNoTrans, CblasNoTrans, B, IN, OUT, dout, OUT, w, IN, 0.0f, din, IN,
+                   nthreads, SPLIT_LONGER, B >= IN ? DENSE_SPLIT_ALIGN : 4 * DENSE_SPLIT_ALIGN);
 }
 
 // ---- the dense family: its description (layer_desc.h) and CPU ops (net_layers.h) ----
@@ -132,13 +150,13 @@ const layer_family family_dense = {
     .n_keras_vars = 2};
 
 static void dense_fwd(const net_call *c) {
-    dense_forward(c->out, c->in, c->params + c->L->w_off, net_bias(c->params, c->L), c->B,
-                  (int)layer_in_size(c->L), c->L->oc, c->nt);
+    dense_forward_p(c->out, c->in, c->params + c->L->w_off, net_bias(c->params, c->L), c->B,
+                    (int)layer_in_size(c->L), c->L->oc, c->nt, c->prec);
 }
 static float *dense_bwd(const net_call *c) {
     dense_backward_beta(c->din, c->grads + c->L->w_off, net_bias(c->grads, c->L), c->dout, c->in,
                         c->params + c->L->w_off, c->B, (int)layer_in_size(c->L), c->L->oc,
-                        c->beta, c->nt);
+                        c->beta, c->nt, c->prec);
     return c->din;
 }
 

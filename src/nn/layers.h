@@ -38,15 +38,25 @@ static inline int same_pad_before(int in, int k, int stride) {
 // Row-major C (M x N) = op(A) * op(B) + beta*C on at most nthreads OpenMP threads, each running
 // a single-threaded SGEMM on its block of C: along the longer of M and N (SPLIT_LONGER), or
 // along M (SPLIT_M), in blocks of `align` rows or columns; never along K, so each element's sum
-// is the same bits whatever the split.
+// is the same bits whatever the split. gemm_split computes in `prec`: float32 (OpenBLAS's
+// SGEMM) or with bfloat16 factors and float sums (gemm_bf16.h, --precision bf16).
 typedef enum { SPLIT_LONGER, SPLIT_M } split_dim;
-void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
-                 int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc, int nthreads,
-                 split_dim dim, int align);
+typedef enum gemm_prec { GEMM_F32, GEMM_BF16 } gemm_prec;
+void gemm_split(gemm_prec prec, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+                const float *A, int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc,
+                int nthreads, split_dim dim, int align);
+static inline void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+                               const float *A, int lda, const float *Bm, int ldb, float beta,
+                               float *Cm, int ldc, int nthreads, split_dim dim, int align) {
+    gemm_split(GEMM_F32, ta, tb, M, N, K, A, lda, Bm, ldb, beta, Cm, ldc, nthreads, dim, align);
+}
 
-// in is (B,IN), w is (OUT,IN) (PyTorch layout), b is (OUT), out is (B,OUT).
+// in is (B,IN), w is (OUT,IN) (PyTorch layout), b is (OUT), out is (B,OUT). The _p forms
+// compute their GEMMs in prec (gemm_split), the others in float32.
 void dense_forward(float *out, const float *in, const float *w, const float *b, int B, int IN,
                    int OUT, int nthreads);
+void dense_forward_p(float *out, const float *in, const float *w, const float *b, int B, int IN,
+                     int OUT, int nthreads, gemm_prec prec);
 
 // dw (OUT,IN) and db (OUT) accumulated (db NULL: a layer without bias); din (B,IN)
 // overwritten unless NULL.
@@ -57,10 +67,11 @@ void dense_backward(float *din, float *dw, float *db, const float *dout, const f
 // samples in order; the threads split rows or columns, never the samples). Several ranks
 // recompute one another's dense weight gradients from these factors (sharding/engine_reduce.c).
 void dense_weight_grad(float *dw, const float *dout, const float *in, int B, int IN, int OUT,
-                       float beta, int nthreads);
+                       float beta, int nthreads, gemm_prec prec);
 // The same with dw = beta * dw + ... (beta 0: dw and db are overwritten, not added to).
 void dense_backward_beta(float *din, float *dw, float *db, const float *dout, const float *in,
-                         const float *w, int B, int IN, int OUT, float beta, int nthreads);
+                         const float *w, int B, int IN, int OUT, float beta, int nthreads,
+                         gemm_prec prec);
 
 // n elements; in-place allowed (out == in).
 void relu_forward(float *out, const float *in, size_t n, int nthreads);
@@ -232,12 +243,15 @@ static inline int conv_cpad(int c) { return (c + CONV_CPAD - 1) / CONV_CPAD * CO
 // allows (a direction given Winograd where it is not allowed runs direct), or as GEMMs over the
 // batch (CONV_GEMM, any shape: im2col rows and SGEMM; the batch-wise conv2d_nhwc_forward and,
 // given it as dw, conv2d_nhwc_backward for both gradients; per sample it runs direct).
+// CONV_GEMM_BF16: the same GEMMs with bfloat16 factors (--precision bf16, gemm_bf16.h).
 typedef enum conv_impl {
     CONV_DIRECT = 0,
     CONV_GEMM = 1,
     CONV_WINO2 = 2,
-    CONV_WINO4 = 4
+    CONV_WINO4 = 4,
+    CONV_GEMM_BF16 = 8
 } conv_impl;
+static inline int conv_impl_gemm(conv_impl i) { return i == CONV_GEMM || i == CONV_GEMM_BF16; }
 
 typedef struct conv_geom {
     int C, Cs, H, W;           // input channels, their stride, height, width

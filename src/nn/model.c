@@ -41,8 +41,9 @@ static const layer_spec cnn2_layers[] = {
 
 const char *const conv_algo_names[] = {
     [CONV_ALGO_DIRECT] = "direct", [CONV_ALGO_AUTO] = "auto", [CONV_ALGO_WINOGRAD] = "winograd",
-    [CONV_ALGO_WINOGRAD2] = "winograd2", NULL,
+    [CONV_ALGO_WINOGRAD2] = "winograd2", [CONV_ALGO_GEMM] = "gemm", NULL,
 };
+const char *const precision_names[] = {[PRECISION_F32] = "f32", [PRECISION_BF16] = "bf16", NULL};
 
 // Also the defaults of a config file's [net] section. Adam's betas are set here too so that
 // `optimizer = adam` alone gets the usual ones.

@@ -93,11 +93,19 @@ typedef enum conv_algo {
     CONV_ALGO_AUTO,
     CONV_ALGO_WINOGRAD,
     CONV_ALGO_WINOGRAD2,
+    CONV_ALGO_GEMM, // every convolution of the CPU path as GEMMs over the batch (no per-sample trunk)
 } conv_algo;
 // Their names as --conv-algo and the config's conv_algo key take them, NULL-terminated.
 extern const char *const conv_algo_names[];
 // The default of the presets and of a config's [net] section.
 #define MODEL_DEFAULT_CONV_ALGO CONV_ALGO_AUTO
+// What the CPU path's GEMMs multiply in (--precision): float32, or bfloat16 factors with float32
+// sums and master weights (gemm_bf16.h): the dense layers and the convolutions computed as GEMMs
+// over the batch (conv_algo's choice, CONV_GEMM_BF16). Convolutions that run per-sample kernels
+// (direct, Winograd), the other layers, the optimizer and the OpenCL path stay float32. Names as
+// --precision takes them.
+typedef enum precision { PRECISION_F32, PRECISION_BF16 } precision;
+extern const char *const precision_names[];
 
 #define LAYER_NO_PARAM ((size_t)-1)
 
@@ -232,6 +240,7 @@ typedef struct train_setup {
     int epochs;
     float val_split;
     conv_algo conv_algo;
+    precision precision;
     lr_schedule sched;
     float weight_decay; // W >= 0 (0: none)
     wd_mode wd_mode;

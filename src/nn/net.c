@@ -114,8 +114,10 @@ static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 // Whether node n (planned as p) belongs in the trunk, given that all before it do: its output
 // is channels-last and its family runs one sample at a time.
-static int in_trunk(const layer *L, const net_lplan *p) {
-    return p->out_nhwc && net_layer_ops_of[L->kind]->forward_one;
+// Under --conv-algo gemm there is no trunk: GEMMs over the batch compute every convolution.
+static int in_trunk(const model *m, const layer *L, const net_lplan *p) {
+    return p->out_nhwc && net_layer_ops_of[L->kind]->forward_one &&
+           m->setup.conv_algo != CONV_ALGO_GEMM;
 }
 
 typedef struct ws_sizes {
@@ -159,7 +161,7 @@ static ws_sizes ws_measure(const model *m, const schedule *s, int max_batch, int
         if (cv) z.cvt_floats += align16(cv * (size_t)max_batch);
         if (ops->stat_floats) z.bn_floats += align16(ops->stat_floats(L, group, max_batch));
         // The trunk is a chain: each node reads the one before, which nothing else reads.
-        trunk = trunk && in_trunk(L, &p) && N->n_in == 1 &&
+        trunk = trunk && in_trunk(m, L, &p) && N->n_in == 1 &&
                 (n == 0 ? N->in[0] == SCHED_INPUT : N->in[0] == n - 1 && s->node[n - 1].n_out == 1);
         if (trunk) {
             z.trunk = n + 1;
@@ -198,7 +200,9 @@ static ws_sizes ws_measure(const model *m, const schedule *s, int max_batch, int
 // a 3x3 or 5x5 stride-1 layer of at least CONV_PER_SAMPLE_MIN_POS output positions (Winograd's
 // tiles are mostly padding below), and a layer whose GEMM would copy its windows (all but 1x1
 // stride-1 ones) to sum fewer than CONV_GEMM_MIN_SUM products (C x K x K: the copy costs more
-// than the product). An explicit direct or winograd request holds for every node. By shape,
+// than the product). An explicit direct or winograd request holds for every node, and gemm
+// makes every node a GEMM (in_trunk: there is no trunk); the GEMMs multiply in bfloat16 under
+// --precision bf16 (CONV_GEMM_BF16), the per-sample kernels stay float32. By shape,
 // not timed: every rank and a resumed run decide alike. Measured (batch 64, 2 cores, AVX2,
 // --profile): at 8x8 and 64 channels Winograd 92 and 97 GFLOP/s (forward, backward) against
 // GEMM's 38 and 37 (ResNet-20's third stage; ResNet50's conv2 at 32x32 inputs 0.09 s against
@@ -210,12 +214,14 @@ static conv_choice node_choice(const model *m, const schedule *s, int n, const n
                                int trunk, int nthreads) {
     const int need_din = s->node[n].in[0] != SCHED_INPUT;
     const layer *L = node_layer(m, s, n);
+    const conv_impl gemm = m->setup.precision == PRECISION_BF16 ? CONV_GEMM_BF16 : CONV_GEMM;
     conv_geom g = geom_of(L, p);
     const int wino = conv2d_wino_ok(&g, CONV_DIR_FWD) && g.OH * g.OW >= CONV_PER_SAMPLE_MIN_POS;
     const int small_copy = !(g.K == 1 && g.stride == 1 && g.pad == 0) &&
                            g.C * g.K * g.K < CONV_GEMM_MIN_SUM;
-    if (m->setup.conv_algo == CONV_ALGO_AUTO && n >= trunk && !wino && !small_copy)
-        return (conv_choice){CONV_GEMM, CONV_GEMM, CONV_GEMM, need_din, L->k, {{0}}};
+    if (m->setup.conv_algo == CONV_ALGO_GEMM ||
+        (m->setup.conv_algo == CONV_ALGO_AUTO && n >= trunk && !wino && !small_copy))
+        return (conv_choice){gemm, gemm, gemm, need_din, L->k, {{0}}};
     return conv_choose(&g, m->setup.conv_algo, need_din, nthreads);
 }
 
@@ -244,6 +250,7 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
     memset(ws, 0, sizeof *ws);
     ws->max_batch = max_batch;
     ws->nthreads = nthreads < 1 ? 1 : nthreads;
+    ws->prec = m->setup.precision == PRECISION_BF16 ? GEMM_BF16 : GEMM_F32;
     ws->n_layers = m->n_layers;
     if (schedule_build(&ws->sched, m, e) < 0)
         return ht_wrap(e, "network workspace for a micro-batch of %d", max_batch);
@@ -648,7 +655,7 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
         const net_lplan *p = &ws->plan[n];
         double t = ws->prof ? ht_now() : 0;
         const float *lin = layer_input(ws, m, n, node_in(ws, n, x), B);
-        net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt,
+        net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt, .prec = ws->prec,
                       .act = layer_act_fn(L->kind), .op = layer_merge_op(L->kind), .params = params, .in = lin,
                       .n_in = N->n_in, .ins = {lin},
                       .out = ws->act[n], .scratch = ws->conv_ws, .drop = drop,
@@ -711,7 +718,7 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
         // The node's input as the forward pass used it (converted copies are still there).
         const float *in = p->cvt ? ws->cvt[n] : node_in(ws, n, x);
         float *dout = grad_of(ws, N->buf), *dslot[SCHED_MAX_IN];
-        net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt,
+        net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt, .prec = ws->prec,
                       .act = layer_act_fn(L->kind), .op = layer_merge_op(L->kind), .params = params, .grads = grads,
                       .beta = overwrite == NET_GRAD_WRITE && !layer_params_shared(L) ? 0.0f
                                                                                    : 1.0f,

@@ -263,8 +263,28 @@ static void test_fault_names_no_device(void **state) {
     assert_false(exists(out));
 }
 
+// --precision: a value it does not know is a usage error; bf16 beside an OpenCL device (which
+// would compute its share in float32) is refused naming the device; neither writes anything.
+static void test_precision_refusals(void **state) {
+    fixture *f = *state;
+    char out[1200], args[4096];
+    snprintf(out, sizeof out, "%s/out-precision", f->dir);
+    snprintf(args, sizeof args, "train --model '%s' --train '%s' --out '%s' --devices cpu:1 "
+             "--precision fp8 --no-progress", f->cfg, f->train, out);
+    expect_cli(args, EXIT_USAGE, "--precision: expected f32 or bf16, found \"fp8\"");
+    setenv("POCL_DEVICES", "pthread", 1);
+    snprintf(args, sizeof args, "train --model '%s' --train '%s' --out '%s' --devices cpu:1,cl:0.0 "
+             "--precision bf16 --no-self-check --no-progress", f->cfg, f->train, out);
+    char *text = test_expect_cli(args, 1, "--precision bf16 runs on the cpu device only, and "
+                                          "--devices opened cl:0.0");
+    if (strchr(text, '\n') != strrchr(text, '\n')) fail_msg("expected one line, got:\n%s", text);
+    free(text);
+    assert_false(exists(out));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_precision_refusals),
         cmocka_unit_test(test_non_finite_weights),
         cmocka_unit_test(test_overflowing_outputs),
         cmocka_unit_test(test_empty_out),

@@ -279,6 +279,7 @@ static void test_resume_refusals(void **state) {
         {"--seed 5", "--seed"},           {"--epochs 9", "--epochs"},
         {"--model cnn2", "--model"},      {"--limit 100", "--limit"},
         {"--name other", "--name"},       {"--val-split 0.5", "--val-split"},
+        {"--precision bf16", "--precision"},
     };
     for (size_t k = 0; k < sizeof changes / sizeof changes[0]; k++) {
         char args[2048];
@@ -578,6 +579,40 @@ static void test_bn_kill_and_resume(void **state) {
     free(cfg);
 }
 
+// --precision bf16 (every convolution a bfloat16 GEMM, --conv-algo gemm) killed mid-epoch on two
+// CPU devices and resumed with the bare --resume: the bits of the run that never stopped.
+static void test_bf16_kill_and_resume(void **state) {
+    (void)state;
+    char args[8192], *out;
+    const char *where = "--devices cpu:1,cpu:1@2 --balance static --conv-algo gemm "
+                        "--no-self-check --no-progress --quiet";
+    snprintf(args, sizeof args, RUN " --precision bf16 %s --out '%s' --name b16ref --save '%s/b16ref.st'",
+             data.args, where, data.dir, data.dir);
+    if (run(NULL, args, &out) != 0) fail_msg("bf16 reference run failed:\n%s", out);
+    free(out);
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/b16ref.log", data.dir);
+    char *log = test_read_file(a, NULL);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "precision: bf16"));
+    assert_non_null(strstr(log, "gemm bf16"));
+    free(log);
+    snprintf(args, sizeof args, RUN " --precision bf16 %s --checkpoint-every 3 --out '%s' --name b16k --save '%s/b16k.st'",
+             data.args, where, data.dir, data.dir);
+    int rc = run("kill:cpu:1@11", args, &out);
+    if (rc != KILLED) fail_msg("expected the run to be killed, exit %d\n%s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, "train --resume '%s/b16k'", data.dir);
+    if (run(NULL, args, &out) != 0) fail_msg("resume failed:\n%s", out);
+    free(out);
+    snprintf(a, sizeof a, "%s/b16ref.st", data.dir);
+    snprintf(b, sizeof b, "%s/b16k.st", data.dir);
+    expect_same_file(a, b);
+    snprintf(a, sizeof a, "%s/b16ref.metrics.csv", data.dir);
+    snprintf(b, sizeof b, "%s/b16k.metrics.csv", data.dir);
+    expect_same_metrics(a, b, 0);
+}
+
 int main(void) {
     setenv("POCL_DEVICES", "pthread", 0);
     const struct CMUnitTest tests[] = {
@@ -591,6 +626,7 @@ int main(void) {
         cmocka_unit_test(test_callbacks_resume),
         cmocka_unit_test(test_bare_resume_finishes_command),
         cmocka_unit_test(test_bn_kill_and_resume),
+        cmocka_unit_test(test_bf16_kill_and_resume),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/blas_core.h"
+#include "nn/gemm_bf16.h"
 #include "tests/lib/testutil.h"
 
 static void test_core_for(void **state) {
@@ -90,9 +91,18 @@ static void test_omp_wait(void **state) {
     unsetenv("GOMP_SPINCOUNT");
 }
 
+// `hetrain devices` says how --precision bf16 would multiply on this CPU.
+static void test_bf16_line(void **state) {
+    (void)state;
+    free(test_expect_cli("devices", 0, gemm_bf16_native()
+                                           ? "cpu's bfloat16 GEMMs (--precision bf16): AVX512_BF16"
+                                           : "cpu's bfloat16 GEMMs (--precision bf16): emulated"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_core_for),
+        cmocka_unit_test(test_bf16_line),
         cmocka_unit_test(test_below),
         cmocka_unit_test(test_rerun),
         cmocka_unit_test(test_omp_wait),

@@ -113,7 +113,7 @@ static void test_config_errors(void **state) {
     // softmax not last
     expect_cfg_error(NET TAIL "[relu]\n", "bad.cfg:7: layer 2 (relu): nothing may follow softmax");
     expect_cfg_error("[net]\ninput = 1x8x8\nconv_algo = fft\n" TAIL,
-                     "bad.cfg:3: [net] conv_algo: expected direct|auto|winograd|winograd2, found "
+                     "bad.cfg:3: [net] conv_algo: expected direct|auto|winograd|winograd2|gemm, found "
                      "\"fft\"");
     expect_cfg_error(NET "lr_schedule = step:0:0.5\n" TAIL,
                      "bad.cfg:4: [net] lr_schedule: \"step:0:0.5\": EPOCHS must be an integer");

@@ -17,6 +17,7 @@
 #include "tests/lib/fd.h"
 #include "nn/isa_kernels.h"
 #include "nn/layers.h"
+#include "nn/gemm_bf16.h"
 #include "tests/lib/ref.h"
 #include "core/rng.h"
 #include "tests/lib/parity.h"
@@ -569,6 +570,71 @@ static void test_conv_nhwc_gemm(void **state) {
         }
 }
 
+// The same GEMMs with bfloat16 factors (CONV_GEMM_BF16, --precision bf16): given factors that
+// bfloat16 holds exactly (in, w and the output gradient rounded to it first), every product is
+// float32's and only the order of the sums differs, so float32's GEMMs are the reference within
+// the tolerances above; the AVX512_BF16 kernel where the CPU has it, and the emulation.
+static void test_conv_nhwc_gemm_bf16(void **state) {
+    (void)state;
+    static const nhwc_shape shapes[] = {
+        // B  C  Cs   H   W  OC K  s  p
+        {3, 20, 32, 16, 16, 24, 1, 1, 0},
+        {2, 17, 32, 7, 9, 33, 1, 2, 0},
+        {5, 48, 48, 2, 2, 64, 1, 1, 0},
+        {3, 20, 32, 4, 4, 24, 3, 1, 1},
+        {2, 3, 16, 9, 9, 8, 7, 2, 3},
+        {3, 40, 48, 1, 1, 36, 3, 1, 1},
+    };
+    for (int emul = 0; emul < 2; emul++) {
+        if (!emul && !gemm_bf16_native()) continue; // the emulation below
+        gemm_bf16_emulate(emul);
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+            for (int relu = 0; relu < 2; relu++) {
+                const nhwc_shape s = shapes[k];
+                const int OH = conv_out_dim(s.H, s.K, s.stride, s.pad);
+                const int OW = conv_out_dim(s.W, s.K, s.stride, s.pad);
+                const size_t nin = (size_t)s.B * s.C * s.H * s.W;
+                const size_t nout = (size_t)s.B * s.OC * OH * OW;
+                const size_t nw = (size_t)s.OC * s.C * s.K * s.K;
+                const uint64_t seed = 2300 + 10 * k + relu;
+                float *in = fill_uniform(nin, -1, 1, seed), *w = fill_uniform(nw, -1, 1, seed + 1);
+                float *b = fill_uniform(s.OC, -1, 1, seed + 2);
+                float *R = fill_uniform(nout, -1, 1, seed + 3);
+                float *dw0 = fill_uniform(nw, -1, 1, seed + 4);
+                float *db0 = fill_uniform(s.OC, -1, 1, seed + 5);
+                for (size_t i = 0; i < nin; i++) in[i] = bf16_round(in[i]);
+                for (size_t i = 0; i < nw; i++) w[i] = bf16_round(w[i]);
+                for (size_t i = 0; i < nout; i++) R[i] = bf16_round(R[i]);
+                nhwc_run f = nhwc_conv_run(&s, CONV_GEMM, relu, 2, in, w, b, R, dw0, db0);
+                nhwc_run h = nhwc_conv_run(&s, CONV_GEMM_BF16, relu, 2, in, w, b, R, dw0, db0);
+                char name[80];
+                snprintf(name, sizeof name, "bf16 gemm shape %zu relu %d%s", k, relu,
+                         emul ? " (emulated)" : "");
+                assert_true(check_tensor(h.out, f.out, nout, TOL_CONV_REF, REF_FLOOR, name));
+                assert_true(check_tensor(h.din, f.din, nin, TOL_CONV_REF, REF_FLOOR, name));
+                assert_true(check_tensor(h.dw, f.dw, nw, TOL_GEMM_SUM, 1.0f, name));
+                assert_true(check_tensor(h.db, f.db, s.OC, TOL_GEMM_SUM, 1.0f, name));
+                nhwc_run_free(&f), nhwc_run_free(&h);
+                free(in), free(w), free(b), free(R), free(dw0), free(db0);
+            }
+    }
+    gemm_bf16_emulate(0);
+    // Factors with all of float's bits: bfloat16's outputs are not float32's (the rounding is
+    // there), off by about 2^-9 of the terms' magnitude, far more than the tolerance above.
+    const nhwc_shape s = shapes[0];
+    const size_t nin = (size_t)s.B * s.C * s.H * s.W, nout = (size_t)s.B * s.OC * s.H * s.W;
+    const size_t nw = (size_t)s.OC * s.C;
+    float *in = fill_uniform(nin, -1, 1, 2390), *w = fill_uniform(nw, -1, 1, 2391);
+    float *R = fill_uniform(nout, -1, 1, 2392), *z = calloc(nw, sizeof *z);
+    nhwc_run f = nhwc_conv_run(&s, CONV_GEMM, 0, 2, in, w, NULL, R, z, z);
+    nhwc_run h = nhwc_conv_run(&s, CONV_GEMM_BF16, 0, 2, in, w, NULL, R, z, z);
+    double worst = 0;
+    for (size_t i = 0; i < nout; i++) worst = fmax(worst, fabs((double)h.out[i] - f.out[i]));
+    assert_true(worst > 10 * TOL_CONV_REF * REF_FLOOR);
+    nhwc_run_free(&f), nhwc_run_free(&h);
+    free(in), free(w), free(R), free(z);
+}
+
 // Every kernel set this CPU runs (isa_kernels.h: AVX-512, AVX2, SSE2 on x86), chosen in
 // turn: direct convolutions (3x3, 5x5, stride 2, one input channel unpadded, output channels
 // that fill no whole number of vectors) against the reference and the widest set's within
@@ -732,6 +798,7 @@ int main(void) {
         cmocka_unit_test(test_conv_no_bias),
         cmocka_unit_test(test_conv_nhwc_threads_agree),
         cmocka_unit_test(test_conv_nhwc_gemm),
+        cmocka_unit_test(test_conv_nhwc_gemm_bf16),
         cmocka_unit_test(test_conv_kernel_sets),
         cmocka_unit_test(test_maxpool_kernel_sets),
         cmocka_unit_test(test_nhwc_layouts),
