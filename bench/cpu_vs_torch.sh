@@ -4,7 +4,8 @@
 # alternating the two in one run so that both see the same machine state.
 #
 #   bench/cpu_vs_torch.sh [--net cnn3|cnn3_bn|cnn2] [--rounds N] [--samples N] [--threads T]
-#                         [--conv-algo auto|direct|winograd|winograd2] [--channels-last]
+#                         [--conv-algo auto|direct|winograd|winograd2|gemm] [--channels-last]
+#                         [--bf16]
 #                         [--out results/bench-cpu-vs-torch[-cnn2].csv]
 #
 # cnn3 (default): cnn2d_3layer_fullconnected_3layer, batch 1000, SGD (Nesterov momentum).
@@ -18,13 +19,14 @@
 # each process's maximum resident set (GNU time's %M). GFLOP/s counts a training step as 3x
 # the forward pass: 6 FLOP per forward multiply-add from `hetrain summary` (with Winograd
 # convolutions these are the direct algorithm's FLOPs: an effective rate). --conv-algo is
-# passed to hetrain (default: hetrain's own) and named in the table's impl column.
+# passed to hetrain (default: hetrain's own) and named in the table's impl column. --bf16 runs
+# hetrain with --precision bf16 and PyTorch's forward and loss under CPU autocast to bfloat16.
 # HT=path/to/hetrain and PYTHON=path/to/python3-with-torch override the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HT=${HT:-build/hetrain}
 PY=${PYTHON:-/usr/bin/python3}
-NET=cnn3 ROUNDS=5 SAMPLES= THREADS=$(nproc) OUT= ALGO= CL=
+NET=cnn3 ROUNDS=5 SAMPLES= THREADS=$(nproc) OUT= ALGO= CL= BF16=
 while (($#)); do
   case $1 in
     --net) NET=$2; shift 2 ;;
@@ -34,7 +36,8 @@ while (($#)); do
     --out) OUT=$2; shift 2 ;;
     --conv-algo) ALGO=$2; shift 2 ;;
     --channels-last) CL=--channels-last; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --bf16) BF16=1; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "bench/cpu_vs_torch.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -65,12 +68,12 @@ MFLOP=$(awk -v m="$MACS" 'BEGIN {printf "%.2f", m * 6}')
 run_ht() {
   /usr/bin/time -f %M -o "$WORK/ht-$1.rss" "$HT" train --model "$MODEL" --train "$WORK/train.csv" \
     --epochs 2 --batch "$BATCH" --val-split 0 --devices "cpu:$THREADS" --out "$WORK" \
-    --name "ht-$1" --no-progress --quiet ${ALGO:+--conv-algo "$ALGO"} >/dev/null
+    --name "ht-$1" --no-progress --quiet ${ALGO:+--conv-algo "$ALGO"} ${BF16:+--precision bf16} >/dev/null
   echo "$(tail -n 1 "$WORK/ht-$1.metrics.csv" | cut -d, -f7) $(cat "$WORK/ht-$1.rss")" >> "$WORK/ht.txt"
 }
 run_torch() {
   /usr/bin/time -f %M -o "$WORK/torch-$1.rss" "$PY" bench/torch_step_bench.py --net "$NET" \
-    --samples "$SAMPLES" --epochs 2 --batch "$BATCH" --threads "$THREADS" $CL > "$WORK/torch-$1.out"
+    --samples "$SAMPLES" --epochs 2 --batch "$BATCH" --threads "$THREADS" $CL ${BF16:+--bf16} > "$WORK/torch-$1.out"
   [[ $1 == 0 ]] && head -n 1 "$WORK/torch-$1.out" >&2
   echo "$(tail -n 1 "$WORK/torch-$1.out" | awk '{print $4}') $(cat "$WORK/torch-$1.rss")" >> "$WORK/torch.txt"
 }
@@ -93,7 +96,7 @@ for impl in ht torch; do
 done
 ratio=$(awk -v a="${SPS[ht]}" -v b="${SPS[torch]}" 'BEGIN {printf "%.3f", a / b}')
 mem_ratio=$(awk -v a="${RSS[ht]}" -v b="${RSS[torch]}" 'BEGIN {printf "%.3f", a / b}')
-HT_NAME=hetrain${ALGO:+ --conv-algo $ALGO}
+HT_NAME=hetrain${ALGO:+ --conv-algo $ALGO}${BF16:+ --precision bf16}
 torch_v=$("$PY" -c 'import torch
 print(torch.__version__, "mkldnn" if torch.backends.mkldnn.is_available() else "no-mkldnn")')
 
@@ -101,7 +104,7 @@ print(torch.__version__, "mkldnn" if torch.backends.mkldnn.is_available() else "
   echo -n "net,impl,batch,threads,samples,rounds,samples_per_s_median,gflop_per_s_median,"
   echo "peak_rss_mib_median,samples_per_s_all,ratio_hetrain_over_torch"
   for impl in ht torch; do
-    name=$([[ $impl == ht ]] && echo "$HT_NAME" || echo "pytorch $torch_v${CL:+ channels-last}")
+    name=$([[ $impl == ht ]] && echo "$HT_NAME" || echo "pytorch $torch_v${CL:+ channels-last}${BF16:+ bf16 autocast}")
     gf=$(awk -v s="${SPS[$impl]}" -v f="$MFLOP" 'BEGIN {printf "%.1f", s * f / 1000}')
     mib=$(awk -v k="${RSS[$impl]}" 'BEGIN {printf "%.1f", k / 1024}')
     echo "$NET,$name,$BATCH,$THREADS,$SAMPLES,$ROUNDS,${SPS[$impl]},$gf,$mib,${ALL[$impl]},$ratio"

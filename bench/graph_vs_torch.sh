@@ -10,8 +10,10 @@
 # spread, and hetrain's ratios.
 #
 #   bench/graph_vs_torch.sh [--nets resnet50,mobilenetv2,efficientnetb0,resnet20] [--rounds 5]
-#                           [--samples 640] [--threads T] [--nchw] [--out FILE.csv]
+#                           [--samples 640] [--threads T] [--nchw] [--bf16] [--out FILE.csv]
 #
+# --bf16: hetrain with --precision bf16, PyTorch's forward and loss under CPU autocast to
+# bfloat16.
 # PYTHON: a python3 with torch and torchvision (default /work/venv-torch/bin/python if there,
 # else /usr/bin/python3: Debian's python3-torch and python3-torchvision); PyTorch runs
 # channels-last unless --nchw. HT=path/to/hetrain overrides build/hetrain.
@@ -21,7 +23,7 @@ HT=${HT:-build/hetrain}
 PY=${PYTHON:-/work/venv-torch/bin/python}
 [[ -x $PY ]] || PY=/usr/bin/python3
 NETS=resnet50,mobilenetv2,efficientnetb0,resnet20 ROUNDS=5 SAMPLES=640 THREADS=$(nproc)
-CL=--channels-last OUT=results/bench-graph-vs-torch.csv
+CL=--channels-last OUT=results/bench-graph-vs-torch.csv BF16=
 while (($#)); do
   case $1 in
     --nets) NETS=$2; shift 2 ;;
@@ -29,8 +31,9 @@ while (($#)); do
     --samples) SAMPLES=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --nchw) CL=; shift ;;
+    --bf16) BF16=1; shift ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "bench/graph_vs_torch.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -76,10 +79,10 @@ for net in ${NETS//,/ }; do
     "$PY" bench/peak_rss.py --out "$WORK/ht.peak" -- "$HT" train --model "$model" \
       --data "$WORK/cifar" --epochs 2 --batch 64 --val-split 0 --lr 0.01 \
       --devices "cpu:$THREADS" --no-self-check --no-progress --quiet --out "$WORK" \
-      --name "ht-$net-$i" >/dev/null
+      --name "ht-$net-$i" ${BF16:+--precision bf16} >/dev/null
     echo "$(tail -n 1 "$WORK/ht-$net-$i.metrics.csv" | cut -d, -f7) $(cut -d' ' -f1 "$WORK/ht.peak")" >> "$WORK/ht.txt"
     "$PY" bench/peak_rss.py --out "$WORK/pt.peak" -- "$PY" bench/torch_graph_bench.py --net "$net" \
-      --samples "$SAMPLES" --batch 64 --threads "$THREADS" $CL > "$WORK/pt.out"
+      --samples "$SAMPLES" --batch 64 --threads "$THREADS" $CL ${BF16:+--bf16} > "$WORK/pt.out"
     echo "$(tail -n 1 "$WORK/pt.out" | awk '{print $4}') $(cut -d' ' -f1 "$WORK/pt.peak")" >> "$WORK/pt.txt"
     echo "  $net round $((i + 1)): hetrain $(tail -n 1 "$WORK/ht.txt" | cut -d' ' -f1)," \
       "torch $(tail -n 1 "$WORK/pt.txt" | cut -d' ' -f1) samples/s" >&2
@@ -88,8 +91,8 @@ for net in ${NETS//,/ }; do
   hm=$(cut -d' ' -f2 "$WORK/ht.txt" | median); pm=$(cut -d' ' -f2 "$WORK/pt.txt" | median)
   rs=$(awk -v a="$hs" -v b="$ps" 'BEGIN {printf "%.3f", a / b}')
   rm_=$(awk -v a="$hm" -v b="$pm" 'BEGIN {printf "%.3f", a / b}')
-  echo "$net,hetrain,64,$THREADS,$SAMPLES,$ROUNDS,$hs,$(cut -d' ' -f1 "$WORK/ht.txt" | spread),$((${hm%.*} / 1024)),$rs,$rm_" >> "$OUT"
-  echo "$net,pytorch $torch_v${CL:+ channels-last},64,$THREADS,$SAMPLES,$ROUNDS,$ps,$(cut -d' ' -f1 "$WORK/pt.txt" | spread),$((${pm%.*} / 1024)),," >> "$OUT"
+  echo "$net,hetrain${BF16:+ bf16},64,$THREADS,$SAMPLES,$ROUNDS,$hs,$(cut -d' ' -f1 "$WORK/ht.txt" | spread),$((${hm%.*} / 1024)),$rs,$rm_" >> "$OUT"
+  echo "$net,pytorch $torch_v${CL:+ channels-last}${BF16:+ bf16 autocast},64,$THREADS,$SAMPLES,$ROUNDS,$ps,$(cut -d' ' -f1 "$WORK/pt.txt" | spread),$((${pm%.*} / 1024)),," >> "$OUT"
   printf '%-15s hetrain %8s samples/s (%s), %5d MiB | pytorch %8s (%s), %5d MiB | %sx speed, %sx memory\n' \
     "$net" "$hs" "$(cut -d' ' -f1 "$WORK/ht.txt" | spread)" $((${hm%.*} / 1024)) "$ps" \
     "$(cut -d' ' -f1 "$WORK/pt.txt" | spread)" $((${pm%.*} / 1024)) "$rs" "$rm_"

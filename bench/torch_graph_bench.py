@@ -7,10 +7,10 @@ widths of keras.applications' ResNet50, MobileNetV2 and EfficientNetB0 that hetr
 torchvision's small differences: ResNet's stride on the 3x3 rather than the 1x1, no biases
 before batchnorms), resnet20 (the CIFAR ResNet-20 of models/resnet20.cfg). SGD lr 0.01 with
 Nesterov momentum 0.9, model.train(), float32; --channels-last runs torch.channels_last, its
-faster CPU layout.
+faster CPU layout; --bf16 runs the forward and loss under CPU autocast to bfloat16.
 
 usage: torch_graph_bench.py --net NET [--samples N] [--epochs E] [--batch B] [--threads T]
-                            [--channels-last]
+                            [--channels-last] [--bf16]
 Prints a header line with the versions, then "epoch E samples_per_s X time_s T loss L".
 """
 import argparse
@@ -71,6 +71,8 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--bf16", action="store_true",
+                    help="forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(5)
@@ -87,7 +89,8 @@ def main():
         t0, total, seen = time.perf_counter(), 0.0, 0
         for i in range(0, a.samples - a.batch + 1, a.batch):
             xb, yb = x[i:i + a.batch], y[i:i + a.batch]
-            loss = F.cross_entropy(model(xb), yb)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+                loss = F.cross_entropy(model(xb), yb)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

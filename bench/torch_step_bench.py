@@ -143,6 +143,8 @@ def main():
     ap.add_argument("--batch", type=int)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--bf16", action="store_true",
+                    help="forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--channels-last", action="store_true",
                     help="model and inputs in torch.channels_last (PyTorch's faster CPU layout)")
@@ -166,7 +168,8 @@ def main():
     opt = make_opt(m.parameters())
     print(f"torch {torch.__version__}, mkldnn available {torch.backends.mkldnn.is_available()}, "
           f"threads {torch.get_num_threads()}, net {a.net}, input {a.input}x{a.input}, batch {batch}, "
-          f"samples {len(x)}{', channels-last' if a.channels_last else ''}", flush=True)
+          f"samples {len(x)}{', channels-last' if a.channels_last else ''}"
+          f"{', bf16 autocast' if a.bf16 else ''}", flush=True)
     n = len(x)
     for epoch in range(a.epochs):
         t0 = time.perf_counter()
@@ -174,7 +177,8 @@ def main():
         for lo in range(0, n, batch):
             xb, yb = x[lo:lo + batch], y[lo:lo + batch]
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(forward(m, xb), yb)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+                loss = F.cross_entropy(forward(m, xb), yb)
             loss.backward()
             opt.step()
             total += loss.item() * len(xb)
