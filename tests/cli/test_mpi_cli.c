@@ -21,12 +21,15 @@
 // factors, the run log says so, and its other layers' as the plain reduction every network's
 // takes); the predictions are the same bytes and the metrics' deterministic columns the same
 // text. test_mpi_step checks the plain reduction over cnn3 and graphs, without the CLI.
-static void two_ranks_model(const char *launch, const char *tag, const char *model);
+static void two_ranks_model(const char *launch, const char *tag, const char *model,
+                            const char *extra);
 static void two_ranks_equal_one_process(const char *launch, const char *tag) {
-    two_ranks_model(launch, tag, "cnn2");
+    two_ranks_model(launch, tag, "cnn2", "");
 }
 
-static void two_ranks_model(const char *launch, const char *tag, const char *model) {
+// extra: more options for both runs.
+static void two_ranks_model(const char *launch, const char *tag, const char *model,
+                            const char *extra) {
     char *dir = test_tmpdir(tag);
     char *train = test_fashion_csv(dir, FASHION_TRAIN, 500, 1);
     char *test = test_fashion_csv(dir, FASHION_TEST, 200, 1);
@@ -35,7 +38,7 @@ static void two_ranks_model(const char *launch, const char *tag, const char *mod
     char cmd[8192], *out;
     char common[512];
     snprintf(common, sizeof common, "train --model %s --epochs 2 --batch 50 --val-split 0.2 --balance static "
-             "--conv-algo direct --no-self-check --no-progress --quiet", model);
+             "--conv-algo direct --no-self-check --no-progress --quiet %s", model, extra);
     snprintf(cmd, sizeof cmd, "%s '%s' %s --train '%s' --test '%s' --devices 0=cpu:1 "
              "--devices 1=cpu:1@2 --out '%s' --name two 2>&1", launch, HT_BINARY, common,
              train, test, dir);
@@ -90,6 +93,15 @@ static void test_two_ranks_equal_one_process(void **state) {
     two_ranks_equal_one_process(launch, "mpi-cli");
 }
 
+// The same under --precision bf16: the host recomputes fc1's gradient from its factors in
+// bfloat16 as the ranks' devices computed it, so two ranks still give one process's bits.
+static void test_two_ranks_bf16(void **state) {
+    (void)state;
+    char launch[512];
+    snprintf(launch, sizeof launch, "%s -np 2", HT_MPIEXEC);
+    two_ranks_model(launch, "mpi-cli-bf16", "cnn2", "--precision bf16");
+}
+
 // tools/netsim.sh needs root and iproute2, as CI has; skipped elsewhere, saying why.
 static void need_netns(void) {
     char *out;
@@ -110,7 +122,7 @@ static void test_two_nodes_over_tcp(void **state) {
     (void)state;
     need_netns();
     two_ranks_model(HT_SOURCE_DIR "/tools/netsim.sh --nodes 2 --rate 1gbit --timeout 300 "
-                    "--mpi-args \"" HT_MPI_CONTEXT "\" --", "mpi-tcp", "cnn2");
+                    "--mpi-args \"" HT_MPI_CONTEXT "\" --", "mpi-tcp", "cnn2", "");
 }
 
 // The simulated nodes share this machine's host name and /tmp: each node's Open MPI daemon
@@ -312,6 +324,7 @@ static void test_shared_core_warns(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ranks_equal_one_process),
+        cmocka_unit_test(test_two_ranks_bf16),
         cmocka_unit_test(test_two_nodes_over_tcp),
         cmocka_unit_test(test_nodes_own_session_dirs),
         cmocka_unit_test(test_stopped_rank_resumes),
