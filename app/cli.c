@@ -70,9 +70,21 @@ int cli_parse_cifar_labels(const char *cmd, const char *s) {
     return -1;
 }
 
-int cli_parse_conv_algo(const char *cmd, const char *s) {
-    for (int i = 0; conv_algo_names[i]; i++)
-        if (!strcmp(s, conv_algo_names[i])) return i;
-    cli_usage_error(cmd, "--conv-algo: expected auto, direct, winograd or winograd2, found \"%s\"", s);
+int cli_parse_choice(const char *cmd, const char *flag, const char *s,
+                     const char *const *names) {
+    int n = 0;
+    for (; names[n]; n++)
+        if (!strcmp(s, names[n])) return n;
+    char list[256];
+    size_t k = 0;
+    list[0] = 0;
+    for (int i = 0; i < n && k < sizeof list; i++)
+        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s",
+                              i == 0 ? "" : i == n - 1 ? " or " : ", ", names[i]);
+    cli_usage_error(cmd, "%s: expected %s, found \"%s\"", flag, list, s);
     return -1;
+}
+
+int cli_parse_conv_algo(const char *cmd, const char *s) {
+    return cli_parse_choice(cmd, "--conv-algo", s, conv_algo_names);
 }

@@ -32,6 +32,9 @@ int cli_parse_layout(const char *cmd, const char *s);
 int cli_parse_image_size(const char *cmd, const char *s, int *h, int *w);
 // --cifar-labels' value: 1 coarse, 0 fine, -1 after printing the usage error.
 int cli_parse_cifar_labels(const char *cmd, const char *s);
+// s's index in the NULL-terminated names, or -1 after printing the usage error "FLAG: expected
+// a, b or c, found "s"".
+int cli_parse_choice(const char *cmd, const char *flag, const char *s, const char *const *names);
 // --conv-algo's value as a conv_algo, or -1 after printing the usage error.
 int cli_parse_conv_algo(const char *cmd, const char *s);
 

@@ -404,23 +404,24 @@ int cli_train(int argc, char **argv) {
             o.given |= RUN_OPT_GIVEN(RUN_OPT_WEIGHT_DECAY);
             break;
         case OPT_PRECISION:
-            if (!strcmp(optarg, "f32")) o.precision = PRECISION_F32;
-            else if (!strcmp(optarg, "bf16")) o.precision = PRECISION_BF16;
-            else return cli_usage_error("train", "--precision: expected f32 or bf16, found \"%s\"", optarg);
+            if ((o.precision = cli_parse_choice("train", "--precision", optarg, precision_names)) < 0)
+                return EXIT_USAGE;
             o.given |= RUN_OPT_GIVEN(RUN_OPT_PRECISION);
             break;
-        case OPT_COMM_DTYPE:
-            if (!strcmp(optarg, "f32")) o.comm_bf16 = 0;
-            else if (!strcmp(optarg, "bf16")) o.comm_bf16 = 1;
-            else return cli_usage_error("train", "--comm-dtype: expected f32 or bf16, found \"%s\"", optarg);
+        case OPT_COMM_DTYPE: {
+            static const char *const dtypes[] = {"f32", "bf16", NULL}; // comm_bf16 0, 1
+            if ((o.comm_bf16 = cli_parse_choice("train", "--comm-dtype", optarg, dtypes)) < 0)
+                return EXIT_USAGE;
             o.given |= RUN_OPT_GIVEN(RUN_OPT_COMM_DTYPE);
             break;
-        case OPT_WD_MODE:
-            if (!strcmp(optarg, "l2")) o.wd_mode = WD_L2;
-            else if (!strcmp(optarg, "decoupled")) o.wd_mode = WD_DECOUPLED;
-            else return cli_usage_error("train", "--weight-decay-mode: expected l2 or decoupled, found \"%s\"", optarg);
+        }
+        case OPT_WD_MODE: {
+            static const char *const modes[] = {"l2", "decoupled", NULL}; // WD_L2, WD_DECOUPLED
+            if ((o.wd_mode = cli_parse_choice("train", "--weight-decay-mode", optarg, modes)) < 0)
+                return EXIT_USAGE;
             o.given |= RUN_OPT_GIVEN(RUN_OPT_WD_MODE);
             break;
+        }
         case OPT_BN_GROUP: {
             double g;
             if (cli_parse_float("--bn-group", optarg, 1, 1 << 20, 0, &g) < 0) return EXIT_USAGE;

@@ -68,36 +68,29 @@ INLINE void pack_a_rows(uint32_t *dst, const float *A, int lda, int i0, int mr, 
         if (kc & 1) d[full] = pair_of(row[kc - 1], 0.0f);
     }
 }
-// The same from a transposed A (a(i, k) = A[k*lda + i]), pair-major.
-INLINE void pack_a_cols(uint32_t *dst, const float *A, int lda, int i0, int mr, int k0, int kc) {
+// W-wide pair-major panel [p][w] of a matrix whose k-th row holds the panel's values at
+// X[(k0 + k)*ld + c0 + w], w < n (the rest zero): a transposed A's rows (W = MR) and B's rows
+// (W = NR) alike.
+INLINE void pack_pair_rows(uint32_t *dst, int W, const float *X, int ld, int c0, int n, int k0,
+                           int kc) {
     const int kp = (kc + 1) / 2;
     for (int p = 0; p < kp; p++) {
-        uint32_t *d = dst + (size_t)p * MR;
-        const float *r0 = A + (size_t)(k0 + 2 * p) * lda + i0;
+        uint32_t *d = dst + (size_t)p * W;
+        const float *r0 = X + (size_t)(k0 + 2 * p) * ld + c0;
         if (2 * p + 1 < kc) {
-            const float *r1 = r0 + lda;
-            for (int i = 0; i < mr; i++) d[i] = pair_of(r0[i], r1[i]);
+            const float *r1 = r0 + ld;
+            for (int j = 0; j < n; j++) d[j] = pair_of(r0[j], r1[j]);
         } else {
-            for (int i = 0; i < mr; i++) d[i] = pair_of(r0[i], 0.0f);
+            for (int j = 0; j < n; j++) d[j] = pair_of(r0[j], 0.0f);
         }
-        for (int i = mr; i < MR; i++) d[i] = 0;
+        for (int j = n; j < W; j++) d[j] = 0;
     }
 }
-// B's columns [j0, j0 + nr) and k [k0, k0 + kc) into an NR-column micro-panel, from B's rows
-// (b(k, j) = B[k*ldb + j]).
+INLINE void pack_a_cols(uint32_t *dst, const float *A, int lda, int i0, int mr, int k0, int kc) {
+    pack_pair_rows(dst, MR, A, lda, i0, mr, k0, kc);
+}
 INLINE void pack_b_rows(uint32_t *dst, const float *B, int ldb, int j0, int nr, int k0, int kc) {
-    const int kp = (kc + 1) / 2;
-    for (int p = 0; p < kp; p++) {
-        uint32_t *d = dst + (size_t)p * NR;
-        const float *r0 = B + (size_t)(k0 + 2 * p) * ldb + j0;
-        if (2 * p + 1 < kc) {
-            const float *r1 = r0 + ldb;
-            for (int j = 0; j < nr; j++) d[j] = pair_of(r0[j], r1[j]);
-        } else {
-            for (int j = 0; j < nr; j++) d[j] = pair_of(r0[j], 0.0f);
-        }
-        for (int j = nr; j < NR; j++) d[j] = 0;
-    }
+    pack_pair_rows(dst, NR, B, ldb, j0, nr, k0, kc);
 }
 // The same from a transposed B (b(k, j) = B[j*ldb + k]): each column's pairs converted as they
 // lie (whole vectors), 16 pairs at a time into a small tile, then written pair-major.

@@ -58,9 +58,9 @@ static void test_bad_flags(void **state) {
     expect_cli("train extra", EXIT_USAGE, "unexpected argument \"extra\"");
     expect_cli("train --train a.csv --data /tmp", EXIT_USAGE, "give one");
     expect_cli("train --conv-algo fft", EXIT_USAGE,
-               "--conv-algo: expected auto, direct, winograd or winograd2, found \"fft\"");
+               "--conv-algo: expected direct, auto, winograd, winograd2 or gemm, found \"fft\"");
     expect_cli("predict --conv-algo Winograd --load w --out p", EXIT_USAGE,
-               "--conv-algo: expected auto");
+               "--conv-algo: expected direct, auto");
     expect_cli("predict --out x.csv", EXIT_USAGE, "--load FILE.safetensors is required");
     // Schedules and weight decay: one line each, quoting what was given.
     expect_cli("train --lr-schedule step:0:0.5", EXIT_USAGE,

@@ -538,6 +538,40 @@ static void test_bare_resume_finishes_command(void **state) {
     free(test_expect_cli(args, 1, "bare.st already exists: it is the --save of the run being resumed"));
 }
 
+// A run killed and resumed ends as its uninterrupted twin: `ref` (run as ref_args) and `k` (run
+// as k_args under the fault plan `fault`, which kills it; then the bare --resume) leave the same
+// weights (NAME.st, bit for bit) and metrics.
+static void killed_twin_matches(const char *ref_args, const char *ref, const char *k_args,
+                                const char *k, const char *fault) {
+    char args[8192], *out;
+    if (run(NULL, ref_args, &out) != 0) fail_msg("%s: the reference run failed:\n%s", ref, out);
+    free(out);
+    int rc = run(fault, k_args, &out);
+    if (rc != KILLED) fail_msg("%s: expected the run to be killed, exit %d\n%s", k, rc, out);
+    free(out);
+    snprintf(args, sizeof args, "train --resume '%s/%s'", data.dir, k);
+    if (run(NULL, args, &out) != 0) fail_msg("%s: resume failed:\n%s", k, out);
+    free(out);
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/%s.st", data.dir, ref);
+    snprintf(b, sizeof b, "%s/%s.st", data.dir, k);
+    expect_same_file(a, b);
+    snprintf(a, sizeof a, "%s/%s.metrics.csv", data.dir, ref);
+    snprintf(b, sizeof b, "%s/%s.metrics.csv", data.dir, k);
+    expect_same_metrics(a, b, 0);
+}
+
+// The run log of run `name` holds every one of the NULL-terminated lines.
+static void log_has(const char *name, const char *const *lines) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s.log", data.dir, name);
+    char *log = test_read_file(path, NULL);
+    assert_non_null(log);
+    for (int i = 0; lines[i]; i++)
+        if (!strstr(log, lines[i])) fail_msg("%s lacks \"%s\"", path, lines[i]);
+    free(log);
+}
+
 // A batchnorm network killed mid-epoch and resumed: the moving averages and their update count
 // (state, not parameters: no optimiser moments) come back from the checkpoint, and the run ends
 // with the bits of the run that never stopped (the saved file holds the statistics too).
@@ -549,33 +583,16 @@ static const char bn_cfg[] = "[net]\ninput = 1x28x28\nbn_group = 16\n"
 static void test_bn_kill_and_resume(void **state) {
     (void)state;
     char *cfg = test_write_file(data.dir, "bn.cfg", bn_cfg, sizeof bn_cfg - 1);
-    char args[8192], *out;
+    char ref[8192], k[8192];
     const char *bn_run = "train --train '%s' --test '%s' --model '%s' --epochs 2 --batch 50 "
                          "--val-split 0.2 " WHERE " --out '%s' --name %s --save '%s/%s.st'%s";
-    snprintf(args, sizeof args, bn_run, data.train, data.test, cfg, data.dir, "bnref", data.dir,
+    snprintf(ref, sizeof ref, bn_run, data.train, data.test, cfg, data.dir, "bnref", data.dir,
              "bnref", "");
-    if (run(NULL, args, &out) != 0) fail_msg("batchnorm reference run failed:\n%s", out);
-    free(out);
-    char a[1200], b[1200];
-    snprintf(a, sizeof a, "%s/bnref.log", data.dir);
-    char *log = test_read_file(a, NULL);
-    assert_non_null(log);
-    assert_non_null(strstr(log, "batchnorm: statistics over groups of 16"));
-    free(log);
-    snprintf(args, sizeof args, bn_run, data.train, data.test, cfg, data.dir, "bnk", data.dir,
-             "bnk", " --checkpoint-every 3");
-    int rc = run("kill:cpu:1@14", args, &out); // step 4 of epoch 2, after the checkpoint of 12
-    if (rc != KILLED) fail_msg("expected the run to be killed, exit %d\n%s", rc, out);
-    free(out);
-    snprintf(args, sizeof args, "train --resume '%s/bnk'", data.dir);
-    if (run(NULL, args, &out) != 0) fail_msg("resume failed:\n%s", out);
-    free(out);
-    snprintf(a, sizeof a, "%s/bnref.st", data.dir);
-    snprintf(b, sizeof b, "%s/bnk.st", data.dir);
-    expect_same_file(a, b);
-    snprintf(a, sizeof a, "%s/bnref.metrics.csv", data.dir);
-    snprintf(b, sizeof b, "%s/bnk.metrics.csv", data.dir);
-    expect_same_metrics(a, b, 0);
+    snprintf(k, sizeof k, bn_run, data.train, data.test, cfg, data.dir, "bnk", data.dir, "bnk",
+             " --checkpoint-every 3");
+    // Killed at step 4 of epoch 2, after the checkpoint of step 12.
+    killed_twin_matches(ref, "bnref", k, "bnk", "kill:cpu:1@14");
+    log_has("bnref", (const char *const[]){"batchnorm: statistics over groups of 16", NULL});
     free(cfg);
 }
 
@@ -583,34 +600,15 @@ static void test_bn_kill_and_resume(void **state) {
 // CPU devices and resumed with the bare --resume: the bits of the run that never stopped.
 static void test_bf16_kill_and_resume(void **state) {
     (void)state;
-    char args[8192], *out;
+    char ref[8192], k[8192];
     const char *where = "--devices cpu:1,cpu:1@2 --balance static --conv-algo gemm "
                         "--no-self-check --no-progress --quiet";
-    snprintf(args, sizeof args, RUN " --precision bf16 %s --out '%s' --name b16ref --save '%s/b16ref.st'",
+    snprintf(ref, sizeof ref, RUN " --precision bf16 %s --out '%s' --name b16ref --save '%s/b16ref.st'",
              data.args, where, data.dir, data.dir);
-    if (run(NULL, args, &out) != 0) fail_msg("bf16 reference run failed:\n%s", out);
-    free(out);
-    char a[1200], b[1200];
-    snprintf(a, sizeof a, "%s/b16ref.log", data.dir);
-    char *log = test_read_file(a, NULL);
-    assert_non_null(log);
-    assert_non_null(strstr(log, "precision: bf16"));
-    assert_non_null(strstr(log, "gemm bf16"));
-    free(log);
-    snprintf(args, sizeof args, RUN " --precision bf16 %s --checkpoint-every 3 --out '%s' --name b16k --save '%s/b16k.st'",
-             data.args, where, data.dir, data.dir);
-    int rc = run("kill:cpu:1@11", args, &out);
-    if (rc != KILLED) fail_msg("expected the run to be killed, exit %d\n%s", rc, out);
-    free(out);
-    snprintf(args, sizeof args, "train --resume '%s/b16k'", data.dir);
-    if (run(NULL, args, &out) != 0) fail_msg("resume failed:\n%s", out);
-    free(out);
-    snprintf(a, sizeof a, "%s/b16ref.st", data.dir);
-    snprintf(b, sizeof b, "%s/b16k.st", data.dir);
-    expect_same_file(a, b);
-    snprintf(a, sizeof a, "%s/b16ref.metrics.csv", data.dir);
-    snprintf(b, sizeof b, "%s/b16k.metrics.csv", data.dir);
-    expect_same_metrics(a, b, 0);
+    snprintf(k, sizeof k, RUN " --precision bf16 %s --checkpoint-every 3 --out '%s' --name b16k "
+             "--save '%s/b16k.st'", data.args, where, data.dir, data.dir);
+    killed_twin_matches(ref, "b16ref", k, "b16k", "kill:cpu:1@11");
+    log_has("b16ref", (const char *const[]){"precision: bf16", "gemm bf16", NULL});
 }
 
 int main(void) {
