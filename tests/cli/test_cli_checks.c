@@ -25,6 +25,13 @@
 
 #define expect_cli(args, status, want) free(test_expect_cli(args, status, want))
 
+// The command fails with status and one line of output holding want.
+static void expect_one_line(const char *args, int status, const char *want) {
+    char *text = test_expect_cli(args, status, want);
+    if (strchr(text, '\n') != strrchr(text, '\n')) fail_msg("expected one line, got:\n%s", text);
+    free(text);
+}
+
 static const char tiny_cfg[] = "[net]\nname = tiny\ninput = 1x28x28\nclasses = 10\nbatch = 50\n"
                                "epochs = 1\nval_split = 0.2\n[dense]\nname = fc\nunits = 10\n"
                                "[softmax]\n";
@@ -255,11 +262,8 @@ static void test_fault_names_no_device(void **state) {
     snprintf(args, sizeof args, "train --model '%s' --train '%s' --out '%s' --devices cpu:1,cpu:1 "
              "--no-progress", f->cfg, f->train, out);
     setenv("HETRAIN_FAULT", "fail:cpu:1#2@2,kill:cpu:2@3", 1);
-    char *text = test_expect_cli(args, 1, "HETRAIN_FAULT: \"cpu:2\" names no open device (open: "
-                                          "cpu:1, cpu:1#2)");
+    expect_one_line(args, 1, "HETRAIN_FAULT: \"cpu:2\" names no open device (open: cpu:1, cpu:1#2)");
     unsetenv("HETRAIN_FAULT");
-    if (strchr(text, '\n') != strrchr(text, '\n')) fail_msg("expected one line, got:\n%s", text);
-    free(text);
     assert_false(exists(out));
 }
 
@@ -275,10 +279,7 @@ static void test_precision_refusals(void **state) {
     setenv("POCL_DEVICES", "pthread", 1);
     snprintf(args, sizeof args, "train --model '%s' --train '%s' --out '%s' --devices cpu:1,cl:0.0 "
              "--precision bf16 --no-self-check --no-progress", f->cfg, f->train, out);
-    char *text = test_expect_cli(args, 1, "--precision bf16 runs on the cpu device only, and "
-                                          "--devices opened cl:0.0");
-    if (strchr(text, '\n') != strrchr(text, '\n')) fail_msg("expected one line, got:\n%s", text);
-    free(text);
+    expect_one_line(args, 1, "--precision bf16 runs on the cpu device only, and --devices opened cl:0.0");
     assert_false(exists(out));
 }
 
