@@ -244,6 +244,7 @@ static void gemm_backward(float *din, float *dw, float *db, const float *dout,
     const int OCs = conv_cpad(g->OC), C = g->C, OC = g->OC, ckk = (int)gemm_ckk(g);
     const long M = (long)B * g->OH * g->OW;
     const gemm_prec prec = g->dw == CONV_GEMM_BF16 ? GEMM_BF16 : GEMM_F32;
+    const gemm_prec prec_din = g->din == CONV_GEMM_BF16 ? GEMM_BF16 : GEMM_F32;
     float *gbuf = ws, *cols = ws + gemm_cols_off(g);
     float *dcols = cols + (size_t)gemm_rows_per(g) * round16(gemm_ckk(g));
     if (din && !gemm_in_place(g)) memset(din, 0, sizeof(float) * (size_t)B * g->H * g->W * g->Cs);
@@ -267,10 +268,10 @@ static void gemm_backward(float *din, float *dw, float *db, const float *dout,
             for (int k = 0; k < OC; k++) db[k] += gr[(size_t)i * ldg + k];
         if (!din) continue;
         if (gemm_in_place(g)) {
-            gemm_split(prec, CblasNoTrans, CblasNoTrans, m, C, OC, gr, ldg, w, C, 0.0f,
+            gemm_split(prec_din, CblasNoTrans, CblasNoTrans, m, C, OC, gr, ldg, w, C, 0.0f,
                        din + r0 * g->Cs, g->Cs, nt, SPLIT_LONGER, 16);
         } else {
-            gemm_split(prec, CblasNoTrans, CblasNoTrans, m, ckk, OC, gr, ldg, w, ckk, 0.0f,
+            gemm_split(prec_din, CblasNoTrans, CblasNoTrans, m, ckk, OC, gr, ldg, w, ckk, 0.0f,
                        dcols, ckk, nt, SPLIT_LONGER, 16);
             gemm_col2im(din, r0, m, dcols, g, nt);
         }

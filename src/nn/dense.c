@@ -7,7 +7,6 @@
 #include "nn/net_layers.h"
 
 #include <cblas.h>
-#include "nn/gemm_bf16.h"
 #include "core/ht_omp.h"
 #include <string.h>
 
@@ -71,8 +70,8 @@ void dense_forward_p(float *out, const float *in, const float *w, const float *b
         if (b) memcpy(out + (size_t)i * OUT, b, (size_t)OUT * sizeof *out);
         else memset(out + (size_t)i * OUT, 0, (size_t)OUT * sizeof *out);
     }
-    gemm_split(prec, CblasNoTrans, CblasTrans, B, OUT, IN, in, IN, w, IN, 1.0f, out, OUT,
-               nthreads, SPLIT_LONGER, DENSE_SPLIT_ALIGN);
+    gemm_split(gemm_prec_for(prec, OUT, OUT), CblasNoTrans, CblasTrans, B, OUT, IN, in, IN, w,
+               IN, 1.0f, out, OUT, nthreads, SPLIT_LONGER, DENSE_SPLIT_ALIGN);
 }
 
 void dense_backward(float *din, float *dw, float *db, const float *dout, const float *in,
@@ -85,8 +84,8 @@ void dense_weight_grad(float *dw, const float *dout, const float *in, int B, int
     // dw (OUT x IN) = beta * dw + dout^T (OUT x B) * in (B x IN): by rows (each thread's part
     // of dw one contiguous range) where every thread gets at least 64 of them.
     const split_dim dw_dim = OUT >= 64 * (nthreads > 1 ? nthreads : 1) ? SPLIT_M : SPLIT_LONGER;
-    gemm_split(prec, CblasTrans, CblasNoTrans, OUT, IN, B, dout, OUT, in, IN, beta, dw, IN,
-               nthreads, dw_dim, DENSE_SPLIT_ALIGN);
+    gemm_split(gemm_prec_for(prec, OUT, IN), CblasTrans, CblasNoTrans, OUT, IN, B, dout, OUT, in,
+               IN, beta, dw, IN, nthreads, dw_dim, DENSE_SPLIT_ALIGN);
 }
 
 void dense_backward_beta(float *din, float *dw, float *db, const float *dout, const float *in,
@@ -100,8 +99,9 @@ void dense_backward_beta(float *din, float *dw, float *db, const float *dout, co
     }
     // din (B x IN) = dout (B x OUT) * w (OUT x IN): the longer side, columns in blocks of 64.
     if (din)
-        gemm_split(prec, CblasNoTrans, CblasNoTrans, B, IN, OUT, dout, OUT, w, IN, 0.0f, din, IN,
-                   nthreads, SPLIT_LONGER, B >= IN ? DENSE_SPLIT_ALIGN : 4 * DENSE_SPLIT_ALIGN);
+        gemm_split(gemm_prec_for(prec, IN, IN), CblasNoTrans, CblasNoTrans, B, IN, OUT, dout, OUT,
+                   w, IN, 0.0f, din, IN, nthreads, SPLIT_LONGER,
+                   B >= IN ? DENSE_SPLIT_ALIGN : 4 * DENSE_SPLIT_ALIGN);
 }
 
 // ---- the dense family: its description (layer_desc.h) and CPU ops (net_layers.h) ----

@@ -16,6 +16,7 @@
 #include <cblas.h>
 
 #include "core/ht_omp.h"
+#include "nn/gemm_bf16.h"
 #include "nn/layer_kinds.h"
 #include "nn/model.h"
 
@@ -45,6 +46,13 @@ typedef enum gemm_prec { GEMM_F32, GEMM_BF16 } gemm_prec;
 void gemm_split(gemm_prec prec, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                 const float *A, int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc,
                 int nthreads, split_dim dim, int align);
+// want, unless it is bfloat16 and a layer dimension of the product (the dims given, never the
+// batch's) is narrower than GEMM_BF16_MIN_WIDTH, where float32 is quicker.
+static inline gemm_prec gemm_prec_for(gemm_prec want, int dim1, int dim2) {
+    return want == GEMM_BF16 && dim1 >= GEMM_BF16_MIN_WIDTH && dim2 >= GEMM_BF16_MIN_WIDTH
+               ? GEMM_BF16
+               : GEMM_F32;
+}
 static inline void sgemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                                const float *A, int lda, const float *Bm, int ldb, float beta,
                                float *Cm, int ldc, int nthreads, split_dim dim, int align) {

@@ -202,7 +202,8 @@ static ws_sizes ws_measure(const model *m, const schedule *s, int max_batch, int
 // stride-1 ones) to sum fewer than CONV_GEMM_MIN_SUM products (C x K x K: the copy costs more
 // than the product). An explicit direct or winograd request holds for every node, and gemm
 // makes every node a GEMM (in_trunk: there is no trunk); the GEMMs multiply in bfloat16 under
-// --precision bf16 (CONV_GEMM_BF16), the per-sample kernels stay float32. By shape,
+// --precision bf16 (CONV_GEMM_BF16) where they are wide enough, the per-sample kernels stay
+// float32. By shape,
 // not timed: every rank and a resumed run decide alike. Measured (batch 64, 2 cores, AVX2,
 // --profile): at 8x8 and 64 channels Winograd 92 and 97 GFLOP/s (forward, backward) against
 // GEMM's 38 and 37 (ResNet-20's third stage; ResNet50's conv2 at 32x32 inputs 0.09 s against
@@ -214,14 +215,23 @@ static conv_choice node_choice(const model *m, const schedule *s, int n, const n
                                int trunk, int nthreads) {
     const int need_din = s->node[n].in[0] != SCHED_INPUT;
     const layer *L = node_layer(m, s, n);
-    const conv_impl gemm = m->setup.precision == PRECISION_BF16 ? CONV_GEMM_BF16 : CONV_GEMM;
     conv_geom g = geom_of(L, p);
     const int wino = conv2d_wino_ok(&g, CONV_DIR_FWD) && g.OH * g.OW >= CONV_PER_SAMPLE_MIN_POS;
     const int small_copy = !(g.K == 1 && g.stride == 1 && g.pad == 0) &&
                            g.C * g.K * g.K < CONV_GEMM_MIN_SUM;
     if (m->setup.conv_algo == CONV_ALGO_GEMM ||
-        (m->setup.conv_algo == CONV_ALGO_AUTO && n >= trunk && !wino && !small_copy))
-        return (conv_choice){gemm, gemm, gemm, need_din, L->k, {{0}}};
+        (m->setup.conv_algo == CONV_ALGO_AUTO && n >= trunk && !wino && !small_copy)) {
+        conv_choice c = {CONV_GEMM, CONV_GEMM, CONV_GEMM, need_din, L->k, {{0}}};
+        // Under --precision bf16, each direction whose product is wide enough (gemm_prec_for:
+        // the forward's output columns are OC, the input gradient's C*K*K, the weight
+        // gradient's both).
+        const gemm_prec want = m->setup.precision == PRECISION_BF16 ? GEMM_BF16 : GEMM_F32;
+        const int ckk = g.C * g.K * g.K;
+        if (gemm_prec_for(want, g.OC, g.OC) == GEMM_BF16) c.fwd = CONV_GEMM_BF16;
+        if (gemm_prec_for(want, ckk, ckk) == GEMM_BF16) c.din = CONV_GEMM_BF16;
+        if (gemm_prec_for(want, g.OC, ckk) == GEMM_BF16) c.dw = CONV_GEMM_BF16;
+        return c;
+    }
     return conv_choose(&g, m->setup.conv_algo, need_din, nthreads);
 }
 

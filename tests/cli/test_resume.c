@@ -596,8 +596,9 @@ static void test_bn_kill_and_resume(void **state) {
     free(cfg);
 }
 
-// --precision bf16 (every convolution a bfloat16 GEMM, --conv-algo gemm) killed mid-epoch on two
-// CPU devices and resumed with the bare --resume: the bits of the run that never stopped.
+// --precision bf16 (every convolution a GEMM, --conv-algo gemm; bfloat16 in those wide enough:
+// conv2's input gradient, the 64-unit dense layer) killed mid-epoch on two CPU devices and
+// resumed with the bare --resume: the bits of the run that never stopped.
 static void test_bf16_kill_and_resume(void **state) {
     (void)state;
     char ref[8192], k[8192];

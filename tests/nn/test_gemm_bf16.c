@@ -15,6 +15,9 @@
 #include "core/rng.h"
 #include "nn/gemm_bf16.h"
 #include "nn/layers.h"
+#include "nn/model.h"
+#include "nn/net.h"
+#include "tests/lib/testutil.h"
 
 // Float's unit roundoff: a sum of n products, each exact, added one at a time, is within
 // n * U * sum |a b| of the exact sum (and a K-block's sum added to C, one more addition a block).
@@ -162,6 +165,49 @@ static void test_split_and_rounding(void **state) {
     free(F);
 }
 
+// --precision bf16 takes bfloat16 only where the layer is wide enough, by its shape: a 16-filter
+// convolution on one channel keeps every direction in float32; 16 -> 32 channels 3x3 takes it in
+// all three; a 1x1 32 -> 16 only in its input gradient (C*K*K = 32 columns; 16 outputs and a 16-row
+// weight gradient stay float32). Under float32 none does.
+static void test_width_rule(void **state) {
+    (void)state;
+    assert_int_equal(gemm_prec_for(GEMM_BF16, 24, 24), GEMM_BF16);
+    assert_int_equal(gemm_prec_for(GEMM_BF16, 23, 1000), GEMM_F32);
+    assert_int_equal(gemm_prec_for(GEMM_F32, 1000, 1000), GEMM_F32);
+    static const char cfg[] = "[net]\ninput = 1x8x8\nconv_algo = gemm\n"
+                              "[conv]\nfilters = 16\nsize = 3\npad = same\n"
+                              "[conv]\nfilters = 32\nsize = 3\npad = same\n"
+                              "[conv]\nfilters = 16\nsize = 1\n"
+                              "[dense]\nunits = 10\n[softmax]\n";
+    char *dir = test_tmpdir("gemm-bf16");
+    char *path = test_write_file(dir, "w.cfg", cfg, sizeof cfg - 1);
+    model m;
+    ht_error e;
+    if (model_init_config(&m, path, &e) < 0) fail_msg("%s", e.msg);
+    conv_choice c[8];
+    assert_true(m.n_layers <= 8);
+    static const conv_impl want[2][3][3] = {
+        {{CONV_GEMM, CONV_GEMM, CONV_GEMM}, {CONV_GEMM, CONV_GEMM, CONV_GEMM},
+         {CONV_GEMM, CONV_GEMM, CONV_GEMM}},
+        {{CONV_GEMM, CONV_GEMM, CONV_GEMM}, {CONV_GEMM_BF16, CONV_GEMM_BF16, CONV_GEMM_BF16},
+         {CONV_GEMM, CONV_GEMM_BF16, CONV_GEMM}},
+    };
+    for (int bf = 0; bf < 2; bf++) {
+        m.setup.precision = bf ? PRECISION_BF16 : PRECISION_F32;
+        assert_int_equal(net_conv_choices(&m, 1, c), 0);
+        for (int l = 0, k = 0; l < m.n_layers; l++) {
+            if (!net_layer_conv_algo(&m.layers[l])) continue;
+            const conv_impl *w = want[bf][k++];
+            if (c[l].fwd != w[0] || c[l].din != w[1] || c[l].dw != w[2])
+                fail_msg("precision %d, layer %d: fwd %d din %d dw %d, want %d %d %d", bf, l,
+                         c[l].fwd, c[l].din, c[l].dw, w[0], w[1], w[2]);
+        }
+    }
+    model_free(&m);
+    free(path);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_known_values),
@@ -169,6 +215,7 @@ int main(void) {
         cmocka_unit_test(test_shapes_emulated),
         cmocka_unit_test(test_shapes_small_panels),
         cmocka_unit_test(test_split_and_rounding),
+        cmocka_unit_test(test_width_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
