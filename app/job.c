@@ -97,13 +97,6 @@ void job_free(job *j) {
 // repeats it under the device.
 int job_open_devices(job *j, const char *spec, int batch, uint64_t mem_limit, ht_error *e) {
     if (device_open_list(&j->devs, &j->n_devs, spec, &j->m, batch, mem_limit, e) < 0) return -1;
-    // bfloat16 GEMMs are the cpu device's: an OpenCL device beside it would compute its share of
-    // each batch in float32, another run's numerics.
-    for (int d = 0; j->m.setup.precision == PRECISION_BF16 && d < j->n_devs; d++)
-        if (strcmp(j->devs[d].spec, "cpu") && strncmp(j->devs[d].spec, "cpu:", 4))
-            return ht_fail(e, "--precision bf16 runs on the cpu device only, and --devices "
-                              "opened %s; give --devices cpu, or --precision f32",
-                           j->devs[d].spec);
     for (int d = 0; d < j->n_devs; d++)
         if (j->devs[d].warning[0]) fprintf(stderr, "hetrain: warning: %s\n", j->devs[d].warning);
     return fault_wrap_devices(j->devs, j->n_devs, &j->m, getenv("HETRAIN_FAULT"), e);

@@ -648,6 +648,11 @@ const struct ocl_tuning *opencl_device_tuning(const device *d) {
 int opencl_device_open(device *d, const ocl_dev_info *info, const model *m, int max_batch,
                        uint64_t mem_limit, ht_error *e) {
     memset(d, 0, sizeof *d);
+    // Its kernels compute in float32: beside a bfloat16 cpu device it would compute its share
+    // of each batch with another run's numerics.
+    if (m->setup.precision == PRECISION_BF16)
+        return ht_fail(e, "--precision bf16 runs on the cpu device only, and --devices opened %s; "
+                          "give --devices cpu, or --precision f32", info->spec);
     ocl_ctx *c = ht_calloc(1, sizeof *c, e);
     if (!c) return -1;
     c->m = m;

@@ -281,6 +281,10 @@ static void test_precision_refusals(void **state) {
              "--precision bf16 --no-self-check --no-progress", f->cfg, f->train, out);
     expect_one_line(args, 1, "--precision bf16 runs on the cpu device only, and --devices opened cl:0.0");
     assert_false(exists(out));
+    // Two plain cpu devices (the second's spec is cpu#2) are the cpu device twice: accepted.
+    snprintf(args, sizeof args, "train --model '%s' --train '%s' --out '%s-ok' --devices cpu,cpu "
+             "--precision bf16 --no-progress --quiet", f->cfg, f->train, out);
+    expect_cli(args, 0, NULL);
 }
 
 int main(void) {
