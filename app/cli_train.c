@@ -410,20 +410,16 @@ int cli_train(int argc, char **argv) {
                 return EXIT_USAGE;
             o.given |= RUN_OPT_GIVEN(RUN_OPT_PRECISION);
             break;
-        case OPT_COMM_DTYPE: {
-            static const char *const dtypes[] = {"f32", "bf16", NULL}; // comm_bf16 0, 1
-            if ((o.comm_bf16 = cli_parse_choice("train", "--comm-dtype", optarg, dtypes)) < 0)
+        case OPT_COMM_DTYPE:
+            if ((o.comm_bf16 = cli_parse_choice("train", "--comm-dtype", optarg, run_comm_dtypes)) < 0)
                 return EXIT_USAGE;
             o.given |= RUN_OPT_GIVEN(RUN_OPT_COMM_DTYPE);
             break;
-        }
-        case OPT_WD_MODE: {
-            static const char *const modes[] = {"l2", "decoupled", NULL}; // WD_L2, WD_DECOUPLED
-            if ((o.wd_mode = cli_parse_choice("train", "--weight-decay-mode", optarg, modes)) < 0)
+        case OPT_WD_MODE:
+            if ((o.wd_mode = cli_parse_choice("train", "--weight-decay-mode", optarg, run_wd_modes)) < 0)
                 return EXIT_USAGE;
             o.given |= RUN_OPT_GIVEN(RUN_OPT_WD_MODE);
             break;
-        }
         case OPT_BN_GROUP: {
             double g;
             if (cli_parse_float("--bn-group", optarg, 1, 1 << 20, 0, &g) < 0) return EXIT_USAGE;

@@ -58,9 +58,7 @@ static void describe_setup(run_files *rf, const model *m, const train_setup *s, 
             s->val_split, (unsigned long long)seed);
     if (s->precision == PRECISION_BF16)
         run_log(rf, 0, "precision: bf16 (the dense layers and convolutions multiply bfloat16 "
-                "factors into float32 sums; %s)\n",
-                gemm_bf16_native() ? "AVX512_BF16"
-                                   : "emulated: this CPU has no AVX512_BF16, slower than f32");
+                "factors into float32 sums; %s)\n", gemm_bf16_describe());
     if (m->n_state)
         run_log(rf, 0, "model: %s, %zu parameters (and %zu of batchnorm state), %.1f M "
                 "multiply-adds per sample\n", m->name, m->n_trainable, m->n_state,

@@ -275,8 +275,7 @@ static int cmd_devices(int argc, char **argv) {
     if (!json)
         printf("\ncpu's GEMMs: %s\ncpu's own vector code: %s\ncpu's threads between regions: "
                "%s\ncpu's bfloat16 GEMMs (--precision bf16): %s\n", blas, isa, waits,
-               gemm_bf16_native() ? "AVX512_BF16"
-                                  : "emulated (this CPU has no AVX512_BF16), slower than f32");
+               gemm_bf16_describe());
     return 0;
 }
 

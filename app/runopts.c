@@ -76,11 +76,11 @@ typedef enum value_type {
 
 static const char *const layouts[] = {"auto", "nhwc", "nchw", NULL};
 static const char *const cifar_labels[] = {"fine", "coarse", NULL};
-static const char *const wd_modes[] = {"l2", "decoupled", NULL}; // WD_L2, WD_DECOUPLED
+const char *const run_wd_modes[] = {"l2", "decoupled", NULL}; // WD_L2, WD_DECOUPLED
 static const char *const balances[] = {"auto", "static", NULL};  // BALANCE_AUTO, BALANCE_STATIC
 static const char *const on_nan[] = {"skip", "stop", NULL};
 static const char *const no_yes[] = {"0", "1", NULL};
-static const char *const comm_dtypes[] = {"f32", "bf16", NULL};
+const char *const run_comm_dtypes[] = {"f32", "bf16", NULL}; // comm_bf16 0, 1
 
 static const struct {
     value_type type;
@@ -105,11 +105,11 @@ static const struct {
     [RUN_OPT_OPTIMIZER] = {V_STR, AT(optimizer), NULL, ""},
     [RUN_OPT_LR_SCHEDULE] = {V_SCHEDULE, AT(lr_schedule), NULL, "none"},
     [RUN_OPT_WEIGHT_DECAY] = {V_FLOAT, AT(weight_decay), NULL, "0"},
-    [RUN_OPT_WD_MODE] = {V_NAMES, AT(wd_mode), wd_modes, "l2"},
+    [RUN_OPT_WD_MODE] = {V_NAMES, AT(wd_mode), run_wd_modes, "l2"},
     [RUN_OPT_VAL_SPLIT] = {V_FLOAT, AT(val_split), NULL, NULL},
     [RUN_OPT_SEED] = {V_U64, AT(seed), NULL, NULL},
     [RUN_OPT_BN_GROUP] = {V_INT, AT(bn_group), NULL, "0"},
-    [RUN_OPT_COMM_DTYPE] = {V_NAMES, AT(comm_bf16), comm_dtypes, "f32"},
+    [RUN_OPT_COMM_DTYPE] = {V_NAMES, AT(comm_bf16), run_comm_dtypes, "f32"},
     [RUN_OPT_VALIDATION] = {V_STR, AT(validation), NULL, ""},
     [RUN_OPT_IMAGE_SIZE] = {V_STR, AT(image_size), NULL, ""},
     [RUN_OPT_CROP_ASPECT] = {V_NAMES, AT(crop_aspect), no_yes, "0"},

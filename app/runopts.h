@@ -47,6 +47,10 @@ typedef struct run_opt {
 } run_opt;
 
 extern const run_opt run_opts[RUN_OPT_COUNT];
+// The names --weight-decay-mode (wd_mode's order) and --comm-dtype (comm_bf16 0, 1) take,
+// NULL-terminated, as the command line parses them and a checkpoint keeps them.
+extern const char *const run_wd_modes[];
+extern const char *const run_comm_dtypes[];
 
 // Option id's value in o as the checkpoint keeps it ("1000", "0.0500000007", "cosine",
 // "cpu:1 cl:0.0"), into buf.

@@ -295,7 +295,7 @@ static int rank_sum(engine *g, int f, int r, const float *seg, float *dst, float
     const engine_fac *F = &g->fac[f];
     const size_t W = (size_t)F->in * F->out, per = (size_t)F->in + F->out;
     const int nt = omp_get_max_threads();
-    const gemm_prec prec = g->m->setup.precision == PRECISION_BF16 ? GEMM_BF16 : GEMM_F32;
+    const gemm_prec prec = model_gemm_prec(g->m);
     int devs;
     if (fac_devices(g, f, r, seg, &devs, e) < 0) return -1;
     const float *x = seg + FAC_HEAD;
@@ -331,7 +331,7 @@ static int add_single(engine *g, int f, int r, const float *seg, float *out) {
     const int n = (int)seg[1];
     const float *x = seg + FAC_HEAD;
     dense_weight_grad(out, x + (size_t)n * F->in, x, n, F->in, F->out, 1.0f, omp_get_max_threads(),
-                      g->m->setup.precision == PRECISION_BF16 ? GEMM_BF16 : GEMM_F32);
+                      model_gemm_prec(g->m));
     return 1;
 }
 

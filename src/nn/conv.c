@@ -207,7 +207,7 @@ static void gemm_forward(float *out, const float *in, const float *w, const floa
     const int OCs = conv_cpad(g->OC), OC = g->OC, ckk = (int)gemm_ckk(g);
     const long M = (long)B * g->OH * g->OW;
     const int rows = gemm_in_place(g) ? (int)M : gemm_rows_per(g);
-    const gemm_prec prec = g->fwd == CONV_GEMM_BF16 ? GEMM_BF16 : GEMM_F32;
+    const gemm_prec prec = conv_impl_prec(g->fwd);
     for (long r0 = 0; r0 < M; r0 += rows) {
         const int m = (int)(M - r0 < rows ? M - r0 : rows);
         int lda;
@@ -243,8 +243,7 @@ static void gemm_backward(float *din, float *dw, float *db, const float *dout,
     }
     const int OCs = conv_cpad(g->OC), C = g->C, OC = g->OC, ckk = (int)gemm_ckk(g);
     const long M = (long)B * g->OH * g->OW;
-    const gemm_prec prec = g->dw == CONV_GEMM_BF16 ? GEMM_BF16 : GEMM_F32;
-    const gemm_prec prec_din = g->din == CONV_GEMM_BF16 ? GEMM_BF16 : GEMM_F32;
+    const gemm_prec prec = conv_impl_prec(g->dw), prec_din = conv_impl_prec(g->din);
     float *gbuf = ws, *cols = ws + gemm_cols_off(g);
     float *dcols = cols + (size_t)gemm_rows_per(g) * round16(gemm_ckk(g));
     if (din && !gemm_in_place(g)) memset(din, 0, sizeof(float) * (size_t)B * g->H * g->W * g->Cs);

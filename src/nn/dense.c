@@ -14,6 +14,14 @@
 // register tiles.
 #define DENSE_SPLIT_ALIGN 16
 
+// One thread's block of C: OpenBLAS's SGEMM or the bfloat16 GEMM.
+static void gemm_block(gemm_prec prec, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N,
+                       int K, const float *A, int lda, const float *Bm, int ldb, float beta,
+                       float *Cm, int ldc) {
+    if (prec == GEMM_BF16) gemm_bf16(ta, tb, M, N, K, A, lda, Bm, ldb, beta, Cm, ldc);
+    else cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, Cm, ldc);
+}
+
 // How sgemm_split divides C among the threads (layers.h): timed on fc1 of cnn2 at batch 50 on 2
 // threads (bench/dense_gemm.c; bench/README.md has the figures): the weight gradient (1024 x
 // 3136, K = 50) is quicker split by rows than by columns, the input gradient (50 x 3136, K =
@@ -41,19 +49,11 @@ void gemm_split(gemm_prec prec, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, i
         if (hi > lo) {
             if (split_m) {
                 const float *a = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
-                if (prec == GEMM_BF16)
-                    gemm_bf16(ta, tb, hi - lo, N, K, a, lda, Bm, ldb, beta, Cm + (size_t)lo * ldc,
-                              ldc);
-                else
-                    cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, 1.0f, a, lda, Bm, ldb,
-                                beta, Cm + (size_t)lo * ldc, ldc);
+                gemm_block(prec, ta, tb, hi - lo, N, K, a, lda, Bm, ldb, beta,
+                           Cm + (size_t)lo * ldc, ldc);
             } else {
                 const float *bm = tb == CblasNoTrans ? Bm + lo : Bm + (size_t)lo * ldb;
-                if (prec == GEMM_BF16)
-                    gemm_bf16(ta, tb, M, hi - lo, K, A, lda, bm, ldb, beta, Cm + lo, ldc);
-                else
-                    cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, 1.0f, A, lda, bm, ldb,
-                                beta, Cm + lo, ldc);
+                gemm_block(prec, ta, tb, M, hi - lo, K, A, lda, bm, ldb, beta, Cm + lo, ldc);
             }
         }
     }

@@ -54,18 +54,19 @@ INLINE float hi_of(uint32_t v) {
 float bf16_round(float x) { return lo_of(bf16_bits(x)); }
 
 // ---- packing --------------------------------------------------------------------------------
+// n consecutive values of k from x as (n + 1) / 2 pairs (an odd n's last with a zero high half).
+INLINE void pairs_along(uint32_t *d, const float *x, int n) {
+    const int full = n / 2;
+    for (int p = 0; p < full; p++) d[p] = pair_of(x[2 * p], x[2 * p + 1]);
+    if (n & 1) d[full] = pair_of(x[n - 1], 0.0f);
+}
 // A's rows [i0, i0 + mr) and values of k [k0, k0 + kc) into an MR-row micro-panel.
 INLINE void pack_a_rows(uint32_t *dst, const float *A, int lda, int i0, int mr, int k0, int kc) {
-    const int kp = (kc + 1) / 2, full = kc / 2;
+    const int kp = (kc + 1) / 2;
     for (int i = 0; i < MR; i++) {
         uint32_t *d = dst + (size_t)i * kp;
-        if (i >= mr) {
-            memset(d, 0, sizeof *d * (size_t)kp);
-            continue;
-        }
-        const float *row = A + (size_t)(i0 + i) * lda + k0;
-        for (int p = 0; p < full; p++) d[p] = pair_of(row[2 * p], row[2 * p + 1]);
-        if (kc & 1) d[full] = pair_of(row[kc - 1], 0.0f);
+        if (i < mr) pairs_along(d, A + (size_t)(i0 + i) * lda + k0, kc);
+        else memset(d, 0, sizeof *d * (size_t)kp);
     }
 }
 // W-wide pair-major panel [p][w] of a matrix whose k-th row holds the panel's values at
@@ -95,19 +96,14 @@ INLINE void pack_b_rows(uint32_t *dst, const float *B, int ldb, int j0, int nr, 
 // The same from a transposed B (b(k, j) = B[j*ldb + k]): each column's pairs converted as they
 // lie (whole vectors), 16 pairs at a time into a small tile, then written pair-major.
 INLINE void pack_b_cols(uint32_t *dst, const float *B, int ldb, int j0, int nr, int k0, int kc) {
-    const int kp = (kc + 1) / 2, full = kc / 2;
+    const int kp = (kc + 1) / 2;
     uint32_t t[NR][16];
     for (int p0 = 0; p0 < kp; p0 += 16) {
         const int np = kp - p0 < 16 ? kp - p0 : 16;
+        const int nk = kc - 2 * p0 < 32 ? kc - 2 * p0 : 32; // values of k in this tile
         for (int j = 0; j < NR; j++) {
-            if (j >= nr) {
-                memset(t[j], 0, sizeof t[j]);
-                continue;
-            }
-            const float *col = B + (size_t)(j0 + j) * ldb + k0 + 2 * p0;
-            const int nf = full - p0 < np ? full - p0 : np; // whole pairs in this tile
-            for (int p = 0; p < nf; p++) t[j][p] = pair_of(col[2 * p], col[2 * p + 1]);
-            if (nf < np) t[j][nf] = pair_of(col[2 * nf], 0.0f); // an odd K's last
+            if (j < nr) pairs_along(t[j], B + (size_t)(j0 + j) * ldb + k0 + 2 * p0, nk);
+            else memset(t[j], 0, sizeof t[j]);
         }
         for (int p = 0; p < np; p++)
             for (int j = 0; j < NR; j++) dst[(size_t)(p0 + p) * NR + j] = t[j][p];
@@ -242,6 +238,11 @@ int gemm_bf16_native(void) {
 #else
     return 0;
 #endif
+}
+
+const char *gemm_bf16_describe(void) {
+    return gemm_bf16_native() ? "AVX512_BF16"
+                              : "emulated (this CPU has no AVX512_BF16), slower than f32";
 }
 
 void gemm_bf16_emulate(int on) { forced_emul = on != 0; }

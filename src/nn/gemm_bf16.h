@@ -33,8 +33,10 @@
 void gemm_bf16(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
                int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
-// Whether this CPU computes it with AVX512_BF16 (1) or emulated (0), now.
+// Whether this CPU computes it with AVX512_BF16 (1) or emulated (0), now; and that as text for
+// `hetrain devices` and the run log.
 int gemm_bf16_native(void);
+const char *gemm_bf16_describe(void);
 // Forces the emulation (on != 0) or goes back to what the CPU has: for tests and benchmarks that
 // compare the two in one process; not while products run.
 void gemm_bf16_emulate(int on);

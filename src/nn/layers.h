@@ -46,6 +46,10 @@ typedef enum gemm_prec { GEMM_F32, GEMM_BF16 } gemm_prec;
 void gemm_split(gemm_prec prec, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                 const float *A, int lda, const float *Bm, int ldb, float beta, float *Cm, int ldc,
                 int nthreads, split_dim dim, int align);
+// What m's GEMMs compute in (its setup's --precision).
+static inline gemm_prec model_gemm_prec(const model *m) {
+    return m->setup.precision == PRECISION_BF16 ? GEMM_BF16 : GEMM_F32;
+}
 // want, unless it is bfloat16 and a layer dimension of the product (the dims given, never the
 // batch's) is narrower than GEMM_BF16_MIN_WIDTH, where float32 is quicker.
 static inline gemm_prec gemm_prec_for(gemm_prec want, int dim1, int dim2) {
@@ -260,6 +264,9 @@ typedef enum conv_impl {
     CONV_GEMM_BF16 = 8
 } conv_impl;
 static inline int conv_impl_gemm(conv_impl i) { return i == CONV_GEMM || i == CONV_GEMM_BF16; }
+static inline gemm_prec conv_impl_prec(conv_impl i) {
+    return i == CONV_GEMM_BF16 ? GEMM_BF16 : GEMM_F32;
+}
 
 typedef struct conv_geom {
     int C, Cs, H, W;           // input channels, their stride, height, width

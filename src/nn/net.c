@@ -225,7 +225,7 @@ static conv_choice node_choice(const model *m, const schedule *s, int n, const n
         // Under --precision bf16, each direction whose product is wide enough (gemm_prec_for:
         // the forward's output columns are OC, the input gradient's C*K*K, the weight
         // gradient's both).
-        const gemm_prec want = m->setup.precision == PRECISION_BF16 ? GEMM_BF16 : GEMM_F32;
+        const gemm_prec want = model_gemm_prec(m);
         const int ckk = g.C * g.K * g.K;
         if (gemm_prec_for(want, g.OC, g.OC) == GEMM_BF16) c.fwd = CONV_GEMM_BF16;
         if (gemm_prec_for(want, ckk, ckk) == GEMM_BF16) c.din = CONV_GEMM_BF16;
@@ -260,7 +260,6 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
     memset(ws, 0, sizeof *ws);
     ws->max_batch = max_batch;
     ws->nthreads = nthreads < 1 ? 1 : nthreads;
-    ws->prec = m->setup.precision == PRECISION_BF16 ? GEMM_BF16 : GEMM_F32;
     ws->n_layers = m->n_layers;
     if (schedule_build(&ws->sched, m, e) < 0)
         return ht_wrap(e, "network workspace for a micro-batch of %d", max_batch);
@@ -665,7 +664,7 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
         const net_lplan *p = &ws->plan[n];
         double t = ws->prof ? ht_now() : 0;
         const float *lin = layer_input(ws, m, n, node_in(ws, n, x), B);
-        net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt, .prec = ws->prec,
+        net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt, .prec = model_gemm_prec(m),
                       .act = layer_act_fn(L->kind), .op = layer_merge_op(L->kind), .params = params, .in = lin,
                       .n_in = N->n_in, .ins = {lin},
                       .out = ws->act[n], .scratch = ws->conv_ws, .drop = drop,
@@ -728,7 +727,7 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
         // The node's input as the forward pass used it (converted copies are still there).
         const float *in = p->cvt ? ws->cvt[n] : node_in(ws, n, x);
         float *dout = grad_of(ws, N->buf), *dslot[SCHED_MAX_IN];
-        net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt, .prec = ws->prec,
+        net_call c = {.L = L, .p = p, .l = N->layer, .B = B, .nt = nt, .prec = model_gemm_prec(m),
                       .act = layer_act_fn(L->kind), .op = layer_merge_op(L->kind), .params = params, .grads = grads,
                       .beta = overwrite == NET_GRAD_WRITE && !layer_params_shared(L) ? 0.0f
                                                                                    : 1.0f,

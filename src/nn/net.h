@@ -33,7 +33,6 @@ typedef struct net_ws {
     int max_batch;
     int nthreads;
     int n_layers;
-    gemm_prec prec; // the model's setup.precision as its GEMMs take it
     schedule sched;   // the nodes walked, their buffers and gradient slots
     net_lplan *plan;  // (n_nodes)
     float **act;      // act[n]: node n's output buffer (an in-place node's is its input's)

@@ -19,7 +19,7 @@ typedef struct net_call {
     const layer *L;
     const net_lplan *p;
     int l, B, nt;
-    gemm_prec prec;          // what the GEMMs compute in (the model's --precision)
+    gemm_prec prec;          // what the GEMMs compute in (model_gemm_prec)
     int act;                 // the act family's function (act_fn), -1 for another family
     int op;                  // the merge family's operation (merge_op), -1 for another family
     const float *params;
