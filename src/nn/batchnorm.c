@@ -155,7 +155,8 @@ static const layer_keras_var bn_keras_vars[] = {
 };
 
 const layer_family family_bn = {
-    .name = "bn", .flags = LF_PARAMS | LF_SPATIAL, .keys = bn_keys, .sections = bn_sections,
+    .name = "bn", .flags = LF_PARAMS | LF_SPATIAL | LF_OUT_FREE, .keys = bn_keys,
+    .sections = bn_sections,
     .config_defaults = bn_config_defaults, .shape = bn_shape, .macs = bn_macs,
     .keras_vars = bn_keras_vars, .n_keras_vars = 5};
 

@@ -454,7 +454,8 @@ static const layer_keras_var conv_keras_vars[] = {
 };
 
 const layer_family family_conv = {
-    .name = "conv", .flags = LF_PARAMS | LF_SPATIAL | LF_WINDOW | LF_KERNEL, .keys = conv_keys,
+    .name = "conv", .flags = LF_PARAMS | LF_SPATIAL | LF_WINDOW | LF_KERNEL | LF_OUT_FREE,
+    .keys = conv_keys,
     .sections = conv_sections, .shape = conv_shape, .weight_shape = conv_weight_shape,
     .macs = conv_macs, .fans = conv_fans, .keras_vars = conv_keras_vars, .n_keras_vars = 2};
 

@@ -144,7 +144,7 @@ static void dense_config_defaults(layer_spec *s, const char *section) {
 }
 
 const layer_family family_dense = {
-    .name = "dense", .flags = LF_PARAMS | LF_FLAT | LF_KERNEL, .keys = dense_keys,
+    .name = "dense", .flags = LF_PARAMS | LF_FLAT | LF_KERNEL | LF_OUT_FREE, .keys = dense_keys,
     .sections = dense_sections, .config_defaults = dense_config_defaults, .shape = dense_shape,
     .weight_shape = dense_weight_shape, .macs = dense_macs, .keras_vars = dense_keras_vars,
     .n_keras_vars = 2};

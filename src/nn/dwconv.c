@@ -123,7 +123,7 @@ static const layer_keras_var dwconv_keras_vars[] = {
 };
 
 const layer_family family_dwconv = {
-    .name = "dwconv", .flags = LF_PARAMS | LF_SPATIAL | LF_WINDOW | LF_KERNEL,
+    .name = "dwconv", .flags = LF_PARAMS | LF_SPATIAL | LF_WINDOW | LF_KERNEL | LF_OUT_FREE,
     .keys = dwconv_keys, .shape = dwconv_shape, .weight_shape = dwconv_weight_shape,
     .macs = dwconv_macs, .fans = dwconv_fans, .keras_vars = dwconv_keras_vars,
     .n_keras_vars = 2};

@@ -22,6 +22,10 @@ enum {
                             // or after the first of 1x1 with its channels (broadcast)
     LF_CONCAT = 1 << 9,     // with LF_MERGE: inputs of one height and width, whose channels it
                             // puts one after another (concat)
+    LF_OUT_FREE = 1 << 10,  // its backward never reads its own output, on any backend (its
+                            // input, the output's gradient, its parameters): a merge may write
+                            // over that output. A fused relu's mask is read, but a node that
+                            // fused its relu has that relu as its only reader, never a merge.
 };
 
 struct layer_desc;

@@ -88,7 +88,7 @@ static const layer_keras_var layerscale_keras_vars[] = {
 };
 
 const layer_family family_layerscale = {
-    .name = "layerscale", .flags = LF_PARAMS | LF_SPATIAL, .keys = layerscale_keys,
+    .name = "layerscale", .flags = LF_PARAMS | LF_SPATIAL | LF_OUT_FREE, .keys = layerscale_keys,
     .config_defaults = layerscale_defaults, .shape = layerscale_shape,
     .macs = layerscale_macs, .keras_vars = layerscale_keras_vars, .n_keras_vars = 1};
 

@@ -188,7 +188,7 @@ static void grad_full(float *d, const float *dout, const float *const *ins, int 
     (void)nthreads; // without OpenMP
     const size_t n = merge_floats(g), total = n * (size_t)B;
     if (g->op == MERGE_ADD || (g->op == MERGE_SUBTRACT && !k)) {
-        memcpy(d, dout, sizeof(float) * total);
+        if (d != dout) memcpy(d, dout, sizeof(float) * total); // else in place (schedule.h)
         return;
     }
     int outer, inner;
@@ -262,7 +262,7 @@ static double merge_macs(const layer *L) {
 
 static const layer_key merge_keys[] = {LK_END}; // its inputs: `from`, as every layer's
 
-const layer_family family_merge = {.name = "merge", .flags = LF_MERGE, .keys = merge_keys,
+const layer_family family_merge = {.name = "merge", .flags = LF_MERGE | LF_OUT_FREE, .keys = merge_keys,
                                    .shape = merge_shape, .macs = merge_macs};
 
 // The geometry of a call as net.c planned it.

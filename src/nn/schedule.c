@@ -96,9 +96,20 @@ int schedule_build_nodes(schedule *s, const sched_spec *spec, int n, ht_error *e
             if (i > s->buf[N->in_buf[k]].last) s->buf[N->in_buf[k]].last = i;
         }
         // In place only over a node's output that nothing else reads (never the model's input).
-        if ((spec[i].flags & SCHED_IN_PLACE) && N->n_in == 1 && N->in[0] != SCHED_INPUT &&
-            s->node[N->in[0]].n_out == 1) {
-            N->buf = N->in_buf[0];
+        N->over = (spec[i].flags & SCHED_IN_PLACE) && N->n_in == 1 && N->in[0] != SCHED_INPUT &&
+                          s->node[N->in[0]].n_out == 1
+                      ? 0
+                      : -1;
+        // A merge over an input whose gradient is its own: where that input's node alone
+        // wrote its buffer (no in-place node after it there) and never reads it back.
+        for (int k = 0; N->over < 0 && k < N->n_in; k++) {
+            const int j = N->in[k];
+            if (((spec[i].in_place_in >> k) & 1) && j != SCHED_INPUT && s->node[j].n_out == 1 &&
+                s->buf[N->in_buf[k]].owner == j && (spec[j].flags & SCHED_OUT_FREE))
+                N->over = k;
+        }
+        if (N->over >= 0) {
+            N->buf = N->in_buf[N->over];
         } else {
             N->buf = s->n_bufs++;
             s->buf[N->buf] = (sched_buf){.owner = i, .first = i, .last = i};
@@ -163,7 +174,19 @@ static unsigned layer_sched_flags(const layer *L) {
     if (ops & NET_OP_RELU) f |= SCHED_RELU;
     if (ops & NET_OP_DROP_FOLD) f |= SCHED_DROP_FOLD;
     if ((L->n_w || L->n_b || L->n_s) && !L->frozen) f |= SCHED_TRAINS;
+    if (layer_flags(L->kind) & LF_OUT_FREE) f |= SCHED_OUT_FREE;
     return f;
+}
+
+// The inputs a merge may write over (sched_spec.in_place_in): an add's inputs of the output's
+// size, a subtract's first.
+static unsigned layer_in_place_in(const layer *L) {
+    const int op = layer_merge_op(L->kind);
+    unsigned mask = 0;
+    if (op != MERGE_ADD && op != MERGE_SUBTRACT) return 0;
+    for (int k = 0; k < (op == MERGE_ADD ? L->n_in : 1); k++)
+        if (layer_in_size_k(L, k) == layer_out_size(L)) mask |= 1u << k;
+    return mask;
 }
 
 int schedule_build(schedule *s, const model *m, ht_error *e) {
@@ -176,7 +199,8 @@ int schedule_build(schedule *s, const model *m, ht_error *e) {
                    "a layer's inputs are its node's");
     for (int l = 0; l < m->n_layers; l++) {
         const layer *L = &m->layers[l];
-        spec[l] = (sched_spec){.n_in = 1, .in = {l - 1}, .flags = layer_sched_flags(L)};
+        spec[l] = (sched_spec){.n_in = 1, .in = {l - 1}, .flags = layer_sched_flags(L),
+                               .in_place_in = layer_in_place_in(L)};
         if (L->n_in) { // else filled in by hand: the layer before
             spec[l].n_in = L->n_in;
             for (int k = 0; k < L->n_in; k++) spec[l].in[k] = L->in[k];

@@ -21,12 +21,16 @@ enum {
     SCHED_RELU = 1 << 2,       // a relu: fused into the node before, or folding a dropout after
     SCHED_DROP_FOLD = 1 << 3,  // a dropout whose backward a relu right before it can do
     SCHED_TRAINS = 1 << 4,     // its backward makes something: trainable parameters, statistics
+    SCHED_OUT_FREE = 1 << 5,   // its backward never reads its own output (LF_OUT_FREE)
 };
 
 typedef struct sched_spec {
     int n_in;
     int in[SCHED_MAX_IN]; // earlier nodes, or SCHED_INPUT
     unsigned flags;       // SCHED_*
+    // A merge: bit k when input k's gradient is the output's, unchanged (an add's full inputs,
+    // a subtract's first), so its output may go over that input and the gradient stay there.
+    unsigned in_place_in;
 } sched_spec;
 
 typedef struct sched_node {
@@ -41,6 +45,7 @@ typedef struct sched_node {
     unsigned char grad_add[SCHED_MAX_IN];
     unsigned char need_grad[SCHED_MAX_IN];
     int buf;      // the buffer its output goes to: an in-place node's is its input's
+    int over;     // the input whose buffer it writes over (in place), else -1
     int backward; // 1 when its backward runs: it, or a node upstream of it, trains
     int n_out;    // nodes that read its output
     int fused_with; // the node its fusion below joins it with (its relu, its dropout), else -1

@@ -147,13 +147,13 @@ static void test_schedule_mix_kinds(void **state) {
 enum { G_N = 7 };
 static void graph_spec(sched_spec *g, int conv_trains) {
     const unsigned T = SCHED_TRAINS;
-    g[0] = (sched_spec){1, {SCHED_INPUT}, SCHED_FUSES_RELU | (conv_trains ? T : 0)};
-    g[1] = (sched_spec){1, {0}, SCHED_IN_PLACE | SCHED_RELU};
-    g[2] = (sched_spec){1, {1}, T};
-    g[3] = (sched_spec){1, {1}, SCHED_IN_PLACE};
-    g[4] = (sched_spec){2, {2, 3}, 0};
-    g[5] = (sched_spec){1, {4}, SCHED_IN_PLACE | SCHED_RELU};
-    g[6] = (sched_spec){1, {5}, 0};
+    g[0] = (sched_spec){1, {SCHED_INPUT}, SCHED_FUSES_RELU | (conv_trains ? T : 0), 0};
+    g[1] = (sched_spec){1, {0}, SCHED_IN_PLACE | SCHED_RELU, 0};
+    g[2] = (sched_spec){1, {1}, T, 0};
+    g[3] = (sched_spec){1, {1}, SCHED_IN_PLACE, 0};
+    g[4] = (sched_spec){2, {2, 3}, 0, 0};
+    g[5] = (sched_spec){1, {4}, SCHED_IN_PLACE | SCHED_RELU, 0};
+    g[6] = (sched_spec){1, {5}, 0, 0};
 }
 
 static void test_schedule_graph(void **state) {
@@ -201,10 +201,75 @@ static void test_schedule_graph(void **state) {
     schedule_free(&s);
 
     // The same node twice as a merge's inputs (x * x): its first input writes, the second adds.
-    sched_spec twice[3] = {{1, {SCHED_INPUT}, SCHED_TRAINS}, {2, {0, 0}, 0}, {1, {1}, 0}};
+    sched_spec twice[3] = {{1, {SCHED_INPUT}, SCHED_TRAINS, 0}, {2, {0, 0}, 0, 0}, {1, {1}, 0, 0}};
     assert_int_equal(schedule_build_nodes(&s, twice, 3, &e), 0);
     assert_int_equal(s.node[1].grad_add[0], 0);
     assert_int_equal(s.node[1].grad_add[1], 1);
+    schedule_free(&s);
+}
+
+// Merges in place: an add writes over an input whose gradient is its own when that input's
+// node alone wrote its buffer, only the add reads it and its backward never reads its output.
+//   0 conv(input) 1 relu(0) 2 conv(1) 3 bn(2) 4 add(1, 3) 5 sigmoid(4) 6 add(5, 4) 7 conv(6)
+//   8 subtract(7, 6) 9 loss(8); F marks SCHED_OUT_FREE.
+// 4 goes over 3 (1 is read twice, and its buffer is 0's with the relu in place); 6 over neither
+// (4 is read twice, 5 reads its output back); 8 over its first input, a subtract's only one.
+enum { M_N = 10 };
+static void test_schedule_merge_in_place(void **state) {
+    (void)state;
+    const unsigned T = SCHED_TRAINS, F = SCHED_OUT_FREE;
+    sched_spec g[M_N] = {
+        {1, {SCHED_INPUT}, SCHED_FUSES_RELU | T | F, 0},
+        {1, {0}, SCHED_IN_PLACE | SCHED_RELU, 0},
+        {1, {1}, T | F, 0},
+        {1, {2}, T | F, 0},
+        {2, {1, 3}, F, 3},
+        {1, {4}, 0, 0},
+        {2, {5, 4}, F, 3},
+        {1, {6}, T | F, 0},
+        {2, {7, 6}, F, 1},
+        {1, {8}, 0, 0},
+    };
+    schedule s;
+    ht_error e;
+    assert_int_equal(schedule_build_nodes(&s, g, M_N, &e), 0);
+    static const int buf[M_N] = {1, 1, 2, 3, 3, 4, 5, 6, 6, 7};
+    static const int over[M_N] = {-1, 0, -1, -1, 1, -1, -1, -1, 0, -1};
+    for (int n = 0; n < M_N; n++) {
+        assert_int_equal(s.node[n].buf, buf[n]);
+        assert_int_equal(s.node[n].over, over[n]);
+    }
+    assert_int_equal(s.n_bufs, 8);
+    // The shared buffer lives until the sigmoid and the second add have read the first's
+    // output; the gradient written at 4's input 1 is its output's, in the same slot.
+    assert_int_equal(s.buf[3].owner, 3);
+    assert_int_equal(s.buf[3].last, 6);
+    assert_int_equal(s.node[4].grad_add[1], 0);
+    check_gslots(&s);
+    schedule_free(&s);
+
+    // The relu's buffer is the conv's: a dropout in place after it, free or not, is no add's
+    // to write over; nor is a node whose backward reads its output (no F), nor the input.
+    sched_spec h[4] = {
+        {1, {SCHED_INPUT}, T | F, 0},
+        {1, {0}, SCHED_IN_PLACE | F, 0},
+        {1, {SCHED_INPUT}, T, 0},
+        {3, {1, 2, SCHED_INPUT}, F, 7},
+    };
+    assert_int_equal(schedule_build_nodes(&s, h, 4, &e), 0);
+    assert_int_equal(s.node[1].over, 0);
+    assert_int_equal(s.node[3].over, -1);
+    assert_int_equal(s.n_bufs, 4);
+    schedule_free(&s);
+    // A bit not set (a multiply's inputs, which its backward reads) writes a buffer of its own.
+    h[2].flags |= F;
+    assert_int_equal(schedule_build_nodes(&s, h, 4, &e), 0);
+    assert_int_equal(s.node[3].over, 1);
+    assert_int_equal(s.node[3].buf, s.node[2].buf);
+    schedule_free(&s);
+    h[3].in_place_in = 1;
+    assert_int_equal(schedule_build_nodes(&s, h, 4, &e), 0);
+    assert_int_equal(s.node[3].over, -1);
     schedule_free(&s);
 }
 
@@ -212,10 +277,10 @@ static void test_schedule_errors(void **state) {
     (void)state;
     schedule s;
     ht_error e;
-    sched_spec later[2] = {{1, {1}, 0}, {1, {0}, 0}};
+    sched_spec later[2] = {{1, {1}, 0, 0}, {1, {0}, 0, 0}};
     assert_int_equal(schedule_build_nodes(&s, later, 2, &e), -1);
     assert_non_null(strstr(e.msg, "node 0: input 0 is node 1, not an earlier node"));
-    sched_spec none[1] = {{0, {0}, 0}};
+    sched_spec none[1] = {{0, {0}, 0, 0}};
     assert_int_equal(schedule_build_nodes(&s, none, 1, &e), -1);
     assert_non_null(strstr(e.msg, "node 0: 0 inputs"));
 }
@@ -245,7 +310,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedule_cnn2),     cmocka_unit_test(test_schedule_cnn3),
         cmocka_unit_test(test_schedule_cnn3_bn),  cmocka_unit_test(test_schedule_mix_kinds),
-        cmocka_unit_test(test_schedule_graph),    cmocka_unit_test(test_schedule_errors),
+        cmocka_unit_test(test_schedule_graph),    cmocka_unit_test(test_schedule_merge_in_place),
+        cmocka_unit_test(test_schedule_errors),
         cmocka_unit_test(test_schedule_cpu_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
