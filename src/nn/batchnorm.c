@@ -51,7 +51,24 @@ void bn_train_forward(float *out, const float *in, const float *gamma, const flo
                       float *stats, int B, int P, int C, int cs, int G, float eps, int relu,
                       int nthreads) {
     isa_kernels_active()->bn_train_forward(out, in, gamma, beta, stats, B, P, C, cs, G, eps, relu,
-                                           nthreads);
+                                           NULL, nthreads);
+}
+
+void bn_train_forward_parts(float *out, const float *in, const float *gamma, const float *beta,
+                            float *stats, int B, int P, int C, int cs, int G, float eps,
+                            int relu, const double *parts, int nthreads) {
+    isa_kernels_active()->bn_train_forward(out, in, gamma, beta, stats, B, P, C, cs, G, eps, relu,
+                                           parts, nthreads);
+}
+
+void bn_sample_parts(double *part, const float *y, size_t rows, int C, int cs) {
+    isa_kernels_active()->bn_sample_parts(part, y, rows, C, cs);
+}
+
+void bn_dx_sample(float *dx, const bn_fuse *f, const float *x, int s, size_t P, int cs) {
+    const size_t at = (size_t)s * P * cs, g = (size_t)(s / f->G) * 3 * f->C;
+    isa_kernels_active()->bn_dx_rows(dx, f->dout + at, f->relu_out ? f->relu_out + at : NULL,
+                                     x + at, f->stats + g, f->coef + g, P, f->C, cs);
 }
 
 void bn_infer_forward(float *out, const float *in, const float *gamma, const float *beta,
@@ -72,7 +89,16 @@ int bn_train_backward(float *din, float *dgamma, float *dbeta, float *state_sums
                       const float *dout, const float *in, const float *gamma, const float *stats,
                       const float *relu_out, int B, int P, int C, int cs, int G, int nthreads) {
     return isa_kernels_active()->bn_train_backward(din, dgamma, dbeta, state_sums, dout, in,
-                                                   gamma, stats, relu_out, B, P, C, cs, G,
+                                                   gamma, stats, relu_out, B, P, C, cs, G, NULL,
+                                                   nthreads);
+}
+
+int bn_train_backward_coef(float *coef, float *dgamma, float *dbeta, float *state_sums,
+                           const float *dout, const float *in, const float *gamma,
+                           const float *stats, const float *relu_out, int B, int P, int C, int cs,
+                           int G, int nthreads) {
+    return isa_kernels_active()->bn_train_backward(NULL, dgamma, dbeta, state_sums, dout, in,
+                                                   gamma, stats, relu_out, B, P, C, cs, G, coef,
                                                    nthreads);
 }
 
@@ -171,8 +197,8 @@ static void bn_fwd(const net_call *c) {
     const int P = L->h * L->w, cs = c->p->in_cs;
     const float *gamma = bn_gamma(c->params, L), *beta = net_bias(c->params, L);
     if (c->drop && !L->frozen)
-        bn_train_forward(c->out, c->in, gamma, beta, c->bn_stats, c->B, P, L->c, cs, c->group,
-                         L->eps, c->p->fuse_relu, c->nt);
+        bn_train_forward_parts(c->out, c->in, gamma, beta, c->bn_stats, c->B, P, L->c, cs,
+                               c->group, L->eps, c->p->fuse_relu, c->bn_parts, c->nt);
     else
         bn_infer_forward(c->out, c->in, gamma, beta, c->params + L->s_off,
                          c->params + L->s_off + L->c, (size_t)c->B * P, L->c, cs, L->eps,
@@ -198,12 +224,19 @@ static float *bn_bwd(const net_call *c) {
         return c->din;
     }
     // Out of memory for the groups' sums: the gradient comes back non-finite, which the
-    // engine reports as that device's failure.
-    if (bn_train_backward(c->din, dgamma, dbeta, state, c->dout, c->in,
-                          bn_gamma(c->params, L), c->bn_stats, c->p->fuse_relu ? c->out : NULL,
-                          c->B, L->h * L->w, L->c, c->p->in_cs, c->group, c->nt) < 0)
-        state[2 * L->c] = NAN;
-    return c->din;
+    // engine reports as that device's failure. Fused into the conv before it: the groups'
+    // coefficients of din for the conv (bn_parts), and no din here.
+    const float *relu_out = c->p->fuse_relu ? c->out : NULL;
+    const int rc = c->p->bn_fused
+                       ? bn_train_backward_coef((float *)c->bn_parts, dgamma, dbeta, state,
+                                                c->dout, c->in, bn_gamma(c->params, L),
+                                                c->bn_stats, relu_out, c->B, L->h * L->w, L->c,
+                                                c->p->in_cs, c->group, c->nt)
+                       : bn_train_backward(c->din, dgamma, dbeta, state, c->dout, c->in,
+                                           bn_gamma(c->params, L), c->bn_stats, relu_out, c->B,
+                                           L->h * L->w, L->c, c->p->in_cs, c->group, c->nt);
+    if (rc < 0) state[2 * L->c] = NAN;
+    return c->p->bn_fused ? NULL : c->din;
 }
 
 // A batchnorm's statistics: 3 floats a channel for each group of a micro-batch.
@@ -213,5 +246,6 @@ static size_t bn_stat_floats(const layer *L, int group, int max_batch) {
 
 // Never in the per-sample trunk: its statistics are over groups of samples. It applies a relu
 // after it.
-const net_layer_ops cpu_bn = {.forward = bn_fwd, .backward = bn_bwd, .flags = NET_OP_FUSES_RELU,
+const net_layer_ops cpu_bn = {.forward = bn_fwd, .backward = bn_bwd,
+                              .flags = NET_OP_FUSES_RELU | NET_OP_BN,
                               .stat_floats = bn_stat_floats};

@@ -44,4 +44,37 @@ int bn_train_backward(float *din, float *dgamma, float *dbeta, float *state_sums
                       const float *dout, const float *in, const float *gamma, const float *stats,
                       const float *relu_out, int B, int P, int C, int cs, int G, int nthreads);
 
+// ---- a batchnorm fused into the convolution before it (the schedule's fuse_bn) ----
+// In training the convolution hands over each sample's sums as it writes the sample, and, in
+// its backward, computes the batchnorm's input gradient a sample at a time as it reads it: the
+// batchnorm's passes over the rows for its statistics and for din are not made.
+
+// One sample's sums (3 * C doubles: each channel's first value k, the sums of x - k and of its
+// square over the rows), taken by bn_train_forward_parts.
+void bn_sample_parts(double *part, const float *y, size_t rows, int C, int cs);
+// bn_train_forward with each group's statistics from the samples' parts (B * 3 * C doubles,
+// sample by sample) instead of a pass over in: the same statistics up to rounding, the same
+// bits for any split of the batch into groups of whole samples.
+void bn_train_forward_parts(float *out, const float *in, const float *gamma, const float *beta,
+                            float *stats, int B, int P, int C, int cs, int G, float eps,
+                            int relu, const double *parts, int nthreads);
+// bn_train_backward without din: each group's coefficients of it into coef (3 * C floats a
+// group), which bn_dx_sample applies. -1 when out of memory.
+int bn_train_backward_coef(float *coef, float *dgamma, float *dbeta, float *state_sums,
+                           const float *dout, const float *in, const float *gamma,
+                           const float *stats, const float *relu_out, int B, int P, int C, int cs,
+                           int G, int nthreads);
+
+// What the convolution needs of its batchnorm's backward to make the batchnorm's din.
+typedef struct bn_fuse {
+    const float *dout;     // the batchnorm's output gradient
+    const float *relu_out; // its fused relu's output, or NULL
+    const float *stats;    // its groups' statistics (bn_train_forward's)
+    const float *coef;     // and coefficients (bn_train_backward_coef's)
+    int G, C;              // samples a group, channels
+} bn_fuse;
+// Sample s's input gradient of the batchnorm (P rows of cs floats; x: the batchnorm's input,
+// dout and relu_out from sample 0) into dx, the bits bn_train_backward writes there.
+void bn_dx_sample(float *dx, const bn_fuse *f, const float *x, int s, size_t P, int cs);
+
 #endif

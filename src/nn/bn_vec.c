@@ -13,10 +13,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+// One sample's sums for its group's statistics (batchnorm.h's bn_sample_parts): per channel its
+// first row's value k, then the sums of (x - k) and of its square over the rows, in double.
+void bn_vec_sample_parts(double *part, const float *y, size_t rows, int C, int cs) {
+    double *k = part, *a1 = part + C, *a2 = part + 2 * C;
+    for (int c = 0; c < C; c++) a1[c] = a2[c] = 0, k[c] = y[c];
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = y + r * cs;
+        for (int c = 0; c < C; c++) {
+            double d = (double)x[c] - k[c];
+            a1[c] += d;
+            a2[c] += d * d;
+        }
+    }
+}
+
 // Per (group, channel): mean, biased variance, 1/sqrt(var + eps) into stats (3 * C per group).
+// parts: each sample's sums (bn_vec_sample_parts), taken in sample order for the group's, in
+// place of the pass over the rows.
 void bn_vec_train_forward(float *out, const float *in, const float *gamma, const float *beta,
                           float *stats, int B, int P, int C, int cs, int G, float eps, int relu,
-                          int nthreads) {
+                          const double *parts, int nthreads) {
     const int ng = (B + G - 1) / G;
     if (nthreads < 1) nthreads = 1;
 #pragma omp parallel num_threads(nthreads)
@@ -32,12 +49,26 @@ void bn_vec_train_forward(float *out, const float *in, const float *gamma, const
             // variance's cancellation to the data's spread, not its mean), in double.
             double *a1 = acc, *a2 = acc + C, *k = acc + 2 * C;
             for (int c = 0; c < C; c++) a1[c] = a2[c] = 0, k[c] = in[r0 * cs + c];
-            for (size_t r = r0; r < r1; r++) {
-                const float *x = in + r * cs;
-                for (int c = 0; c < C; c++) {
-                    double d = (double)x[c] - k[c];
-                    a1[c] += d;
-                    a2[c] += d * d;
+            if (parts) {
+                // A sample's sums about its own first value k_s, moved to the group's k:
+                // sum(x - k) = a1 + n d, sum((x - k)^2) = a2 + 2 d a1 + n d^2, d = k_s - k.
+                const double n = (double)P;
+                for (int s = s0; s < s1; s++) {
+                    const double *ks = parts + (size_t)s * 3 * C, *b1 = ks + C, *b2 = ks + 2 * C;
+                    for (int c = 0; c < C; c++) {
+                        const double d = ks[c] - k[c];
+                        a1[c] += b1[c] + n * d;
+                        a2[c] += b2[c] + 2.0 * d * b1[c] + n * d * d;
+                    }
+                }
+            } else {
+                for (size_t r = r0; r < r1; r++) {
+                    const float *x = in + r * cs;
+                    for (int c = 0; c < C; c++) {
+                        double d = (double)x[c] - k[c];
+                        a1[c] += d;
+                        a2[c] += d * d;
+                    }
                 }
             }
             float *st = stats + (size_t)g * 3 * C;
@@ -104,9 +135,36 @@ void bn_vec_frozen_backward(float *din, const float *dout, const float *gamma, c
     }
 }
 
+// The input gradient over rows of one group (batchnorm.h's bn_dx_rows): st its statistics, cf
+// its coefficients (k = gamma/sqrt(var+eps), the means m1 of the masked gradient and m2 of it
+// times x^, C floats each), in float as the pass computes them.
+void bn_vec_dx_rows(float *din, const float *dout, const float *relu_out, const float *in,
+                    const float *st, const float *cf, size_t rows, int C, int cs) {
+    const float *mean = st, *inv = st + 2 * C, *kk = cf, *m1 = cf + C, *m2 = cf + 2 * C;
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = in + r * cs, *dy = dout + r * cs;
+        const float *ro = relu_out ? relu_out + r * cs : NULL;
+        float *dx = din + r * cs;
+        if (ro)
+            for (int c = 0; c < C; c++) {
+                const float xh = (x[c] - mean[c]) * inv[c];
+                dx[c] = kk[c] * (keep_if(ro[c] > 0.0f, dy[c]) - m1[c] - xh * m2[c]);
+            }
+        else
+            for (int c = 0; c < C; c++) {
+                const float xh = (x[c] - mean[c]) * inv[c];
+                dx[c] = kk[c] * (dy[c] - m1[c] - xh * m2[c]);
+            }
+        for (int c = C; c < cs; c++) dx[c] = 0.0f;
+    }
+}
+
+// coef (not NULL): each group's coefficients (3 * C floats a group, bn_vec_dx_rows's cf) in
+// place of the pass that writes din.
 int bn_vec_train_backward(float *din, float *dgamma, float *dbeta, float *state_sums,
                           const float *dout, const float *in, const float *gamma, const float *stats,
-                          const float *relu_out, int B, int P, int C, int cs, int G, int nthreads) {
+                          const float *relu_out, int B, int P, int C, int cs, int G, float *coef,
+                          int nthreads) {
     const int ng = (B + G - 1) / G;
     double *sums = malloc(sizeof(double) * 2 * (size_t)C * (size_t)ng);
     if (!sums) return -1;
@@ -116,7 +174,7 @@ int bn_vec_train_backward(float *din, float *dgamma, float *dbeta, float *state_
     {
         // A row of the masked gradient, and per channel k = gamma/sqrt(var+eps) and the two
         // means of the group, in float for the elementwise pass.
-        float *d = malloc(sizeof(float) * 4 * (size_t)C), *kk = d + C, *m1 = kk + C, *m2 = m1 + C;
+        float *d = malloc(sizeof(float) * 4 * (size_t)C), *cf = d + C; // cf: 3 * C
         failed = !d;
 #pragma omp for schedule(static)
         for (int g = 0; g < ng; g++) {
@@ -135,22 +193,16 @@ int bn_vec_train_backward(float *din, float *dgamma, float *dbeta, float *state_
                     sdx[c] += (double)d[c] * ((x[c] - mean[c]) * inv[c]);
                 }
             }
-            if (!din) continue;
+            if (!din && !coef) continue;
+            float *k = coef ? coef + (size_t)g * 3 * C : cf;
             for (int c = 0; c < C; c++) {
-                kk[c] = (float)((gamma ? gamma[c] : 1.0) * inv[c]);
-                m1[c] = (float)(sdy[c] / R);
-                m2[c] = (float)(sdx[c] / R);
+                k[c] = (float)((gamma ? gamma[c] : 1.0) * inv[c]);
+                k[C + c] = (float)(sdy[c] / R);
+                k[2 * C + c] = (float)(sdx[c] / R);
             }
-            for (size_t r = r0; r < r1; r++) {
-                const float *x = in + r * cs;
-                float *dx = din + r * cs;
-                masked_row(d, dout + r * cs, relu_out ? relu_out + r * cs : NULL, C);
-                for (int c = 0; c < C; c++) {
-                    const float xh = (x[c] - mean[c]) * inv[c];
-                    dx[c] = kk[c] * (d[c] - m1[c] - xh * m2[c]);
-                }
-                for (int c = C; c < cs; c++) dx[c] = 0.0f;
-            }
+            if (din)
+                bn_vec_dx_rows(din + r0 * cs, dout + r0 * cs, relu_out ? relu_out + r0 * cs : NULL,
+                               in + r0 * cs, st, k, r1 - r0, C, cs);
         }
         free(d);
     }

@@ -6,6 +6,7 @@
 // of weights and the reduction of per-thread sums. The NCHW reference it is checked against
 // (im2col + SGEMM) is tests/lib/ref.c.
 #include "nn/layers.h"
+#include "nn/batchnorm.h"
 
 #include "nn/layer_desc.h"
 #include "nn/net_layers.h"
@@ -319,13 +320,24 @@ void conv2d_nhwc_backward_one(float *din, const float *dout, const float *relu_o
 
 void conv2d_nhwc_forward(float *out, const float *in, const float *w, const float *b, int B,
                          const conv_geom *g, int relu, float *ws, int nthreads) {
+    conv2d_nhwc_forward_parts(out, in, w, b, B, g, relu, ws, NULL, nthreads);
+}
+
+void conv2d_nhwc_forward_parts(float *out, const float *in, const float *w, const float *b,
+                               int B, const conv_geom *g, int relu, float *ws, double *parts,
+                               int nthreads) {
     if (nthreads < 1) nthreads = 1;
+    const size_t P = (size_t)g->OH * g->OW, out_s = P * conv_cpad(g->OC);
+    const size_t part_n = (size_t)3 * g->OC;
     if (conv_impl_gemm(g->fwd)) {
         gemm_forward(out, in, w, b, B, g, relu, ws, nthreads);
+        if (parts) // after the GEMMs, sample by sample
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+            for (int s = 0; s < B; s++)
+                bn_sample_parts(parts + s * part_n, out + s * out_s, P, g->OC, conv_cpad(g->OC));
         return;
     }
     const size_t in_s = (size_t)g->H * g->W * g->Cs;
-    const size_t out_s = (size_t)g->OH * g->OW * conv_cpad(g->OC);
     const size_t pack_n = conv2d_nhwc_pack_floats(g), scr_n = conv2d_nhwc_scratch_floats(g);
     conv2d_nhwc_pack(ws, w, b, g);
 #pragma omp parallel num_threads(nthreads)
@@ -333,8 +345,12 @@ void conv2d_nhwc_forward(float *out, const float *in, const float *w, const floa
         float *scr = ws + pack_n + (size_t)omp_get_thread_num() * scr_n;
         conv2d_nhwc_scratch_init(scr, g);
 #pragma omp for schedule(static)
-        for (int s = 0; s < B; s++)
+        for (int s = 0; s < B; s++) {
             conv2d_nhwc_forward_one(out + s * out_s, in + s * in_s, ws, g, relu, scr);
+            // While the sample is still in cache.
+            if (parts)
+                bn_sample_parts(parts + s * part_n, out + s * out_s, P, g->OC, conv_cpad(g->OC));
+        }
     }
 }
 
@@ -367,27 +383,53 @@ void conv2d_nhwc_scratch_reduce(float *dw, float *db, const float *scratch, size
 void conv2d_nhwc_backward(float *din, float *dw, float *db, const float *dout,
                           const float *relu_out, const float *in, const float *w, int B,
                           const conv_geom *g, float *ws, int nthreads) {
+    conv2d_nhwc_backward_bn(din, dw, db, (float *)dout, relu_out, NULL, NULL, in, w, B, g, ws,
+                            nthreads);
+}
+
+size_t conv2d_nhwc_ws_floats_bn(const conv_geom *g, int nthreads) {
     if (nthreads < 1) nthreads = 1;
+    return conv2d_nhwc_ws_floats(g, nthreads) +
+           (size_t)nthreads * g->OH * g->OW * conv_cpad(g->OC);
+}
+
+void conv2d_nhwc_backward_bn(float *din, float *dw, float *db, float *dout, const float *relu_out,
+                             const bn_fuse *bn, const float *out, const float *in,
+                             const float *w, int B, const conv_geom *g, float *ws, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    const size_t P = (size_t)g->OH * g->OW, out_s = P * conv_cpad(g->OC);
     if (conv_impl_gemm(g->dw)) {
+        if (bn) // the GEMMs read the whole batch's: made first, into dout
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+            for (int s = 0; s < B; s++)
+                bn_dx_sample(dout + s * out_s, bn, out, s, P, conv_cpad(g->OC));
         gemm_backward(din, dw, db, dout, relu_out, in, w, B, g, ws, nthreads);
         return;
     }
     const size_t in_s = (size_t)g->H * g->W * g->Cs;
-    const size_t out_s = (size_t)g->OH * g->OW * conv_cpad(g->OC);
     const size_t pack_n = conv2d_nhwc_pack_floats(g), scr_n = conv2d_nhwc_scratch_floats(g);
     conv2d_nhwc_pack(ws, w, NULL, g);
     int nt = nthreads;
 #pragma omp parallel num_threads(nthreads)
     {
-        float *scr = ws + pack_n + (size_t)omp_get_thread_num() * scr_n;
+        const int t = omp_get_thread_num();
+        float *scr = ws + pack_n + (size_t)t * scr_n;
+        // With bn: each sample's output gradient, made here (after every thread's scratch).
+        float *dx = ws + conv2d_nhwc_ws_floats(g, nthreads) + (size_t)t * out_s;
         conv2d_nhwc_scratch_init(scr, g);
 #pragma omp single nowait
         nt = omp_get_num_threads();
 #pragma omp for schedule(static)
-        for (int s = 0; s < B; s++)
-            conv2d_nhwc_backward_one(din ? din + s * in_s : NULL, dout + s * out_s,
+        for (int s = 0; s < B; s++) {
+            const float *dy = dout + s * out_s;
+            if (bn) {
+                bn_dx_sample(dx, bn, out, s, P, conv_cpad(g->OC));
+                dy = dx;
+            }
+            conv2d_nhwc_backward_one(din ? din + s * in_s : NULL, dy,
                                      relu_out ? relu_out + s * out_s : NULL, in + s * in_s, ws,
                                      g, scr);
+        }
     }
     conv2d_nhwc_scratch_reduce(dw, db, ws + pack_n, scr_n, nt, g);
 }
@@ -461,14 +503,14 @@ const layer_family family_conv = {
 
 static void conv_forward(const net_call *c) {
     conv_geom g = net_conv_geom(c->L, c->p);
-    conv2d_nhwc_forward(c->out, c->in, c->params + c->L->w_off, net_bias(c->params, c->L), c->B,
-                        &g, c->p->fuse_relu, c->scratch, c->nt);
+    conv2d_nhwc_forward_parts(c->out, c->in, c->params + c->L->w_off, net_bias(c->params, c->L),
+                              c->B, &g, c->p->fuse_relu, c->scratch, c->bn_parts, c->nt);
 }
 static float *conv_backward(const net_call *c) {
     conv_geom g = net_conv_geom(c->L, c->p);
-    conv2d_nhwc_backward(c->din, c->grads + c->L->w_off, net_bias(c->grads, c->L), c->dout,
-                         c->p->fuse_relu ? c->out : NULL, c->in, c->params + c->L->w_off, c->B,
-                         &g, c->scratch, c->nt);
+    conv2d_nhwc_backward_bn(c->din, c->grads + c->L->w_off, net_bias(c->grads, c->L), c->dout,
+                            c->p->fuse_relu ? c->out : NULL, c->bn, c->out, c->in,
+                            c->params + c->L->w_off, c->B, &g, c->scratch, c->nt);
     return c->din;
 }
 static void conv_forward_one(const net_call *c) {
@@ -488,7 +530,7 @@ static int conv_out_cs(const layer *L, int in_cs) {
 }
 static size_t conv_ws_floats(const layer *L, const net_lplan *p, int nthreads) {
     conv_geom g = net_conv_geom(L, p);
-    return conv2d_nhwc_ws_floats(&g, nthreads);
+    return p->fuse_bn ? conv2d_nhwc_ws_floats_bn(&g, nthreads) : conv2d_nhwc_ws_floats(&g, nthreads);
 }
 static size_t conv_pack_floats(const layer *L, const net_lplan *p) {
     conv_geom g = net_conv_geom(L, p);
@@ -513,11 +555,11 @@ static void conv_scratch_reduce(float *grads, const float *scratch, size_t tslic
 }
 
 // Its weight and bias gradients are added to (the trunk's per-thread sums, the batch-wise
-// kernels alike), and it applies a relu after it.
+// kernels alike), it applies a relu after it, and batch-wise the passes of a batchnorm after it.
 const net_layer_ops cpu_conv = {
     .forward = conv_forward, .backward = conv_backward, .forward_one = conv_forward_one,
     .backward_one = conv_backward_one,
-    .flags = NET_OP_FUSES_RELU | NET_OP_GRAD_ADDS | NET_OP_CONV_ALGO,
+    .flags = NET_OP_FUSES_RELU | NET_OP_GRAD_ADDS | NET_OP_CONV_ALGO | NET_OP_FEEDS_BN,
     .out_cs = conv_out_cs, .ws_floats = conv_ws_floats, .pack_floats = conv_pack_floats,
     .scratch_floats = conv_scratch_floats, .pack = conv_pack, .scratch_init = conv_scratch_init,
     .scratch_reduce = conv_scratch_reduce};

@@ -20,6 +20,8 @@
 #define bn_vec_infer_forward ISA_NAME(bn_vec_infer_forward)
 #define bn_vec_frozen_backward ISA_NAME(bn_vec_frozen_backward)
 #define bn_vec_train_backward ISA_NAME(bn_vec_train_backward)
+#define bn_vec_sample_parts ISA_NAME(bn_vec_sample_parts)
+#define bn_vec_dx_rows ISA_NAME(bn_vec_dx_rows)
 
 // conv_nhwc.c: layers.h's conv2d_nhwc_forward_one / conv2d_nhwc_backward_one.
 void conv_nhwc_forward_one(float *out, const float *in, const float *pack, const conv_geom *g,
@@ -48,11 +50,12 @@ void dwconv_vec_backward_sample(float *din_b, float *gw, float *gb, const float 
 // pool_vec.c: layers.h's maxpool_nhwc_backward_one.
 void pool_vec_max_backward_one(float *din, const float *dout, const float *in, const pool_geom *g);
 
-// bn_vec.c: batchnorm.h's bn_train_forward, bn_infer_forward, bn_frozen_backward and
-// bn_train_backward, the same arguments.
+// bn_vec.c: batchnorm.h's bn_train_forward (with bn_train_forward_parts's parts),
+// bn_infer_forward, bn_frozen_backward, bn_train_backward (with bn_train_backward_coef's coef),
+// bn_sample_parts and bn_dx_rows.
 void bn_vec_train_forward(float *out, const float *in, const float *gamma, const float *beta,
                           float *stats, int B, int P, int C, int cs, int G, float eps, int relu,
-                          int nthreads);
+                          const double *parts, int nthreads);
 void bn_vec_infer_forward(float *out, const float *in, const float *gamma, const float *beta,
                           const float *mean, const float *var, size_t rows, int C, int cs,
                           float eps, int relu, int nthreads);
@@ -62,6 +65,9 @@ void bn_vec_frozen_backward(float *din, const float *dout, const float *gamma, c
 int bn_vec_train_backward(float *din, float *dgamma, float *dbeta, float *state_sums,
                           const float *dout, const float *in, const float *gamma,
                           const float *stats, const float *relu_out, int B, int P, int C, int cs,
-                          int G, int nthreads);
+                          int G, float *coef, int nthreads);
+void bn_vec_sample_parts(double *part, const float *y, size_t rows, int C, int cs);
+void bn_vec_dx_rows(float *din, const float *dout, const float *relu_out, const float *in,
+                    const float *st, const float *cf, size_t rows, int C, int cs);
 
 #endif

@@ -32,7 +32,7 @@ typedef struct isa_kernels {
                                  const pool_geom *g);
     void (*bn_train_forward)(float *out, const float *in, const float *gamma, const float *beta,
                              float *stats, int B, int P, int C, int cs, int G, float eps, int relu,
-                             int nthreads);
+                             const double *parts, int nthreads);
     void (*bn_infer_forward)(float *out, const float *in, const float *gamma, const float *beta,
                              const float *mean, const float *var, size_t rows, int C, int cs,
                              float eps, int relu, int nthreads);
@@ -42,7 +42,10 @@ typedef struct isa_kernels {
     int (*bn_train_backward)(float *din, float *dgamma, float *dbeta, float *state_sums,
                              const float *dout, const float *in, const float *gamma,
                              const float *stats, const float *relu_out, int B, int P, int C,
-                             int cs, int G, int nthreads);
+                             int cs, int G, float *coef, int nthreads);
+    void (*bn_sample_parts)(double *part, const float *y, size_t rows, int C, int cs);
+    void (*bn_dx_rows)(float *din, const float *dout, const float *relu_out, const float *in,
+                       const float *st, const float *cf, size_t rows, int C, int cs);
 } isa_kernels;
 
 // The sets this CPU runs, widest first; returns how many (at least 1), at most max in out.

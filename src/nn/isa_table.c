@@ -18,4 +18,6 @@ const isa_kernels ISA_NAME(isa_kernels) = {
     .bn_infer_forward = bn_vec_infer_forward,
     .bn_frozen_backward = bn_vec_frozen_backward,
     .bn_train_backward = bn_vec_train_backward,
+    .bn_sample_parts = bn_vec_sample_parts,
+    .bn_dx_rows = bn_vec_dx_rows,
 };

@@ -303,6 +303,20 @@ void conv2d_nhwc_backward(float *din, float *dw, float *db, const float *dout,
                           const float *relu_out, const float *in, const float *w, int B,
                           const conv_geom *g, float *ws, int nthreads);
 
+// A convolution with the batchnorm that is its only reader (batchnorm.h's bn_fuse): the
+// forward adds each sample's sums for the batchnorm's statistics into parts (B * 3 * OC
+// doubles; NULL: none) as it writes the sample; the backward, given bn, makes its output
+// gradient from the batchnorm's a sample at a time (dout: B samples of room, written by the
+// GEMMs' path, out: the forward's output) in ws, conv2d_nhwc_ws_floats_bn floats.
+struct bn_fuse;
+void conv2d_nhwc_forward_parts(float *out, const float *in, const float *w, const float *b,
+                               int B, const conv_geom *g, int relu, float *ws, double *parts,
+                               int nthreads);
+size_t conv2d_nhwc_ws_floats_bn(const conv_geom *g, int nthreads);
+void conv2d_nhwc_backward_bn(float *din, float *dw, float *db, float *dout, const float *relu_out,
+                             const struct bn_fuse *bn, const float *out, const float *in,
+                             const float *w, int B, const conv_geom *g, float *ws, int nthreads);
+
 // The same, one sample at a time on the calling thread, for callers that run several layers
 // per sample (net.c): the weights are packed once per batch (pack, conv2d_nhwc_pack_floats
 // floats); each thread owns a scratch (conv2d_nhwc_scratch_floats floats), zeroed by

@@ -120,6 +120,12 @@ static int in_trunk(const model *m, const layer *L, const net_lplan *p) {
            m->setup.conv_algo != CONV_ALGO_GEMM;
 }
 
+// Floats of a fused batchnorm's samples' sums (3 * C doubles a sample), in which its backward
+// leaves its groups' coefficients (3 * C floats a group).
+static size_t bn_parts_floats(const layer *L, int max_batch) {
+    return (size_t)6 * L->c * (size_t)max_batch;
+}
+
 typedef struct ws_sizes {
     size_t act_floats, cvt_floats, grad_floats, conv_floats, bn_floats;
     int trunk;
@@ -136,6 +142,8 @@ static ws_sizes ws_measure(const model *m, const schedule *s, int max_batch, int
     const int group = model_bn_group(m);
     fmt bf[s->n_bufs]; // each buffer's layout, as its owner writes it
     bf[0] = (fmt){.nhwc = 0, .cs = m->in_c};
+    unsigned char bn_fused[s->n_nodes + 1]; // a batchnorm whose conv is fuse_bn
+    memset(bn_fused, 0, sizeof bn_fused);
     int trunk = 1;
     for (int n = 0; n < s->n_nodes; n++) {
         const sched_node *N = &s->node[n];
@@ -160,9 +168,14 @@ static ws_sizes ws_measure(const model *m, const schedule *s, int max_batch, int
         if (s->buf[N->buf].owner == n) z.act_floats += align16(out * (size_t)max_batch);
         if (cv) z.cvt_floats += align16(cv * (size_t)max_batch);
         if (ops->stat_floats) z.bn_floats += align16(ops->stat_floats(L, group, max_batch));
+        p.bn_fused = bn_fused[n];
+        if (p.bn_fused) z.bn_floats += align16(bn_parts_floats(L, max_batch));
         // The trunk is a chain: each node reads the one before, which nothing else reads.
         trunk = trunk && in_trunk(m, L, &p) && N->n_in == 1 &&
                 (n == 0 ? N->in[0] == SCHED_INPUT : N->in[0] == n - 1 && s->node[n - 1].n_out == 1);
+        // A conv after the trunk makes the statistics and input gradient of the training
+        // batchnorm that is its only reader.
+        if (!trunk && s->node[n].fuse_bn) p.fuse_bn = bn_fused[s->node[n].fused_with] = 1;
         if (trunk) {
             z.trunk = n + 1;
             if (out > twidest) twidest = out;
@@ -249,7 +262,7 @@ size_t net_ws_bytes(const model *m, int max_batch, int nthreads) {
     if (schedule_build(&s, m, &e) < 0) return (size_t)-1;
     size_t n = (size_t)s.n_nodes;
     size_t bytes = sizeof(float) * ws_total_floats(m, &s, max_batch, nthreads) +
-                   n * (sizeof(net_lplan) + 3 * sizeof(float *) + nthreads * sizeof(double)) +
+                   n * (sizeof(net_lplan) + 4 * sizeof(float *) + nthreads * sizeof(double)) +
                    n * sizeof(sched_node) + (n + 1) * sizeof(sched_buf) +
                    (size_t)s.n_gslots * sizeof(float *);
     schedule_free(&s);
@@ -270,7 +283,8 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
     ws->act = ws->plan ? ht_calloc((size_t)nn, sizeof *ws->act, e) : NULL;
     ws->cvt = ws->act ? ht_calloc((size_t)nn, sizeof *ws->cvt, e) : NULL;
     ws->bn_stats = ws->cvt ? ht_calloc((size_t)nn, sizeof *ws->bn_stats, e) : NULL;
-    ws->gslot = ws->bn_stats ? ht_calloc((size_t)s->n_gslots, sizeof *ws->gslot, e) : NULL;
+    ws->bn_parts = ws->bn_stats ? ht_calloc((size_t)nn, sizeof *ws->bn_parts, e) : NULL;
+    ws->gslot = ws->bn_parts ? ht_calloc((size_t)s->n_gslots, sizeof *ws->gslot, e) : NULL;
     ws->tprof = ws->gslot ? ht_calloc((size_t)m->n_layers * ws->nthreads, sizeof *ws->tprof, e)
                           : NULL;
     if (ws->tprof) {
@@ -323,6 +337,9 @@ int net_ws_init(net_ws *ws, const model *m, int max_batch, int nthreads, ht_erro
         if (!ops->stat_floats) continue;
         ws->bn_stats[n] = p;
         p += align16(ops->stat_floats(node_layer(m, s, n), ws->bn_group, max_batch));
+        if (!ws->plan[n].bn_fused) continue;
+        ws->bn_parts[n] = (double *)p; // 64-byte aligned
+        p += align16(bn_parts_floats(node_layer(m, s, n), max_batch));
     }
     ws->trunk = z.trunk;
     // Backward through relu -> dropout in one pass, without the dropout's random numbers: the
@@ -346,6 +363,7 @@ void net_ws_free(net_ws *ws) {
     free(ws->act);
     free(ws->cvt);
     free(ws->bn_stats);
+    free(ws->bn_parts);
     free(ws->gslot);
     free(ws->plan);
     free(ws->tprof);
@@ -670,6 +688,9 @@ const float *net_forward(net_ws *ws, const model *m, const float *params, const 
                       .out = ws->act[n], .scratch = ws->conv_ws, .drop = drop,
                       .ids = drop ? drop->ids : NULL, .y = y, .loss = ws->loss,
                       .bn_stats = ws->bn_stats[n], .group = ws->bn_group};
+        // Training: a fused conv hands its batchnorm the samples' sums.
+        if (drop && p->fuse_bn) c.bn_parts = ws->bn_parts[N->fused_with];
+        if (drop && p->bn_fused) c.bn_parts = ws->bn_parts[n];
         for (int k = 1; k < N->n_in; k++) c.ins[k] = node_in_k(ws, n, k, x);
         net_layer_ops_of[L->kind]->forward(&c);
         if (ws->prof) ws->prof[2 * N->layer] += ht_now() - t;
@@ -747,6 +768,18 @@ void net_backward_to(net_ws *ws, const model *m, const float *params, float *gra
             c.dins[k] = !want ? NULL : N->grad_add[k] ? ws->gadd[adds++] : dslot[k];
         }
         c.din = c.dins[0];
+        // A fused batchnorm leaves its coefficients for its conv, which makes the batchnorm's
+        // din (never made into its slot) from its dout, still in its slot, sample by sample.
+        bn_fuse bn;
+        if (p->bn_fused) c.bn_parts = ws->bn_parts[n];
+        if (p->fuse_bn) {
+            const int r = N->fused_with;
+            bn = (bn_fuse){.dout = grad_of(ws, S->node[r].buf),
+                           .relu_out = ws->plan[r].fuse_relu ? ws->act[r] : NULL,
+                           .stats = ws->bn_stats[r], .coef = (const float *)ws->bn_parts[r],
+                           .G = ws->bn_group, .C = L->oc};
+            c.bn = &bn;
+        }
         float *din = ops->backward(&c);
         // Before the layout change below, which writes over dout.
         if (ws->factor && (ops->flags & NET_OP_FACTORS) && L->n_w)

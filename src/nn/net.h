@@ -27,6 +27,9 @@ typedef struct net_lplan {
     size_t pack_off;      // in the trunk: its packed weights in ws->pack (pack_floats)
     size_t scr_off;       // in the trunk: its scratch in each thread's slice of ws->tscr
     conv_choice algo;     // conv: the algorithm of each direction (m->setup.conv_algo)
+    int fuse_bn;          // conv after the trunk: makes its batchnorm's statistics and input
+                          // gradient (the schedule's fuse_bn); bn_fused: that batchnorm
+    int bn_fused;
 } net_lplan;
 
 typedef struct net_ws {
@@ -45,6 +48,7 @@ typedef struct net_ws {
     float *gadd[SCHED_MAX_IN];
     float *conv_ws;   // the largest batch-wise scratch after the trunk (ws_floats)
     float **bn_stats; // bn_stats[n]: node n's statistics (stat_floats), else NULL
+    double **bn_parts; // bn_parts[n]: a bn_fused node's samples' sums (net_call.bn_parts)
     int bn_group;     // model_bn_group: samples of a group of batchnorm statistics (0: none)
     // The trunk: nodes [0, trunk) are spatial and run one sample at a time per thread, so a
     // sample's activations and gradients stay in that core's cache from layer to layer.

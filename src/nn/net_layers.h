@@ -39,6 +39,9 @@ typedef struct net_call {
     const uint8_t *y;        // softmax: labels, or NULL
     float *loss;             // softmax: each sample's loss (when y is not NULL)
     float *bn_stats;         // batchnorm: its groups' statistics (forward writes, backward reads)
+    double *bn_parts;        // fuse_bn, training: the samples' sums (conv writes, batchnorm
+                             // reads); the batchnorm's backward writes its coefficients there
+    const struct bn_fuse *bn; // a fuse_bn conv's backward: its batchnorm's, to make its dout
     int group;               // batchnorm in training: samples a group (model_bn_group)
     int folded;              // dropout's backward: the relu before it did it (drop_fold)
     float fold_rate;         // relu's backward with drop_fold: the dropout's rate
@@ -84,6 +87,9 @@ enum {
     NET_OP_FACTORS = 1 << 4,    // its weight gradient is dout^T * in (net_ws.factor)
     NET_OP_CONV_ALGO = 1 << 5,  // computes by conv_algo.h's choice for its net_conv_geom
                                 // (net_lplan.algo)
+    NET_OP_FEEDS_BN = 1 << 6,   // batch-wise, makes a batchnorm's statistics and input
+                                // gradient in its passes (net_lplan.fuse_bn)
+    NET_OP_BN = 1 << 7,         // a batchnorm that can leave those to the node before
 };
 
 #define NET_OPS_DECL(id, fam, name, prefix, keras, key, dflt) extern const net_layer_ops cpu_##fam;

@@ -49,8 +49,14 @@ static int assign_gslots(schedule *s, ht_error *e) {
             slot_of[slot] = b + 1;
             s->buf[b].gslot = slot;
         }
-        if (s->buf[n->buf].owner == i && s->buf[n->buf].gslot >= 0)
+        // A batchnorm fused into its conv gives its output gradient's slot back at the conv.
+        if (s->buf[n->buf].owner == i && s->buf[n->buf].gslot >= 0 && !n->bn_fused)
             slot_of[s->buf[n->buf].gslot] = 0;
+        if (n->fuse_bn) {
+            const int b = s->node[n->fused_with].buf;
+            if (s->buf[b].gslot >= 0 && s->buf[b].owner == n->fused_with)
+                slot_of[s->buf[b].gslot] = 0;
+        }
     }
     free(last), free(slot_of);
     return 0;
@@ -123,6 +129,9 @@ int schedule_build_nodes(schedule *s, const sched_spec *spec, int n, ht_error *e
         if ((spec[i].flags & SCHED_FUSES_RELU) && (spec[r].flags & SCHED_RELU)) {
             s->node[i].fuse_relu = s->node[r].fused = 1;
             s->node[i].fused_with = r;
+        } else if ((spec[i].flags & SCHED_FEEDS_BN) && (spec[r].flags & SCHED_BN)) {
+            s->node[i].fuse_bn = s->node[r].bn_fused = 1;
+            s->node[i].fused_with = r;
         } else if ((spec[i].flags & SCHED_RELU) && !s->node[i].fused &&
                    (spec[r].flags & SCHED_DROP_FOLD)) {
             s->node[i].drop_fold = s->node[r].folded = 1;
@@ -164,6 +173,11 @@ int schedule_build_nodes(schedule *s, const sched_spec *spec, int n, ht_error *e
     return 0;
 }
 
+// A conv makes its batchnorm's passes where its output has at least this many positions: each
+// sample's sums (3 doubles a channel) are then under a tenth of the sample's output (1 float
+// a channel and position), and below it the batchnorm's passes over so few rows cost little.
+#define SCHED_FUSE_BN_MIN_POS 64
+
 // A layer's flags for the builder: in place from its description, the fusions from the CPU op
 // table, whether it trains: its parameters or statistics, unless it is frozen (a frozen
 // batchnorm keeps its moving averages).
@@ -173,6 +187,8 @@ static unsigned layer_sched_flags(const layer *L) {
     if (ops & NET_OP_FUSES_RELU) f |= SCHED_FUSES_RELU;
     if (ops & NET_OP_RELU) f |= SCHED_RELU;
     if (ops & NET_OP_DROP_FOLD) f |= SCHED_DROP_FOLD;
+    if ((ops & NET_OP_FEEDS_BN) && L->oh * L->ow >= SCHED_FUSE_BN_MIN_POS) f |= SCHED_FEEDS_BN;
+    if ((ops & NET_OP_BN) && !L->frozen) f |= SCHED_BN;
     if ((L->n_w || L->n_b || L->n_s) && !L->frozen) f |= SCHED_TRAINS;
     if (layer_flags(L->kind) & LF_OUT_FREE) f |= SCHED_OUT_FREE;
     return f;

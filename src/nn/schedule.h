@@ -22,6 +22,9 @@ enum {
     SCHED_DROP_FOLD = 1 << 3,  // a dropout whose backward a relu right before it can do
     SCHED_TRAINS = 1 << 4,     // its backward makes something: trainable parameters, statistics
     SCHED_OUT_FREE = 1 << 5,   // its backward never reads its own output (LF_OUT_FREE)
+    SCHED_FEEDS_BN = 1 << 6,   // can make the statistics and input gradient of a batchnorm
+                               // that is its only reader in its own passes (conv)
+    SCHED_BN = 1 << 7,         // a batchnorm that trains (its statistics are its groups')
 };
 
 typedef struct sched_spec {
@@ -55,6 +58,10 @@ typedef struct sched_node {
     int drop_fold; // a relu whose only reader is a dropout: its backward applies the dropout's
                    // scale, and the dropout's backward does nothing
     int folded;    // that dropout
+    int fuse_bn;   // a conv whose only reader is a training batchnorm (fused_with): the conv's
+                   // passes make its statistics and its input gradient; that batchnorm's
+                   // output gradient keeps its slot until the conv's backward has read it
+    int bn_fused;  // that batchnorm
 } sched_node;
 
 // An activation buffer: buffer 0 is the model's input (owner SCHED_INPUT). Its lifetime in the

@@ -207,6 +207,18 @@ static const parity_case parity_cases_bn[] = {
     {"without beta, then maxpool", NET("2x8x8")
      "[conv]\nfilters = 5\nsize = 3\nbias = 0\n[batchnorm]\ncenter = 0\n[maxpool]\nsize = 2\n" HEAD,
      6, 0, 0},
+    // After the trunk the CPU's convolutions of 64 positions or more make their batchnorms'
+    // statistics and input gradients (fuse_bn): per sample (direct, Winograd), with the fused
+    // relu's mask and without.
+    {"after batch-wise convolutions (fused into them on the CPU)", NET("2x8x8")
+     "[conv]\nfilters = 6\nsize = 3\npad = same\nbias = 0\n[batchnorm]\n[relu]\n"
+     "[conv]\nfilters = 5\nsize = 3\npad = same\nbias = 0\n[batchnorm]\n[relu]\n"
+     "[conv]\nfilters = 4\nsize = 1\nbias = 0\n[batchnorm]\nmomentum = 0.9\n" HEAD, 10, 1, 0},
+    // ... and as GEMMs over the batch, which read the whole batch's input gradient at once.
+    {"after convolutions as GEMMs (fused into them on the CPU)",
+     "[net]\ninput = 2x8x8\nclasses = 5\nbn_group = 4\nconv_algo = gemm\n"
+     "[conv]\nfilters = 6\nsize = 3\npad = same\nbias = 0\n[batchnorm]\n[relu]\n"
+     "[conv]\nfilters = 4\nsize = 1\nbias = 0\n[batchnorm]\n" HEAD, 10, 0, 0},
     {0},
 };
 
@@ -592,7 +604,9 @@ static void run_case(parity_backend *b, const parity_case *c, const char *cfg, c
             snprintf(tag, sizeof tag, "%s (B %d, conv %s)", what, c->B, conv_algo_names[algos[a]]);
         else
             snprintf(tag, sizeof tag, "%s (B %d)", what, c->B);
-        run_one(b, &m, algos[a], tag, seed, c->B, c->grid);
+        // A case whose config asks for GEMMs keeps them (else direct, or each algorithm).
+        run_one(b, &m, m.setup.conv_algo == CONV_ALGO_GEMM ? CONV_ALGO_GEMM : algos[a], tag, seed,
+                c->B, c->grid);
     }
     model_free(&m);
 }

@@ -466,6 +466,54 @@ static void test_bn_kernel_sets(void **state) {
     free(x), free(dy), free(gamma), free(beta), free(mean), free(var), free(res);
 }
 
+// A batchnorm fused into its conv (batchnorm.h's bn_fuse): statistics from the samples' sums
+// (bn_sample_parts, each about its own first value) against the pass over the rows, on data
+// far from 0 (mean ~100.5, variance ~1/3: a shift that went wrong would cost the variance its
+// digits); and the input gradient a sample at a time from the coefficients, against the whole
+// backward's din bit for bit, with and without the fused relu's mask, its other sums the same.
+// Both statistics are summed in double and rounded to float once: TOL_BN_FUSED_ULPS apart.
+#define TOL_BN_FUSED_ULPS 4
+static void test_bn_fused_passes(void **state) {
+    (void)state;
+    enum { B = 10, P = 70, C = 20, CS = 32, G = 4, NG = (B + G - 1) / G };
+    const float eps = 1e-3f;
+    const size_t n = (size_t)B * P * CS;
+    float *x = fill_uniform(n, 99.5f, 101.5f, 41), *dy = fill_uniform(n, -1, 1, 42);
+    float *gamma = fill_uniform(C, 0.5f, 1.5f, 43), *beta = fill_uniform(C, -0.5f, 0.5f, 44);
+    float *relu = fill_uniform(n, -1, 1, 45);
+    for (size_t i = 0; i < n; i++) relu[i] = relu[i] > 0 ? relu[i] : 0.0f;
+    double *parts = malloc(sizeof(double) * B * 3 * C);
+    for (int s = 0; s < B; s++) bn_sample_parts(parts + s * 3 * C, x + (size_t)s * P * CS, P, C, CS);
+    float *out0 = malloc(sizeof(float) * n), *out1 = malloc(sizeof(float) * n);
+    float st0[NG * 3 * C], st1[NG * 3 * C];
+    bn_train_forward(out0, x, gamma, beta, st0, B, P, C, CS, G, eps, 1, 2);
+    bn_train_forward_parts(out1, x, gamma, beta, st1, B, P, C, CS, G, eps, 1, parts, 2);
+    for (int i = 0; i < NG * 3 * C; i++)
+        assert_float_equal(st1[i], st0[i], TOL_BN_FUSED_ULPS * 0x1p-23f * fabsf(st0[i]));
+    // The variance is ~1/3 (uniform over a width of 2) beside a mean of ~100.5.
+    assert_true(st0[C] > 0.25f && st0[C] < 0.42f);
+    for (int rl = 0; rl < 2; rl++) {
+        const float *ro = rl ? relu : NULL;
+        float *din = malloc(sizeof(float) * n), *dx = malloc(sizeof(float) * n);
+        float sums0[2 * C + 1] = {0}, sums1[2 * C + 1] = {0}, dg0[C], dg1[C], db0[C], db1[C];
+        memset(dg0, 0, sizeof dg0), memset(dg1, 0, sizeof dg1);
+        memset(db0, 0, sizeof db0), memset(db1, 0, sizeof db1);
+        float coef[NG * 3 * C];
+        assert_int_equal(bn_train_backward(din, dg0, db0, sums0, dy, x, gamma, st0, ro, B, P, C,
+                                           CS, G, 2), 0);
+        assert_int_equal(bn_train_backward_coef(coef, dg1, db1, sums1, dy, x, gamma, st0, ro, B,
+                                                P, C, CS, G, 2), 0);
+        const bn_fuse f = {.dout = dy, .relu_out = ro, .stats = st0, .coef = coef, .G = G, .C = C};
+        for (int s = 0; s < B; s++) bn_dx_sample(dx + (size_t)s * P * CS, &f, x, s, P, CS);
+        assert_memory_equal(dx, din, sizeof(float) * n);
+        assert_memory_equal(dg1, dg0, sizeof dg0);
+        assert_memory_equal(db1, db0, sizeof db0);
+        assert_memory_equal(sums1, sums0, sizeof sums0);
+        free(din), free(dx);
+    }
+    free(x), free(dy), free(gamma), free(beta), free(relu), free(parts), free(out0), free(out1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bn_reference_finite_differences),
@@ -475,6 +523,7 @@ int main(void) {
         cmocka_unit_test(test_bn_config),
         cmocka_unit_test(test_bn_frozen),
         cmocka_unit_test(test_bn_kernel_sets),
+        cmocka_unit_test(test_bn_fused_passes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,6 +20,7 @@ typedef struct expect {
     const int *buf;        // per node
     const int *fuse_relu;  // nodes that apply the relu after them
     const int *drop_fold;  // relus that do the dropout's backward after them
+    const int *fuse_bn;    // convs that make the batchnorm's passes after them (NULL: none)
 } expect;
 
 static int listed(const int *list, int n) {
@@ -52,7 +53,11 @@ static void check_chain(const expect *x) {
     assert_int_equal(schedule_build(&s, &m, &e), 0);
     assert_int_equal(s.n_nodes, m.n_layers);
     assert_int_equal(s.n_bufs, x->n_bufs);
-    assert_int_equal(s.n_gslots, 2); // a chain ping-pongs, as the walkers always did
+    // A chain ping-pongs, as the walkers always did; a fused batchnorm's output gradient is
+    // still read while its conv writes its input's: a third slot.
+    static const int none[] = {-1};
+    const int *fbn = x->fuse_bn ? x->fuse_bn : none;
+    assert_int_equal(s.n_gslots, fbn[0] >= 0 ? 3 : 2);
     assert_int_equal(s.reach, 0);
     assert_int_equal(s.buf[0].owner, SCHED_INPUT);
     assert_int_equal(s.buf[0].last, 0);
@@ -71,7 +76,9 @@ static void check_chain(const expect *x) {
         assert_int_equal(N->fused, n > 0 && listed(x->fuse_relu, n - 1));
         assert_int_equal(N->drop_fold, listed(x->drop_fold, n));
         assert_int_equal(N->folded, n > 0 && listed(x->drop_fold, n - 1));
-        assert_int_equal(N->fused_with, N->fuse_relu || N->drop_fold ? n + 1 : -1);
+        assert_int_equal(N->fuse_bn, listed(fbn, n));
+        assert_int_equal(N->bn_fused, n > 0 && listed(fbn, n - 1));
+        assert_int_equal(N->fused_with, N->fuse_relu || N->drop_fold || N->fuse_bn ? n + 1 : -1);
         // A buffer's owner is its first node; it lives until the last node that reads it.
         const sched_buf *b = &s.buf[N->buf];
         if (n == 0 || x->buf[n - 1] != x->buf[n]) assert_int_equal(b->owner, n);
@@ -94,7 +101,7 @@ static void test_schedule_cnn2(void **state) {
     // conv1 relu1 pool1 conv2 relu2 pool2 fc1 relu3 drop1 fc2 softmax
     static const int buf[] = {1, 1, 2, 3, 3, 4, 5, 5, 5, 6, 7};
     static const int fuse[] = {0, 3, -1}, fold[] = {7, -1};
-    check_chain(&(expect){"cnn2", 8, buf, fuse, fold});
+    check_chain(&(expect){"cnn2", 8, buf, fuse, fold, NULL});
     // Every lifetime and slot, once in full.
     model m;
     ht_error e;
@@ -117,19 +124,19 @@ static void test_schedule_cnn3(void **state) {
     // conv1 relu1 conv2 relu2 pool1 conv3 relu3 pool2 fc1 relu4 drop1 fc2 relu5 drop2 fc3 softmax
     static const int buf[] = {1, 1, 2, 2, 3, 4, 4, 5, 6, 6, 6, 7, 7, 7, 8, 9};
     static const int fuse[] = {0, 2, 5, -1}, fold[] = {9, 12, -1};
-    check_chain(&(expect){"cnn3", 10, buf, fuse, fold});
+    check_chain(&(expect){"cnn3", 10, buf, fuse, fold, NULL});
 }
 
 // batchnorm applies the relus (conv does not: its reader is the batchnorm), so no relu is left
-// to fold a dropout into.
+// to fold a dropout into; each conv makes its batchnorm's statistics and input gradient.
 static void test_schedule_cnn3_bn(void **state) {
     (void)state;
     // conv1 bn1 relu1 conv2 bn2 relu2 pool1 conv3 bn3 relu3 pool2 fc1 bn4 relu4 drop1 fc2 bn5
     // relu5 drop2 fc3 softmax
     static const int buf[] = {1, 2, 2, 3, 4, 4, 5, 6, 7, 7, 8, 9, 10, 10, 10, 11, 12, 12, 12,
                               13, 14};
-    static const int fuse[] = {1, 4, 8, 12, 16, -1}, fold[] = {-1};
-    check_chain(&(expect){HT_SOURCE_DIR "/models/cnn3_bn.cfg", 15, buf, fuse, fold});
+    static const int fuse[] = {1, 4, 8, 12, 16, -1}, fold[] = {-1}, fuse_bn[] = {0, 3, 7, -1};
+    check_chain(&(expect){HT_SOURCE_DIR "/models/cnn3_bn.cfg", 15, buf, fuse, fold, fuse_bn});
 }
 
 // A dropout after a fused relu is not folded (relu3); one after a plain relu is (relu4).
@@ -138,7 +145,7 @@ static void test_schedule_mix_kinds(void **state) {
     // conv1 relu1 pool1 conv2 relu2 avgpool1 conv3 relu3 drop1 gap1 fc1 relu4 drop2 fc2 softmax
     static const int buf[] = {1, 1, 2, 3, 3, 4, 5, 5, 5, 6, 7, 7, 7, 8, 9};
     static const int fuse[] = {0, 3, 6, -1}, fold[] = {11, -1};
-    check_chain(&(expect){HT_SOURCE_DIR "/bench/models/mix_kinds.cfg", 10, buf, fuse, fold});
+    check_chain(&(expect){HT_SOURCE_DIR "/bench/models/mix_kinds.cfg", 10, buf, fuse, fold, NULL});
 }
 
 // A graph: conv -> relu, read by a layer and by an in-place op (which may not write over a
