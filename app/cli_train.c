@@ -186,6 +186,8 @@ static const char *usage_train =
     "  --save-best FILE       the weights of the best epoch by --monitor, rewritten as it\n"
     "                         improves (ModelCheckpoint(save_best_only=True)); safetensors, or\n"
     "                         Keras's .weights.h5 by its name\n"
+    "  --export-onnx FILE     at the end, the trained model as ONNX (as 'hetrain export' writes\n"
+    "                         it); never overwritten\n"
     "  --checkpoint-every N   write <out>/<name>.ckpt every N steps too [at the end of every\n"
     "                         epoch and at a stop]; a failed write then stops the run\n"
     "  --resume RUN           continue the run <out>/<name> (or its .ckpt) where its last\n"
@@ -295,6 +297,7 @@ int cli_train(int argc, char **argv) {
         {"restore-best-weights", no_argument, 0, OPT_RESTORE_BEST},
         {"reduce-lr-on-plateau", required_argument, 0, OPT_REDUCE_LR},
         {"save-best", required_argument, 0, OPT_SAVE_BEST},
+        {"export-onnx", required_argument, 0, OPT_EXPORT_ONNX},
         {"precision", required_argument, 0, OPT_PRECISION},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
     train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1,
@@ -502,6 +505,10 @@ int cli_train(int argc, char **argv) {
             break;
         }
         case OPT_SAVE: o.save = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_SAVE); break;
+        case OPT_EXPORT_ONNX:
+            o.export_onnx = optarg;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_EXPORT_ONNX);
+            break;
         case OPT_LOAD: o.load = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_LOAD); break;
         case OPT_PROGRESS: o.progress = 1; break;
         case OPT_NO_PROGRESS: o.progress = 0; break;

@@ -24,7 +24,7 @@ volatile int train_interrupted; // train.h; the engine watches it (engine_config
 // A sample whose probabilities are not all finite (weights that overflow) makes both NaN, never
 // a clamped number; *nonfinite (may be NULL) gets the first such sample, else -1.
 int job_evaluate(engine *g, const model *m, int chunk, const dataset *d, double *loss,
-                 double *acc, int32_t *pred, int *nonfinite, ht_error *e) {
+                 double *acc, int32_t *pred, float *scores, int *nonfinite, ht_error *e) {
     int nc = m->n_classes;
     float *probs = ht_malloc((size_t)chunk * nc, sizeof(float), e);
     if (!probs) return -1;
@@ -38,6 +38,7 @@ int job_evaluate(engine *g, const model *m, int chunk, const dataset *d, double 
             free(probs);
             return -1;
         }
+        if (scores) memcpy(scores + (size_t)off * nc, probs, sizeof(float) * (size_t)n * nc);
         for (int i = 0; i < n; i++) {
             const float *p = probs + (size_t)i * nc;
             int32_t k = net_predict(m, p);

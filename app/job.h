@@ -154,9 +154,10 @@ int job_prepare(job *j, const train_opts *o, ht_error *e);
 int job_open_devices(job *j, const char *spec, int batch, uint64_t mem_limit, ht_error *e);
 // Mean loss and accuracy over a labelled set, in chunks through the engine (pred may be NULL;
 // loss and acc are NaN without labels or when a sample's output is not finite, *nonfinite,
-// may be NULL, then names the first such sample, else -1).
+// may be NULL, then names the first such sample, else -1). scores (NULL: none): every sample's
+// outputs, d->n x classes.
 int job_evaluate(engine *g, const model *m, int chunk, const dataset *d, double *loss,
-                 double *acc, int32_t *pred, int *nonfinite, ht_error *e);
+                 double *acc, int32_t *pred, float *scores, int *nonfinite, ht_error *e);
 // Frees the job itself too (it is on the heap: a device's context points at j->m).
 void job_free(job *j);
 

@@ -1,4 +1,4 @@
-// hetrain's command line: train, predict, summary, devices, tune, compare, plot, version. Parses
+// hetrain's command line: train, predict, export, summary, devices, tune, compare, plot, version. Parses
 // flags, prints errors, sets the exit status; train's options are cli_train.c's, the work itself
 // is in the library (train.c and predict.c, app/report/ for compare and plot). The metrics
 // CSV's columns are job_report.c's job_metrics_header; docs/USAGE.md lists them.
@@ -32,6 +32,7 @@ static const char *usage_main =
     "commands:\n"
     "  train      train a network (default: cnn2d_3layer_fullconnected_3layer on Fashion-MNIST)\n"
     "  predict    write predictions for a test set from saved weights\n"
+    "  export     write a network and its saved weights as an ONNX model\n"
     "  summary    print a network's layers, output shapes and parameter counts\n"
     "  devices    list the native CPU and every OpenCL device, with their --devices names\n"
     "  tune       search each OpenCL device's fastest GEMM and kernel settings for a network\n"
@@ -65,10 +66,30 @@ static const char *usage_predict =
     "  --layout nhwc|nchw     as for train\n"
     "  --cifar-labels fine|coarse  as for train\n"
     "  --limit N              first N test samples only\n"
+    "  --scores FILE.npy      the network's outputs too, (samples, outputs) float32; never\n"
+    "                         overwritten\n"
     "  --devices SPEC         as for train [auto]\n"
     "  --conv-algo auto|direct|winograd|winograd2|gemm\n"
     "                         as for train [the model's conv_algo, else auto]\n"
     "  --cache-dir DIR        as for train [$XDG_CACHE_HOME/hetrain, else ~/.cache/hetrain]\n"
+    "  --help                 this text\n";
+
+static const char *usage_export =
+    "usage: hetrain export --load FILE --onnx FILE.onnx [--model NAME|FILE]\n"
+    "\n"
+    "Writes the network's inference graph with its weights as an ONNX model (opset 17) that\n"
+    "ONNX Runtime, OpenVINO or TensorRT run: batchnorm in inference form, dropout gone, the\n"
+    "head's softmax or sigmoid as trained, the class names (if the weights file has them) in\n"
+    "the model's metadata as class_names. Its input \"input\" is what the network reads, with a\n"
+    "dynamic batch: (N,H,W,C) pixels of 0..255 for a model read from Keras JSON (its Rescaling\n"
+    "inside the graph), else (N,C,H,W) of 0..1; its output \"output\" (N, outputs). A layer\n"
+    "the export cannot express is refused by name.\n"
+    "\n"
+    "options:\n"
+    "  --model NAME|FILE      the network the weights belong to (preset, .cfg, Keras .json)\n"
+    "                         [cnn2d_3layer_fullconnected_3layer]\n"
+    "  --load FILE            weights, required: safetensors, or Keras's .weights.h5 / .h5\n"
+    "  --onnx FILE            the ONNX file to write, required; never overwritten\n"
     "  --help                 this text\n";
 
 static const char *usage_summary =
@@ -165,7 +186,8 @@ static int cmd_predict(int argc, char **argv) {
         {"image-size", required_argument, 0, OPT_IMAGE_SIZE},
         {"crop-to-aspect-ratio", no_argument, 0, OPT_CROP_ASPECT},
         {"strict-images", no_argument, 0, OPT_STRICT_IMAGES},
-        {"cache-dir", required_argument, 0, OPT_CACHE_DIR}, {0, 0, 0, 0}};
+        {"cache-dir", required_argument, 0, OPT_CACHE_DIR},
+        {"scores", required_argument, 0, OPT_SCORES}, {0, 0, 0, 0}};
     predict_opts o = {.conv_algo = -1, .layout = -1, .coarse = -1};
     long v;
     int c;
@@ -197,6 +219,7 @@ static int cmd_predict(int argc, char **argv) {
             o.limit = (int)v;
             break;
         case OPT_DEVICES: o.devices = optarg; break;
+        case OPT_SCORES: o.scores = optarg; break;
         case OPT_CACHE_DIR: device_set_cache_dir(optarg); break;
         case OPT_CONV_ALGO:
             if ((o.conv_algo = cli_parse_conv_algo("predict", optarg)) < 0) return EXIT_USAGE;
@@ -213,6 +236,35 @@ static int cmd_predict(int argc, char **argv) {
         return cli_usage_error("predict", "--test-labels goes with --test FILE.npy");
     ht_error e;
     if (predict_run(&o, &e) < 0) {
+        fprintf(stderr, "hetrain: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_export(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, OPT_MODEL}, {"load", required_argument, 0, OPT_LOAD},
+        {"onnx", required_argument, 0, OPT_ONNX},   {"help", no_argument, 0, OPT_HELP},
+        {0, 0, 0, 0}};
+    export_opts o = {0};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_MODEL: o.model = optarg; break;
+        case OPT_LOAD: o.load = optarg; break;
+        case OPT_ONNX: o.onnx = optarg; break;
+        case OPT_HELP: fputs(usage_export, stdout); return 0;
+        case ':': return cli_usage_error("export", "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error("export", "unknown option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return cli_usage_error("export", "unexpected argument \"%s\"", argv[optind]);
+    if (!o.load) return cli_usage_error("export", "--load FILE is required");
+    if (!o.onnx) return cli_usage_error("export", "--onnx FILE.onnx is required");
+    ht_error e;
+    if (export_run(&o, &e) < 0) {
         fprintf(stderr, "hetrain: %s\n", e.msg);
         return 1;
     }
@@ -445,6 +497,7 @@ int main(int argc, char **argv) {
         device_release_all();
         return rc;
     }
+    if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
     if (!strcmp(cmd, "summary")) return cmd_summary(argc - 1, argv + 1);
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
     if (!strcmp(cmd, "tune")) return cmd_tune(argc - 1, argv + 1);

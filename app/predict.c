@@ -3,6 +3,7 @@
 #include "app/job.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "io/kerash5.h"
@@ -12,11 +13,17 @@ int predict_run(const predict_opts *o, ht_error *e) {
     job *j = ht_calloc(1, sizeof *j, e);
     if (!j) return -1;
     int rc = -1;
+    float *scores = NULL;
     if (access(o->out, F_OK) == 0) {
         ht_fail(e, "%s already exists; choose another --out or remove it", o->out);
         goto out;
     }
     if (output_check(o->out, "--out", e) < 0) goto out;
+    if (o->scores && access(o->scores, F_OK) == 0) {
+        ht_fail(e, "%s already exists; choose another --scores or remove it", o->scores);
+        goto out;
+    }
+    if (o->scores && output_check(o->scores, "--scores", e) < 0) goto out;
     if (model_init(&j->m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) goto out;
     if (o->conv_algo >= 0) j->m.setup.conv_algo = (conv_algo)o->conv_algo;
     data_images_opts img;
@@ -44,9 +51,13 @@ int predict_run(const predict_opts *o, ht_error *e) {
                        .max_batch = chunk};
     if (engine_open(&j->g, &c, e) < 0) goto out;
     j->pred = ht_malloc((size_t)j->test.n, sizeof *j->pred, e);
+    const int nc = j->m.n_classes;
+    scores = o->scores ? ht_malloc((size_t)j->test.n * nc, sizeof *scores, e) : NULL;
     double loss, acc;
     int bad;
-    if (!j->pred || job_evaluate(j->g, &j->m, chunk, &j->test, &loss, &acc, j->pred, &bad, e) < 0) goto out;
+    if (!j->pred || (o->scores && !scores) ||
+        job_evaluate(j->g, &j->m, chunk, &j->test, &loss, &acc, j->pred, scores, &bad, e) < 0)
+        goto out;
     if (bad >= 0) {
         ht_fail(e, "%s: the network's output for test sample %d is not finite (the weights "
                    "overflow it); no predictions written", o->load, bad + 1);
@@ -54,10 +65,13 @@ int predict_run(const predict_opts *o, ht_error *e) {
     }
     if (predictions_write(o->out, j->pred, j->test.n, j->m.label_width, job_test_names(j), e) < 0)
         goto out;
+    if (scores && npy_save_f32(o->scores, scores, j->test.n, nc, e) < 0) goto out;
     if (j->test.y) printf("accuracy %.4f  loss %.4f  (%d samples)\n", acc, loss, j->test.n);
     printf("predictions: %s\n", o->out);
+    if (scores) printf("scores: %s (%d x %d)\n", o->scores, j->test.n, nc);
     rc = 0;
 out:
+    free(scores);
     job_free(j);
     return rc;
 }

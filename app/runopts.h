@@ -25,13 +25,14 @@ typedef enum run_opt_id {
     // Where and how it runs, and what else it writes.
     RUN_OPT_DEVICES, RUN_OPT_MEM_LIMIT, RUN_OPT_BALANCE, RUN_OPT_REBALANCE, RUN_OPT_DEVICE_TIMEOUT,
     RUN_OPT_ON_NAN, RUN_OPT_SELF_CHECK, RUN_OPT_CONV_ALGO, RUN_OPT_SAVE, RUN_OPT_CHECKPOINT_EVERY,
-    RUN_OPT_PROFILE,
+    RUN_OPT_PROFILE, RUN_OPT_EXPORT_ONNX,
     // Which files the run has.
     RUN_OPT_LOAD, RUN_OPT_OUT, RUN_OPT_NAME,
     RUN_OPT_COUNT
 } run_opt_id;
 
 #define RUN_OPT_GIVEN(id) ((uint64_t)1 << (id))
+_Static_assert(RUN_OPT_COUNT <= 64, "train_opts.given holds a bit per option");
 
 // What --resume does with an option.
 typedef enum run_opt_kind {

@@ -174,7 +174,7 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
         progress_end(&pr);
         double train_s = ht_now() - t0;
         double vloss = NAN, vacc = NAN;
-        if (j->val.n > 0 && job_evaluate(j->g, &j->m, s->batch, &j->val, &vloss, &vacc, NULL, NULL, e) < 0)
+        if (j->val.n > 0 && job_evaluate(j->g, &j->m, s->batch, &j->val, &vloss, &vacc, NULL, NULL, NULL, e) < 0)
             return ht_wrap(e, "validation after epoch %d", ep + 1);
         const double loss = j->counted ? j->lsum / j->counted : NAN;
         const double acc = j->counted ? (double)j->correct / ((double)j->counted * yw) : NAN;
@@ -210,7 +210,7 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
 static int finish(job *j, const train_opts *o, ht_error *e) {
     if (j->test.n > 0) {
         double tloss, tacc;
-        if (job_evaluate(j->g, &j->m, j->m.setup.batch, &j->test, &tloss, &tacc, j->pred, NULL, e) < 0)
+        if (job_evaluate(j->g, &j->m, j->m.setup.batch, &j->test, &tloss, &tacc, j->pred, NULL, NULL, e) < 0)
             return ht_wrap(e, "test evaluation");
         if (span_job().rank == 0 && predictions_write(j->rf.predictions_path, j->pred, j->test.n, j->m.label_width,
                                                     job_test_names(j), e) < 0)
@@ -269,9 +269,17 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
         follower.quiet = 1;
         follower.progress = 0;
         follower.save = NULL;
+        follower.export_onnx = NULL;
         given = o = &follower;
     }
     if (o->save && output_check(o->save, "--save", e) < 0) {
+        free(j);
+        return -1;
+    }
+    if (o->export_onnx && (output_check(o->export_onnx, "--export-onnx", e) < 0 ||
+                           (access(o->export_onnx, F_OK) == 0 &&
+                            ht_fail(e, "%s already exists; choose another --export-onnx or "
+                                       "remove it", o->export_onnx) < 0))) {
         free(j);
         return -1;
     }
@@ -349,6 +357,13 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
             run_log(&j->rf, !o->quiet, "weights: %s (after %d epoch%s%s)\n", o->save,
                     j->epochs_done, j->epochs_done == 1 ? "" : "s", part);
         }
+    }
+    // The trained model as ONNX, after a run that finished (rank 0's).
+    if (rc == 0 && o->export_onnx) {
+        if (export_onnx_model(&j->m, engine_params(j->g), o->model, o->export_onnx, e) < 0)
+            rc = -1;
+        else
+            run_log(&j->rf, !o->quiet, "onnx: %s\n", o->export_onnx);
     }
     if (j->ckpt_count > 0)
         run_log(&j->rf, 0, "checkpoints: %d written to %s, %.3f s in all\n", j->ckpt_count,

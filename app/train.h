@@ -44,6 +44,7 @@ typedef struct train_opts {
     float min_delta;
     int restore_best;
     const char *reduce_lr, *save_best;
+    const char *export_onnx; // the trained model as ONNX at the end (onnx.h; NULL: none)
     int layout;            // data_layout of 4-D NumPy images; -1: not given (auto)
     int coarse;            // CIFAR-100's coarse labels: 1; fine: 0; -1: not given (fine)
     const char *augment;   // --augment spec (data_augment_parse); NULL: none
@@ -100,9 +101,24 @@ typedef struct predict_opts {
     const char *devices;   // as for train_opts (a ':mem=' per device still applies)
     int conv_algo;         // as for train_opts
     int limit;
+    const char *scores;    // the network's outputs as a NumPy .npy (N, outputs) float32; NULL: none
 } predict_opts;
 
 int predict_run(const predict_opts *o, ht_error *e);
+
+// `hetrain export`: a model and its weights as ONNX (onnx.h).
+typedef struct export_opts {
+    const char *model; // as predict's
+    const char *load;  // required
+    const char *onnx;  // required: the file to write (never overwritten)
+} export_opts;
+
+int export_run(const export_opts *o, ht_error *e);
+
+// The job's model with params as ONNX at path: Keras's (N,H,W,C) input for a model read from
+// Keras JSON (model_path ending in .json), else (N,C,H,W).
+int export_onnx_model(const model *m, const float *params, const char *model_path,
+                      const char *path, ht_error *e);
 
 // Set from a signal handler to the signal's number: stop after the current step, write a
 // checkpoint, keep what was written.

@@ -9,7 +9,8 @@ PACKAGES=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-c-headers p
           libjson-c-dev libzip-dev libhdf5-dev libturbojpeg0-dev libpng-dev libgif-dev
           dataset-fashion-mnist gnuplot-nox
           clang libclang-rt-14-dev libomp-14-dev libopenmpi-dev openmpi-bin
-          groff-base man-db oclgrind mesa-opencl-icd iproute2)
+          groff-base man-db oclgrind mesa-opencl-icd iproute2
+          libonnx-dev protobuf-c-compiler libprotobuf-c-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -156,4 +156,8 @@ void data_augment_apply8(const uint8_t *in8, float scale, float *out, int c, int
 void dataset_gather_augment(const dataset *src, const uint32_t *idx, int n, float *x, uint8_t *y,
                             const data_augment *a, uint64_t seed, uint32_t epoch);
 
+// Writes x (rows x cols floats) to path as a NumPy .npy of float32 ('<f4', C order): whole or
+// not at all (a temporary file renamed into place).
+int npy_save_f32(const char *path, const float *x, int rows, int cols, ht_error *e);
+
 #endif

@@ -586,3 +586,29 @@ out:
     if (rc != 0) dataset_free(d);
     return rc;
 }
+
+int npy_save_f32(const char *path, const float *x, int rows, int cols, ht_error *e) {
+    char head[128], tmp[4096];
+    int n = snprintf(head, sizeof head, "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }",
+                     rows, cols);
+    // Padded with spaces and a newline so that the data starts on a 64-byte boundary.
+    const int total = (10 + n + 1 + 63) / 64 * 64;
+    while (10 + n + 1 < total) head[n++] = ' ';
+    head[n++] = '\n';
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return ht_fail(e, "%s: %s", tmp, strerror(errno));
+    const unsigned char magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+    const unsigned char hl[2] = {(unsigned char)(n & 0xff), (unsigned char)(n >> 8)};
+    int bad = fwrite(magic, 1, 8, f) != 8 || fwrite(hl, 1, 2, f) != 2 ||
+              fwrite(head, 1, (size_t)n, f) != (size_t)n ||
+              fwrite(x, sizeof(float), (size_t)rows * cols, f) != (size_t)rows * cols;
+    const int err = errno;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        const int er = bad ? err : errno;
+        unlink(tmp);
+        return ht_fail(e, "writing %s: %s", path, strerror(er ? er : EIO));
+    }
+    return 0;
+}

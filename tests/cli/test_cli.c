@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "data/data.h"
@@ -62,6 +63,14 @@ static void test_bad_flags(void **state) {
     expect_cli("predict --conv-algo Winograd --load w --out p", EXIT_USAGE,
                "--conv-algo: expected direct, auto");
     expect_cli("predict --out x.csv", EXIT_USAGE, "--load FILE.safetensors is required");
+    // export: its usage, and a weights file that is not there named, nothing written.
+    expect_cli("export --help", 0, "usage: hetrain export");
+    expect_cli("export --onnx m.onnx", EXIT_USAGE, "--load FILE is required");
+    expect_cli("export --load w.st", EXIT_USAGE, "--onnx FILE.onnx is required");
+    expect_cli("export --load w.st --onnx m.onnx --frob", EXIT_USAGE, "unknown option \"--frob\"");
+    expect_cli("export --load /nonexistent/w.st --onnx /tmp/hetrain-never.onnx", 1,
+               "/nonexistent/w.st");
+    assert_int_equal(access("/tmp/hetrain-never.onnx", F_OK), -1);
     // Schedules and weight decay: one line each, quoting what was given.
     expect_cli("train --lr-schedule step:0:0.5", EXIT_USAGE,
                "--lr-schedule: \"step:0:0.5\": EPOCHS must be an integer 1..1000000");

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# ONNX export checked by ONNX Runtime (src/io/onnx.c, tools/onnx_check.py): every preset, the
+# example networks of models/, networks read from Keras JSON (keras.applications' ResNet50,
+# MobileNetV2 and EfficientNetB0, and models/cifar_keras.json) and a network of every other
+# layer kind (tests/onnx/kinds.cfg), each trained a step on random data, exported with `hetrain
+# export`, and run by ONNX Runtime on random inputs: its outputs equal `hetrain predict
+# --scores` within 1e-4 (relative L2 a sample; for a network whose own float rounding moves
+# hetrain's outputs more, between its direct convolutions and its own choice, 4 times that),
+# its labels on every sample, and the onnx checker accepts the file. `train --export-onnx`
+# writes the same file as `export`.
+#
+#   tests/onnx/test_onnx_export.sh HETRAIN SOURCE_DIR WORK_DIR
+#
+# The python that runs the check: $HETRAIN_TEST_PYTHON, else SOURCE_DIR/.venv-tests (which
+# .ci/run makes), else python3; without onnx and onnxruntime there the test says so and is
+# skipped (exit 77).
+set -euo pipefail
+HT=$1 SRC=$2 WORK=$3
+PY=${HETRAIN_TEST_PYTHON:-}
+[[ -n $PY ]] || { [[ -x $SRC/.venv-tests/bin/python ]] && PY=$SRC/.venv-tests/bin/python; } || true
+[[ -n $PY ]] || PY=python3
+if ! "$PY" -c 'import onnx, onnxruntime, numpy' 2>/dev/null; then
+  echo "SKIP: $PY cannot import onnx, onnxruntime and numpy (pip install onnx onnxruntime, or" \
+       "set HETRAIN_TEST_PYTHON; .ci/run makes $SRC/.venv-tests)"
+  exit 77
+fi
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cd "$WORK"
+CHECK=$SRC/tools/onnx_check.py
+
+# Random 32x32x3 images as a CIFAR-10 binary folder, for the colour networks.
+mkdir -p cifar
+"$PY" - <<'PY'
+import random
+rng = random.Random(5)
+for name, n in (("cifar/data_batch_1.bin", 64), ("cifar/test_batch.bin", 8)):
+    with open(name, "wb") as f:
+        for i in range(n):
+            f.write(bytes([i % 10]) + rng.randbytes(3072))
+PY
+# keras.applications' networks as initialised (a step at rate 0) with their batchnorms'
+# momentum 0, so that their moving statistics are the last batch's: from their start (mean 0,
+# variance 1), or after a step that moves the weights under statistics of the weights before,
+# 50 layers' outputs at inference saturate alike for every sample, which the check refuses.
+for f in "$SRC"/tests/fixtures/keras/applications/{ResNet50,MobileNetV2,EfficientNetB0}.json.gz; do
+  gunzip -c "$f" | sed -E 's/"momentum": 0\.99+/"momentum": 0.0/g' > "$(basename "${f%.gz}")"
+done
+
+fails=0
+# Each network trains on 64 random or Fashion-MNIST samples; MobileNetV2 (models/) for 80 steps
+# of 8, so that its moving statistics move off their start.
+check() { # name model data [train options...]
+  local name=$1 model=$2 data=$3
+  shift 3
+  local steps=(--epochs 1 --batch 32)
+  (($#)) && steps=("$@")
+  local layout=()
+  [[ $model == *.json ]] && layout=(--layout nhwc)
+  if ! "$HT" train --model "$model" --data "$data" --limit 64 "${steps[@]}" --val-split 0 \
+         --devices cpu:1 --no-self-check --quiet --no-progress --out "$name.run" --name r \
+         --save "$name.st" --export-onnx "$name.train.onnx" >"$name.log" 2>&1 ||
+     ! "$HT" export --model "$model" --load "$name.st" --onnx "$name.onnx" >>"$name.log" 2>&1 ||
+     ! cmp -s "$name.onnx" "$name.train.onnx" ||
+     ! "$PY" "$CHECK" --make-inputs 24 "$name.onnx" "$name.x.npy" >>"$name.log" 2>&1 ||
+     ! "$HT" predict --model "$model" --load "$name.st" --test "$name.x.npy" "${layout[@]}" \
+         --out "$name.p.csv" --scores "$name.s.npy" --devices cpu:1 >>"$name.log" 2>&1 ||
+     ! "$HT" predict --model "$model" --load "$name.st" --test "$name.x.npy" "${layout[@]}" \
+         --out "$name.pd.csv" --scores "$name.sd.npy" --devices cpu:1 --conv-algo direct \
+         >>"$name.log" 2>&1 ||
+     ! "$PY" "$CHECK" "$name.onnx" "$name.x.npy" "$name.s.npy" --noise "$name.sd.npy" \
+         >>"$name.log" 2>&1; then
+    echo "FAIL: $name ($model)"
+    sed 's/^/  /' "$name.log"
+    fails=$((fails + 1))
+  else
+    tail -n 1 "$name.log"
+  fi
+}
+
+FM=/usr/share/datasets/fashion-mnist # Debian's dataset-fashion-mnist
+check cnn3 cnn2d_3layer_fullconnected_3layer "$FM"
+check cnn2 cnn2d_2layer_full_connected_2layer "$FM"
+check cnn3_bn "$SRC/models/cnn3_bn.cfg" "$FM"
+check residual "$SRC/models/residual.cfg" "$FM"
+check squeeze_excite "$SRC/models/squeeze_excite.cfg" "$FM"
+check kinds "$SRC/tests/onnx/kinds.cfg" "$FM"
+check cifar_small "$SRC/models/cifar_small.cfg" cifar
+check resnet20 "$SRC/models/resnet20.cfg" cifar
+DEEP=(--epochs 10 --batch 8 --lr 0.001)
+check mobilenetv2 "$SRC/models/mobilenetv2.cfg" cifar "${DEEP[@]}"
+check cifar_keras "$SRC/models/cifar_keras.json" cifar
+for k in ResNet50 MobileNetV2 EfficientNetB0; do
+  check "keras_$k" "$k.json" cifar --epochs 1 --batch 32 --lr 0
+done
+
+echo "$fails failed"
+[[ $fails -eq 0 ]]
