@@ -186,6 +186,9 @@ static const char *usage_train =
     "  --save-best FILE       the weights of the best epoch by --monitor, rewritten as it\n"
     "                         improves (ModelCheckpoint(save_best_only=True)); safetensors, or\n"
     "                         Keras's .weights.h5 by its name\n"
+    "  --tensorboard DIR      TensorBoard event files under DIR as Keras's callback writes them\n"
+    "                         (train/, validation/: epoch_loss, epoch_accuracy) and a step's\n"
+    "                         loss, rate, sync and device shares (steps/); a resumed run appends\n"
     "  --export-onnx FILE     at the end, the trained model as ONNX (as 'hetrain export' writes\n"
     "                         it); never overwritten\n"
     "  --checkpoint-every N   write <out>/<name>.ckpt every N steps too [at the end of every\n"
@@ -298,6 +301,7 @@ int cli_train(int argc, char **argv) {
         {"reduce-lr-on-plateau", required_argument, 0, OPT_REDUCE_LR},
         {"save-best", required_argument, 0, OPT_SAVE_BEST},
         {"export-onnx", required_argument, 0, OPT_EXPORT_ONNX},
+        {"tensorboard", required_argument, 0, OPT_TENSORBOARD},
         {"precision", required_argument, 0, OPT_PRECISION},
         {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
     train_opts o = {.lr = -1, .val_split = -1, .seed = 1, .progress = -1, .conv_algo = -1,
@@ -505,6 +509,10 @@ int cli_train(int argc, char **argv) {
             break;
         }
         case OPT_SAVE: o.save = optarg; o.given |= RUN_OPT_GIVEN(RUN_OPT_SAVE); break;
+        case OPT_TENSORBOARD:
+            o.tensorboard = optarg;
+            o.given |= RUN_OPT_GIVEN(RUN_OPT_TENSORBOARD);
+            break;
         case OPT_EXPORT_ONNX:
             o.export_onnx = optarg;
             o.given |= RUN_OPT_GIVEN(RUN_OPT_EXPORT_ONNX);

@@ -71,6 +71,7 @@ void job_free(job *j) {
     device_close_list(j->devs, j->n_devs);
     ht_error ignore; // train_run closes the files itself and reports what failed
     run_files_close(&j->rf, &ignore);
+    job_tb_close(j, NULL);
     dataset_free(&j->all);
     dataset_free(&j->train);
     dataset_free(&j->val);

@@ -20,6 +20,7 @@
 #include "core/common.h"
 #include "data/data.h"
 #include "data/data_images.h"
+#include "io/tfevents.h"
 #include "devices/device.h"
 #include "sharding/engine.h"
 #include "nn/model.h"
@@ -75,6 +76,11 @@ typedef struct job {
     size_t metrics_len, metrics_cap;
     int metrics_rows;
     int events_out;         // this rank prints its events (not --quiet)
+    // TensorBoard (job_tb.c): rank 0's event files under --tensorboard's folder, its runs
+    // train/ and validation/ (Keras's epoch_ scalars) and steps/ (a step's loss, rate, sync
+    // and devices); tb_on 0: none.
+    tfevents tb[3];
+    int tb_on;
     // Checkpoints (job_ckpt.c).
     char ckpt_path[1200];
     int ckpt_warned;        // a failed checkpoint was reported (default checkpoints only)
@@ -160,6 +166,16 @@ int job_evaluate(engine *g, const model *m, int chunk, const dataset *d, double 
                  double *acc, int32_t *pred, float *scores, int *nonfinite, ht_error *e);
 // Frees the job itself too (it is on the heap: a device's context points at j->m).
 void job_free(job *j);
+
+// job_tb.c: --tensorboard. Opens the job's event files (rank 0; a resumed run opens new ones
+// that start at the step and epoch it resumes from); a step's scalars (step counted over the
+// run from 0, its loss with Keras's regularizer term); an epoch's (loss, accuracy, rate under
+// train/; validation's loss and accuracy); closing. Each flushes what it wrote.
+int job_tb_open(job *j, const char *dir, int resumed, ht_error *e);
+int job_tb_step(job *j, long step, double loss, const step_stats *st, int B, ht_error *e);
+int job_tb_epoch(job *j, int ep, double loss, double acc, double vloss, double vacc,
+                 ht_error *e);
+int job_tb_close(job *j, ht_error *e);
 
 // job_ranks.c
 // Names the job's devices over every rank (j->n_all, all_name...) and checks that every rank

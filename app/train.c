@@ -160,6 +160,11 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
                 j->counted += B;
             }
             j->seen += B;
+            double step_loss = 0;
+            for (int i = 0; i < B; i++) step_loss += j->loss[i];
+            if (job_tb_step(j, ep * per_epoch + off / s->batch,
+                            st.skipped ? NAN : step_loss / B + penalty, &st, B, e) < 0)
+                return -1;
             progress_update(&pr, j->seen, j->counted ? j->lsum / j->counted : NAN,
                             j->counted ? (double)j->correct / ((double)j->counted * yw) : NAN);
             if (o->checkpoint_every > 0 && off + B < n) {
@@ -191,7 +196,8 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
             run_log(&j->rf, !o->quiet, "epoch %d: %s\n", ep + 1, ev);
         }
         if (job_epoch_report(j, o, ep, loss, acc, vloss, vacc,
-                             ht_now() - t0, train_s, &es, span_take_comm_s(), e) < 0)
+                             ht_now() - t0, train_s, &es, span_take_comm_s(), e) < 0 ||
+            job_tb_epoch(j, ep, loss, acc, vloss, vacc, e) < 0)
             return -1;
         if (ws.stop && j->best_params) {
             if (engine_set_params(j->g, j->best_params, e) < 0) return -1;
@@ -319,7 +325,7 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
         snprintf(j->ckpt_path, sizeof j->ckpt_path, "%s.ckpt", j->rf.prefix);
         job_log_header(j, o);
     }
-    if (run_files_check(&j->rf, e) < 0) {
+    if (run_files_check(&j->rf, e) < 0 || job_tb_open(j, o->tensorboard, o->resume != NULL, e) < 0) {
         job_free(j);
         return -1;
     }
@@ -368,6 +374,11 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
     if (j->ckpt_count > 0)
         run_log(&j->rf, 0, "checkpoints: %d written to %s, %.3f s in all\n", j->ckpt_count,
                 j->ckpt_path, j->ckpt_s);
+    ht_error te;
+    if (job_tb_close(j, &te) < 0 && rc == 0) {
+        *e = te;
+        rc = -1;
+    }
     if (rc < 0) run_log(&j->rf, 0, "error: %s\n", e->msg);
     ht_error ce;
     if (run_files_close(&j->rf, &ce) < 0 && rc == 0) {

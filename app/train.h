@@ -45,6 +45,7 @@ typedef struct train_opts {
     int restore_best;
     const char *reduce_lr, *save_best;
     const char *export_onnx; // the trained model as ONNX at the end (onnx.h; NULL: none)
+    const char *tensorboard; // TensorBoard event files under this folder (job_tb.c; NULL: none)
     int layout;            // data_layout of 4-D NumPy images; -1: not given (auto)
     int coarse;            // CIFAR-100's coarse labels: 1; fine: 0; -1: not given (fine)
     const char *augment;   // --augment spec (data_augment_parse); NULL: none
