@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ONNX export checked by ONNX Runtime (src/io/onnx.c, tools/onnx_check.py): every preset, the
-# example networks of models/, networks read from Keras JSON (keras.applications' ResNet50,
-# MobileNetV2 and EfficientNetB0, and models/cifar_keras.json) and a network of every other
-# layer kind (tests/onnx/kinds.cfg), each trained a step on random data, exported with `hetrain
+# example networks of models/, networks read from Keras JSON (seven of keras.applications' ten
+# at 32x32, and models/cifar_keras.json) and a network of every other layer kind
+# (tests/onnx/kinds.cfg), each trained a step on random data, exported with `hetrain
 # export`, and run by ONNX Runtime on random inputs: its outputs equal `hetrain predict
 # --scores` within 1e-4 (relative L2 a sample; for a network whose own float rounding moves
 # hetrain's outputs more, between its direct convolutions and its own choice, 4 times that),
@@ -43,7 +43,9 @@ PY
 # momentum 0, so that their moving statistics are the last batch's: from their start (mean 0,
 # variance 1), or after a step that moves the weights under statistics of the weights before,
 # 50 layers' outputs at inference saturate alike for every sample, which the check refuses.
-for f in "$SRC"/tests/fixtures/keras/applications/{ResNet50,MobileNetV2,EfficientNetB0}.json.gz; do
+APPS=(ResNet50 ResNet50V2 MobileNet MobileNetV2 EfficientNetB0 DenseNet121 ConvNeXtTiny)
+for k in "${APPS[@]}"; do
+  f=$SRC/tests/fixtures/keras/applications/$k.json.gz
   gunzip -c "$f" | sed -E 's/"momentum": 0\.99+/"momentum": 0.0/g' > "$(basename "${f%.gz}")"
 done
 
@@ -90,9 +92,7 @@ check resnet20 "$SRC/models/resnet20.cfg" cifar
 DEEP=(--epochs 10 --batch 8 --lr 0.001)
 check mobilenetv2 "$SRC/models/mobilenetv2.cfg" cifar "${DEEP[@]}"
 check cifar_keras "$SRC/models/cifar_keras.json" cifar
-for k in ResNet50 MobileNetV2 EfficientNetB0; do
-  check "keras_$k" "$k.json" cifar --epochs 1 --batch 32 --lr 0
-done
+for k in "${APPS[@]}"; do check "keras_$k" "$k.json" cifar --epochs 1 --batch 32 --lr 0; done
 
 echo "$fails failed"
 [[ $fails -eq 0 ]]
