@@ -408,11 +408,22 @@ static int layer_node(gb *g, int l, ht_error *e) {
         orank = 2;
         if (!node(g, "Softmax", out, 1, &x, attr_i(g, "axis", 1), NULL, NULL, NULL)) return -1;
         break;
-    case LAYER_SIGMOID_BCE:
+    case LAYER_SIGMOID_BCE: {
         if (!(x = as_rank(g, x, r, 2, out))) return -1;
         orank = 2;
-        if (op1(g, "Sigmoid", out, x)) return -1;
+        if (L->oc == (int)layer_in_size(L)) { // multi-label: a sigmoid each
+            if (op1(g, "Sigmoid", out, x)) return -1;
+            break;
+        }
+        // Binary: one logit, the two classes' probabilities (1 - p, p) as hetrain gives them.
+        const float one = 1.0f;
+        char *p = tmp_name(g, out), *q = tmp_name(g, out);
+        const char *c1 = constant(g, "one", NULL, 0, &one);
+        if (!p || !q || !c1 || op1(g, "Sigmoid", p, x) || op2(g, "Sub", q, c1, p)) return -1;
+        const char *in[2] = {q, p};
+        if (!node(g, "Concat", out, 2, in, attr_i(g, "axis", 1), NULL, NULL, NULL)) return -1;
         break;
+    }
     case LAYER_BATCHNORM: {
         // Inference form: the moving mean and variance; gamma 1 and beta 0 where it has none.
         float *ones = a_alloc(&g->a, sizeof(float) * (size_t)C), *zeros = a_alloc(&g->a, sizeof(float) * (size_t)C);

@@ -59,7 +59,9 @@ check() { # name model data [train options...]
   (($#)) && steps=("$@")
   local layout=()
   [[ $model == *.json ]] && layout=(--layout nhwc)
-  if ! "$HT" train --model "$model" --data "$data" --limit 64 "${steps[@]}" --val-split 0 \
+  local from=(--data "$data")
+  [[ -n $data ]] || from=()
+  if ! "$HT" train --model "$model" "${from[@]}" --limit 64 "${steps[@]}" --val-split 0 \
          --devices cpu:1 --no-self-check --quiet --no-progress --out "$name.run" --name r \
          --save "$name.st" --export-onnx "$name.train.onnx" >"$name.log" 2>&1 ||
      ! "$HT" export --model "$model" --load "$name.st" --onnx "$name.onnx" >>"$name.log" 2>&1 ||
@@ -71,7 +73,7 @@ check() { # name model data [train options...]
          --out "$name.pd.csv" --scores "$name.sd.npy" --devices cpu:1 --conv-algo direct \
          >>"$name.log" 2>&1 ||
      ! "$PY" "$CHECK" "$name.onnx" "$name.x.npy" "$name.s.npy" --noise "$name.sd.npy" \
-         >>"$name.log" 2>&1; then
+         ${CHECK_ARGS:-} >>"$name.log" 2>&1; then
     echo "FAIL: $name ($model)"
     sed 's/^/  /' "$name.log"
     fails=$((fails + 1))
@@ -87,6 +89,27 @@ check cnn3_bn "$SRC/models/cnn3_bn.cfg" "$FM"
 check residual "$SRC/models/residual.cfg" "$FM"
 check squeeze_excite "$SRC/models/squeeze_excite.cfg" "$FM"
 check kinds "$SRC/tests/onnx/kinds.cfg" "$FM"
+# A binary head (a sigmoid over one output; its label is whether it is over 0.5), trained on
+# random images labelled 0 and 1.
+cat > bce.cfg <<'CFG'
+[net]
+input = 1x28x28
+classes = 2
+[conv]
+filters = 4
+size = 3
+activation = relu
+[maxpool]
+size = 2
+[dense]
+units = 8
+activation = relu
+[dense]
+units = 1
+[binary_crossentropy]
+CFG
+"$PY" -c 'import numpy as np; r = np.random.default_rng(3); np.save("bx.npy", r.random((64, 1, 28, 28), dtype=np.float32)); np.save("by.npy", (np.arange(64) % 2).astype(np.uint8))'
+CHECK_ARGS=--multi-label check bce bce.cfg "" --train bx.npy --train-labels by.npy --epochs 1 --batch 32
 check cifar_small "$SRC/models/cifar_small.cfg" cifar
 check resnet20 "$SRC/models/resnet20.cfg" cifar
 DEEP=(--epochs 10 --batch 8 --lr 0.001)
