@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ONNX export checked by ONNX Runtime (src/io/onnx.c, tools/onnx_check.py): every preset, the
-# example networks of models/, networks read from Keras JSON (seven of keras.applications' ten
+# example networks of models/, networks read from Keras JSON (eight of keras.applications' ten
 # at 32x32, and models/cifar_keras.json) and a network of every other layer kind
 # (tests/onnx/kinds.cfg), each trained a step on random data, exported with `hetrain
 # export`, and run by ONNX Runtime on random inputs: its outputs equal `hetrain predict
@@ -43,7 +43,8 @@ PY
 # momentum 0, so that their moving statistics are the last batch's: from their start (mean 0,
 # variance 1), or after a step that moves the weights under statistics of the weights before,
 # 50 layers' outputs at inference saturate alike for every sample, which the check refuses.
-APPS=(ResNet50 ResNet50V2 MobileNet MobileNetV2 EfficientNetB0 DenseNet121 ConvNeXtTiny)
+APPS=(ResNet50 ResNet50V2 MobileNet MobileNetV2 MobileNetV3Small EfficientNetB0 DenseNet121
+      ConvNeXtTiny)
 for k in "${APPS[@]}"; do
   f=$SRC/tests/fixtures/keras/applications/$k.json.gz
   gunzip -c "$f" | sed -E 's/"momentum": 0\.99+/"momentum": 0.0/g' > "$(basename "${f%.gz}")"
