@@ -15,7 +15,7 @@ where its backend has one). A tool only: nothing in the build or tests needs it.
 
     python tools/reference_keras.py --model models/cifar_small.json --data shapes.npz \
         --optimizer sgd --lr 0.05 --momentum 0.9 --nesterov --batch 128 --epochs 10 \
-        --val-split 0.2 --out results --name keras-cifar_small
+        --val-split 0.2 --out results --name keras-cifar_small [--tensorboard logs/keras-run]
 """
 import argparse
 import os
@@ -56,6 +56,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="results")
     ap.add_argument("--name", default="keras-run")
+    ap.add_argument("--tensorboard", help="Keras's TensorBoard callback's log_dir (its backend "
+                    "must write summaries: KERAS_BACKEND=tensorflow)")
     a = ap.parse_args()
 
     keras.utils.set_random_seed(a.seed)
@@ -76,7 +78,8 @@ def main():
     metrics = os.path.join(a.out, a.name + ".metrics.csv")
     model.fit(xtr, ytr, batch_size=a.batch, epochs=a.epochs, validation_split=a.val_split,
               shuffle=True, verbose=2,
-              callbacks=[EpochTime(), keras.callbacks.CSVLogger(metrics)])
+              callbacks=[EpochTime(), keras.callbacks.CSVLogger(metrics)] +
+              ([keras.callbacks.TensorBoard(log_dir=a.tensorboard)] if a.tensorboard else []))
     probs = model.predict(xte, batch_size=1000, verbose=0)
     pred = probs.argmax(axis=1)
     with open(os.path.join(a.out, a.name + ".predictions.csv"), "w") as f:
