@@ -11,19 +11,12 @@
 #
 #   tests/onnx/test_onnx_export.sh HETRAIN SOURCE_DIR WORK_DIR
 #
-# The python that runs the check: $HETRAIN_TEST_PYTHON, else SOURCE_DIR/.venv-tests (which
-# .ci/run makes), else python3; without onnx and onnxruntime there the test says so and is
-# skipped (exit 77).
+# The python that runs the check: tests/lib/test_python.sh's; without onnx and onnxruntime the
+# test says so and is skipped (exit 77).
 set -euo pipefail
 HT=$1 SRC=$2 WORK=$3
-PY=${HETRAIN_TEST_PYTHON:-}
-[[ -n $PY ]] || { [[ -x $SRC/.venv-tests/bin/python ]] && PY=$SRC/.venv-tests/bin/python; } || true
-[[ -n $PY ]] || PY=python3
-if ! "$PY" -c 'import onnx, onnxruntime, numpy' 2>/dev/null; then
-  echo "SKIP: $PY cannot import onnx, onnxruntime and numpy (pip install onnx onnxruntime, or" \
-       "set HETRAIN_TEST_PYTHON; .ci/run makes $SRC/.venv-tests)"
-  exit 77
-fi
+. "$SRC/tests/lib/test_python.sh"
+test_python "$SRC" "onnx onnxruntime numpy" onnx onnxruntime numpy
 rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK"

@@ -7,18 +7,12 @@
 #
 #   tests/tboard/test_tensorboard.sh HETRAIN SOURCE_DIR WORK_DIR
 #
-# The python: $HETRAIN_TEST_PYTHON, else SOURCE_DIR/.venv-tests (.ci/run makes it), else
-# python3; without the tensorboard package there the test says so and is skipped (exit 77).
+# The python: tests/lib/test_python.sh's; without the tensorboard package the test says so and
+# is skipped (exit 77).
 set -euo pipefail
 HT=$1 SRC=$2 WORK=$3
-PY=${HETRAIN_TEST_PYTHON:-}
-[[ -n $PY ]] || { [[ -x $SRC/.venv-tests/bin/python ]] && PY=$SRC/.venv-tests/bin/python; } || true
-[[ -n $PY ]] || PY=python3
-if ! "$PY" -c 'import tensorboard.backend.event_processing.event_accumulator' 2>/dev/null; then
-  echo "SKIP: $PY cannot import tensorboard (pip install tensorboard, or set" \
-       "HETRAIN_TEST_PYTHON; .ci/run makes $SRC/.venv-tests)"
-  exit 77
-fi
+. "$SRC/tests/lib/test_python.sh"
+test_python "$SRC" tensorboard tensorboard.backend.event_processing.event_accumulator
 rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK"
