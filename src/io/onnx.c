@@ -637,7 +637,9 @@ static int build(gb *g, const onnx_opts *o, uint8_t **bytes, size_t *len, ht_err
     mp->opset_import = opsets, mp->n_opset_import = 1;
     mp->producer_name = a_str(&g->a, "hetrain");
     mp->producer_version = a_str(&g->a, HT_VERSION);
-    mp->doc_string = a_fmt(&g->a, "%s%s; input %s", m->name, o->source ? a_fmt(&g->a, " (%s)", o->source) : "",
+    char src[300] = "";
+    if (o->source) snprintf(src, sizeof src, " (%s)", o->source);
+    mp->doc_string = a_fmt(&g->a, "%s%s; input %s", m->name, src,
                            o->nhwc ? "(N,H,W,C) as Keras feeds it" : "(N,C,H,W)");
     mp->graph = gr;
     props[0] = meta(g, "input_layout", o->nhwc ? "NHWC" : "NCHW");
