@@ -89,16 +89,17 @@ static int push(arena *a, plist *l, void *x) {
 typedef struct gb {
     arena a;
     plist nodes, inits;
-    int n_tmp;        // intermediate values made so far (their names)
+    int n_tmp; // intermediate values made so far (their names)
     const model *m;
     const float *params;
-    char **name;      // per layer: the value holding its output
+    char **name;         // per layer: the value holding its output
     unsigned char *rank; // per layer: 4 (N,C,H,W) or 2 (N,F)
 } gb;
 
 static char *tmp_name(gb *g, const char *base) { return a_fmt(&g->a, "%s/%d", base, g->n_tmp++); }
 
-static Onnx__AttributeProto *attr_new(gb *g, const char *name, Onnx__AttributeProto__AttributeType t) {
+static Onnx__AttributeProto *attr_new(gb *g, const char *name,
+                                      Onnx__AttributeProto__AttributeType t) {
     Onnx__AttributeProto *at = a_alloc(&g->a, sizeof *at);
     if (!at) return NULL;
     onnx__attribute_proto__init(at);
@@ -282,12 +283,15 @@ static int act_nodes(gb *g, const layer *L, const char *x, const char *out) {
     case ACT_SELU: return op1(g, "Selu", out, x); // Keras's and ONNX's default constants
     case ACT_LEAKY_RELU:
         return node(g, "LeakyRelu", out, 1, &x, attr_f(g, "alpha", L->alpha), NULL, NULL, NULL)
-                   ? 0 : -1;
+                   ? 0
+                   : -1;
     case ACT_ELU:
         return node(g, "Elu", out, 1, &x, attr_f(g, "alpha", L->alpha), NULL, NULL, NULL) ? 0 : -1;
     case ACT_HARD_SIGMOID:
         return node(g, "HardSigmoid", out, 1, &x, attr_f(g, "alpha", L->alpha),
-                    attr_f(g, "beta", 0.5f), NULL, NULL) ? 0 : -1;
+                    attr_f(g, "beta", 0.5f), NULL, NULL)
+                   ? 0
+                   : -1;
     case ACT_RELU6: {
         const float lo = 0.0f, hi = L->alpha;
         const char *in[3] = {x, constant(g, "min", NULL, 0, &lo), constant(g, "max", NULL, 0, &hi)};
@@ -299,17 +303,21 @@ static int act_nodes(gb *g, const layer *L, const char *x, const char *out) {
     }
     case ACT_HARD_SWISH: {
         char *s = tmp_name(g, out);
-        return s && node(g, "HardSigmoid", s, 1, &x, attr_f(g, "alpha", L->alpha),
-                         attr_f(g, "beta", 0.5f), NULL, NULL) &&
+        return s &&
+                       node(g, "HardSigmoid", s, 1, &x, attr_f(g, "alpha", L->alpha),
+                            attr_f(g, "beta", 0.5f), NULL, NULL) &&
                        op2(g, "Mul", out, x, s) == 0
-                   ? 0 : -1;
+                   ? 0
+                   : -1;
     }
     case ACT_GELU: {
         // 0.5 x (1 + erf(x / sqrt 2)), or with approximate: 0.5 x (1 + tanh(sqrt(2/pi) (x +
         // 0.044715 x^3))).
         const float half = 0.5f;
-        char *t = tmp_name(g, out), *u = tmp_name(g, out), *v = tmp_name(g, out), *w = tmp_name(g, out);
-        const char *c1 = constant(g, "one", scalar, 0, &one), *ch = constant(g, "half", scalar, 0, &half);
+        char *t = tmp_name(g, out), *u = tmp_name(g, out), *v = tmp_name(g, out),
+             *w = tmp_name(g, out);
+        const char *c1 = constant(g, "one", scalar, 0, &one),
+                   *ch = constant(g, "half", scalar, 0, &half);
         if (!t || !u || !v || !w || !c1 || !ch) return -1;
         if (L->alpha == 0.0f) {
             const float r2 = 0.70710678118654752f;
@@ -317,14 +325,17 @@ static int act_nodes(gb *g, const layer *L, const char *x, const char *out) {
             if (!cr || op2(g, "Mul", t, x, cr) || op1(g, "Erf", u, t)) return -1;
         } else {
             const float k0 = 0.7978845608028654f, k1 = 0.044715f;
-            char *x3 = tmp_name(g, out), *x2 = tmp_name(g, out), *p = tmp_name(g, out), *q = tmp_name(g, out);
-            const char *c0 = constant(g, "k0", scalar, 0, &k0), *ck = constant(g, "k1", scalar, 0, &k1);
+            char *x3 = tmp_name(g, out), *x2 = tmp_name(g, out), *p = tmp_name(g, out),
+                 *q = tmp_name(g, out);
+            const char *c0 = constant(g, "k0", scalar, 0, &k0),
+                       *ck = constant(g, "k1", scalar, 0, &k1);
             if (!x3 || !x2 || !p || !q || !c0 || !ck || op2(g, "Mul", x2, x, x) ||
                 op2(g, "Mul", x3, x2, x) || op2(g, "Mul", p, x3, ck) || op2(g, "Add", q, x, p) ||
                 op2(g, "Mul", t, q, c0) || op1(g, "Tanh", u, t))
                 return -1;
         }
-        return op2(g, "Add", v, u, c1) || op2(g, "Mul", w, x, v) || op2(g, "Mul", out, w, ch) ? -1 : 0;
+        return op2(g, "Add", v, u, c1) || op2(g, "Mul", w, x, v) || op2(g, "Mul", out, w, ch) ? -1
+                                                                                              : 0;
     }
     case ACT_FN_COUNT: break;
     }
@@ -357,8 +368,9 @@ static int layer_node(gb *g, int l, ht_error *e) {
         r = orank = 4;
     } else if (fl & LF_SPATIAL) {
         if (r == 2 && !(L->h == 1 && L->w == 1))
-            return refuse(e, L, "reads an image made of a flat vector, which the export does not "
-                                "reshape");
+            return refuse(e, L,
+                          "reads an image made of a flat vector, which the export does not "
+                          "reshape");
         if (!(x = as_rank(g, x, r, 4, out))) return -1;
         r = orank = 4;
     } else if ((fl & LF_FLAT) && L->kind != LAYER_PERMUTE) {
@@ -426,15 +438,16 @@ static int layer_node(gb *g, int l, ht_error *e) {
     }
     case LAYER_BATCHNORM: {
         // Inference form: the moving mean and variance; gamma 1 and beta 0 where it has none.
-        float *ones = a_alloc(&g->a, sizeof(float) * (size_t)C), *zeros = a_alloc(&g->a, sizeof(float) * (size_t)C);
+        float *ones = a_alloc(&g->a, sizeof(float) * (size_t)C),
+              *zeros = a_alloc(&g->a, sizeof(float) * (size_t)C);
         if (!ones || !zeros) return -1;
         for (int c = 0; c < C; c++) ones[c] = 1.0f;
         const int64_t d[1] = {C};
-        const char *in[5] = {x,
-                             L->n_w ? param(g, L, "weight", L->w_off, d, 1) : constant(g, "ones", d, 1, ones),
-                             L->n_b ? param(g, L, "bias", L->b_off, d, 1) : constant(g, "zeros", d, 1, zeros),
-                             param(g, L, "running_mean", L->s_off, d, 1),
-                             param(g, L, "running_var", L->s_off + (size_t)C, d, 1)};
+        const char *in[5] = {
+            x, L->n_w ? param(g, L, "weight", L->w_off, d, 1) : constant(g, "ones", d, 1, ones),
+            L->n_b ? param(g, L, "bias", L->b_off, d, 1) : constant(g, "zeros", d, 1, zeros),
+            param(g, L, "running_mean", L->s_off, d, 1),
+            param(g, L, "running_var", L->s_off + (size_t)C, d, 1)};
         for (int k = 1; k < 5; k++)
             if (!in[k]) return -1;
         if (!node(g, "BatchNormalization", out, 5, in, attr_f(g, "epsilon", L->eps), NULL, NULL,
@@ -470,9 +483,9 @@ static int layer_node(gb *g, int l, ht_error *e) {
         for (int k = 0; k < L->n_in; k++)
             if (!(in[k] = as_rank(g, in[k], rk[k], top, out))) return -1;
         orank = top;
-        static const char *const ops[] = {[LAYER_ADD] = "Sum", [LAYER_SUBTRACT] = "Sub",
-                                          [LAYER_MULTIPLY] = "Mul", [LAYER_AVERAGE] = "Mean",
-                                          [LAYER_MAXIMUM] = "Max", [LAYER_CONCAT] = "Concat"};
+        static const char *const ops[] = {
+            [LAYER_ADD] = "Sum",      [LAYER_SUBTRACT] = "Sub", [LAYER_MULTIPLY] = "Mul",
+            [LAYER_AVERAGE] = "Mean", [LAYER_MAXIMUM] = "Max",  [LAYER_CONCAT] = "Concat"};
         if (L->kind == LAYER_MULTIPLY) { // binary: folded left to right as Keras does
             const char *acc = in[0];
             for (int k = 1; k < L->n_in; k++) {
@@ -488,19 +501,22 @@ static int layer_node(gb *g, int l, ht_error *e) {
     }
     case LAYER_RESCALE: {
         const int64_t none[1] = {1};
-        const char *s = constant(g, "scale", none, 0, &L->scale), *o = constant(g, "offset", none, 0, &L->offset);
+        const char *s = constant(g, "scale", none, 0, &L->scale),
+                   *o = constant(g, "offset", none, 0, &L->offset);
         char *t = tmp_name(g, out);
         if (!s || !o || !t || op2(g, "Mul", t, x, s) || op2(g, "Add", out, t, o)) return -1;
         break;
     }
     case LAYER_NORMALIZE: {
         // (x - mean) / s, or inverted mean + x * s, with s = max(sqrt(variance), its floor).
-        float *mean = a_alloc(&g->a, sizeof(float) * (size_t)C), *sd = a_alloc(&g->a, sizeof(float) * (size_t)C);
+        float *mean = a_alloc(&g->a, sizeof(float) * (size_t)C),
+              *sd = a_alloc(&g->a, sizeof(float) * (size_t)C);
         if (!mean || !sd) return -1;
         for (int c = 0; c < C; c++) {
             const int i = L->n_const == 1 ? 0 : c;
             mean[c] = L->n_const ? L->c_mean[i] : g->params[L->s_off + (size_t)c];
-            sd[c] = normalize_std(L->n_const ? L->c_var[i] : g->params[L->s_off + (size_t)C + (size_t)c]);
+            sd[c] = normalize_std(L->n_const ? L->c_var[i]
+                                             : g->params[L->s_off + (size_t)C + (size_t)c]);
         }
         const char *cm = chan_const(g, "mean", mean, C, r), *cs = chan_const(g, "std", sd, C, r);
         char *t = tmp_name(g, out);
@@ -513,11 +529,13 @@ static int layer_node(gb *g, int l, ht_error *e) {
     case LAYER_LAYERNORM: {
         // Over the channels of each position: the channels last for LayerNormalization.
         const int64_t d[1] = {C}, to_last[4] = {0, 2, 3, 1}, back[4] = {0, 3, 1, 2};
-        float *ones = a_alloc(&g->a, sizeof(float) * (size_t)C), *zeros = a_alloc(&g->a, sizeof(float) * (size_t)C);
+        float *ones = a_alloc(&g->a, sizeof(float) * (size_t)C),
+              *zeros = a_alloc(&g->a, sizeof(float) * (size_t)C);
         if (!ones || !zeros) return -1;
         for (int c = 0; c < C; c++) ones[c] = 1.0f;
-        const char *in[3] = {x, L->n_w ? param(g, L, "weight", L->w_off, d, 1) : constant(g, "ones", d, 1, ones),
-                             L->n_b ? param(g, L, "bias", L->b_off, d, 1) : constant(g, "zeros", d, 1, zeros)};
+        const char *in[3] = {
+            x, L->n_w ? param(g, L, "weight", L->w_off, d, 1) : constant(g, "ones", d, 1, ones),
+            L->n_b ? param(g, L, "bias", L->b_off, d, 1) : constant(g, "zeros", d, 1, zeros)};
         if (!in[1] || !in[2]) return -1;
         char *t = tmp_name(g, out), *u = tmp_name(g, out);
         if (!t || !u) return -1;
@@ -594,11 +612,13 @@ static Onnx__StringStringEntryProto *meta(gb *g, const char *k, const char *v) {
 // The graph and model in g's arena; *out the packed bytes (malloc'd).
 static int build(gb *g, const onnx_opts *o, uint8_t **bytes, size_t *len, ht_error *e) {
     const model *m = g->m;
-    const int64_t in_nchw[4] = {-1, m->in_c, m->in_h, m->in_w}, in_nhwc[4] = {-1, m->in_h, m->in_w, m->in_c};
+    const int64_t in_nchw[4] = {-1, m->in_c, m->in_h, m->in_w},
+                  in_nhwc[4] = {-1, m->in_h, m->in_w, m->in_c};
     if (o->nhwc) {
         static const int64_t perm[4] = {0, 3, 1, 2};
         const char *x = "input";
-        if (!node(g, "Transpose", "input/nchw", 1, &x, attr_ints(g, "perm", perm, 4), NULL, NULL, NULL))
+        if (!node(g, "Transpose", "input/nchw", 1, &x, attr_ints(g, "perm", perm, 4), NULL, NULL,
+                  NULL))
             goto oom;
     } else {
         const char *x = "input";

@@ -59,7 +59,8 @@ static int record(tfevents *w, const Tensorboard__Event *ev, ht_error *e) {
     tensorboard__event__pack(ev, buf);
     uint8_t len[8];
     for (int k = 0; k < 8; k++) len[k] = (uint8_t)((uint64_t)n >> (8 * k));
-    uint32_t c1 = tfevents_mask(tfevents_crc32c(len, 8)), c2 = tfevents_mask(tfevents_crc32c(buf, n));
+    uint32_t c1 = tfevents_mask(tfevents_crc32c(len, 8)),
+             c2 = tfevents_mask(tfevents_crc32c(buf, n));
     uint8_t a[4], b[4];
     for (int k = 0; k < 4; k++) a[k] = (uint8_t)(c1 >> (8 * k)), b[k] = (uint8_t)(c2 >> (8 * k));
     int rc = put(w, len, 8, e) || put(w, a, 4, e) || put(w, buf, n, e) || put(w, b, 4, e) ? -1 : 0;
@@ -79,8 +80,8 @@ int tfevents_open(tfevents *w, const char *dir, ht_error *e) {
     if (make_dirs(dir, e) < 0) return ht_wrap(e, "--tensorboard");
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
-    snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%ld.%s.%ld.%d", dir,
-             (long)time(NULL), host, (long)getpid(), opened++);
+    snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%ld.%s.%ld.%d", dir, (long)time(NULL),
+             host, (long)getpid(), opened++);
     if (!(w->f = fopen(w->path, "wbx")))
         return ht_fail(e, "--tensorboard: %s: %s", w->path, strerror(errno));
     Tensorboard__Event ev = TENSORBOARD__EVENT__INIT;

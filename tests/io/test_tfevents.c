@@ -27,7 +27,8 @@ static void test_crc32c(void **state) {
     assert_int_equal(tfevents_crc32c(z, 32), 0x8A9136AAu);
     assert_int_equal(tfevents_crc32c(f, 32), 0x62A8AB43u);
     assert_int_equal(tfevents_mask(0), 0xa282ead8u);
-    assert_int_equal(tfevents_mask(0x12345678u), ((0x12345678u >> 15) | (0x12345678u << 17)) + 0xa282ead8u);
+    assert_int_equal(tfevents_mask(0x12345678u),
+                     ((0x12345678u >> 15) | (0x12345678u << 17)) + 0xa282ead8u);
 }
 
 static uint32_t le32(const unsigned char *p) {
@@ -79,7 +80,8 @@ static void test_records(void **state) {
             break;
         case 3:
             assert_int_equal(ev->what_case, TENSORBOARD__EVENT__WHAT_SESSION_LOG);
-            assert_int_equal(ev->session_log->status, TENSORBOARD__SESSION_LOG__SESSION_STATUS__START);
+            assert_int_equal(ev->session_log->status,
+                             TENSORBOARD__SESSION_LOG__SESSION_STATUS__START);
             assert_int_equal(ev->step, 7);
             break;
         }
