@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,37 @@ static void test_disk_full_mid_run(void **state) {
     if (rc != 1 || !strstr(out, "p.predictions.csv: cannot write: File too large"))
         fail_msg("exit %d, output:\n%s", rc, out);
     free(out);
+    // --tensorboard's steps/ file (five scalars a step, ~250 bytes) reaches the limit before the
+    // log does: the run stops naming it, the metrics rows stay.
+    snprintf(args, sizeof args,
+             "train %s --limit 50 --batch 50 --epochs 60 --val-split 0 --devices cpu --out '%s' "
+             "--name t --tensorboard '%s/tb'",
+             data.args, dir, dir);
+    rc = run_limited(3, args, &out);
+    if (rc != 1 || !strstr(out, "/tb/steps/events.out.tfevents.") || !strstr(out, "File too large"))
+        fail_msg("exit %d, output:\n%s", rc, out);
+    free(out);
+    snprintf(path, sizeof path, "%s/t.metrics.csv", dir);
+    assert_in_range(count_lines(path) - 1, 1, 59);
+    // An ONNX file (cnn3's, 1.2 MB) that cannot fit: refused naming it, nothing left behind.
+    snprintf(path, sizeof path, "%s/d.safetensors", dir);
+    snprintf(args, sizeof args,
+             "train %s --limit 50 --batch 50 --epochs 1 --val-split 0 --devices cpu --out '%s' "
+             "--name w --save '%s' --quiet",
+             data.args, dir, path);
+    rc = run_limited(1 << 20, args, &out);
+    if (rc != 0) fail_msg("exit %d, output:\n%s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, "export --load '%s' --onnx '%s/m.onnx'", path, dir);
+    rc = run_limited(64, args, &out);
+    if (rc != 1 || !strstr(out, "m.onnx") || !strstr(out, "File too large"))
+        fail_msg("exit %d, output:\n%s", rc, out);
+    free(out);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d));)
+        if (strstr(de->d_name, "m.onnx")) fail_msg("%s/%s left behind", dir, de->d_name);
+    closedir(d);
     free(dir);
 }
 
