@@ -352,7 +352,7 @@ int ocl_tuning_save(const ocl_tuning *t, const char *path, ht_error *e) {
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = 0;
-        ocl_mkdirs(dir);
+        ht_mkdirs(dir, NULL); // best effort, as the kernel cache's folders
     }
     json_object *root = tuning_json(t);
     const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |

@@ -511,19 +511,6 @@ static void cache_path(char *out, size_t cap, const char *dir, const ocl_dev_inf
     ocl_cache_file(out, cap, dir, dev, h, ".bin");
 }
 
-void ocl_mkdirs(const char *path) {
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            mkdir(buf, 0755);
-            *p = '/';
-        }
-    }
-    mkdir(buf, 0755);
-}
-
 // Stores the built program's binary at path, atomically (temp file + rename). Failures only
 // mean no caching, so they are ignored.
 static void cache_store(cl_program prog, const char *dir, const char *path) {
@@ -535,7 +522,7 @@ static void cache_store(cl_program prog, const char *dir, const char *path) {
     if (!bin) return;
     unsigned char *bins[1] = {bin};
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS) {
-        ocl_mkdirs(dir);
+        ht_mkdirs(dir, NULL); // best effort: a failure shows when the file cannot be written
         char tmp[PATH_MAX + 16];
         snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
         int fd = mkstemp(tmp);

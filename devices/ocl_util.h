@@ -75,8 +75,6 @@ uint64_t ocl_hash(uint64_t h, const char *s);
 void ocl_cache_file(char *out, size_t cap, const char *dir, const ocl_dev_info *dev, uint64_t h,
                     const char *ext);
 
-// mkdir -p, best effort (a failure shows when the file in it cannot be written).
-void ocl_mkdirs(const char *path);
 
 // A device's context and built program, created on first use and shared by every later
 // caller in the process (programs are built once per device per process). The build first

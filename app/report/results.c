@@ -10,22 +10,8 @@
 #include <unistd.h>
 
 static int mkdir_p(const char *dir, ht_error *e) {
-    char buf[1024];
     if (!*dir) return ht_fail(e, "expected a folder name for the run's files, found \"\"");
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return ht_fail(e, "%s: path too long", dir);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-            return ht_fail(e, "%s: cannot create folder: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-        return ht_fail(e, "%s: cannot create folder: %s", buf, strerror(errno));
-    struct stat st;
-    if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode)) return ht_fail(e, "%s: not a folder", buf);
-    return 0;
+    return ht_mkdirs(dir, e);
 }
 
 static FILE *create_excl(const char *path, int *taken, ht_error *e) {

@@ -1,10 +1,12 @@
-// Error formatting, checked allocation, the clock and the executable's folder.
+// Error formatting, checked allocation, the clock, the executable's folder and mkdir -p.
 #include "core/common.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -102,5 +104,23 @@ int ht_exe_dir(char *out, size_t cap) {
     char *slash = strrchr(exe, '/');
     if (slash) *slash = 0;
     snprintf(out, cap, "%s", exe);
+    return 0;
+}
+
+int ht_mkdirs(const char *dir, ht_error *e) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+        return ht_fail(e, "%s: path too long", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return ht_fail(e, "%s: cannot create folder: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+        return ht_fail(e, "%s: cannot create folder: %s", buf, strerror(errno));
+    struct stat st;
+    if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode)) return ht_fail(e, "%s: not a folder", buf);
     return 0;
 }

@@ -40,4 +40,8 @@ double ht_thread_cpu(void);
 // it cannot be read (out is then "").
 int ht_exe_dir(char *out, size_t cap);
 
+// Makes folder dir and every missing folder above it (mkdir -p); -1 with e naming the folder
+// that could not be made, or a path there that is not a folder.
+int ht_mkdirs(const char *dir, ht_error *e);
+
 #endif

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,20 +30,6 @@ uint32_t tfevents_crc32c(const void *p, size_t n) {
 }
 
 uint32_t tfevents_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
-
-// mkdir -p.
-static int make_dirs(const char *dir, ht_error *e) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0777) < 0 && errno != EEXIST) return ht_fail(e, "%s: %s", p, strerror(errno));
-        *s = '/';
-    }
-    if (mkdir(p, 0777) < 0 && errno != EEXIST) return ht_fail(e, "%s: %s", p, strerror(errno));
-    return 0;
-}
 
 static int put(tfevents *w, const void *p, size_t n, ht_error *e) {
     if (fwrite(p, 1, n, w->f) != n) return ht_fail(e, "writing %s: %s", w->path, strerror(errno));
@@ -77,7 +62,7 @@ static double now_s(void) {
 int tfevents_open(tfevents *w, const char *dir, ht_error *e) {
     static int opened;
     memset(w, 0, sizeof *w);
-    if (make_dirs(dir, e) < 0) return ht_wrap(e, "--tensorboard");
+    if (ht_mkdirs(dir, e) < 0) return ht_wrap(e, "--tensorboard");
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%ld.%s.%ld.%d", dir, (long)time(NULL),
