@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "io/kerash5.h"
 #include "io/onnx.h"
@@ -25,11 +24,7 @@ int export_run(const export_opts *o, ht_error *e) {
     memset(&m, 0, sizeof m);
     float *params = NULL;
     int rc = -1;
-    if (access(o->onnx, F_OK) == 0) {
-        ht_fail(e, "%s already exists; choose another --onnx or remove it", o->onnx);
-        goto out;
-    }
-    if (output_check(o->onnx, "--onnx", e) < 0) goto out;
+    if (output_check_new(o->onnx, "--onnx", e) < 0) goto out;
     if (model_init(&m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) goto out;
     if (!(params = ht_malloc(m.n_params, sizeof(float), e))) goto out;
     if ((kerash5_is_path(o->load, 1) ? kerash5_load : safetensors_load)(o->load, &m, params, e) < 0)

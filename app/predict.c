@@ -4,7 +4,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "io/kerash5.h"
 #include "io/safetensors.h"
@@ -14,16 +13,9 @@ int predict_run(const predict_opts *o, ht_error *e) {
     if (!j) return -1;
     int rc = -1;
     float *scores = NULL;
-    if (access(o->out, F_OK) == 0) {
-        ht_fail(e, "%s already exists; choose another --out or remove it", o->out);
+    if (output_check_new(o->out, "--out", e) < 0 ||
+        (o->scores && output_check_new(o->scores, "--scores", e) < 0))
         goto out;
-    }
-    if (output_check(o->out, "--out", e) < 0) goto out;
-    if (o->scores && access(o->scores, F_OK) == 0) {
-        ht_fail(e, "%s already exists; choose another --scores or remove it", o->scores);
-        goto out;
-    }
-    if (o->scores && output_check(o->scores, "--scores", e) < 0) goto out;
     if (model_init(&j->m, o->model ? o->model : TRAIN_DEFAULT_MODEL, e) < 0) goto out;
     if (o->conv_algo >= 0) j->m.setup.conv_algo = (conv_algo)o->conv_algo;
     data_images_opts img;

@@ -282,10 +282,7 @@ static int run_job(const train_opts *given, checkpoint *ck, ht_error *e) {
         free(j);
         return -1;
     }
-    if (o->export_onnx && (output_check(o->export_onnx, "--export-onnx", e) < 0 ||
-                           (access(o->export_onnx, F_OK) == 0 &&
-                            ht_fail(e, "%s already exists; choose another --export-onnx or "
-                                       "remove it", o->export_onnx) < 0))) {
+    if (o->export_onnx && output_check_new(o->export_onnx, "--export-onnx", e) < 0) {
         free(j);
         return -1;
     }

@@ -208,6 +208,13 @@ int output_check(const char *path, const char *option, ht_error *e) {
     return 0;
 }
 
+int output_check_new(const char *path, const char *option, ht_error *e) {
+    if (output_check(path, option, e) < 0) return -1;
+    if (access(path, F_OK) == 0)
+        return ht_fail(e, "%s already exists; choose another %s or remove it", path, option);
+    return 0;
+}
+
 // A CSV field: as it is, or quoted with its quotes doubled where it holds , " or a line break.
 static void csv_field(FILE *f, const char *s) {
     if (!strpbrk(s, ",\"\r\n")) {

@@ -57,6 +57,8 @@ int run_files_check(const run_files *r, ht_error *e);
 // exists and takes new files (tried with a scratch file beside it, removed at once), and path
 // is not a folder. Called before the work whose result goes there.
 int output_check(const char *path, const char *option, ht_error *e);
+// output_check, and path must not exist yet (an output hetrain never overwrites).
+int output_check_new(const char *path, const char *option, ht_error *e);
 
 // Writes ImageId,Label (ImageId from 1) through a temporary file renamed into place; for a
 // multi-label head (labels = k >= 2) ImageId,label_0,..,label_k-1, each 0 or 1 (pred's bit j).
