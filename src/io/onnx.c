@@ -249,6 +249,18 @@ static const char *param(gb *g, const layer *L, const char *what, size_t off, co
                : NULL;
 }
 
+// A normalisation's (C) vector: the layer's parameter `what` at off where it has one (has),
+// else every element fill (gamma 1, beta 0), a constant named base.
+static const char *vec_or_fill(gb *g, const layer *L, int has, const char *what, size_t off,
+                               int C, float fill, const char *base) {
+    const int64_t d[1] = {C};
+    if (has) return param(g, L, what, off, d, 1);
+    float *v = a_alloc(&g->a, sizeof(float) * (size_t)C);
+    if (!v) return NULL;
+    for (int c = 0; c < C; c++) v[c] = fill;
+    return constant(g, base, d, 1, v);
+}
+
 // Pads of a window: begin = the layer's pad, end = what its output size implies (never below 0:
 // ONNX drops a leftover row as hetrain does).
 static void window_pads(const layer *L, int64_t pads[4]) {
@@ -438,14 +450,10 @@ static int layer_node(gb *g, int l, ht_error *e) {
     }
     case LAYER_BATCHNORM: {
         // Inference form: the moving mean and variance; gamma 1 and beta 0 where it has none.
-        float *ones = a_alloc(&g->a, sizeof(float) * (size_t)C),
-              *zeros = a_alloc(&g->a, sizeof(float) * (size_t)C);
-        if (!ones || !zeros) return -1;
-        for (int c = 0; c < C; c++) ones[c] = 1.0f;
         const int64_t d[1] = {C};
         const char *in[5] = {
-            x, L->n_w ? param(g, L, "weight", L->w_off, d, 1) : constant(g, "ones", d, 1, ones),
-            L->n_b ? param(g, L, "bias", L->b_off, d, 1) : constant(g, "zeros", d, 1, zeros),
+            x, vec_or_fill(g, L, L->n_w != 0, "weight", L->w_off, C, 1.0f, "ones"),
+            vec_or_fill(g, L, L->n_b != 0, "bias", L->b_off, C, 0.0f, "zeros"),
             param(g, L, "running_mean", L->s_off, d, 1),
             param(g, L, "running_var", L->s_off + (size_t)C, d, 1)};
         for (int k = 1; k < 5; k++)
@@ -528,14 +536,9 @@ static int layer_node(gb *g, int l, ht_error *e) {
     }
     case LAYER_LAYERNORM: {
         // Over the channels of each position: the channels last for LayerNormalization.
-        const int64_t d[1] = {C}, to_last[4] = {0, 2, 3, 1}, back[4] = {0, 3, 1, 2};
-        float *ones = a_alloc(&g->a, sizeof(float) * (size_t)C),
-              *zeros = a_alloc(&g->a, sizeof(float) * (size_t)C);
-        if (!ones || !zeros) return -1;
-        for (int c = 0; c < C; c++) ones[c] = 1.0f;
-        const char *in[3] = {
-            x, L->n_w ? param(g, L, "weight", L->w_off, d, 1) : constant(g, "ones", d, 1, ones),
-            L->n_b ? param(g, L, "bias", L->b_off, d, 1) : constant(g, "zeros", d, 1, zeros)};
+        const int64_t to_last[4] = {0, 2, 3, 1}, back[4] = {0, 3, 1, 2};
+        const char *in[3] = {x, vec_or_fill(g, L, L->n_w != 0, "weight", L->w_off, C, 1.0f, "ones"),
+                             vec_or_fill(g, L, L->n_b != 0, "bias", L->b_off, C, 0.0f, "zeros")};
         if (!in[1] || !in[2]) return -1;
         char *t = tmp_name(g, out), *u = tmp_name(g, out);
         if (!t || !u) return -1;

@@ -104,6 +104,33 @@ units = 1
 CFG
 "$PY" -c 'import numpy as np; r = np.random.default_rng(3); np.save("bx.npy", r.random((64, 1, 28, 28), dtype=np.float32)); np.save("by.npy", (np.arange(64) % 2).astype(np.uint8))'
 CHECK_ARGS=--multi-label check bce bce.cfg "" --train bx.npy --train-labels by.npy --epochs 1 --batch 32
+# Batchnorm and layer normalisation without gamma and beta (the export's constant ones and
+# zeros), the batchnorm's moving statistics the last batch's (momentum 0).
+cat > affine_free.cfg <<'CFG'
+[net]
+input = 1x28x28
+classes = 10
+[conv]
+filters = 4
+size = 3
+bias = 0
+[batchnorm]
+center = 0
+scale = 0
+momentum = 0
+[relu]
+[conv]
+filters = 4
+size = 1
+[layernorm]
+center = 0
+scale = 0
+[globalavgpool]
+[dense]
+units = 10
+[softmax]
+CFG
+check affine_free affine_free.cfg "$FM"
 check cifar_small "$SRC/models/cifar_small.cfg" cifar
 check resnet20 "$SRC/models/resnet20.cfg" cifar
 DEEP=(--epochs 10 --batch 8 --lr 0.001)
