@@ -150,20 +150,21 @@ static int run_epochs(job *j, const train_opts *o, epoch_stats *resumed, ht_erro
             j->steps_into++;
             epoch_stats_add(&es, &st, j->n_devs);
             job_drain_events(j, &es);
+            double step_loss = NAN; // the step's mean (--tensorboard's batch_loss)
             if (!st.skipped) { // a skipped step's losses may be NaN: leave them out
+                step_loss = 0;
                 for (int i = 0; i < B; i++) {
+                    step_loss += j->loss[i];
                     j->lsum += j->loss[i];
                     j->correct += net_labels_right(&j->m, j->pred[i],
                                                    j->train.y + (size_t)j->idx[off + i] * yw);
                 }
                 j->lsum += B * penalty;
                 j->counted += B;
+                step_loss = step_loss / B + penalty;
             }
             j->seen += B;
-            double step_loss = 0;
-            for (int i = 0; i < B; i++) step_loss += j->loss[i];
-            if (job_tb_step(j, ep * per_epoch + off / s->batch,
-                            st.skipped ? NAN : step_loss / B + penalty, &st, B, e) < 0)
+            if (job_tb_step(j, ep * per_epoch + off / s->batch, step_loss, &st, B, e) < 0)
                 return -1;
             progress_update(&pr, j->seen, j->counted ? j->lsum / j->counted : NAN,
                             j->counted ? (double)j->correct / ((double)j->counted * yw) : NAN);
