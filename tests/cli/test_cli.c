@@ -1,7 +1,6 @@
 // The command line as a user meets it: help texts, bad flags and bad files (non-zero exit,
 // one clear line, no files left behind), run names that never overwrite, and a small
 // train -> save -> predict round trip on Kaggle-style CSVs cut from Fashion-MNIST.
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,17 +18,6 @@
 
 // Runs the CLI, checks its exit status and that its output contains `want`.
 #define expect_cli(args, status, want) free(test_expect_cli(args, status, want))
-
-static int count_files(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *ent;
-    while ((ent = readdir(d)))
-        if (ent->d_name[0] != '.') n++;
-    closedir(d);
-    return n;
-}
 
 static void test_help_texts(void **state) {
     (void)state;
@@ -111,21 +99,21 @@ static void test_bad_files(void **state) {
     char args[2048];
     snprintf(args, sizeof args, "train --train '%s' --out '%s' --no-progress", p, out);
     expect_cli(args, 1, "ragged.csv:3");
-    assert_int_equal(count_files(out), 0); // nothing written for a run that never started
+    assert_int_equal(test_count_files(out), 0); // nothing written for a run that never started
     snprintf(args, sizeof args, "train --data '%s/nowhere' --out '%s'", dir, out);
     expect_cli(args, 1, "nowhere");
-    assert_int_equal(count_files(out), 0);
+    assert_int_equal(test_count_files(out), 0);
     snprintf(args, sizeof args, "train --devices gpu7 --limit 100 --out '%s'", out);
     expect_cli(args, 1, "unknown device \"gpu7\"");
     snprintf(args, sizeof args, "train --load '%s/missing.safetensors' --limit 100 --out '%s'", dir, out);
     expect_cli(args, 1, "missing.safetensors");
-    assert_int_equal(count_files(out), 0);
+    assert_int_equal(test_count_files(out), 0);
     // A 4-pixel CSV is a valid 2x2 image set, but not the shape the model takes.
     const char *tiny = "label,pixel0,pixel1,pixel2,pixel3\n1,0,0,0,0\n2,0,0,0,9\n";
     char *t = test_write_file(dir, "tiny.csv", tiny, strlen(tiny));
     snprintf(args, sizeof args, "train --train '%s' --out '%s'", t, out);
     expect_cli(args, 1, "1x2x2");
-    assert_int_equal(count_files(out), 0);
+    assert_int_equal(test_count_files(out), 0);
     free(p);
     free(t);
     free(dir);

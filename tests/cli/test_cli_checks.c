@@ -1,7 +1,6 @@
 // Inputs the command line must refuse with one clear line and a non-zero exit, before or
 // instead of writing anything: broken weights, bad output names, bad device specs. Runs a
 // one-dense-layer network on a few hundred Fashion-MNIST samples so each case takes a moment.
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -58,16 +57,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-static int count_files(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int n = 0;
-    for (struct dirent *ent; (ent = readdir(d));)
-        if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) n++;
-    closedir(d);
-    return n;
-}
-
 static int exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
@@ -104,7 +93,7 @@ static void test_non_finite_weights(void **state) {
                  "--no-progress%s",
                  f->cfg, f->train, w, out, check ? "" : " --no-self-check");
         expect_cli(args, 1, want);
-        assert_int_equal(count_files(out), 0);
+        assert_int_equal(test_count_files(out), 0);
     }
     snprintf(args, sizeof args, "predict --model '%s' --test '%s' --load '%s' --out '%s/p.csv' "
              "--devices cpu:1", f->cfg, f->test, w, f->dir);
@@ -202,13 +191,13 @@ static void test_run_names(void **state) {
         snprintf(args, sizeof args, "train --model '%s' --train '%s' --out '%s' --name '%s' "
                  "--devices cpu:1 --no-progress", f->cfg, f->train, out, cases[i].name);
         expect_cli(args, EXIT_USAGE, cases[i].want);
-        assert_int_equal(count_files(out), 0);
+        assert_int_equal(test_count_files(out), 0);
         run_files r;
         ht_error e = {{0}};
         assert_int_equal(run_files_open(&r, out, cases[i].name, "epoch", &e), -1);
         if (!strstr(e.msg, cases[i].want + (cases[i].want[0] == '-' ? 8 : 0)))
             fail_msg("run_files_open(\"%s\"): %s", cases[i].name, e.msg);
-        assert_int_equal(count_files(out), 0);
+        assert_int_equal(test_count_files(out), 0);
     }
     ht_error e;
     assert_int_equal(run_name_check("a name, with spaces; caf\xc3\xa9", &e), 0);

@@ -10,7 +10,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,13 +110,7 @@ static void test_onnx_structure(void **state) {
     // An existing file is refused, left as it was, and no temporary file stays.
     assert_int_equal(onnx_export(&m, p, out, &o, &e), -1);
     assert_non_null(strstr(e.msg, "already exists"));
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    int files = 0;
-    while ((de = readdir(d)))
-        if (de->d_name[0] != '.') files++;
-    closedir(d);
-    assert_int_equal(files, 2); // g.cfg and g.onnx
+    assert_int_equal(test_count_files(dir), 2); // g.cfg and g.onnx
 
     // Keras's layout: the input (N,H,W,C), transposed to the graph's (N,C,H,W) first.
     snprintf(out, sizeof out, "%s/k.onnx", dir);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <zlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -238,6 +239,16 @@ char *test_write_file(const char *dir, const char *name, const void *data, size_
     if (len) fwrite(data, 1, len, f);
     fclose(f);
     return path;
+}
+
+int test_count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *ent; (ent = readdir(d));)
+        if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) n++;
+    closedir(d);
+    return n;
 }
 
 char *test_read_file(const char *path, size_t *len) {

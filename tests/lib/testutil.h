@@ -138,6 +138,9 @@ char *test_expect_cli(const char *args, int status, const char *want);
 
 // Reads a whole file into a malloc'd NUL-terminated buffer; NULL when missing.
 char *test_read_file(const char *path, size_t *len);
+// The entries of folder dir but . and .. (hidden ones count: a leftover temporary file is
+// one); 0 when it cannot be opened.
+int test_count_files(const char *dir);
 // The whole of a gzipped file (tests/fixtures/keras/applications/*.json.gz), its length in
 // *len; NULL when it cannot be read.
 char *test_read_gz(const char *path, size_t *len);
