@@ -409,13 +409,14 @@ void conv2d_nhwc_backward_bn(float *din, float *dw, float *db, float *dout, cons
     const size_t in_s = (size_t)g->H * g->W * g->Cs;
     const size_t pack_n = conv2d_nhwc_pack_floats(g), scr_n = conv2d_nhwc_scratch_floats(g);
     conv2d_nhwc_pack(ws, w, NULL, g);
+    // With bn: each thread's room for a sample's output gradient, after every thread's scratch.
+    const size_t dx_off = bn ? conv2d_nhwc_ws_floats(g, nthreads) : 0;
     int nt = nthreads;
 #pragma omp parallel num_threads(nthreads)
     {
         const int t = omp_get_thread_num();
         float *scr = ws + pack_n + (size_t)t * scr_n;
-        // With bn: each sample's output gradient, made here (after every thread's scratch).
-        float *dx = ws + conv2d_nhwc_ws_floats(g, nthreads) + (size_t)t * out_s;
+        float *dx = ws + dx_off + (size_t)t * out_s;
         conv2d_nhwc_scratch_init(scr, g);
 #pragma omp single nowait
         nt = omp_get_num_threads();
