@@ -13,11 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-// One sample's sums for its group's statistics (batchnorm.h's bn_sample_parts): per channel its
-// first row's value k, then the sums of (x - k) and of its square over the rows, in double.
-void bn_vec_sample_parts(double *part, const float *y, size_t rows, int C, int cs) {
-    double *k = part, *a1 = part + C, *a2 = part + 2 * C;
-    for (int c = 0; c < C; c++) a1[c] = a2[c] = 0, k[c] = y[c];
+// Adds, per channel, the sums of (x - k) and of its square over `rows` rows from y into a1, a2,
+// in double, row by row.
+static inline void add_shifted_sums(double *a1, double *a2, const double *k, const float *y,
+                                    size_t rows, int C, int cs) {
     for (size_t r = 0; r < rows; r++) {
         const float *x = y + r * cs;
         for (int c = 0; c < C; c++) {
@@ -26,6 +25,14 @@ void bn_vec_sample_parts(double *part, const float *y, size_t rows, int C, int c
             a2[c] += d * d;
         }
     }
+}
+
+// One sample's sums for its group's statistics (batchnorm.h's bn_sample_parts): per channel its
+// first row's value k, then the sums of (x - k) and of its square over the rows, in double.
+void bn_vec_sample_parts(double *part, const float *y, size_t rows, int C, int cs) {
+    double *k = part, *a1 = part + C, *a2 = part + 2 * C;
+    for (int c = 0; c < C; c++) a1[c] = a2[c] = 0, k[c] = y[c];
+    add_shifted_sums(a1, a2, k, y, rows, C, cs);
 }
 
 // Per (group, channel): mean, biased variance, 1/sqrt(var + eps) into stats (3 * C per group).
@@ -62,14 +69,7 @@ void bn_vec_train_forward(float *out, const float *in, const float *gamma, const
                     }
                 }
             } else {
-                for (size_t r = r0; r < r1; r++) {
-                    const float *x = in + r * cs;
-                    for (int c = 0; c < C; c++) {
-                        double d = (double)x[c] - k[c];
-                        a1[c] += d;
-                        a2[c] += d * d;
-                    }
-                }
+                add_shifted_sums(a1, a2, k, in + r0 * cs, r1 - r0, C, cs);
             }
             float *st = stats + (size_t)g * 3 * C;
             for (int c = 0; c < C; c++) {
